@@ -1,0 +1,189 @@
+"""`raftka dev`: a local cluster of 3 controllers + 3 partition servers on 127.0.0.1.
+
+Writes one Kafka-style `.properties` file per process under `<data-dir>/configs/`, starts each as
+its own OS process (so a kill -9 of one is a real fault), waits until every broker reports that it
+is registered and unfenced, then prints `bootstrap.servers=...` on a line of its own. SIGINT or
+SIGTERM stops the brokers first (so they can hand off leadership) and then the controllers.
+Running it again with the same `--data-dir` resumes with the same data: the config files are
+rewritten identically and every process recovers its own state.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CONTROLLER_IDS = (3000, 3001, 3002)
+BROKER_IDS = (0, 1, 2)
+
+
+@dataclass(frozen=True)
+class DevLayout:
+    """Ports and paths of the local cluster, derived from one base port."""
+    data_dir: Path
+    base_port: int = 9092
+    overrides: dict[str, str] = field(default_factory=dict)
+
+    def broker_port(self, broker_id: int) -> int:
+        return self.base_port + broker_id
+
+    def controller_port(self, index: int) -> int:
+        return self.base_port + 1000 + index
+
+    def raft_port(self, index: int) -> int:
+        return self.base_port + 1100 + index
+
+    @property
+    def voters(self) -> str:
+        return ",".join(f"{cid}@127.0.0.1:{self.controller_port(i)}"
+                        for i, cid in enumerate(CONTROLLER_IDS))
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{self.broker_port(b)}" for b in BROKER_IDS)
+
+    def controller_properties(self, index: int) -> dict[str, str]:
+        cid = CONTROLLER_IDS[index]
+        return {
+            "node.id": str(cid),
+            "process.roles": "controller",
+            "controller.quorum.voters": self.voters,
+            "listeners": f"CONTROLLER://127.0.0.1:{self.controller_port(index)}",
+            "raftka.controller.raft.port": str(self.raft_port(index)),
+            "raftka.controller.raft.peers": ",".join(
+                f"{c}@127.0.0.1:{self.raft_port(i)}" for i, c in enumerate(CONTROLLER_IDS)),
+            "metadata.log.dir": str(self.data_dir / f"controller-{cid}"),
+        }
+
+    def broker_properties(self, broker_id: int) -> dict[str, str]:
+        props = {
+            "node.id": str(broker_id),
+            "process.roles": "broker",
+            "controller.quorum.voters": self.voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.broker_port(broker_id)}",
+            "log.dirs": str(self.data_dir / f"broker-{broker_id}"),
+            "default.replication.factor": "3",
+            "min.insync.replicas": "2",
+            "offsets.topic.replication.factor": "3",
+        }
+        props.update(self.overrides)
+        return props
+
+
+def write_properties(path: Path, props: dict[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = "".join(f"{k}={v}\n" for k, v in props.items())
+    path.write_text("# written by `raftka dev`; edits are overwritten on the next start\n" + body)
+
+
+class ManagedProcess:
+    """One child process whose output is echoed with a prefix and scanned for a ready line."""
+
+    def __init__(self, name: str, argv: list[str], ready_marker: str, quiet: bool):
+        self.name = name
+        self.ready = threading.Event()
+        self._marker = ready_marker
+        self._quiet = quiet
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, text=True, bufsize=1)
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if self._marker in line:
+                self.ready.set()
+            if not self._quiet:
+                sys.stderr.write(f"[{self.name}] {line}")
+
+    def stop(self, timeout: float) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_cluster(layout: DevLayout, quiet: bool = False) -> list[ManagedProcess]:
+    """Start every process; return them in start order (controllers first)."""
+    procs: list[ManagedProcess] = []
+    config_dir = layout.data_dir / "configs"
+    for i, cid in enumerate(CONTROLLER_IDS):
+        path = config_dir / f"controller-{cid}.properties"
+        write_properties(path, layout.controller_properties(i))
+        procs.append(ManagedProcess(f"controller-{cid}",
+                                    [sys.executable, "-m", "metadata_quorum", "--config", str(path)],
+                                    "listening on", quiet))
+    for bid in BROKER_IDS:
+        path = config_dir / f"broker-{bid}.properties"
+        write_properties(path, layout.broker_properties(bid))
+        procs.append(ManagedProcess(f"broker-{bid}",
+                                    [sys.executable, "-m", "partition_server", "--config", str(path)],
+                                    "unfenced", quiet))
+    return procs
+
+
+def wait_ready(procs: list[ManagedProcess], timeout_s: float) -> str | None:
+    """None when every process is ready, else a one-line reason."""
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        while not p.ready.wait(0.1):
+            if p.proc.poll() is not None:
+                return f"{p.name} exited with code {p.proc.returncode} before it was ready"
+            if time.monotonic() > deadline:
+                return f"{p.name} not ready after {timeout_s:.0f}s"
+    return None
+
+
+def stop_cluster(procs: list[ManagedProcess]) -> None:
+    # Brokers first, in parallel-ish: each gets SIGTERM, then controllers once brokers are gone,
+    # so controlled shutdown can still reach an active controller.
+    brokers = [p for p in procs if p.name.startswith("broker")]
+    controllers = [p for p in procs if p.name.startswith("controller")]
+    for group in (brokers, controllers):
+        for p in group:
+            if p.proc.poll() is None:
+                p.proc.send_signal(signal.SIGTERM)
+        for p in group:
+            p.stop(timeout=15)
+
+
+def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool,
+            quiet: bool, ready_timeout_s: float = 60.0) -> int:
+    layout = DevLayout(Path(data_dir).resolve(), base_port, overrides)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    procs = start_cluster(layout, quiet)
+    try:
+        problem = wait_ready(procs, ready_timeout_s)
+        if problem:
+            print(f"raftka dev: {problem}", file=sys.stderr)
+            return 1
+        print(f"bootstrap.servers={layout.bootstrap_servers}", flush=True)
+        if demo:
+            from clients.cli.demo import run_demo
+            run_demo(layout.bootstrap_servers)
+        while not stop.wait(0.5):
+            dead = [p.name for p in procs if p.proc.poll() is not None]
+            if dead:
+                print(f"raftka dev: {', '.join(dead)} exited; stopping", file=sys.stderr)
+                return 1
+        return 0
+    finally:
+        stop_cluster(procs)
+        print("raftka dev: stopped", file=sys.stderr, flush=True)
+
+
+def _env_python_path() -> None:
+    """Children import our packages even when run from a source checkout without install."""
+    root = str(Path(__file__).resolve().parents[2])
+    os.environ["PYTHONPATH"] = root + os.pathsep + os.environ.get("PYTHONPATH", "")

@@ -1,0 +1,89 @@
+"""The `raftka` command: one entry point, one subcommand per job.
+
+Errors a user can cause (bad flags, unreachable cluster, bad config) print one line on stderr
+and exit non-zero; tracebacks are for bugs only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+def _parse_sets(items: list[str]) -> dict[str, str]:
+    overrides: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"raftka: --set expects key=value, got {item!r}")
+        overrides[key.strip()] = value.strip()
+    return overrides
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from clients.cli.dev import run_dev
+    return run_dev(args.data_dir, args.base_port, _parse_sets(args.set), args.demo, args.quiet)
+
+
+def cmd_controller(args: argparse.Namespace) -> int:
+    from metadata_quorum.__main__ import main as controller_main
+    return controller_main(["--config", args.config])
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    from partition_server.__main__ import main as broker_main
+    argv = ["--config", args.config]
+    for item in args.set:
+        argv += ["--set", item]
+    return broker_main(argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="raftka", description="Raftka: Kafka-compatible streaming "
+                                     "with a Raft metadata quorum.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    dev = sub.add_parser("dev", help="run a local cluster: 3 controllers + 3 partition servers",
+                         description="Start 3 controllers and 3 partition servers on 127.0.0.1 "
+                         "with data under --data-dir; prints bootstrap.servers=... when ready; "
+                         "Ctrl-C stops everything. Running it again resumes with the same data.")
+    dev.add_argument("--data-dir", default="./raftka-data", help="where all data lives")
+    dev.add_argument("--base-port", type=int, default=9092,
+                     help="brokers listen on base+0..2, controllers on base+1000..1002")
+    dev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a broker property (repeatable)")
+    dev.add_argument("--demo", action="store_true",
+                     help="once ready, create a topic, produce and consume a few records")
+    dev.add_argument("--quiet", action="store_true", help="do not echo process logs")
+    dev.set_defaults(func=cmd_dev)
+
+    ctl = sub.add_parser("controller", help="run one metadata-quorum controller")
+    ctl.add_argument("--config", required=True, help="controller .properties file")
+    ctl.set_defaults(func=cmd_controller)
+
+    brk = sub.add_parser("broker", help="run one partition server")
+    brk.add_argument("--config", required=True, help="broker .properties file")
+    brk.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a property (repeatable)")
+    brk.set_defaults(func=cmd_broker)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""Partition server (broker) configuration, with Kafka's property names.
+
+Every key a broker reads is declared once in `BROKER_CONFIG_DEFS` with its type, default, unit and
+constraint; `BrokerConfig.from_properties()` validates a {name: string} mapping (from a Kafka
+`.properties` file plus `--set` overrides) and raises `ConfigError` with one clear line per
+problem. Keys this broker does not know are rejected rather than silently ignored, so a typo in
+`min.insync.replicas` cannot quietly weaken durability.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+
+class ConfigError(ValueError):
+    """A config file or override that cannot be used; the message names the key."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigDef:
+    name: str
+    type: str            # "int", "long", "bool", "string", "list", "double"
+    default: Any
+    doc: str
+    validator: Callable[[Any], str | None] | None = None
+
+
+def _at_least(n: int) -> Callable[[Any], str | None]:
+    return lambda v: None if v >= n else f"must be >= {n}"
+
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    return lambda v: None if v in choices else f"must be one of {', '.join(choices)}"
+
+
+BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
+    ConfigDef("node.id", "int", None, "This broker's id (>= 0); unique across brokers and controllers.",
+              _at_least(0)),
+    ConfigDef("process.roles", "list", ["broker"], "broker, controller, or both (combined mode)."),
+    ConfigDef("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"],
+              "Client listeners as NAME://host:port."),
+    ConfigDef("advertised.listeners", "list", None,
+              "Listeners published in metadata (default: listeners)."),
+    ConfigDef("controller.quorum.voters", "list", None,
+              "The controller quorum as id@host:port,... (the controllers' Kafka-protocol listeners)."),
+    ConfigDef("log.dirs", "list", ["./raftka-data/broker"], "Directories holding partition logs."),
+    ConfigDef("broker.rack", "string", None, "Rack id used by rack-aware replica placement."),
+    ConfigDef("num.partitions", "int", 1, "Partitions for auto-created topics.", _at_least(1)),
+    ConfigDef("default.replication.factor", "int", 1, "Replication factor of auto-created topics.",
+              _at_least(1)),
+    ConfigDef("auto.create.topics.enable", "bool", False,
+              "Create a topic when a client asks for unknown metadata. Off by default: a typo in a "
+              "producer's topic name should fail loudly, not create a stray topic."),
+    ConfigDef("min.insync.replicas", "int", 1, "Default min.insync.replicas of topics.", _at_least(1)),
+    ConfigDef("unclean.leader.election.enable", "bool", False,
+              "Default for topics: allow an out-of-sync replica to become leader (may lose data)."),
+    ConfigDef("replica.lag.time.max.ms", "long", 30000,
+              "A follower not caught up for this long (ms) leaves the ISR.", _at_least(1)),
+    ConfigDef("replica.fetch.max.bytes", "int", 1048576, "Bytes per partition per follower fetch.",
+              _at_least(1)),
+    ConfigDef("replica.fetch.wait.max.ms", "int", 500, "Follower fetch long-poll time (ms).", _at_least(0)),
+    ConfigDef("broker.heartbeat.interval.ms", "int", 2000, "Heartbeat period to the controller (ms).",
+              _at_least(1)),
+    ConfigDef("broker.session.timeout.ms", "int", 9000,
+              "Session length the controller grants (ms); informational on the broker.", _at_least(1)),
+    ConfigDef("message.max.bytes", "int", 1048588, "Largest record batch accepted (bytes).", _at_least(0)),
+    ConfigDef("socket.request.max.bytes", "int", 104857600, "Largest request frame (bytes).",
+              _at_least(1)),
+    ConfigDef("log.segment.bytes", "int", 1073741824, "Segment size before rolling (bytes).",
+              _at_least(14)),
+    ConfigDef("log.roll.ms", "long", 604800000, "Segment age before rolling (ms).", _at_least(1)),
+    ConfigDef("log.retention.ms", "long", 604800000, "Delete closed segments older than this (ms; -1 = never)."),
+    ConfigDef("log.retention.bytes", "long", -1, "Delete oldest segments above this size (bytes; -1 = never)."),
+    ConfigDef("log.retention.check.interval.ms", "long", 300000, "How often retention runs (ms).",
+              _at_least(1)),
+    ConfigDef("log.flush.interval.messages", "long", 2**63 - 1, "fsync after this many messages."),
+    ConfigDef("log.flush.interval.ms", "long", None, "fsync a partition at least this often (ms)."),
+    ConfigDef("log.cleanup.policy", "list", ["delete"], "delete, compact or both."),
+    ConfigDef("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets.", _at_least(1)),
+    ConfigDef("offsets.topic.replication.factor", "int", 3, "Replication factor of __consumer_offsets.",
+              _at_least(1)),
+    ConfigDef("group.initial.rebalance.delay.ms", "int", 3000, "Delay of the first rebalance (ms).",
+              _at_least(0)),
+    ConfigDef("connections.max.idle.ms", "long", 600000, "Close idle client connections after (ms).",
+              _at_least(1)),
+    ConfigDef("metadata.log.dir", "string", None, "Where the metadata image cache is kept."),
+]}
+
+
+def _parse(defn: ConfigDef, raw: str) -> Any:
+    raw = raw.strip()
+    if defn.type in ("int", "long"):
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(f"{defn.name}={raw!r}: not an integer") from None
+    if defn.type == "double":
+        try:
+            return float(raw)
+        except ValueError:
+            raise ConfigError(f"{defn.name}={raw!r}: not a number") from None
+    if defn.type == "bool":
+        if raw.lower() in ("true", "false"):
+            return raw.lower() == "true"
+        raise ConfigError(f"{defn.name}={raw!r}: must be true or false")
+    if defn.type == "list":
+        return [item.strip() for item in raw.split(",") if item.strip()]
+    return raw
+
+
+def parse_endpoint(listener: str) -> tuple[str, str, int]:
+    """`NAME://host:port` → (NAME, host, port)."""
+    name, sep, rest = listener.partition("://")
+    host, colon, port = rest.rpartition(":")
+    if not sep or not colon or not port.isdigit():
+        raise ConfigError(f"listener {listener!r}: expected NAME://host:port")
+    return name.upper(), host, int(port)
+
+
+def parse_voters(voters: list[str]) -> dict[int, tuple[str, int]]:
+    """`controller.quorum.voters` entries `id@host:port` → {id: (host, port)}."""
+    result: dict[int, tuple[str, int]] = {}
+    for entry in voters:
+        node, at, address = entry.partition("@")
+        host, colon, port = address.rpartition(":")
+        if not at or not node.isdigit() or not colon or not port.isdigit():
+            raise ConfigError(f"controller.quorum.voters entry {entry!r}: expected id@host:port")
+        result[int(node)] = (host, int(port))
+    return result
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerConfig:
+    values: dict[str, Any]
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str], *, allow_unknown_prefixes: tuple[str, ...] = (
+            "controller.", "raftka.", "metadata.", "node.", "process.")) -> "BrokerConfig":
+        """Validate `props`; keys owned by the controller role are tolerated in combined files."""
+        problems: list[str] = []
+        values: dict[str, Any] = {name: d.default for name, d in BROKER_CONFIG_DEFS.items()}
+        for key, raw in props.items():
+            defn = BROKER_CONFIG_DEFS.get(key)
+            if defn is None:
+                if not key.startswith(allow_unknown_prefixes):
+                    problems.append(f"{key}: unknown broker config")
+                continue
+            try:
+                value = _parse(defn, raw)
+            except ConfigError as exc:
+                problems.append(str(exc))
+                continue
+            err = defn.validator(value) if defn.validator else None
+            if err:
+                problems.append(f"{key}={raw}: {err}")
+                continue
+            values[key] = value
+        if values["node.id"] is None:
+            problems.append("node.id: required")
+        if not values["controller.quorum.voters"]:
+            problems.append("controller.quorum.voters: required")
+        else:
+            try:
+                parse_voters(values["controller.quorum.voters"])
+            except ConfigError as exc:
+                problems.append(str(exc))
+        for listener in values["listeners"] + (values["advertised.listeners"] or []):
+            try:
+                parse_endpoint(listener)
+            except ConfigError as exc:
+                problems.append(str(exc))
+        if problems:
+            raise ConfigError("; ".join(problems))
+        return cls(values)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    @property
+    def node_id(self) -> int:
+        return self.values["node.id"]
+
+    @property
+    def voters(self) -> dict[int, tuple[str, int]]:
+        return parse_voters(self.values["controller.quorum.voters"])
+
+    @property
+    def client_endpoint(self) -> tuple[str, int]:
+        """(host, port) this broker binds for clients: the first listener."""
+        _, host, port = parse_endpoint(self.values["listeners"][0])
+        return host, port
+
+    @property
+    def advertised_endpoint(self) -> tuple[str, str, int]:
+        listeners = self.values["advertised.listeners"] or self.values["listeners"]
+        return parse_endpoint(listeners[0])
+
+
+def load_properties(text: str) -> dict[str, str]:
+    """Parse Kafka `.properties` text: `key=value`, `#`/`!` comments, blank lines."""
+    props: dict[str, str] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ConfigError(f"line {lineno}: expected key=value, got {line!r}")
+        props[key.strip()] = value.strip()
+    return props

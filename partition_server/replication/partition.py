@@ -1,0 +1,226 @@
+"""Replication state of one partition on one broker: a pure state machine (no I/O, no clock).
+
+States and transitions (driven by the metadata image, never by peers):
+
+    NONE ──become_leader(epoch)──▶ LEADER(epoch) ──become_follower(epoch' > epoch)──▶ FOLLOWER
+    NONE ──become_follower(epoch)──▶ FOLLOWER(epoch, leader_id) ──become_leader(epoch' ≥ epoch)──▶ LEADER
+    any  ──stop_replica()──▶ NONE            (partition deleted or this broker removed)
+
+A change carrying a leader epoch lower than the current one is stale metadata and is ignored.
+
+Leader side, as Kafka's `Partition` (KIP-101 leader epochs, KIP-497 AlterPartition, KIP-841):
+- each follower's log end offset is the fetch offset it last sent; its `last_caught_up_ms` moves
+  to the fetch time when that fetch offset reached the leader's log end offset as of this fetch or
+  the previous one (so a follower that keeps up under steady load counts as caught up);
+- the ISR changes only through AlterPartition, one change in flight at a time. While a change is
+  pending, the high watermark is computed over the *maximal* ISR (current ∪ pending additions):
+  an expansion counts the new member at once, a shrink counts the leaving member until the
+  controller has committed the change, so the high watermark never gets ahead of what the
+  committed ISR holds. `min.insync.replicas` is judged on the committed ISR;
+- the high watermark is the minimum log end offset over the maximal ISR and only moves forward;
+  after become_leader every follower's offset is unknown, so the high watermark waits for every
+  ISR member to fetch in the new epoch.
+
+Follower side: the high watermark is the leader's, capped by the local log end offset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Protocol
+
+
+class Role(enum.Enum):
+    NONE = "none"
+    LEADER = "leader"
+    FOLLOWER = "follower"
+
+
+class LogLike(Protocol):
+    """What the state machine needs from a partition log."""
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+
+UNKNOWN_OFFSET = -1
+
+
+@dataclasses.dataclass
+class FollowerState:
+    log_end_offset: int = UNKNOWN_OFFSET
+    last_caught_up_ms: int = 0
+    last_fetch_leader_leo: int = UNKNOWN_OFFSET
+    last_fetch_ms: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class IsrChange:
+    """An AlterPartition proposal for the controller (effect)."""
+    topic: str
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[int, ...]
+
+
+class PartitionState:
+    def __init__(self, topic: str, partition: int, broker_id: int, log: LogLike,
+                 high_watermark: int = 0):
+        self.topic = topic
+        self.partition = partition
+        self.broker_id = broker_id
+        self.log = log
+        self.role = Role.NONE
+        self.leader_id = -1
+        self.leader_epoch = -1
+        self.partition_epoch = -1
+        self.replicas: tuple[int, ...] = ()
+        self.isr: tuple[int, ...] = ()
+        self.pending_isr: tuple[int, ...] | None = None
+        self.followers: dict[int, FollowerState] = {}
+        # A restarted broker only knows the high watermark it checkpointed (or 0); it is never
+        # above the local log end offset.
+        self._high_watermark = min(high_watermark, log.log_end_offset)
+
+    # -- transitions ---------------------------------------------------------------------------
+
+    def become_leader(self, leader_epoch: int, partition_epoch: int, replicas: list[int],
+                      isr: list[int], now_ms: int) -> bool:
+        """Apply a metadata change naming this broker leader; False if it is stale."""
+        if leader_epoch < self.leader_epoch:
+            return False
+        new_epoch = leader_epoch > self.leader_epoch or self.role is not Role.LEADER
+        self.role = Role.LEADER
+        self.leader_id = self.broker_id
+        self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
+        self.replicas = tuple(replicas)
+        self.isr = tuple(isr)
+        self.pending_isr = None
+        if new_epoch:
+            # Followers' positions from an older epoch say nothing about the new one.
+            self.followers = {r: FollowerState(last_caught_up_ms=now_ms)
+                              for r in replicas if r != self.broker_id}
+        else:
+            self.followers = {r: self.followers.get(r, FollowerState(last_caught_up_ms=now_ms))
+                              for r in replicas if r != self.broker_id}
+        self.maybe_advance_high_watermark()
+        return True
+
+    def become_follower(self, leader_id: int, leader_epoch: int, partition_epoch: int,
+                        replicas: list[int], isr: list[int]) -> bool:
+        if leader_epoch < self.leader_epoch:
+            return False
+        self.role = Role.FOLLOWER
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
+        self.replicas = tuple(replicas)
+        self.isr = tuple(isr)
+        self.pending_isr = None
+        self.followers = {}
+        return True
+
+    def stop_replica(self) -> None:
+        self.role = Role.NONE
+        self.leader_id = -1
+        self.followers = {}
+        self.pending_isr = None
+
+    # -- leader side ---------------------------------------------------------------------------
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        if self.pending_isr is None:
+            return self.isr
+        return tuple(sorted(set(self.isr) | set(self.pending_isr)))
+
+    def in_sync_count(self) -> int:
+        """Committed ISR size, the figure `min.insync.replicas` is checked against."""
+        return len(self.isr)
+
+    def replica_log_end_offset(self, replica_id: int) -> int:
+        if replica_id == self.broker_id:
+            return self.log.log_end_offset
+        state = self.followers.get(replica_id)
+        return state.log_end_offset if state else UNKNOWN_OFFSET
+
+    def maybe_advance_high_watermark(self) -> bool:
+        """Move the high watermark to the minimum log end offset of the maximal ISR."""
+        if self.role is not Role.LEADER:
+            return False
+        offsets = [self.replica_log_end_offset(r) for r in self.maximal_isr]
+        if self.broker_id not in self.maximal_isr:
+            offsets.append(self.log.log_end_offset)
+        if any(o == UNKNOWN_OFFSET for o in offsets):
+            return False
+        candidate = min(offsets)
+        if candidate > self._high_watermark:
+            self._high_watermark = candidate
+            return True
+        return False
+
+    def update_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:
+        """Record a follower's fetch; returns True when the high watermark moved."""
+        state = self.followers.get(replica_id)
+        if state is None or self.role is not Role.LEADER:
+            return False
+        leader_leo = self.log.log_end_offset
+        if fetch_offset >= leader_leo:
+            state.last_caught_up_ms = now_ms
+        elif (state.last_fetch_leader_leo != UNKNOWN_OFFSET
+              and fetch_offset >= state.last_fetch_leader_leo):
+            # Caught up to where the leader was at the previous fetch: caught up as of then.
+            state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
+        state.log_end_offset = fetch_offset
+        state.last_fetch_leader_leo = leader_leo
+        state.last_fetch_ms = now_ms
+        return self.maybe_advance_high_watermark()
+
+    def after_local_append(self) -> bool:
+        """The leader's own log grew; with a single-member ISR that alone moves the HW."""
+        return self.maybe_advance_high_watermark()
+
+    def isr_change_needed(self, now_ms: int, replica_lag_time_max_ms: int) -> IsrChange | None:
+        """Propose one ISR shrink (laggards) or expansion (caught-up replicas), if any."""
+        if self.role is not Role.LEADER or self.pending_isr is not None:
+            return None
+        lagging = [r for r in self.isr if r != self.broker_id and r in self.followers
+                   and now_ms - self.followers[r].last_caught_up_ms > replica_lag_time_max_ms]
+        if lagging:
+            new_isr = tuple(r for r in self.isr if r not in lagging)
+        else:
+            joining = [r for r, s in self.followers.items()
+                       if r not in self.isr and s.log_end_offset != UNKNOWN_OFFSET
+                       and s.log_end_offset >= self._high_watermark
+                       and now_ms - s.last_caught_up_ms <= replica_lag_time_max_ms]
+            if not joining:
+                return None
+            new_isr = tuple(sorted(set(self.isr) | set(joining)))
+        self.pending_isr = new_isr
+        return IsrChange(self.topic, self.partition, self.leader_epoch, self.partition_epoch,
+                         new_isr)
+
+    def isr_change_failed(self) -> None:
+        """AlterPartition was rejected or lost: forget it; the next tick may propose again."""
+        self.pending_isr = None
+
+    # -- follower side -------------------------------------------------------------------------
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        if self.role is Role.FOLLOWER:
+            hw = min(leader_high_watermark, self.log.log_end_offset)
+            self._high_watermark = max(self._high_watermark, hw)
+
+    def truncated_to(self, offset: int) -> None:
+        """The local log was truncated (divergence); the HW cannot exceed the new end."""
+        self._high_watermark = min(self._high_watermark, offset)

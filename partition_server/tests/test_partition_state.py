@@ -1,0 +1,108 @@
+"""The pure replication state machine: HW, ISR shrink/expand, epochs."""
+
+from partition_server.replication.partition import PartitionState, Role
+
+
+class FakeLog:
+    def __init__(self, leo=0):
+        self.log_end_offset = leo
+        self.log_start_offset = 0
+
+
+def leader(leo=10, isr=(0, 1, 2), replicas=(0, 1, 2), now=0):
+    log = FakeLog(leo)
+    p = PartitionState("t", 0, 0, log)
+    assert p.become_leader(leader_epoch=1, partition_epoch=1, replicas=list(replicas),
+                           isr=list(isr), now_ms=now)
+    return p, log
+
+
+def test_new_leader_waits_for_every_isr_member_before_moving_hw():
+    p, log = leader(leo=10)
+    assert p.high_watermark == 0
+    p.update_follower_fetch(1, 10, now_ms=1)
+    assert p.high_watermark == 0          # replica 2 unknown in this epoch
+    assert p.update_follower_fetch(2, 7, now_ms=1)
+    assert p.high_watermark == 7
+    p.update_follower_fetch(2, 10, now_ms=2)
+    assert p.high_watermark == 10
+
+
+def test_hw_never_moves_backwards():
+    p, log = leader(leo=10)
+    p.update_follower_fetch(1, 10, 1)
+    p.update_follower_fetch(2, 10, 1)
+    assert p.high_watermark == 10
+    p.update_follower_fetch(2, 5, 2)      # a restarted follower reports less
+    assert p.high_watermark == 10
+
+
+def test_single_member_isr_hw_follows_local_appends():
+    p, log = leader(leo=0, isr=(0,), replicas=(0,))
+    log.log_end_offset = 5
+    assert p.after_local_append()
+    assert p.high_watermark == 5
+
+
+def test_lagging_follower_is_proposed_out_and_hw_uses_maximal_isr_meanwhile():
+    p, log = leader(leo=10, now=0)
+    p.update_follower_fetch(1, 10, 100)
+    p.update_follower_fetch(2, 4, 100)     # replica 2 is behind and stays behind
+    assert p.isr_change_needed(now_ms=200, replica_lag_time_max_ms=1000) is None
+    change = p.isr_change_needed(now_ms=1050, replica_lag_time_max_ms=1000)
+    assert change is not None and change.new_isr == (0, 1)
+    # While pending, replica 2 still holds the HW back (maximal ISR), and committed ISR is 3.
+    log.log_end_offset = 20
+    p.update_follower_fetch(1, 20, 1102)
+    assert p.high_watermark == 4
+    assert p.in_sync_count() == 3
+    assert p.isr_change_needed(now_ms=1200, replica_lag_time_max_ms=1000) is None  # one at a time
+    # The controller commits the shrink: the metadata image re-applies leadership, same epoch.
+    p.become_leader(1, 2, [0, 1, 2], [0, 1], now_ms=1203)
+    p.maybe_advance_high_watermark()
+    assert p.high_watermark == 20
+    assert p.in_sync_count() == 2
+
+
+def test_caught_up_follower_is_proposed_back_in():
+    p, log = leader(leo=10, isr=(0, 1), now=0)
+    p.update_follower_fetch(1, 10, 1)
+    assert p.high_watermark == 10
+    p.update_follower_fetch(2, 3, 2)
+    assert p.isr_change_needed(3, 1000) is None     # not yet at the high watermark
+    p.update_follower_fetch(2, 10, 4)
+    change = p.isr_change_needed(5, 1000)
+    assert change.new_isr == (0, 1, 2)
+    p.isr_change_failed()
+    assert p.pending_isr is None
+
+
+def test_follower_that_keeps_up_with_moving_leader_counts_as_caught_up():
+    p, log = leader(leo=10)
+    p.update_follower_fetch(1, 10, 0)
+    for t in range(1, 50):
+        log.log_end_offset += 5                  # the leader keeps appending
+        p.update_follower_fetch(1, log.log_end_offset - 5, t * 100)  # one fetch behind
+    assert p.followers[1].last_caught_up_ms >= 4700
+
+
+def test_stale_epoch_changes_are_ignored():
+    p, log = leader()
+    assert p.become_leader(3, 3, [0, 1, 2], [0, 1, 2], 0)
+    assert not p.become_follower(1, 2, 2, [0, 1, 2], [0, 1, 2])
+    assert p.role is Role.LEADER and p.leader_epoch == 3
+    assert p.become_follower(1, 4, 4, [0, 1, 2], [0, 1, 2])
+    assert p.role is Role.FOLLOWER and p.leader_id == 1
+
+
+def test_follower_hw_is_capped_by_local_log():
+    log = FakeLog(5)
+    p = PartitionState("t", 0, 1, log)
+    p.become_follower(0, 1, 1, [0, 1], [0, 1])
+    p.update_follower_high_watermark(9)
+    assert p.high_watermark == 5
+    log.log_end_offset = 12
+    p.update_follower_high_watermark(9)
+    assert p.high_watermark == 9
+    p.truncated_to(7)
+    assert p.high_watermark == 7
