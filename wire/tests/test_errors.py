@@ -1,0 +1,55 @@
+import pytest
+
+from wire.errors import (DecodeError, ErrorCode, KafkaError, NotControllerError,
+                         NotLeaderOrFollowerError, error_for_code)
+
+# Spot checks against the numbers in Kafka's protocol guide: a wrong number breaks every client.
+KNOWN = {
+    "UNKNOWN_SERVER_ERROR": -1, "NONE": 0, "OFFSET_OUT_OF_RANGE": 1, "CORRUPT_MESSAGE": 2,
+    "UNKNOWN_TOPIC_OR_PARTITION": 3, "NOT_LEADER_OR_FOLLOWER": 6, "REQUEST_TIMED_OUT": 7,
+    "MESSAGE_TOO_LARGE": 10, "NOT_COORDINATOR": 16, "INVALID_TOPIC_EXCEPTION": 17,
+    "NOT_ENOUGH_REPLICAS": 19, "NOT_ENOUGH_REPLICAS_AFTER_APPEND": 20, "ILLEGAL_GENERATION": 22,
+    "UNKNOWN_MEMBER_ID": 25, "REBALANCE_IN_PROGRESS": 27, "TOPIC_AUTHORIZATION_FAILED": 29,
+    "UNSUPPORTED_VERSION": 35, "TOPIC_ALREADY_EXISTS": 36, "INVALID_PARTITIONS": 37,
+    "INVALID_REPLICATION_FACTOR": 38, "INVALID_CONFIG": 40, "NOT_CONTROLLER": 41,
+    "INVALID_REQUEST": 42, "OUT_OF_ORDER_SEQUENCE_NUMBER": 45, "INVALID_PRODUCER_EPOCH": 47,
+    "KAFKA_STORAGE_ERROR": 56, "SASL_AUTHENTICATION_FAILED": 58, "UNKNOWN_PRODUCER_ID": 59,
+    "MEMBER_ID_REQUIRED": 79, "FENCED_INSTANCE_ID": 82, "FENCED_LEADER_EPOCH": 74,
+    "UNKNOWN_LEADER_EPOCH": 75, "STALE_BROKER_EPOCH": 77, "INVALID_RECORD": 87,
+    "PRODUCER_FENCED": 90, "INVALID_UPDATE_VERSION": 95, "UNKNOWN_TOPIC_ID": 100,
+    "DUPLICATE_BROKER_REGISTRATION": 101, "BROKER_ID_NOT_REGISTERED": 102,
+    "INELIGIBLE_REPLICA": 107, "NEW_LEADER_ELECTED": 108, "FENCED_MEMBER_EPOCH": 110,
+    "STALE_MEMBER_EPOCH": 113, "TRANSACTION_ABORTABLE": 120,
+}
+
+
+@pytest.mark.parametrize("name,code", sorted(KNOWN.items()))
+def test_numbers(name, code):
+    assert ErrorCode[name] == code
+
+
+def test_codes_are_contiguous_from_minus_one():
+    assert sorted(int(c) for c in ErrorCode) == list(range(-1, len(ErrorCode) - 1))
+
+
+def test_flags():
+    assert ErrorCode.NOT_LEADER_OR_FOLLOWER.retriable and ErrorCode.NOT_LEADER_OR_FOLLOWER.invalid_metadata
+    assert ErrorCode.NOT_ENOUGH_REPLICAS.retriable and not ErrorCode.NOT_ENOUGH_REPLICAS.invalid_metadata
+    assert not ErrorCode.TOPIC_ALREADY_EXISTS.retriable
+    assert ErrorCode.NOT_CONTROLLER.retriable
+
+
+def test_exceptions_round_trip():
+    for code in ErrorCode:
+        exc = KafkaError.from_code(code)
+        assert exc.code == code
+        assert exc.retriable == code.retriable
+        assert isinstance(exc, code.exception)
+    assert error_for_code(6) is NotLeaderOrFollowerError
+    assert NotControllerError().retriable
+    unknown = KafkaError.from_code(4242, "odd")
+    assert unknown.code == 4242 and str(unknown) == "odd" and type(unknown) is KafkaError
+
+
+def test_decode_error_is_a_value_error():
+    assert issubclass(DecodeError, ValueError)
