@@ -1,0 +1,393 @@
+"""RecordBatch magic v2: a zero-copy header view, validation, patching, and full encode/decode.
+
+Layout (61-byte header, big-endian):
+
+    base_offset i64 | batch_length i32 | partition_leader_epoch i32 | magic i8 | crc u32 |
+    attributes i16 | last_offset_delta i32 | base_timestamp i64 | max_timestamp i64 |
+    producer_id i64 | producer_epoch i16 | base_sequence i32 | records_count i32 | records...
+
+The CRC-32C covers attributes..end, so a broker can stamp `base_offset` and
+`partition_leader_epoch` without recomputing it; the batch is otherwise stored exactly as the
+producer sent it. Records (possibly compressed as one block) are varint-encoded:
+length, attributes, timestamp delta, offset delta, key, value, headers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import struct
+import time
+from typing import Iterator, NamedTuple
+
+from wire.errors import DecodeError
+from wire.primitives import read_varint, read_varlong, write_varint, write_varlong
+from wire.records import compression
+from wire.records.crc32c import crc32c
+
+HEADER = struct.Struct(">qiibIhiqqqhii")
+BATCH_HEADER_SIZE = HEADER.size          # 61
+LOG_OVERHEAD = 12                        # base_offset + batch_length precede the counted bytes
+MAGIC = 2
+CRC_START = 21
+_BASE_OFFSET = struct.Struct(">q")
+_EPOCH = struct.Struct(">i")
+_CRC = struct.Struct(">I")
+_I16 = struct.Struct(">h")
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+NO_TIMESTAMP = -1
+
+
+class Compression(enum.IntEnum):
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+class TimestampType(enum.IntEnum):
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+class RecordBatchHeader:
+    """A view of one batch's header at `pos` in `buf`; nothing below the header is decoded."""
+
+    __slots__ = ("buf", "pos", "base_offset", "batch_length", "partition_leader_epoch", "magic",
+                 "crc", "attributes", "last_offset_delta", "base_timestamp", "max_timestamp",
+                 "producer_id", "producer_epoch", "base_sequence", "records_count")
+
+    def __init__(self, buf, pos: int = 0):
+        if len(buf) - pos < BATCH_HEADER_SIZE:
+            raise DecodeError("record batch shorter than its 61-byte header")
+        self.buf = buf
+        self.pos = pos
+        (self.base_offset, self.batch_length, self.partition_leader_epoch, self.magic, self.crc,
+         self.attributes, self.last_offset_delta, self.base_timestamp, self.max_timestamp,
+         self.producer_id, self.producer_epoch, self.base_sequence,
+         self.records_count) = HEADER.unpack_from(buf, pos)
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def compression(self) -> Compression:
+        codec = self.attributes & COMPRESSION_MASK
+        if codec > Compression.ZSTD:
+            raise DecodeError(f"unknown compression codec {codec}")
+        return Compression(codec)
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        return TimestampType(1 if self.attributes & TIMESTAMP_TYPE_MASK else 0)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self.attributes & DELETE_HORIZON_MASK)
+
+    def compute_crc(self) -> int:
+        end = self.pos + self.size_in_bytes
+        return crc32c(memoryview(self.buf)[self.pos + CRC_START:end])
+
+    def invalid_reason(self) -> str | None:
+        """None for a structurally sound batch whose CRC matches, else why not."""
+        if self.magic != MAGIC:
+            return f"magic {self.magic} (only v2 is stored)"
+        if self.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+            return f"batch length {self.batch_length} below the header size"
+        if self.pos + self.size_in_bytes > len(self.buf):
+            return "batch extends past the end of the data"
+        if self.last_offset_delta < 0 or self.records_count < 0:
+            return "negative record count or offset delta"
+        if self.attributes & COMPRESSION_MASK > Compression.ZSTD:
+            return "unknown compression codec"
+        if self.compute_crc() != self.crc:
+            return "CRC mismatch"
+        return None
+
+    def is_valid(self) -> bool:
+        return self.invalid_reason() is None
+
+    def bytes(self) -> memoryview:
+        return memoryview(self.buf)[self.pos:self.pos + self.size_in_bytes]
+
+    def __repr__(self):
+        return (f"RecordBatchHeader(base_offset={self.base_offset}, last_offset={self.last_offset}, "
+                f"epoch={self.partition_leader_epoch}, count={self.records_count}, "
+                f"size={self.size_in_bytes}, compression={self.compression.name})")
+
+
+def iter_batches(buf, pos: int = 0) -> Iterator[RecordBatchHeader]:
+    """Every complete batch from `pos`; stops quietly at a partial tail (no CRC check)."""
+    end = len(buf)
+    while end - pos >= BATCH_HEADER_SIZE:
+        h = RecordBatchHeader(buf, pos)
+        if h.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD or pos + h.size_in_bytes > end:
+            return
+        yield h
+        pos += h.size_in_bytes
+
+
+class ScanResult(NamedTuple):
+    headers: list
+    valid_bytes: int
+    reason: str | None          # why the scan stopped before the end, None if it did not
+
+
+def scan_valid_prefix(buf, expected_next_offset: int | None = None, pos: int = 0) -> ScanResult:
+    """Validate batches from `pos`; stop at the first torn, corrupt or out-of-order one.
+
+    Used by log recovery: everything up to `valid_bytes` is sound and offsets strictly increase.
+    """
+    headers = []
+    end = len(buf)
+    start = pos
+    next_offset = expected_next_offset
+    while pos < end:
+        if end - pos < BATCH_HEADER_SIZE:
+            return ScanResult(headers, pos - start, "torn batch header")
+        h = RecordBatchHeader(buf, pos)
+        reason = h.invalid_reason()
+        if reason is not None:
+            return ScanResult(headers, pos - start, reason)
+        if next_offset is not None and h.base_offset < next_offset:
+            return ScanResult(headers, pos - start,
+                              f"base offset {h.base_offset} below expected {next_offset}")
+        headers.append(h)
+        next_offset = h.next_offset
+        pos += h.size_in_bytes
+    return ScanResult(headers, pos - start, None)
+
+
+def set_base_offset(buf, pos: int, base_offset: int) -> None:
+    _BASE_OFFSET.pack_into(buf, pos, base_offset)
+
+
+def set_partition_leader_epoch(buf, pos: int, epoch: int) -> None:
+    _EPOCH.pack_into(buf, pos + 12, epoch)
+
+
+# -- records -------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Record:
+    offset_delta: int = 0
+    timestamp_delta: int = 0
+    key: bytes | None = None
+    value: bytes | None = None
+    headers: list = dataclasses.field(default_factory=list)   # [(str, bytes | None)]
+    attributes: int = 0
+
+
+@dataclasses.dataclass
+class DecodedRecord:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list
+
+
+@dataclasses.dataclass
+class DecodedBatch:
+    header: RecordBatchHeader
+    records: list[DecodedRecord]
+
+
+def _write_bytes(out: bytearray, data) -> None:
+    if data is None:
+        write_varint(out, -1)
+    else:
+        write_varint(out, len(data))
+        out += data
+
+
+def encode_record(out: bytearray, r: Record) -> None:
+    body = bytearray()
+    body.append(r.attributes & 0xFF)
+    write_varlong(body, r.timestamp_delta)
+    write_varint(body, r.offset_delta)
+    _write_bytes(body, r.key)
+    _write_bytes(body, r.value)
+    write_varint(body, len(r.headers))
+    for hk, hv in r.headers:
+        _write_bytes(body, hk.encode("utf-8") if isinstance(hk, str) else hk)
+        _write_bytes(body, hv)
+    write_varint(out, len(body))
+    out += body
+
+
+def _read_bytes(buf, pos: int):
+    n, pos = read_varint(buf, pos)
+    if n < 0:
+        return None, pos
+    end = pos + n
+    if end > len(buf):
+        raise DecodeError("record field runs past the end of the batch")
+    return bytes(buf[pos:end]), end
+
+
+def decode_records(data, count: int, base_offset: int, base_timestamp: int,
+                   log_append_time: int | None = None) -> list[DecodedRecord]:
+    out = []
+    pos = 0
+    if count > len(data):
+        raise DecodeError(f"record count {count} exceeds the {len(data)} bytes of records")
+    for _ in range(count):
+        length, pos = read_varint(data, pos)
+        end = pos + length
+        if length < 0 or end > len(data):
+            raise DecodeError("record length runs past the end of the batch")
+        pos += 1                                   # record attributes: unused
+        ts_delta, pos = read_varlong(data, pos)
+        off_delta, pos = read_varint(data, pos)
+        key, pos = _read_bytes(data, pos)
+        value, pos = _read_bytes(data, pos)
+        nh, pos = read_varint(data, pos)
+        if nh < 0 or nh > end - pos:
+            raise DecodeError("bad header count")
+        headers = []
+        for _ in range(nh):
+            hk, pos = _read_bytes(data, pos)
+            hv, pos = _read_bytes(data, pos)
+            if hk is None:
+                raise DecodeError("null header key")
+            headers.append((hk.decode("utf-8", "replace"), hv))
+        if pos != end:
+            raise DecodeError("record length does not match its fields")
+        ts = log_append_time if log_append_time is not None else base_timestamp + ts_delta
+        out.append(DecodedRecord(base_offset + off_delta, ts, key, value, headers))
+    return out
+
+
+def decode_batch(buf, pos: int = 0, max_decompressed: int = compression.DEFAULT_MAX_DECOMPRESSED,
+                 verify_crc: bool = True) -> DecodedBatch:
+    h = RecordBatchHeader(buf, pos)
+    reason = h.invalid_reason() if verify_crc else None
+    if reason is not None:
+        raise DecodeError(f"invalid record batch: {reason}")
+    body = memoryview(buf)[pos + BATCH_HEADER_SIZE:pos + h.size_in_bytes]
+    if h.compression != Compression.NONE:
+        body = memoryview(compression.decompress(h.compression, body, max_decompressed))
+    lat = h.max_timestamp if h.timestamp_type == TimestampType.LOG_APPEND_TIME else None
+    return DecodedBatch(h, decode_records(body, h.records_count, h.base_offset,
+                                          h.base_timestamp, lat))
+
+
+def build_batch(records, *, base_offset: int = 0, partition_leader_epoch: int = -1,
+                compression_type: int = Compression.NONE, producer_id: int = -1,
+                producer_epoch: int = -1, base_sequence: int = -1,
+                is_transactional: bool = False, is_control: bool = False,
+                base_timestamp: int | None = None,
+                timestamp_type: int = TimestampType.CREATE_TIME) -> bytes:
+    """Encode a v2 batch. `records`: `Record`s or (key, value, headers, timestamp_ms) tuples."""
+    now = int(time.time() * 1000)
+    recs: list[tuple] = []
+    for i, r in enumerate(records):
+        if isinstance(r, Record):
+            recs.append((r, None))
+        else:
+            key, value, headers, ts = (tuple(r) + (None, None, None, None))[:4]
+            recs.append((Record(i, 0, key, value, list(headers or [])), now if ts is None else ts))
+    if not recs:
+        raise ValueError("a record batch needs at least one record")
+    stamps = [ts for _, ts in recs if ts is not None]
+    if base_timestamp is None:
+        base_timestamp = min(stamps) if stamps else now
+    body = bytearray()
+    max_ts = base_timestamp
+    last_delta = 0
+    for r, ts in recs:
+        if ts is not None:
+            r.timestamp_delta = ts - base_timestamp
+        max_ts = max(max_ts, base_timestamp + r.timestamp_delta)
+        last_delta = max(last_delta, r.offset_delta)
+        encode_record(body, r)
+    if compression_type != Compression.NONE:
+        body = bytearray(compression.compress(compression_type, bytes(body)))
+    attributes = (compression_type & COMPRESSION_MASK) | (
+        TIMESTAMP_TYPE_MASK if timestamp_type == TimestampType.LOG_APPEND_TIME else 0) | (
+        TRANSACTIONAL_MASK if is_transactional else 0) | (CONTROL_MASK if is_control else 0)
+    out = bytearray(HEADER.pack(base_offset, BATCH_HEADER_SIZE - LOG_OVERHEAD + len(body),
+                                partition_leader_epoch, MAGIC, 0, attributes, last_delta,
+                                base_timestamp, max_ts, producer_id, producer_epoch,
+                                base_sequence, len(recs)))
+    out += body
+    _CRC.pack_into(out, 17, crc32c(memoryview(out)[CRC_START:]))
+    return bytes(out)
+
+
+# -- control records (transaction markers and KRaft control records) -----------------------------
+
+class ControlRecordType(enum.IntEnum):
+    ABORT = 0
+    COMMIT = 1
+    LEADER_CHANGE = 2
+    SNAPSHOT_HEADER = 3
+    SNAPSHOT_FOOTER = 4
+    KRAFT_VERSION = 5
+    KRAFT_VOTERS = 6
+
+
+_CONTROL_KEY = struct.Struct(">hh")
+_TXN_MARKER = struct.Struct(">hi")
+
+
+def control_key(record_type: int, version: int = 0) -> bytes:
+    return _CONTROL_KEY.pack(version, record_type)
+
+
+def parse_control_key(key: bytes) -> tuple[int, int]:
+    """(version, type) of a control record key."""
+    if key is None or len(key) < 4:
+        raise DecodeError("control record key shorter than 4 bytes")
+    return _CONTROL_KEY.unpack_from(key, 0)
+
+
+def end_txn_marker_value(coordinator_epoch: int, version: int = 0) -> bytes:
+    return _TXN_MARKER.pack(version, coordinator_epoch)
+
+
+def parse_end_txn_marker_value(value: bytes) -> tuple[int, int]:
+    """(version, coordinator_epoch) of a COMMIT/ABORT marker's value."""
+    if value is None or len(value) < 6:
+        raise DecodeError("transaction marker value shorter than 6 bytes")
+    return _TXN_MARKER.unpack_from(value, 0)
+
+
+def build_end_txn_marker(commit: bool, producer_id: int, producer_epoch: int,
+                         coordinator_epoch: int, base_offset: int = 0,
+                         timestamp_ms: int | None = None) -> bytes:
+    rtype = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+    rec = Record(0, 0, control_key(rtype), end_txn_marker_value(coordinator_epoch), [])
+    return build_batch([rec], base_offset=base_offset, producer_id=producer_id,
+                       producer_epoch=producer_epoch, is_transactional=True, is_control=True,
+                       base_timestamp=timestamp_ms)
