@@ -162,10 +162,12 @@ class ScanResult(NamedTuple):
     reason: str | None          # why the scan stopped before the end, None if it did not
 
 
-def scan_valid_prefix(buf, expected_next_offset: int | None = None, pos: int = 0) -> ScanResult:
+def scan_valid_prefix(buf, expected_next_offset: int | None = None, pos: int = 0,
+                      check_offsets: bool = True) -> ScanResult:
     """Validate batches from `pos`; stop at the first torn, corrupt or out-of-order one.
 
     Used by log recovery: everything up to `valid_bytes` is sound and offsets strictly increase.
+    A producer's batches all start at offset 0, so the leader's check passes check_offsets=False.
     """
     headers = []
     end = len(buf)
@@ -178,7 +180,7 @@ def scan_valid_prefix(buf, expected_next_offset: int | None = None, pos: int = 0
         reason = h.invalid_reason()
         if reason is not None:
             return ScanResult(headers, pos - start, reason)
-        if next_offset is not None and h.base_offset < next_offset:
+        if check_offsets and next_offset is not None and h.base_offset < next_offset:
             return ScanResult(headers, pos - start,
                               f"base offset {h.base_offset} below expected {next_offset}")
         headers.append(h)

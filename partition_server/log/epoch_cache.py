@@ -1,0 +1,100 @@
+"""Leader-epoch cache: epoch → start offset of that epoch in this log (KIP-101, KIP-279).
+
+It answers OffsetForLeaderEpoch and the follower divergence check: for a requested epoch E, the
+largest epoch ≤ E we know, and its end offset — the start offset of the next higher epoch, or the
+log end offset when E is the latest. Persisted in `leader-epoch-checkpoint` (Kafka's text
+format: version line, count line, one "epoch start_offset" line each), rewritten atomically
+(temp file, fsync, rename) on every change; epochs change rarely.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+
+UNDEFINED = (-1, -1)
+
+
+class LeaderEpochCache:
+    def __init__(self, path: str):
+        self.path = path
+        self.epochs: list[int] = []
+        self.start_offsets: list[int] = []
+        self._load()
+
+    def _load(self) -> None:
+        try:
+            with open(self.path) as f:
+                lines = f.read().split("\n")
+            count = int(lines[1])
+            pairs = [tuple(map(int, line.split())) for line in lines[2:2 + count]]
+        except (FileNotFoundError, ValueError, IndexError):
+            return              # missing or torn: rebuilt from batches by the log
+        for epoch, start in pairs:
+            self._assign(epoch, start)
+
+    def _save(self) -> None:
+        body = "0\n%d\n%s" % (len(self.epochs), "".join(
+            f"{e} {s}\n" for e, s in zip(self.epochs, self.start_offsets)))
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def _assign(self, epoch: int, start_offset: int) -> bool:
+        if epoch < 0:
+            return False
+        if self.epochs and epoch <= self.epochs[-1]:
+            if epoch == self.epochs[-1]:
+                return False
+            return False        # an older epoch never moves the cache back
+        if self.start_offsets and start_offset < self.start_offsets[-1]:
+            # a new epoch cannot start before the previous one; drop what it overtakes
+            i = bisect.bisect_left(self.start_offsets, start_offset)
+            del self.epochs[i:], self.start_offsets[i:]
+        self.epochs.append(epoch)
+        self.start_offsets.append(start_offset)
+        return True
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        if self._assign(epoch, start_offset):
+            self._save()
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.epochs[-1] if self.epochs else -1
+
+    def epoch_for_offset(self, offset: int) -> int:
+        i = bisect.bisect_right(self.start_offsets, offset) - 1
+        return self.epochs[i] if i >= 0 else -1
+
+    def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(largest known epoch ≤ `epoch`, its end offset), or UNDEFINED below the earliest."""
+        if not self.epochs or epoch < self.epochs[0]:
+            return UNDEFINED
+        i = bisect.bisect_right(self.epochs, epoch) - 1
+        if i == len(self.epochs) - 1:
+            return self.epochs[i], log_end_offset
+        return self.epochs[i], self.start_offsets[i + 1]
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """The log was truncated to `end_offset`: forget epochs that start at or after it."""
+        i = bisect.bisect_left(self.start_offsets, end_offset)
+        if i < len(self.epochs):
+            del self.epochs[i:], self.start_offsets[i:]
+            self._save()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """The log now starts at `start_offset`: the epoch covering it starts there."""
+        i = bisect.bisect_right(self.start_offsets, start_offset) - 1
+        if i <= 0 and (i < 0 or self.start_offsets[0] >= start_offset):
+            return
+        del self.epochs[:i], self.start_offsets[:i]
+        self.start_offsets[0] = start_offset
+        self._save()
+
+    def clear(self) -> None:
+        self.epochs, self.start_offsets = [], []
+        self._save()

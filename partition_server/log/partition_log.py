@@ -1,0 +1,424 @@
+"""A partition's log: an ordered list of segments in `<log dir>/<topic>-<partition>/`.
+
+Files in the directory:
+- `<base offset>.log/.index/.timeindex` — the segments (see `segment.py`);
+- `leader-epoch-checkpoint` — the leader-epoch cache;
+- `log-start-offset` — raised by DeleteRecords and retention;
+- `recovery-point` — every offset below it was fsynced; recovery after a crash re-validates
+  the segments from the one holding it onward;
+- `.clean-shutdown` — written by `close()`, removed on open: present ⇒ skip the recovery scan.
+
+Appends go to the last (active) segment, rolled by size, age, or index size. The leader path
+assigns offsets by patching each batch's base offset and partition leader epoch (outside the CRC);
+with `message.timestamp.type=LogAppendTime` it also stamps the broker's time and recomputes the
+CRC, as Kafka does. Reads return `FileRange`s of whole batches from one segment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import struct
+
+from partition_server.log.config import NEVER, LogConfig
+from partition_server.log.epoch_cache import LeaderEpochCache
+from partition_server.log.segment import FileRange, LogSegment
+from wire.errors import ErrorCode, KafkaError
+from wire.records.batch import (CRC_START, TIMESTAMP_TYPE_MASK, RecordBatchHeader, decode_batch,
+                                scan_valid_prefix, set_base_offset, set_partition_leader_epoch)
+from wire.records.crc32c import crc32c
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN = ".clean-shutdown"
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+
+
+@dataclasses.dataclass
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time: int            # -1 unless message.timestamp.type=LogAppendTime
+    batches: int
+    records: int
+
+
+@dataclasses.dataclass
+class FetchDataInfo:
+    ranges: list                    # FileRange chunks (at most one today)
+    size: int
+    first_offset: int
+
+    def read_bytes(self) -> bytes:
+        return b"".join(r.read() for r in self.ranges)
+
+
+def _error(code: ErrorCode, message: str) -> KafkaError:
+    return KafkaError.from_code(code, message)
+
+
+class PartitionLog:
+    def __init__(self, directory: str, config: LogConfig | None = None, now_ms: int = 0):
+        self.directory = directory
+        self.config = config or LogConfig()
+        os.makedirs(directory, exist_ok=True)
+        self.segments: list[LogSegment] = []
+        self.epoch_cache = LeaderEpochCache(os.path.join(directory, "leader-epoch-checkpoint"))
+        self.log_start_offset = self._read_offset_file("log-start-offset", 0)
+        self.recovery_point = self._read_offset_file("recovery-point", 0)
+        self._last_flush_ms = now_ms
+        self._graveyard: list[tuple[int, LogSegment]] = []
+        self._open(now_ms)
+
+    # -- opening and recovery ---------------------------------------------------------------------
+
+    def _read_offset_file(self, name: str, default: int) -> int:
+        try:
+            with open(os.path.join(self.directory, name)) as f:
+                return int(f.read().strip())
+        except (FileNotFoundError, ValueError):
+            return default
+
+    def _write_offset_file(self, name: str, value: int) -> None:
+        path = os.path.join(self.directory, name)
+        with open(path + ".tmp", "w") as f:
+            f.write(str(value))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(path + ".tmp", path)
+
+    def _open(self, now_ms: int) -> None:
+        marker = os.path.join(self.directory, CLEAN_SHUTDOWN)
+        clean = os.path.exists(marker)
+        for name in os.listdir(self.directory):
+            if name.endswith((".tmp", ".cleaned", ".swap", ".deleted")):
+                os.unlink(os.path.join(self.directory, name))
+        bases = sorted(int(n[:-4]) for n in os.listdir(self.directory)
+                       if n.endswith(".log") and n[:-4].isdigit())
+        for i, base in enumerate(bases):
+            seg = LogSegment(self.directory, base, self.config.index_interval_bytes)
+            holds_recovery_point = i + 1 >= len(bases) or bases[i + 1] > self.recovery_point
+            if clean or not holds_recovery_point:
+                seg.load_trusted()
+            else:
+                seg.recover()
+            self.segments.append(seg)
+        if clean:
+            os.unlink(marker)
+        if not self.segments:
+            self.segments.append(LogSegment(self.directory, self.log_start_offset,
+                                            self.config.index_interval_bytes))
+        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        leo = self.log_end_offset
+        self.epoch_cache.truncate_from_end(leo)
+        if not self.epoch_cache.epochs and leo > self.log_start_offset:
+            self._rebuild_epoch_cache()
+        self.recovery_point = min(self.recovery_point, leo) if not clean else leo
+
+    def _rebuild_epoch_cache(self) -> None:
+        for seg in self.segments:
+            for h in seg.iter_headers(0):
+                if h.partition_leader_epoch > self.epoch_cache.latest_epoch:
+                    self.epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
+
+    # -- properties -------------------------------------------------------------------------------
+
+    @property
+    def active(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active.next_offset
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    # -- appends ----------------------------------------------------------------------------------
+
+    def _validate(self, records, leader: bool) -> tuple[bytearray, list[RecordBatchHeader]]:
+        data = bytearray(records)
+        scan = scan_valid_prefix(data, check_offsets=not leader)
+        if scan.reason is not None or not scan.headers:
+            raise _error(ErrorCode.CORRUPT_MESSAGE, f"invalid record batch: {scan.reason or 'empty'}")
+        for h in scan.headers:
+            if h.size_in_bytes > self.config.max_message_bytes:
+                raise _error(ErrorCode.MESSAGE_TOO_LARGE,
+                             f"batch of {h.size_in_bytes} bytes exceeds max.message.bytes")
+            if leader and (h.records_count <= 0 or h.records_count != h.last_offset_delta + 1):
+                raise _error(ErrorCode.INVALID_RECORD, "record count does not match offset delta")
+            if leader and h.is_control:
+                raise _error(ErrorCode.INVALID_RECORD, "clients may not write control batches")
+        if len(data) > self.config.segment_bytes:
+            raise _error(ErrorCode.RECORD_LIST_TOO_LARGE, "record set larger than segment.bytes")
+        return data, scan.headers
+
+    def append_as_leader(self, records, leader_epoch: int, now_ms: int) -> AppendInfo:
+        data, headers = self._validate(records, leader=True)
+        offset = self.log_end_offset
+        log_append = self.config.message_timestamp_type == "LogAppendTime"
+        n_records = 0
+        for h in headers:
+            set_base_offset(data, h.pos, offset)
+            set_partition_leader_epoch(data, h.pos, leader_epoch)
+            if log_append:
+                _stamp_log_append_time(data, h.pos, now_ms)
+            h.__init__(data, h.pos)          # re-read the patched header
+            offset = h.next_offset
+            n_records += h.records_count
+        self._append(data, headers, now_ms)
+        self.epoch_cache.assign(leader_epoch, headers[0].base_offset)
+        return AppendInfo(headers[0].base_offset, headers[-1].last_offset,
+                          max(h.max_timestamp for h in headers), now_ms if log_append else -1,
+                          len(headers), n_records)
+
+    def append_as_follower(self, records, now_ms: int = 0) -> AppendInfo | None:
+        """Append batches that already carry their offsets (replication)."""
+        if records is None or len(records) == 0:
+            return None
+        data, headers = self._validate(records, leader=False)
+        if headers[0].base_offset < self.log_end_offset:
+            raise _error(ErrorCode.OFFSET_OUT_OF_RANGE, f"follower append at {headers[0].base_offset}"
+                         f" below log end offset {self.log_end_offset}")
+        self._append(data, headers, now_ms)
+        for h in headers:
+            if h.partition_leader_epoch > self.epoch_cache.latest_epoch:
+                self.epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
+        return AppendInfo(headers[0].base_offset, headers[-1].last_offset,
+                          max(h.max_timestamp for h in headers), -1, len(headers),
+                          sum(h.records_count for h in headers))
+
+    def _append(self, data: bytearray, headers: list[RecordBatchHeader], now_ms: int) -> None:
+        self._maybe_roll(len(data), headers[0].base_offset, now_ms)
+        self.active.append(data, headers, now_ms)
+        if self.active.unflushed_messages >= self.config.flush_messages:
+            self.flush()
+
+    def _maybe_roll(self, incoming: int, next_base: int, now_ms: int) -> None:
+        seg = self.active
+        if seg.size == 0:
+            return
+        too_big = seg.size + incoming > self.config.segment_bytes
+        too_old = seg.created_ms is not None and now_ms - seg.created_ms >= self.config.segment_ms
+        index_full = seg.index.size_in_bytes + 8 > self.config.segment_index_bytes
+        if too_big or too_old or index_full:
+            self.roll(max(next_base, seg.next_offset))
+
+    def roll(self, base_offset: int | None = None) -> LogSegment:
+        old = self.active
+        old.seal()
+        new = LogSegment(self.directory, base_offset if base_offset is not None else old.next_offset,
+                         self.config.index_interval_bytes)
+        self.segments.append(new)
+        self.recovery_point = max(self.recovery_point, old.next_offset)
+        self._write_offset_file("recovery-point", self.recovery_point)
+        return new
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    def read(self, from_offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one: bool = True) -> FetchDataInfo:
+        leo = self.log_end_offset
+        if from_offset < self.log_start_offset or from_offset > leo:
+            raise _error(ErrorCode.OFFSET_OUT_OF_RANGE,
+                         f"offset {from_offset} outside [{self.log_start_offset}, {leo}]")
+        if from_offset == leo or (max_offset is not None and from_offset >= max_offset):
+            return FetchDataInfo([], 0, from_offset)
+        i = self._segment_index_for(from_offset)
+        for seg in self.segments[i:]:
+            rng, _ = seg.read(from_offset, max_bytes, max_offset, min_one)
+            if rng is not None:
+                return FetchDataInfo([rng], rng.size, from_offset)
+            if max_offset is not None and seg.next_offset >= max_offset:
+                break
+        return FetchDataInfo([], 0, from_offset)
+
+    def _segment_index_for(self, offset: int) -> int:
+        lo, hi = 0, len(self.segments) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.segments[mid].base_offset <= offset:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= `timestamp` (ListOffsets).
+
+        Special targets: -1 latest → (log end offset, -1), -2 earliest → (log start offset, -1),
+        -3 → the record with the largest timestamp. None when no record qualifies.
+        """
+        if timestamp == LATEST_TIMESTAMP:
+            return self.log_end_offset, -1
+        if timestamp == EARLIEST_TIMESTAMP:
+            return self.log_start_offset, -1
+        if timestamp == MAX_TIMESTAMP:
+            seg = max(self.segments, key=lambda s: s.max_timestamp)
+            if seg.max_timestamp < 0:
+                return None
+            return self._find_in_batch(seg, seg.offset_of_max_timestamp, seg.max_timestamp, exact=True)
+        for seg in self.segments:
+            if seg.max_timestamp < timestamp:
+                continue
+            start = seg.time_index.lookup(timestamp)
+            for h in seg.iter_headers(seg.index.lookup(start)):
+                if h.max_timestamp >= timestamp and h.last_offset >= self.log_start_offset:
+                    return self._find_in_batch(seg, h.base_offset, timestamp, exact=False)
+        return None
+
+    def _find_in_batch(self, seg: LogSegment, batch_offset: int, timestamp: int, exact: bool):
+        h = seg.translate_offset(batch_offset)
+        data = os.pread(seg.fd, h.size_in_bytes, h.pos)
+        for rec in decode_batch(data).records:
+            if rec.offset < self.log_start_offset:
+                continue
+            if (rec.timestamp == timestamp) if exact else (rec.timestamp >= timestamp):
+                return rec.offset, rec.timestamp
+        return None
+
+    # -- epochs -----------------------------------------------------------------------------------
+
+    def assign_epoch_start(self, epoch: int, start_offset: int) -> None:
+        self.epoch_cache.assign(epoch, start_offset)
+
+    def end_offset_for(self, epoch: int) -> tuple[int, int]:
+        return self.epoch_cache.end_offset_for(epoch, self.log_end_offset)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.epoch_cache.latest_epoch
+
+    # -- truncation and deletion ------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at `offset` or later (a diverged follower)."""
+        if offset >= self.log_end_offset:
+            return
+        if offset < self.log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return
+        while len(self.segments) > 1 and self.active.base_offset >= offset:
+            self._delete_segment(self.segments.pop(), now_ms=None)
+        self.active.truncate_to(offset)
+        self.epoch_cache.truncate_from_end(self.log_end_offset)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self._write_offset_file("recovery-point", self.recovery_point)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        for seg in self.segments:
+            self._delete_segment(seg, now_ms=None)
+        self.segments = [LogSegment(self.directory, offset, self.config.index_interval_bytes)]
+        self.log_start_offset = offset
+        self.recovery_point = offset
+        self.epoch_cache.clear()
+        self._write_offset_file("log-start-offset", offset)
+        self._write_offset_file("recovery-point", offset)
+
+    def delete_records_before(self, offset: int, now_ms: int = 0) -> int:
+        """Raise the log start offset to `offset` (DeleteRecords); returns the new start."""
+        if offset > self.log_end_offset:
+            raise _error(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {offset} beyond the log end")
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self._write_offset_file("log-start-offset", offset)
+            while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
+                self._delete_segment(self.segments.pop(0), now_ms)
+            self.epoch_cache.truncate_from_start(offset)
+        return self.log_start_offset
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete closed segments past retention.ms / retention.bytes; returns how many."""
+        if "delete" not in self.config.cleanup_policy:
+            return 0
+        deleted = 0
+        total = self.size_in_bytes
+        while len(self.segments) > 1:
+            seg = self.segments[0]
+            by_time = (self.config.retention_ms >= 0 and seg.max_timestamp >= 0
+                       and now_ms - seg.max_timestamp > self.config.retention_ms)
+            by_size = self.config.retention_bytes >= 0 and total - seg.size >= self.config.retention_bytes
+            if not (by_time or by_size):
+                break
+            self.segments.pop(0)
+            total -= seg.size
+            self._delete_segment(seg, now_ms)
+            deleted += 1
+        if deleted:
+            self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+            self._write_offset_file("log-start-offset", self.log_start_offset)
+            self.epoch_cache.truncate_from_start(self.log_start_offset)
+        self._reap(now_ms)
+        return deleted
+
+    def _delete_segment(self, seg: LogSegment, now_ms: int | None) -> None:
+        seg.unlink()
+        if now_ms is None:
+            seg.close()
+        else:
+            self._graveyard.append((now_ms + self.config.file_delete_delay_ms, seg))
+
+    def _reap(self, now_ms: int) -> None:
+        keep = []
+        for due, seg in self._graveyard:
+            if now_ms >= due:
+                seg.close()
+            else:
+                keep.append((due, seg))
+        self._graveyard = keep
+
+    # -- flushing and closing ---------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync everything appended so far and advance the recovery point."""
+        for seg in self.segments:
+            if seg.unflushed_messages or seg is self.active:
+                seg.flush(fsync=True)
+        self.recovery_point = self.log_end_offset
+        self._write_offset_file("recovery-point", self.recovery_point)
+
+    def maybe_flush(self, now_ms: int) -> None:
+        """flush.ms: called periodically by the broker."""
+        if self.config.flush_ms != NEVER and now_ms - self._last_flush_ms >= self.config.flush_ms:
+            self._last_flush_ms = now_ms
+            if self.active.unflushed_messages:
+                self.flush()
+
+    def close(self) -> None:
+        self.flush()
+        for seg in self.segments:
+            seg.close()
+        for _, seg in self._graveyard:
+            seg.close()
+        self._graveyard = []
+        with open(os.path.join(self.directory, CLEAN_SHUTDOWN), "w"):
+            pass
+
+    def delete(self) -> None:
+        for seg in self.segments:
+            seg.close()
+        for _, seg in self._graveyard:
+            seg.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+_ATTR = struct.Struct(">h")
+_TS = struct.Struct(">q")
+
+
+def _stamp_log_append_time(data: bytearray, pos: int, now_ms: int) -> None:
+    """LogAppendTime: set the timestamp-type bit and max timestamp, then recompute the CRC."""
+    attrs, = _ATTR.unpack_from(data, pos + 21)
+    _ATTR.pack_into(data, pos + 21, attrs | TIMESTAMP_TYPE_MASK)
+    _TS.pack_into(data, pos + 35, now_ms)
+    size = struct.unpack_from(">i", data, pos + 8)[0] + 12
+    struct.pack_into(">I", data, pos + 17, crc32c(memoryview(data)[pos + CRC_START:pos + size]))
+
+
+__all__ = ["PartitionLog", "AppendInfo", "FetchDataInfo", "FileRange", "LogConfig"]

@@ -1,0 +1,252 @@
+"""One log segment: `<base offset>.log` with its `.index` and `.timeindex`.
+
+Batches are appended verbatim. The segment knows its size, next offset and largest timestamp,
+keeps an fd open for reads (`FileRange`s for `os.sendfile`) and rebuilds its indexes from the
+batches when they are missing or corrupt. Recovery (`recover`) re-validates every batch (length,
+magic, CRC, increasing offsets) and truncates at the first bad one, so what remains is always a
+prefix of what was appended.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+from partition_server.log.index import CorruptIndexError, OffsetIndex, TimeIndex
+from wire.records.batch import (BATCH_HEADER_SIZE, LOG_OVERHEAD, RecordBatchHeader)
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK = 64 * 1024
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+@dataclasses.dataclass(frozen=True)
+class FileRange:
+    """`size` bytes of an open file at `position`: sent with os.sendfile, or read with pread."""
+    fd: int
+    position: int
+    size: int
+
+    def read(self) -> bytes:
+        return os.pread(self.fd, self.size, self.position)
+
+
+class LogSegment:
+    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int = 4096):
+        self.directory = directory
+        self.base_offset = base_offset
+        stem = os.path.join(directory, segment_name(base_offset))
+        self.path = stem + ".log"
+        self.index = OffsetIndex(stem + ".index", base_offset)
+        self.time_index = TimeIndex(stem + ".timeindex", base_offset)
+        self.index_interval_bytes = index_interval_bytes
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self.first_batch_timestamp: int | None = None
+        self.created_ms: int | None = None
+        self._bytes_since_index = 0
+        self.unflushed_messages = 0
+        self.closed = False
+
+    # -- opening ----------------------------------------------------------------------------------
+
+    def load_trusted(self) -> None:
+        """After a clean shutdown: take the indexes as written; read only the last batch."""
+        try:
+            self.index.load(self.size)
+            self.time_index.load(1 << 62)
+        except CorruptIndexError as exc:
+            log.warning("%s; rebuilding from %s", exc, self.path)
+            self.recover()
+            return
+        last = None
+        for h in self.iter_headers(self.index.lookup(1 << 62) if self.index.entries else 0):
+            last = h
+            if self.first_batch_timestamp is None:
+                self.first_batch_timestamp = h.max_timestamp
+        if last is not None:
+            self.next_offset = last.next_offset
+        if self.time_index.timestamps:
+            self.max_timestamp = self.time_index.timestamps[-1]
+            self.offset_of_max_timestamp = self.time_index.offsets[-1]
+        if last is not None and last.max_timestamp > self.max_timestamp:
+            self.max_timestamp, self.offset_of_max_timestamp = last.max_timestamp, last.base_offset
+
+    def recover(self, expected_base: int | None = None) -> int:
+        """Re-validate every batch, rebuild both indexes, truncate a bad tail; returns bytes cut."""
+        self.index.offsets, self.index.positions = [], []
+        self.time_index.timestamps, self.time_index.offsets = [], []
+        self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
+        self.next_offset = self.base_offset
+        self._bytes_since_index = 0
+        pos = 0
+        expected = self.base_offset if expected_base is None else expected_base
+        reason = None
+        while pos < self.size:
+            head = os.pread(self.fd, BATCH_HEADER_SIZE, pos)
+            if len(head) < BATCH_HEADER_SIZE:
+                reason = "torn batch header"
+                break
+            h = RecordBatchHeader(head)
+            if h.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD or pos + h.size_in_bytes > self.size:
+                reason = "torn or oversized batch"
+                break
+            whole = RecordBatchHeader(os.pread(self.fd, h.size_in_bytes, pos))
+            bad = whole.invalid_reason()
+            if bad is None and whole.base_offset < expected:
+                bad = f"offset {whole.base_offset} below {expected}"
+            if bad is not None:
+                reason = bad
+                break
+            self._track(whole, pos)
+            expected = whole.next_offset
+            pos += whole.size_in_bytes
+        cut = self.size - pos
+        if cut:
+            log.warning("%s: truncating %d bytes at position %d (%s)", self.path, cut, pos, reason)
+            os.ftruncate(self.fd, pos)
+            self.size = pos
+        self.index.rewrite()
+        self.time_index.truncate_to_offset(1 << 62)
+        return cut
+
+    # -- appending --------------------------------------------------------------------------------
+
+    def _track(self, h: RecordBatchHeader, position: int) -> None:
+        """Update indexes and bounds for a batch now at `position`."""
+        if self._bytes_since_index >= self.index_interval_bytes or not self.index.entries and position == 0:
+            self.index.append(h.base_offset, position)
+            self._bytes_since_index = 0
+            if self.max_timestamp >= 0:
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self._bytes_since_index += h.size_in_bytes
+        if h.max_timestamp > self.max_timestamp:
+            self.max_timestamp, self.offset_of_max_timestamp = h.max_timestamp, h.base_offset
+        if self.first_batch_timestamp is None:
+            self.first_batch_timestamp = h.max_timestamp
+        self.next_offset = h.next_offset
+
+    def append(self, data, headers: list[RecordBatchHeader], now_ms: int) -> int:
+        """Write `data` (whole batches, offsets already final) at the end; returns its position."""
+        position = self.size
+        view = memoryview(data)
+        written = 0
+        while written < len(view):
+            written += os.pwrite(self.fd, view[written:], position + written)
+        for h in headers:
+            self._track(h, position + h.pos)
+            self.unflushed_messages += h.records_count
+        self.size += len(view)
+        if self.created_ms is None:
+            self.created_ms = now_ms
+        return position
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def iter_headers(self, position: int = 0):
+        """Headers of the batches from `position` (a batch start) to the end, read in chunks."""
+        while position + BATCH_HEADER_SIZE <= self.size:
+            chunk = os.pread(self.fd, min(READ_CHUNK, self.size - position), position)
+            offset_in_chunk = 0
+            while offset_in_chunk + BATCH_HEADER_SIZE <= len(chunk):
+                h = RecordBatchHeader(chunk, offset_in_chunk)
+                if h.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+                    return
+                h.pos = position + offset_in_chunk       # file position of this batch
+                yield h
+                offset_in_chunk += h.size_in_bytes
+            position += offset_in_chunk
+
+    def translate_offset(self, offset: int):
+        """The first batch whose last offset is >= `offset`, or None."""
+        for h in self.iter_headers(self.index.lookup(offset)):
+            if h.last_offset >= offset:
+                return h
+        return None
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None, min_one: bool):
+        """Whole batches from the one holding `offset`: (FileRange | None, batch count)."""
+        start = None
+        size = 0
+        count = 0
+        for h in self.iter_headers(self.index.lookup(offset)):
+            if h.last_offset < offset:
+                continue
+            if max_offset is not None and h.last_offset >= max_offset:
+                break
+            if start is None:
+                start = h.pos
+            if size + h.size_in_bytes > max_bytes and not (min_one and count == 0):
+                break
+            size += h.size_in_bytes
+            count += 1
+            if size >= max_bytes:
+                break
+        if start is None or count == 0:
+            return None, 0
+        return FileRange(self.fd, start, size), count
+
+    # -- truncation, flushing, closing ------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch holding an offset >= `offset`; returns bytes removed."""
+        h = self.translate_offset(offset)
+        if h is None:
+            return 0
+        cut_at = h.pos
+        removed = self.size - cut_at
+        os.ftruncate(self.fd, cut_at)
+        self.size = cut_at
+        self.index.truncate_to_position(cut_at)
+        self.time_index.truncate_to_offset(h.base_offset)
+        self.next_offset = h.base_offset
+        self._recompute_bounds()
+        return removed
+
+    def _recompute_bounds(self) -> None:
+        self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
+        self.first_batch_timestamp = None
+        for h in self.iter_headers(0):
+            if self.first_batch_timestamp is None:
+                self.first_batch_timestamp = h.max_timestamp
+            if h.max_timestamp > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = h.max_timestamp, h.base_offset
+        self._bytes_since_index = self.size - (self.index.positions[-1] if self.index.entries else 0)
+
+    def flush(self, fsync: bool) -> None:
+        if fsync:
+            os.fsync(self.fd)
+        self.index.flush(fsync)
+        self.time_index.flush(fsync)
+        self.unflushed_messages = 0
+
+    def seal(self) -> None:
+        """The segment stops being active: record its final max timestamp and fsync it."""
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.flush(fsync=True)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.index.flush()
+            if self.max_timestamp >= 0:
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.time_index.flush()
+            os.close(self.fd)
+            self.closed = True
+
+    def unlink(self) -> None:
+        """Remove the files; the fd stays open so in-flight sendfiles finish (close later)."""
+        for path in (self.path, self.index.path, self.time_index.path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
