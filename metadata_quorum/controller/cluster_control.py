@@ -1,0 +1,120 @@
+"""Broker registration, heartbeats, fencing and controlled shutdown (Kafka's
+ClusterControlManager + BrokerHeartbeatManager; KIP-631).
+
+Broker lifecycle, as the controller sees it:
+
+    (unknown) ──register──▶ FENCED ──heartbeat with metadata offset ≥ registration offset──▶ ACTIVE
+    ACTIVE ──session lapses (no heartbeat for broker.session.timeout.ms)──▶ FENCED
+    ACTIVE ──heartbeat wants shutdown──▶ CONTROLLED_SHUTDOWN ──leads nothing──▶ told to shut down
+    any ──register again (new incarnation)──▶ FENCED with a new broker epoch
+
+Heartbeat times are soft state on the active controller, never logged: a newly elected controller
+starts every broker's session afresh (`reset_sessions`) before it may fence anyone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from metadata_quorum import records as r
+from metadata_quorum.controller.replication_control import leadership_changes
+from metadata_quorum.image import MetadataImage
+from wire.errors import ErrorCode
+
+
+@dataclasses.dataclass
+class RegistrationResult:
+    error: ErrorCode
+    broker_epoch: int = -1
+    message: str | None = None
+
+
+@dataclasses.dataclass
+class HeartbeatResult:
+    error: ErrorCode
+    is_caught_up: bool = False
+    is_fenced: bool = True
+    should_shut_down: bool = False
+
+
+class HeartbeatTracker:
+    """Last heartbeat time per broker (soft state of the active controller)."""
+
+    def __init__(self, session_timeout_ms: int):
+        self.session_timeout_ms = session_timeout_ms
+        self.last_seen: dict[int, int] = {}
+
+    def touch(self, broker_id: int, now_ms: int) -> None:
+        self.last_seen[broker_id] = now_ms
+
+    def alive(self, broker_id: int, now_ms: int) -> bool:
+        seen = self.last_seen.get(broker_id)
+        return seen is not None and now_ms - seen <= self.session_timeout_ms
+
+    def reset_sessions(self, broker_ids, now_ms: int) -> None:
+        self.last_seen = {b: now_ms for b in broker_ids}
+
+    def expired(self, image: MetadataImage, now_ms: int) -> list[int]:
+        return sorted(b.broker_id for b in image.brokers.values()
+                      if not b.fenced and not self.alive(b.broker_id, now_ms))
+
+
+def register_broker(image: MetadataImage, tracker: HeartbeatTracker, broker_id: int,
+                    incarnation_id: str, host: str, port: int, rack: str | None, now_ms: int):
+    old = image.brokers.get(broker_id)
+    if old is not None and old.incarnation_id != incarnation_id and not old.fenced \
+            and tracker.alive(broker_id, now_ms):
+        return [], RegistrationResult(ErrorCode.DUPLICATE_BROKER_REGISTRATION, -1,
+                                      f"broker {broker_id} is registered by another live process")
+    epoch = max(image.offset + 1, (old.broker_epoch + 1) if old else 0)
+    records: list = []
+    if old is not None and not old.fenced:
+        # the previous incarnation may still lead partitions: move them before replacing it
+        records += leadership_changes(image, {broker_id})
+    records.append(r.RegisterBrokerRecord(broker_id, incarnation_id, epoch, host, port, rack,
+                                          fenced=True))
+    tracker.touch(broker_id, now_ms)
+    return records, RegistrationResult(ErrorCode.NONE, epoch)
+
+
+def broker_heartbeat(image: MetadataImage, tracker: HeartbeatTracker, broker_id: int,
+                     broker_epoch: int, metadata_offset: int, want_fence: bool,
+                     want_shutdown: bool, now_ms: int):
+    b = image.brokers.get(broker_id)
+    if b is None:
+        return [], HeartbeatResult(ErrorCode.BROKER_ID_NOT_REGISTERED)
+    if b.broker_epoch != broker_epoch:
+        return [], HeartbeatResult(ErrorCode.STALE_BROKER_EPOCH)
+    tracker.touch(broker_id, now_ms)
+    caught_up = metadata_offset >= b.registered_at_offset
+    records: list = []
+    if want_shutdown and not b.in_controlled_shutdown and not b.fenced:
+        records += leadership_changes(image, {broker_id})
+        records.append(r.BrokerRegistrationChangeRecord(broker_id, broker_epoch,
+                                                        in_controlled_shutdown=True))
+        return records, HeartbeatResult(ErrorCode.NONE, caught_up, False, False)
+    if b.in_controlled_shutdown or (want_shutdown and b.fenced):
+        leads = any(True for _ in image.partitions_led_by(broker_id))
+        return [], HeartbeatResult(ErrorCode.NONE, caught_up, b.fenced, not leads)
+    if b.fenced and caught_up and not want_fence:
+        records.append(r.UnfenceBrokerRecord(broker_id, broker_epoch))
+        records += leadership_changes(image, set(), {broker_id})
+        return records, HeartbeatResult(ErrorCode.NONE, True, False)
+    if not b.fenced and want_fence:
+        records += leadership_changes(image, {broker_id})
+        records.append(r.FenceBrokerRecord(broker_id, broker_epoch))
+        return records, HeartbeatResult(ErrorCode.NONE, caught_up, True)
+    return [], HeartbeatResult(ErrorCode.NONE, caught_up, b.fenced)
+
+
+def fence_expired(image: MetadataImage, tracker: HeartbeatTracker, now_ms: int) -> list:
+    """Fence brokers whose session lapsed and move their leaderships (periodic tick)."""
+    records: list = []
+    # One broker at a time, each against the image the previous fencing leaves behind, so an
+    # ISR shrinks to its last member instead of keeping members that were fenced together.
+    for broker_id in tracker.expired(image, now_ms):
+        recs = leadership_changes(image, {broker_id})
+        recs.append(r.FenceBrokerRecord(broker_id, image.brokers[broker_id].broker_epoch))
+        image = image.apply_all(image.offset + 1, recs)
+        records += recs
+    return records

@@ -1,0 +1,141 @@
+"""The controller's state machine façade (Kafka's QuorumController, minus the threads).
+
+Holds the committed `MetadataImage` (changed only by `replay`) and the heartbeat soft state.
+Commands read the image and return `(records, result)`; they never change it. The service
+proposes the records through Raft and replays them when committed, then answers the caller.
+"""
+
+from __future__ import annotations
+
+from metadata_quorum import records as r
+from metadata_quorum.controller import cluster_control, config_control, replication_control
+from metadata_quorum.image import MetadataImage
+
+PRODUCER_ID_BLOCK = 1000
+
+
+class QuorumController:
+    def __init__(self, session_timeout_ms: int = 9000, default_partitions: int = 1,
+                 default_replication_factor: int = 1):
+        self.image = MetadataImage()
+        self.heartbeats = cluster_control.HeartbeatTracker(session_timeout_ms)
+        self.default_partitions = default_partitions
+        self.default_replication_factor = default_replication_factor
+
+    # -- replay -----------------------------------------------------------------------------------
+
+    def replay(self, offset: int, record: r.Record) -> None:
+        self.image = self.image.apply(offset, record)
+
+    def load_image(self, image: MetadataImage) -> None:
+        self.image = image
+
+    def become_active(self, now_ms: int) -> None:
+        """A newly elected controller gives every broker a full session before fencing anyone."""
+        self.heartbeats.reset_sessions(self.image.brokers, now_ms)
+
+    # -- cluster ----------------------------------------------------------------------------------
+
+    def register_broker(self, broker_id, incarnation_id, host, port, rack, now_ms):
+        return cluster_control.register_broker(self.image, self.heartbeats, broker_id,
+                                               incarnation_id, host, port, rack, now_ms)
+
+    def broker_heartbeat(self, broker_id, broker_epoch, metadata_offset, want_fence,
+                         want_shutdown, now_ms):
+        return cluster_control.broker_heartbeat(self.image, self.heartbeats, broker_id,
+                                                broker_epoch, metadata_offset, want_fence,
+                                                want_shutdown, now_ms)
+
+    def tick(self, now_ms: int) -> list:
+        return cluster_control.fence_expired(self.image, self.heartbeats, now_ms)
+
+    # -- topics -----------------------------------------------------------------------------------
+
+    def create_topics(self, topics: list[dict], validate_only: bool = False):
+        """topics: [{name, num_partitions, replication_factor, assignments, configs}]."""
+        records, results = [], []
+        image = self.image
+        for t in topics:
+            configs = t.get("configs", {})
+            problem = config_control.validate_topic_configs(configs)
+            if problem:
+                results.append(replication_control.TopicResult(
+                    t["name"], replication_control.ErrorCode.INVALID_CONFIG, problem))
+                continue
+            if any(res.name == t["name"] for res in results):
+                results.append(replication_control.TopicResult(
+                    t["name"], replication_control.ErrorCode.INVALID_REQUEST, "duplicate topic"))
+                continue
+            recs, res = replication_control.create_topic(
+                image, t["name"], t.get("num_partitions", -1), t.get("replication_factor", -1),
+                t.get("assignments"), configs, self.default_partitions,
+                self.default_replication_factor)
+            results.append(res)
+            if recs and not validate_only:
+                records += recs
+                image = image.apply_all(image.offset + 1, recs)   # later topics see this one
+        return records, results
+
+    def delete_topics(self, names: list[str | None], ids: list = ()):
+        records, results = [], []
+        for name, topic_id in list(zip(names, [None] * len(names))) + [(None, i) for i in ids]:
+            recs, res = replication_control.delete_topic(self.image, name, topic_id)
+            records += recs
+            results.append(res)
+        return records, results
+
+    def create_partitions(self, requests: list[tuple[str, int, list | None]], validate_only=False):
+        records, results = [], []
+        for name, count, assignments in requests:
+            recs, res = replication_control.create_partitions(self.image, name, count, assignments)
+            results.append(res)
+            if not validate_only:
+                records += recs
+        return records, results
+
+    def alter_partition(self, broker_id, broker_epoch, topic_id, partition, leader_epoch,
+                        partition_epoch, new_isr):
+        return replication_control.alter_partition(self.image, broker_id, broker_epoch, topic_id,
+                                                   partition, leader_epoch, partition_epoch,
+                                                   new_isr)
+
+    def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]]):
+        records, results = [], []
+        for topic, partition in partitions:
+            fn = replication_control.preferred_election if election_type == 0 \
+                else replication_control.unclean_election
+            recs, code = fn(self.image, topic, partition)
+            records += recs
+            results.append((topic, partition, code))
+        return records, results
+
+    # -- configs ----------------------------------------------------------------------------------
+
+    def incremental_alter_configs(self, resources, validate_only=False):
+        """resources: [(resource_type, name, [(key, op, value)])] → results [(error, message)]."""
+        records, results = [], []
+        for rtype, name, ops in resources:
+            recs, err, msg = config_control.incremental_alter(self.image, rtype, name, ops)
+            results.append((err, msg))
+            if not validate_only:
+                records += recs
+        return records, results
+
+    def alter_configs(self, resources, validate_only=False):
+        records, results = [], []
+        for rtype, name, configs in resources:
+            recs, err, msg = config_control.legacy_alter(self.image, rtype, name, configs)
+            results.append((err, msg))
+            if not validate_only:
+                records += recs
+        return records, results
+
+    # -- producer ids -----------------------------------------------------------------------------
+
+    def allocate_producer_ids(self, broker_id: int, broker_epoch: int):
+        b = self.image.brokers.get(broker_id)
+        if b is None or b.broker_epoch != broker_epoch:
+            return [], (replication_control.ErrorCode.STALE_BROKER_EPOCH, -1, 0)
+        start = self.image.next_producer_id
+        return ([r.ProducerIdsRecord(broker_id, broker_epoch, start + PRODUCER_ID_BLOCK)],
+                (replication_control.ErrorCode.NONE, start, PRODUCER_ID_BLOCK))

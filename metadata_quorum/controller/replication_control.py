@@ -1,0 +1,276 @@
+"""Topics, partitions, placement, leader election and ISR changes (Kafka's
+ReplicationControlManager; KIP-631 records, KIP-497 AlterPartition, KIP-841 ineligible replicas).
+
+Every function here is pure: it reads a `MetadataImage` and returns records (plus a result), and
+never changes the image — `replay` of the committed records does.
+
+Partition state machine, per partition:
+    online(leader ∈ ISR, leader usable) ──leader fenced / shutting down──▶ elect the first usable
+    ISR member (replica order) with leader_epoch + 1; none ⇒ offline (leader -1), unless unclean
+    election is enabled, then the first usable replica (possible data loss, by the user's choice).
+    offline ──an ISR member becomes usable──▶ online with leader_epoch + 1.
+    ISR: shrinks/expands only through AlterPartition from the current leader (epochs checked);
+    a fenced broker leaves every ISR except when it is the last member (the ISR never empties, so
+    the last in-sync copy is remembered and unclean election stays a conscious choice).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import uuid
+
+from metadata_quorum import records as r
+from metadata_quorum.image import MetadataImage, PartitionState
+from wire.errors import ErrorCode
+
+LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+NO_LEADER = -1
+
+
+@dataclasses.dataclass
+class TopicResult:
+    name: str
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+    topic_id: uuid.UUID | None = None
+    num_partitions: int = -1
+    replication_factor: int = -1
+
+
+def validate_topic_name(name: str) -> str | None:
+    if not name or name in (".", ".."):
+        return "topic name is empty, '.' or '..'"
+    if not LEGAL_TOPIC.match(name):
+        return "topic names are 1-249 characters of [a-zA-Z0-9._-]"
+    return None
+
+
+def place_replicas(image: MetadataImage, partitions: int, rf: int, first_partition: int = 0,
+                   start: int | None = None) -> list[list[int]] | None:
+    """Rack-aware round robin over usable brokers: leaders spread evenly, replicas on distinct
+    brokers and, where racks allow, distinct racks. None if there are fewer brokers than `rf`."""
+    brokers = image.usable_brokers()
+    if rf > len(brokers):
+        return None
+    # interleave racks so consecutive brokers sit on different racks (Kafka's rack alternation)
+    by_rack: dict[str | None, list[int]] = {}
+    for b in brokers:
+        by_rack.setdefault(b.rack, []).append(b.broker_id)
+    ordered: list[int] = []
+    racks = sorted(by_rack, key=lambda x: (x is None, x or ""))
+    while any(by_rack[x] for x in racks):
+        for x in racks:
+            if by_rack[x]:
+                ordered.append(by_rack[x].pop(0))
+    n = len(ordered)
+    if start is None:
+        start = (len(image.topics) * 7) % n
+    out = []
+    for p in range(first_partition, first_partition + partitions):
+        first = (start + p) % n
+        shift = 1 + (p // n) % max(n - 1, 1)
+        replicas = [ordered[first]]
+        for k in range(1, rf):
+            replicas.append(ordered[(first + k * shift) % n] if n > 1 else ordered[0])
+        if len(set(replicas)) < rf:       # shift collided: fall back to consecutive brokers
+            replicas = [ordered[(first + k) % n] for k in range(rf)]
+        out.append(replicas)
+    return out
+
+
+def create_topic(image: MetadataImage, name: str, num_partitions: int, replication_factor: int,
+                 assignments: dict[int, list[int]] | None, configs: dict[str, str],
+                 default_partitions: int, default_rf: int, topic_id: uuid.UUID | None = None):
+    """Records for one new topic, or an error result (and no records)."""
+    bad = validate_topic_name(name)
+    if bad:
+        return [], TopicResult(name, ErrorCode.INVALID_TOPIC_EXCEPTION, bad)
+    if name in image.topics:
+        return [], TopicResult(name, ErrorCode.TOPIC_ALREADY_EXISTS, f"topic '{name}' already exists")
+    if assignments:
+        if num_partitions != -1 or replication_factor != -1:
+            return [], TopicResult(name, ErrorCode.INVALID_REQUEST,
+                                   "give either assignments or partitions/replication factor")
+        if sorted(assignments) != list(range(len(assignments))):
+            return [], TopicResult(name, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                   "partition ids must be 0..n-1")
+        placement = [assignments[p] for p in range(len(assignments))]
+        sizes = {len(x) for x in placement}
+        known = set(image.brokers)
+        if len(sizes) != 1 or 0 in sizes or any(len(set(x)) != len(x) or not set(x) <= known
+                                                 for x in placement):
+            return [], TopicResult(name, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                   "replica lists must be non-empty, equal length, distinct, known brokers")
+    else:
+        partitions = default_partitions if num_partitions == -1 else num_partitions
+        rf = default_rf if replication_factor == -1 else replication_factor
+        if partitions <= 0:
+            return [], TopicResult(name, ErrorCode.INVALID_PARTITIONS,
+                                   f"number of partitions must be at least 1, got {partitions}")
+        if rf <= 0:
+            return [], TopicResult(name, ErrorCode.INVALID_REPLICATION_FACTOR,
+                                   f"replication factor must be at least 1, got {rf}")
+        placement = place_replicas(image, partitions, rf)
+        if placement is None:
+            return [], TopicResult(name, ErrorCode.INVALID_REPLICATION_FACTOR,
+                                   f"replication factor {rf} is larger than the "
+                                   f"{len(image.usable_brokers())} available brokers")
+    topic_id = topic_id or uuid.uuid4()
+    records: list = [r.TopicRecord(name, topic_id)]
+    for k, v in sorted(configs.items()):
+        records.append(r.ConfigRecord(2, name, k, v))
+    usable = {b.broker_id for b in image.usable_brokers()}
+    for pid, replicas in enumerate(placement):
+        isr = tuple(x for x in replicas if x in usable) or tuple(replicas)
+        leader = next((x for x in replicas if x in usable), NO_LEADER)
+        records.append(r.PartitionRecord(topic_id, pid, tuple(replicas), isr, leader, 0, 0))
+    return records, TopicResult(name, ErrorCode.NONE, None, topic_id, len(placement),
+                                len(placement[0]))
+
+
+def delete_topic(image: MetadataImage, name: str | None, topic_id: uuid.UUID | None):
+    topic = image.topics.get(name) if name else image.topic_by_id(topic_id)
+    if topic is None:
+        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name else ErrorCode.UNKNOWN_TOPIC_ID
+        return [], TopicResult(name or "", code, "topic does not exist")
+    return [r.RemoveTopicRecord(topic.topic_id)], TopicResult(topic.name, topic_id=topic.topic_id)
+
+
+def create_partitions(image: MetadataImage, name: str, count: int,
+                      assignments: list[list[int]] | None):
+    topic = image.topics.get(name)
+    if topic is None:
+        return [], TopicResult(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "topic does not exist")
+    current = len(topic.partitions)
+    if count <= current:
+        return [], TopicResult(name, ErrorCode.INVALID_PARTITIONS,
+                               f"topic has {current} partitions; the new count must be larger")
+    rf = len(next(iter(topic.partitions.values())).replicas)
+    if assignments:
+        if len(assignments) != count - current or any(len(a) != rf or len(set(a)) != rf
+                                                      or not set(a) <= set(image.brokers)
+                                                      for a in assignments):
+            return [], TopicResult(name, ErrorCode.INVALID_REPLICA_ASSIGNMENT, "bad assignment")
+        placement = assignments
+    else:
+        placement = place_replicas(image, count - current, rf, first_partition=current)
+        if placement is None:
+            return [], TopicResult(name, ErrorCode.INVALID_REPLICATION_FACTOR,
+                                   "not enough available brokers")
+    usable = {b.broker_id for b in image.usable_brokers()}
+    records = []
+    for i, replicas in enumerate(placement):
+        isr = tuple(x for x in replicas if x in usable) or tuple(replicas)
+        leader = next((x for x in replicas if x in usable), NO_LEADER)
+        records.append(r.PartitionRecord(topic.topic_id, current + i, tuple(replicas), isr, leader))
+    return records, TopicResult(name, topic_id=topic.topic_id)
+
+
+def unclean_allowed(image: MetadataImage, topic: str) -> bool:
+    value = image.topic_config(topic).get("unclean.leader.election.enable")
+    if value is None:
+        value = image.broker_config().get("unclean.leader.election.enable", "false")
+    return value.lower() == "true"
+
+
+def leadership_changes(image: MetadataImage, gone: set[int], back: set[int] = frozenset()):
+    """Partition changes after brokers in `gone` stopped being usable (fenced, shutting down)
+    and brokers in `back` became usable again. Computed against `image` with those changes
+    hypothetically applied: `gone` must not be elected, `back` may be."""
+    records = []
+    for topic in image.topics.values():
+        for p in topic.partitions.values():
+            isr = p.isr
+            if gone & set(isr):
+                shrunk = tuple(x for x in isr if x not in gone)
+                isr = shrunk or isr           # never empty the ISR (KIP-841 last-member rule)
+            leader = p.leader
+            if leader in gone or leader == NO_LEADER:
+                candidate = _elect_with(image, topic.name, p, isr, gone, back)
+                leader = candidate
+            if isr != p.isr or leader != p.leader:
+                records.append(r.PartitionChangeRecord(
+                    topic.topic_id, p.partition_id,
+                    isr=isr if isr != p.isr else None,
+                    leader=leader if leader != p.leader else None))
+    return records
+
+
+def _elect_with(image, topic, p, isr, gone, back):
+    usable = ({b.broker_id for b in image.usable_brokers()} | set(back)) - set(gone)
+    for replica in p.replicas:
+        if replica in isr and replica in usable:
+            return replica
+    if unclean_allowed(image, topic):
+        for replica in p.replicas:
+            if replica in usable:
+                return replica
+    return NO_LEADER
+
+
+@dataclasses.dataclass
+class AlterPartitionResult:
+    error: ErrorCode
+    leader: int = -1
+    leader_epoch: int = -1
+    isr: tuple = ()
+    partition_epoch: int = -1
+
+
+def alter_partition(image: MetadataImage, broker_id: int, broker_epoch: int,
+                    topic_id: uuid.UUID, partition: int, leader_epoch: int, partition_epoch: int,
+                    new_isr: list[int]):
+    """AlterPartition from a leader: records + per-partition result."""
+    b = image.brokers.get(broker_id)
+    if b is None or (broker_epoch != -1 and b.broker_epoch != broker_epoch):
+        return [], AlterPartitionResult(ErrorCode.STALE_BROKER_EPOCH)
+    topic = image.topic_by_id(topic_id)
+    p = topic.partitions.get(partition) if topic else None
+    if p is None:
+        return [], AlterPartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if p.leader != broker_id:
+        return [], AlterPartitionResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    if leader_epoch != p.leader_epoch:
+        return [], AlterPartitionResult(ErrorCode.FENCED_LEADER_EPOCH)
+    if partition_epoch != p.partition_epoch:
+        return [], AlterPartitionResult(ErrorCode.INVALID_UPDATE_VERSION)
+    isr = tuple(new_isr)
+    if broker_id not in isr or not set(isr) <= set(p.replicas) or len(set(isr)) != len(isr):
+        return [], AlterPartitionResult(ErrorCode.INVALID_REQUEST)
+    usable = {x.broker_id for x in image.usable_brokers()}
+    if any(x not in usable for x in isr if x not in p.isr):
+        return [], AlterPartitionResult(ErrorCode.INELIGIBLE_REPLICA)
+    ok = AlterPartitionResult(ErrorCode.NONE, p.leader, p.leader_epoch, isr, p.partition_epoch + 1)
+    if isr == p.isr:
+        ok.partition_epoch = p.partition_epoch
+        return [], ok
+    return [r.PartitionChangeRecord(topic_id, partition, isr=isr)], ok
+
+
+def preferred_election(image: MetadataImage, topic: str, partition: int):
+    t = image.topics.get(topic)
+    p = t.partitions.get(partition) if t else None
+    if p is None:
+        return [], ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    preferred = p.replicas[0]
+    if p.leader == preferred:
+        return [], ErrorCode.ELECTION_NOT_NEEDED
+    usable = {b.broker_id for b in image.usable_brokers()}
+    if preferred not in p.isr or preferred not in usable:
+        return [], ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    return [r.PartitionChangeRecord(t.topic_id, partition, leader=preferred)], ErrorCode.NONE
+
+
+def unclean_election(image: MetadataImage, topic: str, partition: int):
+    t = image.topics.get(topic)
+    p = t.partitions.get(partition) if t else None
+    if p is None:
+        return [], ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if p.leader != NO_LEADER:
+        return [], ErrorCode.ELECTION_NOT_NEEDED
+    usable = [x for x in p.replicas if x in {b.broker_id for b in image.usable_brokers()}]
+    if not usable:
+        return [], ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+    return [r.PartitionChangeRecord(t.topic_id, partition, leader=usable[0],
+                                    isr=(usable[0],))], ErrorCode.NONE

@@ -1,0 +1,229 @@
+"""Metadata records: the only way cluster state changes (KIP-500, KIP-631).
+
+Each record is a frozen dataclass with a type id (Kafka's metadata `apiKey` where one exists, so
+the numbers are familiar) and a version. On the wire and in the Raft log a record is msgpack:
+`[type_id, version, {field: value}]`; topic ids travel as 16 raw bytes. `decode_record` raises
+`MetadataRecordError` — and only that — on anything it cannot read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from typing import ClassVar
+
+import msgpack
+
+
+class MetadataRecordError(ValueError):
+    """Bytes that are not a metadata record this code understands."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    TYPE: ClassVar[int] = -1
+    VERSION: ClassVar[int] = 0
+
+
+def _record(type_id: int, version: int = 0):
+    def wrap(cls):
+        cls = dataclasses.dataclass(frozen=True)(cls)
+        cls.TYPE = type_id
+        cls.VERSION = version
+        RECORD_TYPES[type_id] = cls
+        return cls
+    return wrap
+
+
+RECORD_TYPES: dict[int, type] = {}
+
+
+@_record(0)
+class RegisterBrokerRecord(Record):
+    broker_id: int
+    incarnation_id: str
+    broker_epoch: int
+    host: str
+    port: int
+    rack: str | None = None
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+
+
+@_record(1)
+class UnregisterBrokerRecord(Record):
+    broker_id: int
+    broker_epoch: int
+
+
+@_record(2)
+class TopicRecord(Record):
+    name: str
+    topic_id: uuid.UUID
+
+
+@_record(3)
+class PartitionRecord(Record):
+    topic_id: uuid.UUID
+    partition_id: int
+    replicas: tuple
+    isr: tuple
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+
+
+@_record(4)
+class ConfigRecord(Record):
+    resource_type: int          # Kafka's ConfigResource types: 2 = topic, 4 = broker
+    resource_name: str
+    name: str
+    value: str | None           # None deletes the override
+
+
+@_record(5)
+class PartitionChangeRecord(Record):
+    """Only the fields that are not None change; every change bumps partition_epoch."""
+    topic_id: uuid.UUID
+    partition_id: int
+    isr: tuple | None = None
+    leader: int | None = None          # a new leader also bumps leader_epoch
+    replicas: tuple | None = None
+
+
+@_record(7)
+class FenceBrokerRecord(Record):
+    broker_id: int
+    broker_epoch: int
+
+
+@_record(8)
+class UnfenceBrokerRecord(Record):
+    broker_id: int
+    broker_epoch: int
+
+
+@_record(9)
+class RemoveTopicRecord(Record):
+    topic_id: uuid.UUID
+
+
+@_record(11)
+class UserScramCredentialRecord(Record):
+    name: str
+    mechanism: int
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+@_record(12)
+class FeatureLevelRecord(Record):
+    name: str
+    feature_level: int
+
+
+@_record(14)
+class ClientQuotaRecord(Record):
+    entity: tuple                       # ((entity_type, entity_name|None), ...)
+    key: str
+    value: float | None
+
+
+@_record(15)
+class ProducerIdsRecord(Record):
+    broker_id: int
+    broker_epoch: int
+    next_producer_id: int
+
+
+@_record(17)
+class BrokerRegistrationChangeRecord(Record):
+    broker_id: int
+    broker_epoch: int
+    fenced: bool | None = None
+    in_controlled_shutdown: bool | None = None
+
+
+@_record(18)
+class AccessControlEntryRecord(Record):
+    acl_id: uuid.UUID
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+@_record(19)
+class RemoveAccessControlEntryRecord(Record):
+    acl_id: uuid.UUID
+
+
+@_record(20)
+class NoOpRecord(Record):
+    pass
+
+
+@_record(22)
+class RemoveUserScramCredentialRecord(Record):
+    name: str
+    mechanism: int
+
+
+_UUID_FIELDS = {"topic_id", "acl_id"}
+
+
+def _to_wire(value):
+    if isinstance(value, uuid.UUID):
+        return value.bytes
+    if isinstance(value, tuple):
+        return [_to_wire(v) for v in value]
+    return value
+
+
+def encode_record(record: Record) -> bytes:
+    fields = {f.name: _to_wire(getattr(record, f.name)) for f in dataclasses.fields(record)}
+    return msgpack.packb([record.TYPE, record.VERSION, fields], use_bin_type=True)
+
+
+def _from_wire(name: str, value):
+    if name in _UUID_FIELDS:
+        if not isinstance(value, bytes) or len(value) != 16:
+            raise MetadataRecordError(f"{name} is not a 16-byte uuid")
+        return uuid.UUID(bytes=value)
+    if isinstance(value, list):
+        return tuple(_from_wire("", v) for v in value)
+    return value
+
+
+def decode_record(data: bytes) -> Record:
+    try:
+        type_id, version, fields = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        cls = RECORD_TYPES[type_id]
+        if version > cls.VERSION:
+            raise MetadataRecordError(f"{cls.__name__} version {version} is newer than ours")
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: _from_wire(k, v) for k, v in fields.items() if k in names})
+    except MetadataRecordError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any malformed input becomes one error type
+        raise MetadataRecordError(f"undecodable metadata record: {exc}") from None
+
+
+def encode_batch(records: list[Record]) -> bytes:
+    """Several records proposed atomically as one Raft entry."""
+    return msgpack.packb([encode_record(r) for r in records], use_bin_type=True)
+
+
+def decode_batch(data: bytes) -> list[Record]:
+    try:
+        items = msgpack.unpackb(data, raw=False)
+    except Exception as exc:  # noqa: BLE001
+        raise MetadataRecordError(f"undecodable record batch: {exc}") from None
+    if not isinstance(items, list):
+        raise MetadataRecordError("record batch is not a list")
+    return [decode_record(item) for item in items]
