@@ -12,9 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-
-class ConfigError(ValueError):
-    """A config file or override that cannot be used; the message names the key."""
+from metadata_quorum.config import ConfigError, load_properties, parse_endpoint, parse_voters  # noqa: F401
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,27 +107,6 @@ def _parse(defn: ConfigDef, raw: str) -> Any:
     return raw
 
 
-def parse_endpoint(listener: str) -> tuple[str, str, int]:
-    """`NAME://host:port` → (NAME, host, port)."""
-    name, sep, rest = listener.partition("://")
-    host, colon, port = rest.rpartition(":")
-    if not sep or not colon or not port.isdigit():
-        raise ConfigError(f"listener {listener!r}: expected NAME://host:port")
-    return name.upper(), host, int(port)
-
-
-def parse_voters(voters: list[str]) -> dict[int, tuple[str, int]]:
-    """`controller.quorum.voters` entries `id@host:port` → {id: (host, port)}."""
-    result: dict[int, tuple[str, int]] = {}
-    for entry in voters:
-        node, at, address = entry.partition("@")
-        host, colon, port = address.rpartition(":")
-        if not at or not node.isdigit() or not colon or not port.isdigit():
-            raise ConfigError(f"controller.quorum.voters entry {entry!r}: expected id@host:port")
-        result[int(node)] = (host, int(port))
-    return result
-
-
 @dataclasses.dataclass(frozen=True)
 class BrokerConfig:
     values: dict[str, Any]
@@ -195,17 +172,3 @@ class BrokerConfig:
     def advertised_endpoint(self) -> tuple[str, str, int]:
         listeners = self.values["advertised.listeners"] or self.values["listeners"]
         return parse_endpoint(listeners[0])
-
-
-def load_properties(text: str) -> dict[str, str]:
-    """Parse Kafka `.properties` text: `key=value`, `#`/`!` comments, blank lines."""
-    props: dict[str, str] = {}
-    for lineno, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise ConfigError(f"line {lineno}: expected key=value, got {line!r}")
-        props[key.strip()] = value.strip()
-    return props

@@ -1,0 +1,78 @@
+"""One TCP connection to a Kafka-protocol server (broker or controller), trio-native.
+
+The only place in `clients/` that touches sockets; framing and correlation ids live in the
+sans-IO `wire.connection.ClientConnection`. Requests on one connection are answered in order, so
+a lock serialises send+receive pairs; callers that want concurrency open more connections.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from wire.connection import ClientConnection
+from wire.messages import api_keys
+
+RECV_BYTES = 256 * 1024
+
+
+class ConnectionClosed(ConnectionError):
+    """The peer closed the connection, or it could not be reached."""
+
+
+class BrokerConnection:
+    def __init__(self, host: str, port: int, client_id: str = "raftka"):
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self._stream: trio.SocketStream | None = None
+        self._conn = ClientConnection()
+        self._lock = trio.Lock()
+        self.api_versions: dict[int, tuple[int, int]] = {}
+
+    async def connect(self, timeout_s: float = 5.0) -> None:
+        with trio.fail_after(timeout_s):
+            try:
+                self._stream = await trio.open_tcp_stream(self.host, self.port)
+            except OSError as exc:
+                raise ConnectionClosed(f"cannot reach {self.host}:{self.port}: {exc}") from None
+        req_cls = api_keys.request_class(18)
+        resp = await self.request(req_cls(client_software_name="raftka",
+                                          client_software_version="0.1"), version=3)
+        self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+
+    def version_for(self, api_key: int, ours: tuple[int, int]) -> int:
+        """Highest version both sides speak; ValueError if none."""
+        theirs = self.api_versions.get(api_key)
+        if theirs is None:
+            raise ValueError(f"server does not support api key {api_key}")
+        hi = min(ours[1], theirs[1])
+        if hi < max(ours[0], theirs[0]):
+            raise ValueError(f"no common version for api key {api_key}")
+        return hi
+
+    async def request(self, message, version: int, timeout_s: float = 30.0, expect_response=True):
+        if self._stream is None:
+            raise ConnectionClosed("not connected")
+        async with self._lock:
+            data = self._conn.send_request(message, version, self.client_id,
+                                           expect_response=expect_response)
+            with trio.fail_after(timeout_s):
+                try:
+                    await self._stream.send_all(data)
+                    if not expect_response:
+                        return None
+                    while True:
+                        got = self._conn.next_response()
+                        if got is not None:
+                            return got[1]
+                        chunk = await self._stream.receive_some(RECV_BYTES)
+                        if not chunk:
+                            raise ConnectionClosed(f"{self.host}:{self.port} closed the connection")
+                        self._conn.receive_data(chunk)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    raise ConnectionClosed(str(exc)) from None
+
+    async def aclose(self) -> None:
+        if self._stream is not None:
+            await self._stream.aclose()
+            self._stream = None

@@ -1,0 +1,117 @@
+"""Controller configuration (Kafka property names) and the property-file helpers both roles use.
+
+| key | default | meaning |
+|---|---|---|
+| node.id | required | this controller's id; unique across controllers and brokers |
+| process.roles | controller | `controller`, or `broker,controller` for combined mode |
+| controller.quorum.voters | required | `id@host:port,...`: every controller's Kafka-protocol listener |
+| listeners | required | `CONTROLLER://host:port`: where brokers and admin tools reach this controller |
+| raftka.controller.raft.peers | required | `id@host:port,...`: every voter's Raft (pysyncobj) port; Kafka has no separate Raft port, pysyncobj needs one |
+| raftka.controller.raft.password | dev default | shared secret: encrypts and authenticates Raft traffic |
+| metadata.log.dir | ./raftka-data/controller-<id> | Raft journal and snapshots |
+| broker.session.timeout.ms | 9000 | a broker without a heartbeat for this long is fenced |
+| num.partitions | 1 | partitions of a topic created without a count |
+| default.replication.factor | 1 | replication factor of a topic created without one |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+class ConfigError(ValueError):
+    """A config file or override that cannot be used; the message names the key."""
+
+
+def load_properties(text: str) -> dict[str, str]:
+    """Parse Kafka `.properties` text: `key=value`, `#`/`!` comments, blank lines."""
+    props: dict[str, str] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ConfigError(f"line {lineno}: expected key=value, got {line!r}")
+        props[key.strip()] = value.strip()
+    return props
+
+
+def parse_endpoint(listener: str) -> tuple[str, str, int]:
+    """`NAME://host:port` → (NAME, host, port)."""
+    name, sep, rest = listener.partition("://")
+    host, colon, port = rest.rpartition(":")
+    if not sep or not colon or not port.isdigit():
+        raise ConfigError(f"listener {listener!r}: expected NAME://host:port")
+    return name.upper(), host, int(port)
+
+
+def parse_voters(voters) -> dict[int, tuple[str, int]]:
+    """`id@host:port` entries (list or comma string) → {id: (host, port)}."""
+    if isinstance(voters, str):
+        voters = [v for v in voters.split(",") if v.strip()]
+    result: dict[int, tuple[str, int]] = {}
+    for entry in voters:
+        node, at, address = entry.strip().partition("@")
+        host, colon, port = address.rpartition(":")
+        if not at or not node.isdigit() or not colon or not port.isdigit():
+            raise ConfigError(f"voter entry {entry!r}: expected id@host:port")
+        result[int(node)] = (host, int(port))
+    return result
+
+
+@dataclasses.dataclass(frozen=True)
+class ControllerConfig:
+    node_id: int
+    voters: dict[int, tuple[str, int]]
+    raft_peers: dict[int, tuple[str, int]]
+    listener: tuple[str, int]
+    metadata_dir: str
+    password: str
+    session_timeout_ms: int = 9000
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str]) -> "ControllerConfig":
+        problems = []
+
+        def need(key):
+            if key not in props:
+                problems.append(f"{key}: required")
+            return props.get(key)
+
+        def as_int(key, default, minimum):
+            try:
+                v = int(props.get(key, default))
+            except ValueError:
+                problems.append(f"{key}={props.get(key)!r}: not an integer")
+                return default
+            if v < minimum:
+                problems.append(f"{key}={v}: must be >= {minimum}")
+            return v
+
+        node_id = as_int("node.id", -1, 0) if need("node.id") is not None else -1
+        voters = peers = {}
+        listener = ("127.0.0.1", 0)
+        try:
+            if need("controller.quorum.voters"):
+                voters = parse_voters(props["controller.quorum.voters"])
+            if need("raftka.controller.raft.peers"):
+                peers = parse_voters(props["raftka.controller.raft.peers"])
+            if need("listeners"):
+                _, host, port = parse_endpoint(props["listeners"].split(",")[0])
+                listener = (host, port)
+        except ConfigError as exc:
+            problems.append(str(exc))
+        if voters and peers and set(voters) != set(peers):
+            problems.append("controller.quorum.voters and raftka.controller.raft.peers name different ids")
+        if voters and node_id not in voters and node_id >= 0:
+            problems.append(f"node.id {node_id} is not one of controller.quorum.voters")
+        if problems:
+            raise ConfigError("; ".join(problems))
+        return cls(node_id, voters, peers, listener,
+                   props.get("metadata.log.dir", f"./raftka-data/controller-{node_id}"),
+                   props.get("raftka.controller.raft.password", "raftka-dev-only-password"),
+                   as_int("broker.session.timeout.ms", 9000, 1),
+                   as_int("num.partitions", 1, 1), as_int("default.replication.factor", 1, 1))

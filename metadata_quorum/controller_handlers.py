@@ -1,0 +1,304 @@
+"""Kafka-protocol handlers of the controller listener: decode → controller command → encode.
+
+Every mutation returns NOT_CONTROLLER (41) per item when this node is not the active controller
+or loses leadership before the records commit; brokers and admin tools retry another voter.
+"""
+
+from __future__ import annotations
+
+import time
+
+import trio
+
+from metadata_quorum.records import encode_record  # noqa: F401  (re-exported for tests)
+from wire.errors import ErrorCode
+from wire.messages.index_generated import REQUESTS, RESPONSES
+from wire.records.batch import Record, build_batch
+
+METADATA_TOPIC = "__cluster_metadata"
+MAX_FETCH_RECORDS = 5000
+
+# What this listener implements (advertised in ApiVersions).
+SUPPORTED = {
+    1: (12, 12),     # Fetch: the metadata stream
+    18: (0, 3),      # ApiVersions
+    19: (2, 7),      # CreateTopics
+    20: (1, 6),      # DeleteTopics
+    33: (0, 2),      # AlterConfigs
+    37: (0, 3),      # CreatePartitions
+    43: (0, 2),      # ElectLeaders
+    44: (0, 1),      # IncrementalAlterConfigs
+    55: (0, 2),      # DescribeQuorum
+    56: (0, 3),      # AlterPartition
+    59: (0, 1),      # FetchSnapshot
+    62: (0, 4),      # BrokerRegistration
+    63: (0, 1),      # BrokerHeartbeat
+    67: (0, 0),      # AllocateProducerIds
+}
+
+
+def _resp(api_key: int, **kw):
+    return RESPONSES[api_key](**kw)
+
+
+async def _mutate(svc, command):
+    """(result, None) or (None, NOT_CONTROLLER)."""
+    from metadata_quorum.service import NotActive
+    try:
+        return await svc.mutate(command), None
+    except NotActive:
+        return None, ErrorCode.NOT_CONTROLLER
+
+
+async def handle_api_versions(svc, req):
+    cls = RESPONSES[18]
+    return cls(error_code=0, api_keys=[cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                                       for k, (lo, hi) in sorted(SUPPORTED.items())])
+
+
+async def handle_broker_registration(svc, req):
+    b = req.body
+    host, port = "127.0.0.1", 0
+    if b.listeners:
+        host, port = b.listeners[0].host, b.listeners[0].port
+    result, err = await _mutate(svc, lambda now: svc.controller.register_broker(
+        b.broker_id, str(b.incarnation_id), host, port, b.rack or None, now))
+    if err:
+        return _resp(62, error_code=err, broker_epoch=-1)
+    return _resp(62, error_code=result.error, broker_epoch=result.broker_epoch)
+
+
+async def handle_broker_heartbeat(svc, req):
+    b = req.body
+    result, err = await _mutate(svc, lambda now: svc.controller.broker_heartbeat(
+        b.broker_id, b.broker_epoch, b.current_metadata_offset, b.want_fence, b.want_shut_down, now))
+    if err:
+        return _resp(63, error_code=err, is_fenced=True)
+    return _resp(63, error_code=result.error, is_caught_up=result.is_caught_up,
+                 is_fenced=result.is_fenced, should_shut_down=result.should_shut_down)
+
+
+async def handle_create_topics(svc, req):
+    cls = RESPONSES[19]
+    topics = []
+    for t in req.body.topics:
+        assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
+        topics.append({"name": t.name, "num_partitions": t.num_partitions,
+                       "replication_factor": t.replication_factor, "assignments": assignments,
+                       "configs": {c.name: c.value for c in t.configs if c.value is not None}})
+    results, err = await _mutate(svc, lambda now: svc.controller.create_topics(
+        topics, req.body.validate_only))
+    out = []
+    for i, t in enumerate(topics):
+        if err:
+            out.append(cls.CreatableTopicResult(name=t["name"], error_code=err))
+            continue
+        res = results[i]
+        out.append(cls.CreatableTopicResult(
+            name=res.name, error_code=res.error, error_message=res.message,
+            topic_id=res.topic_id or cls.CreatableTopicResult().topic_id,
+            num_partitions=res.num_partitions, replication_factor=res.replication_factor))
+    return cls(topics=out)
+
+
+async def handle_delete_topics(svc, req):
+    cls = RESPONSES[20]
+    names = list(req.body.topic_names)
+    ids = []
+    for t in req.body.topics:
+        if t.name is not None:
+            names.append(t.name)
+        else:
+            ids.append(t.topic_id)
+    results, err = await _mutate(svc, lambda now: svc.controller.delete_topics(names, ids))
+    if err:
+        return cls(responses=[cls.DeletableTopicResult(name=n, error_code=err) for n in names])
+    return cls(responses=[cls.DeletableTopicResult(name=r.name, topic_id=r.topic_id or
+                                                   cls.DeletableTopicResult().topic_id,
+                                                   error_code=r.error, error_message=r.message)
+                          for r in results])
+
+
+async def handle_create_partitions(svc, req):
+    cls = RESPONSES[37]
+    reqs = [(t.name, t.count, [list(a.broker_ids) for a in t.assignments] if t.assignments else None)
+            for t in req.body.topics]
+    results, err = await _mutate(svc, lambda now: svc.controller.create_partitions(
+        reqs, req.body.validate_only))
+    if err:
+        return cls(results=[cls.CreatePartitionsTopicResult(name=n, error_code=err) for n, _, _ in reqs])
+    return cls(results=[cls.CreatePartitionsTopicResult(name=r.name, error_code=r.error,
+                                                        error_message=r.message) for r in results])
+
+
+async def handle_incremental_alter_configs(svc, req):
+    cls = RESPONSES[44]
+    resources = [(r.resource_type, r.resource_name,
+                  [(c.name, c.config_operation, c.value) for c in r.configs])
+                 for r in req.body.resources]
+    results, err = await _mutate(svc, lambda now: svc.controller.incremental_alter_configs(
+        resources, req.body.validate_only))
+    out = []
+    for i, (rtype, name, _) in enumerate(resources):
+        code, msg = (err, None) if err else results[i]
+        out.append(cls.AlterConfigsResourceResponse(error_code=code, error_message=msg,
+                                                    resource_type=rtype, resource_name=name))
+    return cls(responses=out)
+
+
+async def handle_alter_configs(svc, req):
+    cls = RESPONSES[33]
+    resources = [(r.resource_type, r.resource_name, {c.name: c.value for c in r.configs})
+                 for r in req.body.resources]
+    results, err = await _mutate(svc, lambda now: svc.controller.alter_configs(
+        resources, req.body.validate_only))
+    out = []
+    for i, (rtype, name, _) in enumerate(resources):
+        code, msg = (err, None) if err else results[i]
+        out.append(cls.AlterConfigsResourceResponse(error_code=code, error_message=msg,
+                                                    resource_type=rtype, resource_name=name))
+    return cls(responses=out)
+
+
+async def handle_alter_partition(svc, req):
+    cls = RESPONSES[56]
+    b = req.body
+    v = req.api_version
+    items = []
+    for t in b.topics:
+        topic_id = t.topic_id
+        if v < 2:
+            topic = svc.controller.image.topics.get(t.topic_name)
+            topic_id = topic.topic_id if topic else None
+        for p in t.partitions:
+            isr = list(p.new_isr) if v < 3 else [x.broker_id for x in p.new_isr_with_epochs]
+            items.append((t, topic_id, p, isr))
+
+    def command(now):
+        records, results = [], []
+        for t, topic_id, p, isr in items:
+            if topic_id is None:
+                results.append(None)
+                continue
+            recs, res = svc.controller.alter_partition(b.broker_id, b.broker_epoch, topic_id,
+                                                       p.partition_index, p.leader_epoch,
+                                                       p.partition_epoch, isr)
+            records += recs
+            results.append(res)
+        return records, results
+
+    results, err = await _mutate(svc, command)
+    by_topic: dict = {}
+    for i, (t, topic_id, p, isr) in enumerate(items):
+        res = results[i] if results else None
+        entry = by_topic.setdefault(id(t), cls.TopicData(topic_name=t.topic_name, topic_id=t.topic_id))
+        if err or res is None:
+            code = err or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            entry.partitions.append(cls.PartitionData(partition_index=p.partition_index, error_code=code))
+        else:
+            entry.partitions.append(cls.PartitionData(
+                partition_index=p.partition_index, error_code=res.error, leader_id=res.leader,
+                leader_epoch=res.leader_epoch, isr=list(res.isr), partition_epoch=res.partition_epoch))
+    return cls(error_code=0, topics=list(by_topic.values()))
+
+
+async def handle_elect_leaders(svc, req):
+    cls = RESPONSES[43]
+    parts = [(t.topic, p) for t in (req.body.topic_partitions or []) for p in t.partitions]
+    results, err = await _mutate(svc, lambda now: svc.controller.elect_leaders(
+        req.body.election_type, parts))
+    by_topic: dict = {}
+    for i, (topic, p) in enumerate(parts):
+        code = err or results[i][2]
+        by_topic.setdefault(topic, []).append(cls.PartitionResult(partition_id=p, error_code=code))
+    return cls(error_code=0, replica_election_results=[
+        cls.ReplicaElectionResult(topic=t, partition_result=ps) for t, ps in by_topic.items()])
+
+
+async def handle_allocate_producer_ids(svc, req):
+    res, err = await _mutate(svc, lambda now: svc.controller.allocate_producer_ids(
+        req.body.broker_id, req.body.broker_epoch))
+    if err:
+        return _resp(67, error_code=err)
+    code, start, length = res
+    return _resp(67, error_code=code, producer_id_start=start, producer_id_len=length)
+
+
+async def handle_describe_quorum(svc, req):
+    cls = RESPONSES[55]
+    st = svc.quorum.status()
+    now = int(time.time() * 1000)
+    voters = []
+    for nid in sorted(svc.config.raft_peers):
+        # Voters' positions are Raft log indexes (pysyncobj's), known only on the leader.
+        if nid == svc.config.node_id:
+            leo = svc.next_offset
+        else:
+            leo = st["match_index"].get(nid, -1) if svc.active else -1
+        voters.append(cls.ReplicaState(replica_id=nid, log_end_offset=leo,
+                                       last_fetch_timestamp=-1, last_caught_up_timestamp=-1))
+    observers = [cls.ReplicaState(replica_id=b, log_end_offset=off, last_fetch_timestamp=ts,
+                                  last_caught_up_timestamp=ts if off >= svc.next_offset else -1)
+                 for b, (off, ts) in sorted(svc.observers.items())]
+    part = cls.PartitionData(partition_index=0, leader_id=st["leader_id"], leader_epoch=st["term"],
+                             high_watermark=svc.next_offset, current_voters=voters,
+                             observers=observers)
+    nodes = [cls.Node(node_id=nid, listeners=[cls.Listener(name="CONTROLLER", host=h, port=p)])
+             for nid, (h, p) in sorted(svc.config.voters.items())]
+    _ = now
+    return cls(error_code=0, topics=[cls.TopicData(topic_name=METADATA_TOPIC, partitions=[part])],
+               nodes=nodes)
+
+
+def _records_batch(base_offset: int, encoded: list[bytes]) -> bytes:
+    ts = int(time.time() * 1000)
+    return build_batch([Record(offset_delta=i, value=e) for i, e in enumerate(encoded)],
+                       base_offset=base_offset, base_timestamp=ts)
+
+
+async def handle_fetch(svc, req):
+    """The metadata stream (see service.py)."""
+    cls = RESPONSES[1]
+    b = req.body
+    try:
+        part = b.topics[0].partitions[0]
+    except IndexError:
+        return cls(error_code=ErrorCode.INVALID_REQUEST)
+    offset = part.fetch_offset
+    with trio.move_on_after(max(b.max_wait_ms, 0) / 1000):
+        while offset >= svc.next_offset and offset >= svc.tail_start:
+            await svc.new_data.wait()
+    svc.observers[b.replica_id] = (offset, int(time.time() * 1000))
+    pd = cls.PartitionData(partition_index=0, high_watermark=svc.next_offset,
+                           last_stable_offset=svc.next_offset, log_start_offset=svc.tail_start)
+    if offset < svc.tail_start:
+        pd.snapshot_id = cls.SnapshotId(end_offset=svc.next_offset, epoch=0)
+    elif offset > svc.next_offset:
+        pd.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+    elif offset < svc.next_offset:
+        start = offset - svc.tail_start
+        pd.records = _records_batch(offset, svc.tail[start:start + MAX_FETCH_RECORDS])
+    return cls(responses=[cls.FetchableTopicResponse(topic=METADATA_TOPIC, partitions=[pd])])
+
+
+async def handle_fetch_snapshot(svc, req):
+    cls = RESPONSES[59]
+    image = svc.controller.image
+    end = svc.next_offset
+    encoded = [encode_record(r) for r in image.to_records()]
+    data = _records_batch(0, encoded) if encoded else b""
+    pd = cls.PartitionSnapshot(index=0, snapshot_id=cls.SnapshotId(end_offset=end, epoch=0),
+                               size=len(data), position=0, unaligned_records=data)
+    return cls(topics=[cls.TopicSnapshot(name=METADATA_TOPIC, partitions=[pd])])
+
+
+HANDLERS = {
+    1: handle_fetch, 18: handle_api_versions, 19: handle_create_topics, 20: handle_delete_topics,
+    33: handle_alter_configs, 37: handle_create_partitions, 43: handle_elect_leaders,
+    44: handle_incremental_alter_configs, 55: handle_describe_quorum, 56: handle_alter_partition,
+    59: handle_fetch_snapshot, 62: handle_broker_registration, 63: handle_broker_heartbeat,
+    67: handle_allocate_producer_ids,
+}
+assert set(HANDLERS) == set(SUPPORTED)
+assert all(REQUESTS[k].VALID_VERSIONS[0] <= lo and hi <= REQUESTS[k].VALID_VERSIONS[1]
+           for k, (lo, hi) in SUPPORTED.items())

@@ -1,0 +1,168 @@
+"""The controller process: Raft quorum + pure controller + a Kafka-protocol listener (trio).
+
+Active controller = Raft leader. On becoming leader it commits a NoOp (so everything committed by
+earlier leaders is applied here), grants every broker a fresh session, and only then serves
+commands. Commands run one at a time against the committed image; their records are proposed as
+one Raft entry and the answer is sent after they commit (so a success is never lost). A node that
+is not active answers mutations with NOT_CONTROLLER; brokers then try the next voter.
+
+The metadata stream for brokers is served by *every* controller from its committed log, KRaft
+style: `Fetch` (v12) on topic `__cluster_metadata` partition 0 from an offset, long-polled up to
+`max_wait_ms`, answered with one RecordBatch whose record values are msgpack metadata records
+(base offset = metadata offset). When the offset is older than the retained tail, the response
+carries a `snapshot_id` and the broker sends `FetchSnapshot`, answered with the image as records
+(`MetadataImage.to_records()`), ending at the snapshot's end offset.
+
+pysyncobj's thread never blocks on us: its callbacks hop onto the trio loop with `run_sync_soon`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import trio
+
+from metadata_quorum.config import ControllerConfig
+from metadata_quorum.controller.quorum_controller import QuorumController
+from metadata_quorum.controller_handlers import HANDLERS, SUPPORTED
+from metadata_quorum.quorum.raft import RaftQuorum, fail_reason
+from metadata_quorum.records import NoOpRecord, encode_batch
+from partition_server.network import serve_listener
+
+log = logging.getLogger(__name__)
+
+COMMIT_TIMEOUT_S = 5.0
+TICK_S = 0.25
+MAX_SERVICE_TAIL = 50_000
+
+
+class NotActive(Exception):
+    """This controller is not the active one (or lost leadership mid-command)."""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ControllerService:
+    def __init__(self, config: ControllerConfig):
+        self.config = config
+        self.controller = QuorumController(config.session_timeout_ms, config.num_partitions,
+                                           config.default_replication_factor)
+        peers = {nid: f"{h}:{p}" for nid, (h, p) in config.raft_peers.items()}
+        self.quorum = RaftQuorum(config.node_id, peers, config.metadata_dir, config.password)
+        self.next_offset = 0
+        self.tail: list[bytes] = []
+        self.tail_start = 0
+        self.new_data = trio.Event()
+        self.active = False
+        self.lock = trio.Lock()
+        self.observers: dict[int, tuple[int, int]] = {}
+        self.token = None
+
+    # -- commit path --------------------------------------------------------------------------
+
+    def _on_commit_threadsafe(self, first: int, records: list, encoded: list) -> None:
+        try:
+            self.token.run_sync_soon(self._on_commit, first, records, encoded)
+        except trio.RunFinishedError:
+            pass
+
+    def _on_commit(self, first: int, records: list, encoded: list) -> None:
+        if first != self.next_offset:
+            log.error("metadata offset gap: expected %d, got %d", self.next_offset, first)
+        for i, rec in enumerate(records):
+            self.controller.replay(first + i, rec)
+        self.next_offset = first + len(records)
+        self.tail.extend(encoded)
+        if len(self.tail) > MAX_SERVICE_TAIL:
+            drop = len(self.tail) - MAX_SERVICE_TAIL // 2
+            del self.tail[:drop]
+            self.tail_start += drop
+        event, self.new_data = self.new_data, trio.Event()
+        event.set()
+
+    async def commit(self, records: list) -> None:
+        done = trio.Event()
+        box: dict = {}
+
+        def finish(res, err):
+            box["res"], box["err"] = res, err
+            done.set()
+
+        def callback(res, err):
+            try:
+                self.token.run_sync_soon(finish, res, err)
+            except trio.RunFinishedError:
+                pass
+
+        self.quorum.propose(encode_batch(records), callback)
+        with trio.move_on_after(COMMIT_TIMEOUT_S):
+            await done.wait()
+        if not done.is_set():
+            raise NotActive("commit timed out (no quorum?)")
+        if box["err"] != 0:
+            raise NotActive(f"commit failed: {fail_reason(box['err'])}")
+
+    async def mutate(self, command):
+        """Run `command(now_ms) -> (records, result)` as the active controller."""
+        async with self.lock:
+            if not self.active:
+                raise NotActive("not the active controller")
+            records, result = command(now_ms())
+            if records:
+                await self.commit(records)
+            return result
+
+    # -- background loops ---------------------------------------------------------------------
+
+    async def _leadership_loop(self) -> None:
+        while True:
+            leader = self.quorum.is_leader
+            if leader and not self.active:
+                try:
+                    async with self.lock:
+                        await self.commit([NoOpRecord()])
+                        self.controller.become_active(now_ms())
+                        self.active = True
+                    log.info("controller %d is now active (term %s)", self.config.node_id,
+                             self.quorum.status()["term"])
+                except NotActive as exc:
+                    log.info("could not become active: %s", exc)
+            elif not leader and self.active:
+                self.active = False
+                log.info("controller %d is no longer active", self.config.node_id)
+            await trio.sleep(0.05)
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await trio.sleep(TICK_S)
+            if self.active:
+                try:
+                    await self.mutate(lambda now: (self.controller.tick(now), None))
+                except NotActive:
+                    pass
+
+    # -- requests -----------------------------------------------------------------------------
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        self.token = trio.lowlevel.current_trio_token()
+        image, next_offset, tail_start, tail = self.quorum.log.subscribe(self._on_commit_threadsafe)
+        self.controller.load_image(image)
+        self.next_offset, self.tail_start, self.tail = next_offset, tail_start, tail
+        host, port = self.config.listener
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(serve_listener, host, port, self._dispatch_wire,
+                                            "CONTROLLER", 100 * 1024 * 1024, SUPPORTED)
+            nursery.start_soon(self._leadership_loop)
+            nursery.start_soon(self._tick_loop)
+            bound = listeners[0].socket.getsockname()
+            print(f"controller {self.config.node_id} listening on {bound[0]}:{bound[1]}", flush=True)
+            task_status.started(bound)
+
+    async def _dispatch_wire(self, ctx, request):
+        return await HANDLERS[request.api_key](self, request)
+
+    def close(self) -> None:
+        self.quorum.destroy()
