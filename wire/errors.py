@@ -154,6 +154,11 @@ _CODES = [
     (127, "VOTER_NOT_FOUND", 0, "The voter is not part of the set of voters."),
     (128, "INVALID_REGULAR_EXPRESSION", 0, "The regular expression is not valid."),
     (129, "REBOOTSTRAP_REQUIRED", 0, "Client metadata is stale, client should rebootstrap to obtain new metadata."),
+    # Kafka 4.1 (KIP-1071 streams groups, KIP-932 share groups)
+    (130, "STREAMS_INVALID_TOPOLOGY", 0, "The supplied topology is invalid."),
+    (131, "STREAMS_INVALID_TOPOLOGY_EPOCH", 0, "The supplied topology epoch is invalid."),
+    (132, "STREAMS_TOPOLOGY_FENCED", 0, "The supplied topology epoch is outdated."),
+    (133, "SHARE_SESSION_LIMIT_REACHED", R, "The limit of share sessions has been reached."),
 ]
 
 

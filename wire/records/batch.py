@@ -22,7 +22,7 @@ from typing import Iterator, NamedTuple
 
 from wire.errors import DecodeError
 from wire.primitives import read_varint, read_varlong, write_varint, write_varlong
-from wire.records import compression
+from wire.records import compression as codecs
 from wire.records.crc32c import crc32c
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -290,7 +290,7 @@ def decode_records(data, count: int, base_offset: int, base_timestamp: int,
     return out
 
 
-def decode_batch(buf, pos: int = 0, max_decompressed: int = compression.DEFAULT_MAX_DECOMPRESSED,
+def decode_batch(buf, pos: int = 0, max_decompressed: int = codecs.DEFAULT_MAX_DECOMPRESSED,
                  verify_crc: bool = True) -> DecodedBatch:
     h = RecordBatchHeader(buf, pos)
     reason = h.invalid_reason() if verify_crc else None
@@ -298,53 +298,131 @@ def decode_batch(buf, pos: int = 0, max_decompressed: int = compression.DEFAULT_
         raise DecodeError(f"invalid record batch: {reason}")
     body = memoryview(buf)[pos + BATCH_HEADER_SIZE:pos + h.size_in_bytes]
     if h.compression != Compression.NONE:
-        body = memoryview(compression.decompress(h.compression, body, max_decompressed))
+        body = memoryview(codecs.decompress(h.compression, body, max_decompressed))
     lat = h.max_timestamp if h.timestamp_type == TimestampType.LOG_APPEND_TIME else None
     return DecodedBatch(h, decode_records(body, h.records_count, h.base_offset,
                                           h.base_timestamp, lat))
 
 
-def build_batch(records, *, base_offset: int = 0, partition_leader_epoch: int = -1,
-                compression_type: int = Compression.NONE, producer_id: int = -1,
-                producer_epoch: int = -1, base_sequence: int = -1,
-                is_transactional: bool = False, is_control: bool = False,
-                base_timestamp: int | None = None,
-                timestamp_type: int = TimestampType.CREATE_TIME) -> bytes:
-    """Encode a v2 batch. `records`: `Record`s or (key, value, headers, timestamp_ms) tuples."""
-    now = int(time.time() * 1000)
-    recs: list[tuple] = []
-    for i, r in enumerate(records):
-        if isinstance(r, Record):
-            recs.append((r, None))
-        else:
-            key, value, headers, ts = (tuple(r) + (None, None, None, None))[:4]
-            recs.append((Record(i, 0, key, value, list(headers or [])), now if ts is None else ts))
-    if not recs:
-        raise ValueError("a record batch needs at least one record")
-    stamps = [ts for _, ts in recs if ts is not None]
-    if base_timestamp is None:
-        base_timestamp = min(stamps) if stamps else now
-    body = bytearray()
-    max_ts = base_timestamp
-    last_delta = 0
-    for r, ts in recs:
-        if ts is not None:
-            r.timestamp_delta = ts - base_timestamp
-        max_ts = max(max_ts, base_timestamp + r.timestamp_delta)
-        last_delta = max(last_delta, r.offset_delta)
-        encode_record(body, r)
-    if compression_type != Compression.NONE:
-        body = bytearray(compression.compress(compression_type, bytes(body)))
-    attributes = (compression_type & COMPRESSION_MASK) | (
-        TIMESTAMP_TYPE_MASK if timestamp_type == TimestampType.LOG_APPEND_TIME else 0) | (
-        TRANSACTIONAL_MASK if is_transactional else 0) | (CONTROL_MASK if is_control else 0)
-    out = bytearray(HEADER.pack(base_offset, BATCH_HEADER_SIZE - LOG_OVERHEAD + len(body),
-                                partition_leader_epoch, MAGIC, 0, attributes, last_delta,
-                                base_timestamp, max_ts, producer_id, producer_epoch,
-                                base_sequence, len(recs)))
+class RecordBatchBuilder:
+    """Accumulates records for one v2 batch, then encodes it with `build()`.
+
+    `append(key, value, headers=(), timestamp_ms=None)` assigns consecutive offset deltas;
+    `append_record(Record)` keeps the record's own deltas (relative to `base_timestamp`, which
+    must then be given). `estimated_size` lets a producer cut batches at a byte budget.
+    """
+
+    def __init__(self, *, base_offset: int = 0, partition_leader_epoch: int = -1,
+                 compression: int = Compression.NONE, producer_id: int = NO_PRODUCER_ID,
+                 producer_epoch: int = NO_PRODUCER_EPOCH, base_sequence: int = NO_SEQUENCE,
+                 is_transactional: bool = False, is_control: bool = False,
+                 base_timestamp: int | None = None,
+                 timestamp_type: int = TimestampType.CREATE_TIME):
+        if not 0 <= compression <= Compression.ZSTD:
+            raise ValueError(f"unknown compression codec {compression}")
+        self.base_offset = base_offset
+        self.partition_leader_epoch = partition_leader_epoch
+        self.compression = Compression(compression)
+        self.producer_id, self.producer_epoch = producer_id, producer_epoch
+        self.base_sequence = base_sequence
+        self.is_transactional, self.is_control = is_transactional, is_control
+        self.base_timestamp = base_timestamp
+        self.timestamp_type = TimestampType(timestamp_type)
+        self._pending: list[tuple[Record, int | None]] = []   # (record, absolute ts or None)
+        self._next_delta = 0
+        self.estimated_size = BATCH_HEADER_SIZE
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def append(self, key, value, headers=(), timestamp_ms: int | None = None) -> int:
+        """Add a record at the next offset delta (no timestamp: the build time); returns it."""
+        rec = Record(self._next_delta, 0, key, value, list(headers or ()))
+        self._add(rec, _NOW if timestamp_ms is None else timestamp_ms)
+        return rec.offset_delta
+
+    def append_record(self, record: Record) -> None:
+        """Add a record that keeps its own offset and timestamp deltas."""
+        self._add(record, None)
+
+    def _add(self, rec: Record, ts) -> None:
+        self._pending.append((rec, ts))
+        self._next_delta = max(self._next_delta, rec.offset_delta + 1)
+        # varint overheads are at most ~20 bytes a record; good enough for batch cutting
+        self.estimated_size += 21 + len(rec.key or b"") + len(rec.value or b"") + sum(
+            len(k) + len(v or b"") + 10 for k, v in rec.headers)
+
+    def build(self, now_ms: int | None = None) -> bytes:
+        """Encode the batch. Records appended without a timestamp get `now_ms` (or the clock)."""
+        if not self._pending:
+            raise ValueError("a record batch needs at least one record")
+        stamps = [ts for _, ts in self._pending if ts is not None and ts is not _NOW]
+        now = 0
+        if any(ts is _NOW for _, ts in self._pending) or (self.base_timestamp is None
+                                                          and not stamps):
+            now = now_ms if now_ms is not None else int(time.time() * 1000)
+            if any(ts is _NOW for _, ts in self._pending):
+                stamps.append(now)
+        base_ts = self.base_timestamp
+        if base_ts is None:
+            base_ts = min(stamps) if stamps else now
+        body = bytearray()
+        max_ts = base_ts
+        last_delta = 0
+        for rec, ts in self._pending:
+            if ts is not None:
+                rec.timestamp_delta = (now if ts is _NOW else ts) - base_ts
+            max_ts = max(max_ts, base_ts + rec.timestamp_delta)
+            last_delta = max(last_delta, rec.offset_delta)
+            encode_record(body, rec)
+        if self.compression != Compression.NONE:
+            body = codecs.compress(self.compression, body)
+        return _assemble(self, body, base_ts, max_ts, last_delta, len(self._pending))
+
+
+_NOW = object()          # "stamp with the build time" marker for appended records
+
+
+def _assemble(b: RecordBatchBuilder, body, base_ts: int, max_ts: int, last_delta: int,
+              count: int) -> bytes:
+    attributes = int(b.compression) | (
+        TIMESTAMP_TYPE_MASK if b.timestamp_type == TimestampType.LOG_APPEND_TIME else 0) | (
+        TRANSACTIONAL_MASK if b.is_transactional else 0) | (CONTROL_MASK if b.is_control else 0)
+    out = bytearray(HEADER.pack(b.base_offset, BATCH_HEADER_SIZE - LOG_OVERHEAD + len(body),
+                                b.partition_leader_epoch, MAGIC, 0, attributes, last_delta,
+                                base_ts, max_ts, b.producer_id, b.producer_epoch,
+                                b.base_sequence, count))
     out += body
     _CRC.pack_into(out, 17, crc32c(memoryview(out)[CRC_START:]))
     return bytes(out)
+
+
+def build_batch(records, *, base_offset: int = 0, partition_leader_epoch: int = -1,
+                compression: int | None = None, producer_id: int = NO_PRODUCER_ID,
+                producer_epoch: int = NO_PRODUCER_EPOCH, base_sequence: int = NO_SEQUENCE,
+                is_transactional: bool = False, is_control: bool = False,
+                base_timestamp: int | None = None,
+                timestamp_type: int = TimestampType.CREATE_TIME,
+                compression_type: int | None = None, now_ms: int | None = None) -> bytes:
+    """Encode a v2 batch. `records`: `Record`s or (key, value, headers, timestamp_ms) tuples.
+
+    Tuples get consecutive offset deltas and the timestamp given (None: `now_ms`, default the
+    wall clock). `Record`s keep their own offset and timestamp deltas. `compression_type` is an
+    older spelling of `compression`.
+    """
+    codec = compression if compression is not None else compression_type or Compression.NONE
+    b = RecordBatchBuilder(base_offset=base_offset, partition_leader_epoch=partition_leader_epoch,
+                           compression=codec, producer_id=producer_id,
+                           producer_epoch=producer_epoch, base_sequence=base_sequence,
+                           is_transactional=is_transactional, is_control=is_control,
+                           base_timestamp=base_timestamp, timestamp_type=timestamp_type)
+    for i, r in enumerate(records):
+        if isinstance(r, Record):
+            b.append_record(r)
+        else:
+            key, value, headers, ts = (tuple(r) + (None, None, None, None))[:4]
+            b._add(Record(i, 0, key, value, list(headers or ())), _NOW if ts is None else ts)
+    return b.build(now_ms)
 
 
 # -- control records (transaction markers and KRaft control records) -----------------------------
@@ -387,9 +465,34 @@ def parse_end_txn_marker_value(value: bytes) -> tuple[int, int]:
 
 def build_end_txn_marker(commit: bool, producer_id: int, producer_epoch: int,
                          coordinator_epoch: int, base_offset: int = 0,
-                         timestamp_ms: int | None = None) -> bytes:
+                         timestamp_ms: int | None = None, partition_leader_epoch: int = -1) -> bytes:
+    """A transaction marker batch: one COMMIT/ABORT control record, transactional + control."""
     rtype = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
-    rec = Record(0, 0, control_key(rtype), end_txn_marker_value(coordinator_epoch), [])
+    return build_control_batch(rtype, end_txn_marker_value(coordinator_epoch),
+                               producer_id=producer_id, producer_epoch=producer_epoch,
+                               is_transactional=True, base_offset=base_offset,
+                               timestamp_ms=timestamp_ms,
+                               partition_leader_epoch=partition_leader_epoch)
+
+
+def build_control_batch(record_type: int, value: bytes | None, *, base_offset: int = 0,
+                        timestamp_ms: int | None = None, partition_leader_epoch: int = -1,
+                        producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
+                        is_transactional: bool = False, key_version: int = 0) -> bytes:
+    """A batch of one control record (KRaft's LEADER_CHANGE, SNAPSHOT_HEADER, ... carry their
+    own schema-encoded `value`; the caller encodes it)."""
+    rec = Record(0, 0, control_key(record_type, key_version), value, [])
     return build_batch([rec], base_offset=base_offset, producer_id=producer_id,
-                       producer_epoch=producer_epoch, is_transactional=True, is_control=True,
-                       base_timestamp=timestamp_ms)
+                       producer_epoch=producer_epoch, is_transactional=is_transactional,
+                       is_control=True, base_timestamp=timestamp_ms,
+                       partition_leader_epoch=partition_leader_epoch)
+
+
+def control_record_type(key: bytes | None) -> ControlRecordType | int:
+    """The type of a control record from its key (unknown types come back as plain ints,
+    since Kafka tells readers to skip control types they do not know)."""
+    _version, rtype = parse_control_key(key)
+    try:
+        return ControlRecordType(rtype)
+    except ValueError:
+        return rtype
