@@ -101,11 +101,18 @@ async def serve_connection(stream: trio.SocketStream, dispatch: Dispatch, listen
                         return
                     await stream.send_all(unsupported_api_versions_response(conn, request))
                     continue
-                result = await dispatch(ctx, request)
-                if result is None:
-                    conn.no_response(request)
-                    continue
-                chunks = conn.send_response_chunks(request, result)
+                try:
+                    result = await dispatch(ctx, request)
+                    if result is None:
+                        conn.no_response(request)
+                        continue
+                    chunks = conn.send_response_chunks(request, result)
+                except (trio.Cancelled, KeyboardInterrupt):
+                    raise
+                except Exception:  # noqa: BLE001 - a handler bug costs this connection only
+                    log.exception("request %s v%d from %s failed; closing the connection",
+                                  request.name, request.api_version, peer)
+                    return
                 await _send_chunks(stream, chunks)
     except DecodeError as exc:
         log.info("closing connection from %s: %s", peer, exc)

@@ -116,7 +116,7 @@ class ServerConnection:
         if isinstance(response, (bytes, bytearray)):
             body = [bytes(response)]
         else:
-            body = response.encode_chunks(request.api_version)
+            body = response.encode_chunks(request.api_version, lenient=True)
         total = len(header) + sum(len(c) if isinstance(c, bytes) else c.size for c in body)
         first = framing.size_prefix(total) + header
         if body and isinstance(body[0], bytes):

@@ -55,7 +55,6 @@ class DevLayout:
             "process.roles": "controller",
             "controller.quorum.voters": self.voters,
             "listeners": f"CONTROLLER://127.0.0.1:{self.controller_port(index)}",
-            "raftka.controller.raft.port": str(self.raft_port(index)),
             "raftka.controller.raft.peers": ",".join(
                 f"{c}@127.0.0.1:{self.raft_port(i)}" for i, c in enumerate(CONTROLLER_IDS)),
             "metadata.log.dir": str(self.data_dir / f"controller-{cid}"),

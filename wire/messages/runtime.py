@@ -154,11 +154,11 @@ class Struct:
         return f"{type(self).__name__}({parts})"
 
     @classmethod
-    def _codec(cls, version: int, flexible: bool):
-        key = (version, flexible)
+    def _codec(cls, version: int, flexible: bool, lenient: bool = False):
+        key = (version, flexible, lenient)
         codec = cls._codecs.get(key)
         if codec is None:
-            codec = cls._codecs[key] = _compile(cls, version, flexible)
+            codec = cls._codecs[key] = _compile(cls, version, flexible, lenient)
         return codec
 
 
@@ -190,10 +190,13 @@ class Message(Struct):
     def check_version(cls, version: int) -> bool:
         return cls.VALID_VERSIONS[0] <= version <= cls.VALID_VERSIONS[1]
 
-    def encode_into(self, out: bytearray, version: int, opaque: list | None = None) -> None:
+    def encode_into(self, out: bytearray, version: int, opaque: list | None = None,
+                    lenient: bool = False) -> None:
+        """With `lenient`, fields the version cannot carry are dropped instead of refused: a
+        server fills a response with everything it knows and each version keeps what it has."""
         if not self.check_version(version):
             raise EncodeError(f"{self.NAME} has no version {version}")
-        enc = self._codec(version, self.is_flexible(version))[0]
+        enc = self._codec(version, self.is_flexible(version), lenient)[0]
         try:
             enc(self, out, opaque)
         except (struct.error, TypeError, AttributeError, UnicodeEncodeError, OverflowError) as exc:
@@ -204,11 +207,11 @@ class Message(Struct):
         self.encode_into(out, version, None)
         return bytes(out)
 
-    def encode_chunks(self, version: int) -> list:
+    def encode_chunks(self, version: int, lenient: bool = False) -> list:
         """Bytes and opaque records objects (with `.size`) in wire order."""
         out = bytearray()
         opaque: list = []
-        self.encode_into(out, version, opaque)
+        self.encode_into(out, version, opaque, lenient)
         if not opaque:
             return [bytes(out)]
         chunks: list = []
@@ -273,7 +276,7 @@ def _field_flexible(f: F, version: int, flexible: bool) -> bool:
     return _in(f.flexible, version)
 
 
-def _compile(cls, version: int, flexible: bool):
+def _compile(cls, version: int, flexible: bool, lenient: bool = False):
     enc_src, dec_src = _Src(), _Src()
     for src in (enc_src, dec_src):
         src.ns.update(DecodeError=DecodeError, EncodeError=EncodeError, take=take,
@@ -290,20 +293,20 @@ def _compile(cls, version: int, flexible: bool):
 
     enc_src.emit(0, "def enc(o, b, opaque):")
     for f in absent:
-        if not f.ignorable:
+        if not f.ignorable and not lenient:
             dflt = enc_src.const(f, "f")
             enc_src.emit(1, f"if not _is_default({dflt}, o.{f.name}):")
             enc_src.emit(2, f"raise EncodeError('field {f.name} is not supported in "
                             f"{cls.__name__} version {version}')")
     enc_src.ns["_is_default"] = _is_default
-    _emit_positional(enc_src, dec_src, positional, version, flexible)
+    _emit_positional(enc_src, dec_src, positional, version, flexible, lenient)
     dec_src.lines.insert(0, "def dec(mv, pos):")
     dec_src.lines.insert(1, "    o = new(cls)")
     for f in absent:
         fld = dec_src.const(f, "f")
         dec_src.emit(1, f"o.{f.name} = {fld}.make_default()")
     if flexible:
-        _emit_tagged(enc_src, dec_src, cls, tagged, version)
+        _emit_tagged(enc_src, dec_src, cls, tagged, version, lenient)
     else:
         dec_src.emit(1, "o._unknown_tagged = None")
     enc_src.emit(1, "return None")
@@ -345,7 +348,8 @@ def _encode_records(b: bytearray, value, flexible: bool, nullable: bool, opaque)
     opaque.append((len(b), value))
 
 
-def _emit_positional(enc: _Src, dec: _Src, fields: list[F], version: int, flexible: bool) -> None:
+def _emit_positional(enc: _Src, dec: _Src, fields: list[F], version: int, flexible: bool,
+                     lenient: bool = False) -> None:
     group: list[F] = []
 
     def flush():
@@ -366,12 +370,12 @@ def _emit_positional(enc: _Src, dec: _Src, fields: list[F], version: int, flexib
             continue
         flush()
         _emit_value(enc, dec, f, f"o.{f.name}", f"o.{f.name}", version,
-                    _field_flexible(f, version, flexible), flexible, 1)
+                    _field_flexible(f, version, flexible), flexible, 1, lenient)
     flush()
 
 
 def _emit_value(enc: _Src, dec: _Src, f: F, src: str, dst: str, version: int, flex: bool,
-                struct_flex: bool, ind: int) -> None:
+                struct_flex: bool, ind: int, lenient: bool = False) -> None:
     """Emit encode of expression `src` and decode into target `dst` for field `f`."""
     nullable = _in(f.nullable, version)
     name = f.name
@@ -396,7 +400,7 @@ def _emit_value(enc: _Src, dec: _Src, f: F, src: str, dst: str, version: int, fl
         else:
             dec.emit(ind + 1, f"raise DecodeError('null array {name}')")
         dec.emit(ind, "else:")
-        _emit_array_body(enc, dec, f, dst, version, flex, struct_flex, ind + 1)
+        _emit_array_body(enc, dec, f, dst, version, flex, struct_flex, ind + 1, lenient)
         return
     t = f.elem
     if t in _FIXED:
@@ -427,7 +431,7 @@ def _emit_value(enc: _Src, dec: _Src, f: F, src: str, dst: str, version: int, fl
         sd = dec.const(f.struct, "S")
         enc.emit(ind, f"v = {src}")
         dec_call = f"{sd}._codec({version}, {struct_flex})[1](mv, pos)"
-        enc_call = f"{se}._codec({version}, {struct_flex})[0](v, b, opaque)"
+        enc_call = f"{se}._codec({version}, {struct_flex}, {lenient})[0](v, b, opaque)"
         if nullable:
             enc.emit(ind, "if v is None:")
             enc.emit(ind + 1, "b += b'\\xff'")
@@ -489,7 +493,7 @@ def _emit_string_or_bytes(enc, dec, t, src, dst, name, version, flex, nullable, 
     dec.emit(ind + 1, "pos = e")
 
 
-def _emit_array_body(enc, dec, f: F, dst: str, version, flex, struct_flex, ind) -> None:
+def _emit_array_body(enc, dec, f: F, dst: str, version, flex, struct_flex, ind, lenient) -> None:
     t = f.elem
     if t in _FIXED:
         code = _FIXED[t]
@@ -506,18 +510,19 @@ def _emit_array_body(enc, dec, f: F, dst: str, version, flex, struct_flex, ind) 
     enc.emit(ind, "for x in v:")
     elem = F(f.name, t, "0+", struct=f.struct, flexible=None)
     elem.versions = (version, version)
-    _emit_value(enc, dec, elem, "x", "x", version, flex, struct_flex, ind + 1)
+    _emit_value(enc, dec, elem, "x", "x", version, flex, struct_flex, ind + 1, lenient)
     dec.emit(ind + 1, "lst.append(x)")
     dec.emit(ind, f"{dst} = lst")
 
 
-def _emit_tagged(enc: _Src, dec: _Src, cls, tagged: list[F], version: int) -> None:
+def _emit_tagged(enc: _Src, dec: _Src, cls, tagged: list[F], version: int,
+                 lenient: bool = False) -> None:
     enc.emit(1, "tg = []")
     for f in tagged:
         fld = enc.const(f, "f")
         enc.emit(1, f"if not _is_default({fld}, o.{f.name}):")
         enc.emit(2, "outer, b = b, bytearray()")
-        _emit_value(enc, _Src(), f, f"o.{f.name}", "_", version, True, True, 2)
+        _emit_value(enc, _Src(), f, f"o.{f.name}", "_", version, True, True, 2, lenient)
         enc.emit(2, f"tg.append(({f.tag}, b))")
         enc.emit(2, "b = outer")
     enc.emit(1, "if o._unknown_tagged:")

@@ -1,0 +1,176 @@
+"""The partition server: a trio nursery owning the client listener, the controller link,
+follower fetchers and periodic housekeeping. Handlers live in `handlers/`; the decisions on
+partitions in `replica_manager.py`; replication state in `replication/`.
+
+Start-up: open the log directory, register with the quorum (fenced), follow the metadata stream,
+heartbeat; once the controller unfences us (we caught up with the metadata log) print
+`broker <id> unfenced` and serve. Shutdown (SIGTERM): ask for controlled shutdown so leadership
+moves away first, then stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import trio
+
+from metadata_quorum.image import MetadataImage
+from partition_server.config import BrokerConfig
+from partition_server.controller_client import ControllerClient
+from partition_server.log import LogConfig, PartitionLog
+from partition_server.network import serve_listener
+from partition_server.purgatory import Purgatory
+from partition_server.replica_manager import ReplicaManager
+from partition_server.replication.fetcher import FetcherManager
+from partition_server.replication.partition import Role
+
+log = logging.getLogger(__name__)
+
+# broker defaults → topic config names, for topics without an override
+BROKER_TO_TOPIC = {
+    "log.segment.bytes": "segment.bytes", "log.roll.ms": "segment.ms",
+    "log.retention.ms": "retention.ms", "log.retention.bytes": "retention.bytes",
+    "log.flush.interval.messages": "flush.messages", "log.flush.interval.ms": "flush.ms",
+    "log.cleanup.policy": "cleanup.policy", "message.max.bytes": "max.message.bytes",
+    "min.insync.replicas": "min.insync.replicas",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+}
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig):
+        self.config = config
+        self.broker_id = config.node_id
+        self.log_dir = os.path.abspath(config["log.dirs"][0])
+        os.makedirs(self.log_dir, exist_ok=True)
+        _, self.host, self.port = config.advertised_endpoint
+        self.replicas = ReplicaManager(self.broker_id, self._open_log)
+        self.purgatory = Purgatory()
+        self.client = ControllerClient(self.broker_id, config.voters, self.host, self.port,
+                                       config["broker.rack"], config["broker.heartbeat.interval.ms"])
+        self.fetchers = FetcherManager(self)
+        self.image = MetadataImage()
+        self.unfenced_once = trio.Event()
+        self.stopping = False
+
+    # -- configuration ----------------------------------------------------------------------------
+
+    def topic_config(self, topic: str) -> dict[str, str]:
+        """Effective topic config: broker defaults overridden by dynamic and topic configs."""
+        merged = {}
+        for broker_key, topic_key in BROKER_TO_TOPIC.items():
+            value = self.config[broker_key]
+            if value is not None:
+                merged[topic_key] = ",".join(value) if isinstance(value, list) else str(value).lower() \
+                    if isinstance(value, bool) else str(value)
+        for broker_key, value in self.image.broker_config(self.broker_id).items():
+            if broker_key in BROKER_TO_TOPIC:
+                merged[BROKER_TO_TOPIC[broker_key]] = value
+        merged.update(self.image.topic_config(topic))
+        return merged
+
+    def _open_log(self, topic: str, partition: int, topic_config: dict) -> PartitionLog:
+        directory = os.path.join(self.log_dir, f"{topic}-{partition}")
+        return PartitionLog(directory, LogConfig.from_kafka(topic_config), now_ms())
+
+    # -- metadata -------------------------------------------------------------------------------
+
+    async def on_image(self, image: MetadataImage) -> None:
+        """Make local replicas match the new image: leadership, new and deleted partitions."""
+        self.image = image
+        now = now_ms()
+        wanted = set()
+        for topic in image.topics.values():
+            cfg = self.topic_config(topic.name)
+            min_isr = int(cfg.get("min.insync.replicas", "1"))
+            for p in topic.partitions.values():
+                if self.broker_id not in p.replicas:
+                    continue
+                wanted.add((topic.name, p.partition_id))
+                try:
+                    role = self.replicas.apply_partition(
+                        topic.name, topic.topic_id, p.partition_id, list(p.replicas), list(p.isr),
+                        p.leader, p.leader_epoch, p.partition_epoch, cfg, min_isr, now)
+                except OSError as exc:
+                    log.error("cannot open %s-%d: %s", topic.name, p.partition_id, exc)
+                    continue
+                if role is Role.FOLLOWER and p.leader >= 0:
+                    self.fetchers.follow(topic.name, p.partition_id, p.leader)
+                else:
+                    self.fetchers.unfollow(topic.name, p.partition_id)
+        for key in list(self.replicas.hosted_keys()):
+            if key not in wanted:
+                self.fetchers.unfollow(*key)
+                self.replicas.remove_partition(*key, delete=True)
+        self.purgatory.notify_all()
+
+    def on_heartbeat_state(self) -> None:
+        if not self.client.fenced and not self.unfenced_once.is_set():
+            print(f"broker {self.broker_id} unfenced: serving on {self.host}:{self.port}", flush=True)
+            self.unfenced_once.set()
+
+    # -- housekeeping -----------------------------------------------------------------------------
+
+    async def _isr_loop(self) -> None:
+        """Propose ISR shrinks/expansions for partitions we lead (AlterPartition)."""
+        lag_ms = self.config["replica.lag.time.max.ms"]
+        while True:
+            await trio.sleep(min(lag_ms / 4000, 0.5))
+            changes = []
+            for hosted in list(self.replicas.partitions.values()):
+                change = hosted.state.isr_change_needed(now_ms(), lag_ms)
+                if change is not None:
+                    changes.append((hosted, change))
+            if changes:
+                from partition_server.replication.isr import send_alter_partition
+                await send_alter_partition(self, changes)
+
+    async def _housekeeping_loop(self) -> None:
+        interval = self.config["log.retention.check.interval.ms"] / 1000
+        next_retention = trio.current_time() + interval
+        while True:
+            await trio.sleep(1.0)
+            now = now_ms()
+            for hosted in list(self.replicas.partitions.values()):
+                try:
+                    hosted.log.maybe_flush(now)
+                    if trio.current_time() >= next_retention:
+                        hosted.log.apply_retention(now)
+                except OSError as exc:
+                    log.error("housekeeping of %s-%d failed: %s", hosted.topic, hosted.partition, exc)
+                    hosted.offline = True
+            if trio.current_time() >= next_retention:
+                next_retention = trio.current_time() + interval
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        from partition_server.handlers import SUPPORTED, dispatch
+        host, port = self.config.client_endpoint
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve_listener, host, port, lambda ctx, req: dispatch(self, ctx, req),
+                                "PLAINTEXT", self.config["socket.request.max.bytes"], SUPPORTED)
+            await self.client.register()
+            nursery.start_soon(self.client.follow_metadata, self.on_image)
+            nursery.start_soon(self.client.heartbeat_loop, self.on_heartbeat_state)
+            nursery.start_soon(self.fetchers.run)
+            nursery.start_soon(self._isr_loop)
+            nursery.start_soon(self._housekeeping_loop)
+            task_status.started()
+
+    async def controlled_shutdown(self, timeout_s: float = 10.0) -> None:
+        """Ask the controller to move our leaderships away, wait until told to stop."""
+        self.client.want_shutdown = True
+        with trio.move_on_after(timeout_s):
+            while not self.client.should_shut_down:
+                await trio.sleep(0.1)
+
+    def close(self) -> None:
+        for key in list(self.replicas.hosted_keys()):
+            self.replicas.remove_partition(*key, delete=False)

@@ -1,0 +1,221 @@
+"""A broker's link to the controller quorum (trio): registration, heartbeats, the metadata
+stream, and forwarding admin requests to the active controller.
+
+- The metadata stream is followed from *any* voter (Fetch on `__cluster_metadata`, long-polled);
+  records are replayed into a new immutable `MetadataImage` and handed to `on_image`. The image
+  offset only moves forward: a voter that answers with an offset below ours is skipped.
+- Registration and heartbeats go to the active controller; NOT_CONTROLLER or a dead connection
+  moves on to the next voter.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Awaitable, Callable
+
+import trio
+
+from clients.connection import BrokerConnection, ConnectionClosed
+from metadata_quorum.image import MetadataImage
+from metadata_quorum.records import MetadataRecordError, decode_record
+from wire.errors import DecodeError, ErrorCode
+from wire.messages.index_generated import REQUESTS
+from wire.records.batch import decode_batch, iter_batches
+
+log = logging.getLogger(__name__)
+
+METADATA_TOPIC = "__cluster_metadata"
+VERSIONS = {1: 12, 19: 7, 20: 6, 33: 2, 37: 3, 43: 2, 44: 1, 55: 2, 56: 3, 59: 1, 62: 4, 63: 1,
+            67: 0}
+
+
+class ControllerUnavailable(Exception):
+    """No voter accepted the request in time."""
+
+
+class ControllerClient:
+    def __init__(self, broker_id: int, voters: dict[int, tuple[str, int]], host: str, port: int,
+                 rack: str | None, heartbeat_interval_ms: int = 2000):
+        self.broker_id = broker_id
+        self.voters = dict(sorted(voters.items()))
+        self.host, self.port, self.rack = host, port, rack
+        self.heartbeat_interval_s = heartbeat_interval_ms / 1000
+        self.incarnation_id = uuid.uuid4()
+        self.broker_epoch = -1
+        self.image = MetadataImage()
+        self.fenced = True
+        self.caught_up = False
+        self.want_shutdown = False
+        self.should_shut_down = False
+        self._active_hint = next(iter(self.voters))
+        self._conns: dict[int, BrokerConnection] = {}        # requests to the active controller
+        self._fetch_conns: dict[int, BrokerConnection] = {}  # the long-polled metadata stream
+        self.image_changed = trio.Event()
+
+    # -- connections ----------------------------------------------------------------------------
+
+    async def _conn(self, voter: int, pool: dict | None = None) -> BrokerConnection:
+        pool = self._conns if pool is None else pool
+        conn = pool.get(voter)
+        if conn is None:
+            host, port = self.voters[voter]
+            conn = BrokerConnection(host, port, client_id=f"broker-{self.broker_id}")
+            await conn.connect(timeout_s=2)
+            pool[voter] = conn
+        return conn
+
+    async def _drop(self, voter: int, pool: dict | None = None) -> None:
+        conn = (self._conns if pool is None else pool).pop(voter, None)
+        if conn is not None:
+            with trio.CancelScope(shield=True):
+                await conn.aclose()
+
+    async def call_active(self, message, timeout_s: float = 10.0, error_of=None,
+                          version: int | None = None):
+        """Send to the active controller, trying voters in turn on NOT_CONTROLLER/failure."""
+        if version is None:
+            version = VERSIONS[message.API_KEY]
+        order = [self._active_hint] + [v for v in self.voters if v != self._active_hint]
+        with trio.move_on_after(timeout_s):
+            while True:
+                for voter in order:
+                    try:
+                        conn = await self._conn(voter)
+                        resp = await conn.request(message, version, timeout_s=5)
+                    except (ConnectionClosed, OSError, DecodeError, trio.TooSlowError):
+                        await self._drop(voter)
+                        continue
+                    if error_of is not None and error_of(resp) == ErrorCode.NOT_CONTROLLER:
+                        continue
+                    self._active_hint = voter
+                    return resp
+                await trio.sleep(0.1)
+        raise ControllerUnavailable("no active controller answered")
+
+    # -- registration and heartbeats ----------------------------------------------------------
+
+    async def register(self) -> None:
+        req_cls = REQUESTS[62]
+        req = req_cls(broker_id=self.broker_id, cluster_id="raftka",
+                      incarnation_id=self.incarnation_id,
+                      listeners=[req_cls.Listener(name="PLAINTEXT", host=self.host, port=self.port)],
+                      rack=self.rack)
+        while True:
+            try:
+                resp = await self.call_active(req, error_of=lambda r: r.error_code)
+            except ControllerUnavailable:
+                await trio.sleep(0.5)
+                continue
+            if resp.error_code == ErrorCode.NONE:
+                self.broker_epoch = resp.broker_epoch
+                log.info("broker %d registered with epoch %d", self.broker_id, self.broker_epoch)
+                return
+            log.warning("registration refused: %s", ErrorCode(resp.error_code).name)
+            await trio.sleep(1)
+
+    async def heartbeat_loop(self, on_state: Callable[[], None]) -> None:
+        req_cls = REQUESTS[63]
+        while True:
+            req = req_cls(broker_id=self.broker_id, broker_epoch=self.broker_epoch,
+                          current_metadata_offset=self.image.offset,
+                          want_fence=False, want_shut_down=self.want_shutdown)
+            try:
+                resp = await self.call_active(req, timeout_s=self.heartbeat_interval_s * 2,
+                                              error_of=lambda r: r.error_code)
+            except ControllerUnavailable:
+                await trio.sleep(0.2)
+                continue
+            if resp.error_code in (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED):
+                # our registration is gone (e.g. fenced and replaced): register afresh
+                await self.register()
+                continue
+            if resp.error_code == ErrorCode.NONE:
+                changed = (resp.is_fenced != self.fenced or resp.is_caught_up != self.caught_up
+                           or resp.should_shut_down != self.should_shut_down)
+                self.fenced, self.caught_up = resp.is_fenced, resp.is_caught_up
+                self.should_shut_down = resp.should_shut_down
+                if changed:
+                    on_state()
+            # heartbeat faster while fenced so unfencing does not wait a whole interval
+            await trio.sleep(self.heartbeat_interval_s if not self.fenced else 0.2)
+
+    # -- metadata stream ------------------------------------------------------------------------
+
+    async def follow_metadata(self, on_image: Callable[[MetadataImage], Awaitable[None]]) -> None:
+        fetch_cls = REQUESTS[1]
+        voters = list(self.voters)
+        i = 0
+        while True:
+            voter = voters[i % len(voters)]
+            req = fetch_cls(replica_id=self.broker_id, max_wait_ms=500, min_bytes=1,
+                            max_bytes=8 << 20, topics=[fetch_cls.FetchTopic(
+                                topic=METADATA_TOPIC, partitions=[fetch_cls.FetchPartition(
+                                    partition=0, fetch_offset=self.image.offset + 1,
+                                    partition_max_bytes=8 << 20)])])
+            try:
+                conn = await self._conn(voter, self._fetch_conns)
+                resp = await conn.request(req, 12, timeout_s=5)
+                part = resp.responses[0].partitions[0]
+            except (ConnectionClosed, OSError, DecodeError, IndexError, trio.TooSlowError):
+                await self._drop(voter, self._fetch_conns)
+                i += 1
+                await trio.sleep(0.1)
+                continue
+            if part.error_code != ErrorCode.NONE:
+                i += 1                 # this voter is behind us (or broken): ask another
+                await trio.sleep(0.1)
+                continue
+            if part.snapshot_id.end_offset >= 0:
+                await self._load_snapshot(conn, on_image)
+                continue
+            if part.records is not None and len(part.records):
+                new = self._replay(bytes(part.records))
+                if new is not None:
+                    await on_image(new)
+
+    def _replay(self, data: bytes) -> MetadataImage | None:
+        image = self.image
+        for h in iter_batches(data):
+            for rec in decode_batch(h.bytes()).records:
+                if rec.offset <= image.offset:
+                    continue
+                if rec.offset != image.offset + 1:
+                    log.error("metadata gap at %d (have %d)", rec.offset, image.offset)
+                    return None
+                try:
+                    image = image.apply(rec.offset, decode_record(rec.value))
+                except MetadataRecordError as exc:
+                    log.error("undecodable metadata record at %d: %s", rec.offset, exc)
+                    image = image.apply(rec.offset, None)
+        if image is self.image:
+            return None
+        self.image = image
+        self._signal()
+        return image
+
+    async def _load_snapshot(self, conn: BrokerConnection, on_image) -> None:
+        cls = REQUESTS[59]
+        req = cls(replica_id=self.broker_id, max_bytes=64 << 20, topics=[cls.TopicSnapshot(
+            name=METADATA_TOPIC, partitions=[cls.PartitionSnapshot(partition=0)])])
+        resp = await conn.request(req, 1, timeout_s=10)
+        part = resp.topics[0].partitions[0]
+        end = part.snapshot_id.end_offset
+        if end - 1 <= self.image.offset:
+            return                      # never go back to an older state
+        records = []
+        for h in iter_batches(bytes(part.unaligned_records or b"")):
+            records += [decode_record(r.value) for r in decode_batch(h.bytes()).records]
+        self.image = MetadataImage.from_records(records, end - 1)
+        self._signal()
+        await on_image(self.image)
+
+    def _signal(self) -> None:
+        event, self.image_changed = self.image_changed, trio.Event()
+        event.set()
+
+    async def aclose(self) -> None:
+        for voter in list(self._conns):
+            await self._drop(voter)
+        for voter in list(self._fetch_conns):
+            await self._drop(voter, self._fetch_conns)

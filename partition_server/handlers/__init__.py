@@ -1,0 +1,48 @@
+"""Broker request handlers, one module per concern; `SUPPORTED` is exactly what ApiVersions
+advertises (see DESIGN.md §4 for why Produce is advertised from v0)."""
+
+from __future__ import annotations
+
+import logging
+
+from partition_server.handlers import admin, cluster, fetch, produce
+
+log = logging.getLogger(__name__)
+
+SUPPORTED: dict[int, tuple[int, int]] = {
+    0: (0, 11),      # Produce (v0-2 answered with UNSUPPORTED_FOR_MESSAGE_FORMAT: only magic v2)
+    1: (4, 12),      # Fetch (v13+ needs topic ids in fetch sessions: not yet)
+    2: (1, 8),       # ListOffsets
+    3: (0, 12),      # Metadata
+    18: (0, 3),      # ApiVersions
+    19: (2, 7),      # CreateTopics        → forwarded to the active controller
+    20: (1, 6),      # DeleteTopics        → forwarded
+    21: (0, 2),      # DeleteRecords
+    23: (2, 4),      # OffsetForLeaderEpoch
+    32: (1, 4),      # DescribeConfigs
+    33: (0, 2),      # AlterConfigs        → forwarded
+    37: (0, 3),      # CreatePartitions    → forwarded
+    43: (0, 2),      # ElectLeaders        → forwarded
+    44: (0, 1),      # IncrementalAlterConfigs → forwarded
+    55: (0, 2),      # DescribeQuorum      → forwarded
+    60: (0, 1),      # DescribeCluster
+}
+
+HANDLERS = {
+    0: produce.handle_produce,
+    1: fetch.handle_fetch,
+    2: fetch.handle_list_offsets,
+    3: cluster.handle_metadata,
+    18: cluster.handle_api_versions,
+    19: admin.forward, 20: admin.forward, 33: admin.forward, 37: admin.forward,
+    43: admin.forward, 44: admin.forward, 55: admin.forward,
+    21: fetch.handle_delete_records,
+    23: fetch.handle_offset_for_leader_epoch,
+    32: cluster.handle_describe_configs,
+    60: cluster.handle_describe_cluster,
+}
+assert set(HANDLERS) == set(SUPPORTED)
+
+
+async def dispatch(broker, ctx, request):
+    return await HANDLERS[request.api_key](broker, request)

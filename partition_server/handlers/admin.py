@@ -1,0 +1,83 @@
+"""Admin mutations forwarded to the active controller (DESIGN.md §1: clients never talk to
+controllers). The request goes on at the client's own version and the controller's answer comes
+back unchanged; if no controller answers in time, every item gets REQUEST_TIMED_OUT. After a
+successful CreateTopics/DeleteTopics/CreatePartitions the broker waits (bounded) until its own
+metadata image shows the change, so a client's next Metadata request here sees it.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from partition_server.controller_client import ControllerUnavailable
+from wire.errors import ErrorCode
+from wire.messages.index_generated import REQUESTS, RESPONSES
+
+TIMED_OUT = ErrorCode.REQUEST_TIMED_OUT
+
+
+def _first_error(api_key: int, resp) -> int:
+    items = {19: "topics", 20: "responses", 37: "results", 33: "responses", 44: "responses"}
+    if api_key in items:
+        return next((x.error_code for x in getattr(resp, items[api_key])), 0)
+    return getattr(resp, "error_code", 0)
+
+
+def _timeout_response(api_key: int, body):
+    cls = RESPONSES[api_key]
+    if api_key == 19:
+        return cls(topics=[cls.CreatableTopicResult(name=t.name, error_code=TIMED_OUT)
+                           for t in body.topics])
+    if api_key == 20:
+        names = list(body.topic_names) + [t.name for t in body.topics if t.name]
+        return cls(responses=[cls.DeletableTopicResult(name=n, error_code=TIMED_OUT) for n in names])
+    if api_key == 37:
+        return cls(results=[cls.CreatePartitionsTopicResult(name=t.name, error_code=TIMED_OUT)
+                            for t in body.topics])
+    if api_key in (33, 44):
+        return cls(responses=[cls.AlterConfigsResourceResponse(
+            error_code=TIMED_OUT, resource_type=r.resource_type, resource_name=r.resource_name)
+            for r in body.resources])
+    return cls(error_code=TIMED_OUT)
+
+
+async def forward(broker, req):
+    api_key = req.api_key
+    try:
+        resp = await broker.client.call_active(req.body, timeout_s=15, version=req.api_version,
+                                               error_of=lambda r: _first_error(api_key, r))
+    except ControllerUnavailable:
+        return _timeout_response(api_key, req.body)
+    if api_key in (19, 20, 37) and not getattr(req.body, "validate_only", False):
+        await _await_metadata(broker, api_key, req.body, resp)
+    return resp
+
+
+async def _await_metadata(broker, api_key, body, resp, timeout_s: float = 5.0) -> None:
+    def visible() -> bool:
+        image = broker.image
+        if api_key == 19:
+            return all(t.name in image.topics for t in resp.topics if t.error_code == 0)
+        if api_key == 20:
+            return all(t.name not in image.topics for t in resp.responses
+                       if t.error_code == 0 and t.name)
+        counts = {t.name: t.count for t in body.topics}
+        return all(len(image.topics[r.name].partitions) >= counts[r.name]
+                   for r in resp.results if r.error_code == 0 and r.name in image.topics)
+    with trio.move_on_after(timeout_s):
+        while not visible():
+            await broker.client.image_changed.wait()
+
+
+async def auto_create(broker, names: list[str]) -> None:
+    """auto.create.topics.enable: create with the broker's defaults, wait for the metadata."""
+    cls = REQUESTS[19]
+    req = cls(topics=[cls.CreatableTopic(name=n, num_partitions=broker.config["num.partitions"],
+                                         replication_factor=broker.config["default.replication.factor"])
+                      for n in names], timeout_ms=10000)
+    try:
+        resp = await broker.client.call_active(req, timeout_s=10, version=7,
+                                               error_of=lambda r: _first_error(19, r))
+    except ControllerUnavailable:
+        return
+    await _await_metadata(broker, 19, req, resp)

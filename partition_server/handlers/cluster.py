@@ -1,0 +1,140 @@
+"""ApiVersions, Metadata, DescribeCluster, DescribeConfigs.
+
+Metadata: brokers are the unfenced registrations; `controller_id` is a live broker (clients
+never talk to controllers, DESIGN.md §1); partitions carry leader epochs; an unknown topic gets
+UNKNOWN_TOPIC_OR_PARTITION, or is created when `auto.create.topics.enable` allows it (off by
+default); a partition without a leader gets LEADER_NOT_AVAILABLE.
+"""
+
+from __future__ import annotations
+
+from metadata_quorum.controller.config_control import TOPIC_CONFIGS
+from metadata_quorum.controller.replication_control import validate_topic_name
+from wire.errors import ErrorCode
+from wire.messages.index_generated import REQUESTS, RESPONSES
+
+CLUSTER_ID = "raftka"
+TOPIC, BROKER = 2, 4
+SOURCE_DYNAMIC_TOPIC, SOURCE_DYNAMIC_BROKER, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 2, 4, 5
+
+
+async def handle_api_versions(broker, req):
+    from partition_server.handlers import SUPPORTED
+    cls = RESPONSES[18]
+    return cls(error_code=0, api_keys=[cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                                       for k, (lo, hi) in sorted(SUPPORTED.items())])
+
+
+def live_brokers(image):
+    return sorted((b for b in image.brokers.values() if not b.fenced), key=lambda b: b.broker_id)
+
+
+async def handle_metadata(broker, req):
+    cls = RESPONSES[3]
+    image = broker.image
+    brokers = live_brokers(image)
+    requested = req.body.topics
+    if requested is None or (req.api_version == 0 and not requested):
+        names = sorted(image.topics)
+    else:
+        names = []
+        for t in requested:
+            name = t.name if t.name is not None else image.topic_names.get(t.topic_id)
+            names.append(name if name is not None else "")
+    allow_auto = req.body.allow_auto_topic_creation and broker.config["auto.create.topics.enable"]
+    missing = [n for n in names if n not in image.topics and not validate_topic_name(n)]
+    if missing and allow_auto and requested:
+        from partition_server.handlers.admin import auto_create
+        await auto_create(broker, missing)
+        image = broker.image
+    topics = []
+    for name in names:
+        topic = image.topics.get(name)
+        if topic is None:
+            code = ErrorCode.INVALID_TOPIC_EXCEPTION if validate_topic_name(name) else (
+                ErrorCode.LEADER_NOT_AVAILABLE if name in missing and allow_auto
+                else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            topics.append(cls.MetadataResponseTopic(error_code=code, name=name))
+            continue
+        live = {b.broker_id for b in brokers}
+        parts = [cls.MetadataResponsePartition(
+            error_code=ErrorCode.NONE if p.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+            partition_index=p.partition_id, leader_id=p.leader, leader_epoch=p.leader_epoch,
+            replica_nodes=list(p.replicas), isr_nodes=list(p.isr),
+            offline_replicas=[r for r in p.replicas if r not in live])
+            for p in sorted(topic.partitions.values(), key=lambda p: p.partition_id)]
+        topics.append(cls.MetadataResponseTopic(error_code=0, name=name, topic_id=topic.topic_id,
+                                                is_internal=name.startswith("__"),
+                                                partitions=parts))
+    controller = broker.broker_id if not brokers else brokers[0].broker_id
+    return cls(brokers=[cls.MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port,
+                                                   rack=b.rack) for b in brokers],
+               cluster_id=CLUSTER_ID, controller_id=controller, topics=topics)
+
+
+async def handle_describe_cluster(broker, req):
+    cls = RESPONSES[60]
+    brokers = live_brokers(broker.image)
+    return cls(error_code=0, cluster_id=CLUSTER_ID,
+               controller_id=brokers[0].broker_id if brokers else -1,
+               brokers=[cls.DescribeClusterBroker(broker_id=b.broker_id, host=b.host, port=b.port,
+                                                  rack=b.rack) for b in brokers])
+
+
+def _topic_entries(broker, name):
+    overrides = broker.image.topic_config(name)
+    effective = broker.topic_config(name)
+    for key, (default, _) in sorted(TOPIC_CONFIGS.items()):
+        if key in overrides:
+            yield key, overrides[key], SOURCE_DYNAMIC_TOPIC, False
+        elif key in effective and effective[key] != default:
+            yield key, effective[key], SOURCE_STATIC_BROKER, False
+        else:
+            yield key, effective.get(key, default), SOURCE_DEFAULT, True
+
+
+def _broker_entries(broker):
+    dynamic = broker.image.broker_config(broker.broker_id)
+    for key, value in sorted(broker.config.values.items()):
+        if key in dynamic:
+            yield key, dynamic[key], SOURCE_DYNAMIC_BROKER, False
+        elif value is not None:
+            text = ",".join(value) if isinstance(value, list) else str(value).lower() \
+                if isinstance(value, bool) else str(value)
+            yield key, text, SOURCE_STATIC_BROKER, False
+
+
+async def handle_describe_configs(broker, req):
+    """Codes: UNKNOWN_TOPIC_OR_PARTITION (no such topic), INVALID_REQUEST (other broker id or
+    resource type)."""
+    cls = RESPONSES[32]
+    results = []
+    for res in req.body.resources:
+        out = cls.DescribeConfigsResult(resource_type=res.resource_type,
+                                        resource_name=res.resource_name, error_code=0)
+        if res.resource_type == TOPIC:
+            if res.resource_name not in broker.image.topics:
+                out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                out.error_message = f"topic '{res.resource_name}' does not exist"
+                results.append(out)
+                continue
+            entries = _topic_entries(broker, res.resource_name)
+        elif res.resource_type == BROKER and res.resource_name in ("", str(broker.broker_id)):
+            entries = _broker_entries(broker)
+        else:
+            out.error_code = ErrorCode.INVALID_REQUEST
+            out.error_message = "describe topics or this broker"
+            results.append(out)
+            continue
+        keys = set(res.configuration_keys) if res.configuration_keys else None
+        for key, value, source, is_default in entries:
+            if keys is not None and key not in keys:
+                continue
+            out.configs.append(cls.DescribeConfigsResourceResult(
+                name=key, value=value, read_only=False, is_default=is_default,
+                config_source=source, is_sensitive=False))
+        results.append(out)
+    return cls(results=results)
+
+
+_ = REQUESTS

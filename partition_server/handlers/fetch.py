@@ -1,0 +1,195 @@
+"""Fetch, ListOffsets, OffsetForLeaderEpoch, DeleteRecords.
+
+Fetch (consumers and followers): whole batches only, at least one batch in the response even if
+larger than the limits (KIP-74), consumers never see beyond the high watermark; long-polls until
+`min_bytes` are available or `max_wait_ms` passes, woken by appends and high-watermark moves.
+Fetch sessions are not kept: every response says session id 0, which tells clients to send full
+fetches (allowed by KIP-227). Codes per partition: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
+UNKNOWN_LEADER_EPOCH, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, KAFKA_STORAGE_ERROR.
+"""
+
+from __future__ import annotations
+
+import time
+
+from partition_server.replica_manager import FetchResult, check_leader_epoch
+from partition_server.replication.partition import Role
+from wire.errors import ErrorCode, KafkaError
+from wire.messages.index_generated import RESPONSES
+
+
+def _requested(broker, req):
+    """[(topic name, partition request)] for every requested partition."""
+    out = []
+    for t in req.body.topics:
+        name = t.topic if req.api_version < 13 else broker.image.topic_names.get(t.topic_id)
+        for p in t.partitions:
+            out.append((name, p))
+    return out
+
+
+def _available(broker, topic, p, replica_id) -> bool:
+    hosted = broker.replicas.get(topic, p.partition)
+    if hosted is None or hosted.state.role is not Role.LEADER:
+        return True                         # an error answer is ready now
+    limit = hosted.log.log_end_offset if replica_id >= 0 else hosted.state.high_watermark
+    return limit != p.fetch_offset
+
+
+async def handle_fetch(broker, req):
+    body = req.body
+    replica_id = body.replica_id if req.api_version < 15 else body.replica_state.replica_id
+    parts = _requested(broker, req)
+    now = int(time.time() * 1000)
+
+    def gather():
+        remaining = body.max_bytes
+        results = []
+        for topic, p in parts:
+            if topic is None or topic not in broker.image.topics:
+                results.append((topic, p, FetchResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
+                continue
+            limit = max(0, min(p.partition_max_bytes, remaining))
+            try:
+                res = broker.replicas.read(topic, p.partition, p.fetch_offset, limit,
+                                           p.current_leader_epoch, replica_id,
+                                           p.last_fetched_epoch, now,
+                                           min_one=remaining == body.max_bytes)
+            except KafkaError as exc:
+                res = FetchResult(exc.error_code)
+            remaining -= res.size
+            results.append((topic, p, res))
+        return results
+
+    results = gather()
+    if replica_id >= 0:
+        for topic, p in parts:
+            broker.purgatory.notify((topic, p.partition))   # the high watermark may have moved
+    total = sum(r.size for _, _, r in results)
+    errors = any(r.error != ErrorCode.NONE for _, _, r in results)
+    if total < body.min_bytes and not errors and body.max_wait_ms > 0:
+        keys = [(t, p.partition) for t, p in parts]
+        await broker.purgatory.wait_until(
+            keys, lambda: any(_available(broker, t, p, replica_id) for t, p in parts),
+            body.max_wait_ms / 1000)
+        now = int(time.time() * 1000)
+        results = gather()
+        if replica_id >= 0:
+            for topic, p in parts:
+                broker.purgatory.notify((topic, p.partition))
+    return _response(broker, req, results)
+
+
+def _response(broker, req, results):
+    cls = RESPONSES[1]
+    read_committed = req.body.isolation_level == 1
+    topics: dict = {}
+    for topic, p, r in results:
+        pd = cls.PartitionData(partition_index=p.partition, error_code=r.error,
+                               high_watermark=r.high_watermark,
+                               last_stable_offset=r.last_stable_offset,
+                               log_start_offset=r.log_start_offset,
+                               aborted_transactions=[] if read_committed else None,
+                               preferred_read_replica=-1,
+                               records=(r.records[0] if len(r.records) == 1 else
+                                        b"".join(x.read() for x in r.records)) if r.records else b"")
+        if r.diverging_epoch is not None:
+            pd.diverging_epoch = cls.EpochEndOffset(epoch=r.diverging_epoch[0],
+                                                    end_offset=r.diverging_epoch[1])
+        if r.error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH) and \
+                req.api_version >= 12:
+            pd.current_leader = cls.LeaderIdAndEpoch(leader_id=r.leader[0], leader_epoch=r.leader[1])
+        key = topic if req.api_version < 13 else broker.image.topics[topic].topic_id if topic else None
+        topics.setdefault(key, []).append(pd)
+    out = []
+    for key, ps in topics.items():
+        if req.api_version < 13:
+            out.append(cls.FetchableTopicResponse(topic=key or "", partitions=ps))
+        else:
+            out.append(cls.FetchableTopicResponse(topic_id=key, partitions=ps))
+    return cls(error_code=0, session_id=0, responses=out)
+
+
+async def handle_list_offsets(broker, req):
+    """Earliest (-2), latest (-1), max timestamp (-3), or the first offset at/after a timestamp.
+    Codes: NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION."""
+    cls = RESPONSES[2]
+    topics = []
+    for t in req.body.topics:
+        parts = []
+        for p in t.partitions:
+            out = cls.ListOffsetsPartitionResponse(partition_index=p.partition_index)
+            hosted = broker.replicas.get(t.name, p.partition_index)
+            if t.name not in broker.image.topics:
+                out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif hosted is None or hosted.state.role is not Role.LEADER:
+                out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            elif (code := check_leader_epoch(hosted.state, p.current_leader_epoch)) != ErrorCode.NONE:
+                out.error_code = code
+            else:
+                _lookup(hosted, p.timestamp, out, req.api_version)
+            parts.append(out)
+        topics.append(cls.ListOffsetsTopicResponse(name=t.name, partitions=parts))
+    return cls(topics=topics)
+
+
+def _lookup(hosted, timestamp, out, version) -> None:
+    plog, hw = hosted.log, hosted.state.high_watermark
+    out.leader_epoch = hosted.state.leader_epoch
+    if timestamp == -1:
+        found = (hw, -1)
+    else:
+        found = plog.offset_for_timestamp(timestamp)
+        if found is not None and found[0] >= hw and timestamp != -2:
+            found = None                      # not yet committed: invisible to clients
+    if version == 0:
+        out.old_style_offsets = [found[0]] if found else []
+        return
+    out.offset, out.timestamp = found if found else (-1, -1)
+    if found and timestamp >= 0:
+        out.leader_epoch = plog.epoch_cache.epoch_for_offset(found[0])
+
+
+async def handle_offset_for_leader_epoch(broker, req):
+    cls = RESPONSES[23]
+    topics = []
+    for t in req.body.topics:
+        parts = []
+        for p in t.partitions:
+            out = cls.EpochEndOffset(partition=p.partition)
+            hosted = broker.replicas.get(t.topic, p.partition)
+            if hosted is None or hosted.state.role is not Role.LEADER:
+                out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            elif (code := check_leader_epoch(hosted.state, p.current_leader_epoch)) != ErrorCode.NONE:
+                out.error_code = code
+            else:
+                out.leader_epoch, out.end_offset = hosted.log.end_offset_for(p.leader_epoch)
+            parts.append(out)
+        topics.append(cls.OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))
+    return cls(topics=topics)
+
+
+async def handle_delete_records(broker, req):
+    """Raise the log start offset (offset -1 = the high watermark). Codes: OFFSET_OUT_OF_RANGE
+    above the high watermark, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION."""
+    cls = RESPONSES[21]
+    topics = []
+    for t in req.body.topics:
+        parts = []
+        for p in t.partitions:
+            out = cls.DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1)
+            hosted = broker.replicas.get(t.name, p.partition_index)
+            if t.name not in broker.image.topics:
+                out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif hosted is None or hosted.state.role is not Role.LEADER:
+                out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            else:
+                hw = hosted.state.high_watermark
+                offset = hw if p.offset == -1 else p.offset
+                if offset > hw or offset < 0:
+                    out.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+                else:
+                    out.low_watermark = hosted.log.delete_records_before(offset, int(time.time() * 1000))
+            parts.append(out)
+        topics.append(cls.DeleteRecordsTopicResult(name=t.name, partitions=parts))
+    return cls(topics=topics)

@@ -1,0 +1,66 @@
+"""Produce.
+
+Codes per partition: UNKNOWN_TOPIC_OR_PARTITION (not in metadata), NOT_LEADER_OR_FOLLOWER (not the
+leader here), INVALID_REQUIRED_ACKS (acks not in 0/1/-1), UNSUPPORTED_FOR_MESSAGE_FORMAT (v0-2:
+only magic v2 is stored), NOT_ENOUGH_REPLICAS (acks=all with ISR < min.insync.replicas, checked
+before append), NOT_ENOUGH_REPLICAS_AFTER_APPEND (ISR shrank below it while waiting),
+REQUEST_TIMED_OUT (acks=all not replicated within timeout_ms), CORRUPT_MESSAGE / INVALID_RECORD /
+MESSAGE_TOO_LARGE / RECORD_LIST_TOO_LARGE (the log's validation), KAFKA_STORAGE_ERROR.
+acks=0 gets no response at all.
+"""
+
+from __future__ import annotations
+
+import time
+
+from partition_server.replica_manager import ProduceResult
+from wire.errors import ErrorCode
+from wire.messages.index_generated import RESPONSES
+
+
+async def handle_produce(broker, req):
+    body = req.body
+    acks = body.acks
+    results: dict[tuple[str, int], ProduceResult] = {}
+    now = int(time.time() * 1000)
+    for t in body.topic_data:
+        topic_known = t.name in broker.image.topics
+        for p in t.partition_data:
+            key = (t.name, p.index)
+            if acks not in (0, 1, -1):
+                results[key] = ProduceResult(ErrorCode.INVALID_REQUIRED_ACKS)
+            elif req.api_version < 3:
+                results[key] = ProduceResult(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT)
+            elif not topic_known or broker.image.partition(t.name, p.index) is None:
+                results[key] = ProduceResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            else:
+                res = broker.replicas.append_records(t.name, p.index, p.records, acks, now)
+                results[key] = res
+                if res.error == ErrorCode.NONE:
+                    broker.purgatory.notify(key)       # wake long-polling fetchers
+    if acks == -1:
+        waiting = [k for k, r in results.items() if r.error == ErrorCode.NONE]
+
+        def replicated() -> bool:
+            return all(broker.replicas.produce_completion(k[0], k[1], results[k].last_offset)
+                       is not None for k in waiting)
+
+        await broker.purgatory.wait_until(waiting, replicated, body.timeout_ms / 1000)
+        for k in waiting:
+            outcome = broker.replicas.produce_completion(k[0], k[1], results[k].last_offset)
+            if outcome is None:
+                results[k].error = ErrorCode.REQUEST_TIMED_OUT
+            elif outcome != ErrorCode.NONE:
+                results[k].error = outcome
+    if acks == 0:
+        return None
+    cls = RESPONSES[0]
+    topics: dict[str, list] = {}
+    for (topic, partition), r in results.items():
+        ok = r.error == ErrorCode.NONE
+        topics.setdefault(topic, []).append(cls.PartitionProduceResponse(
+            index=partition, error_code=r.error, base_offset=r.base_offset if ok else -1,
+            log_append_time_ms=r.log_append_time_ms if ok else -1,
+            log_start_offset=r.log_start_offset, error_message=r.message))
+    return cls(responses=[cls.TopicProduceResponse(name=t, partition_responses=ps)
+                          for t, ps in topics.items()])

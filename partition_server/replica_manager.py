@@ -1,0 +1,206 @@
+"""The partitions this broker hosts: their logs and replication states, and the produce/fetch
+decisions on them. No sockets and no clock: callers pass `now_ms` and do the waiting
+(acks=all purgatory, fetch long-poll) in `broker.py`.
+
+Error codes returned (per partition), and when:
+- UNKNOWN_TOPIC_OR_PARTITION: the partition is not in the metadata image.
+- NOT_LEADER_OR_FOLLOWER: a produce/consumer fetch/list offsets on a broker that is not its leader,
+  or a follower fetch on a broker that is not its leader.
+- FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH: the client's current leader epoch is older / newer
+  than ours.
+- NOT_ENOUGH_REPLICAS: acks=all with fewer in-sync replicas than `min.insync.replicas`.
+- OFFSET_OUT_OF_RANGE: fetch outside [log start offset, log end offset].
+- CORRUPT_MESSAGE / INVALID_RECORD / MESSAGE_TOO_LARGE: what the log's validation says.
+- KAFKA_STORAGE_ERROR: the log directory failed (I/O error); the replica goes offline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Iterable
+
+from partition_server.replication.partition import PartitionState, Role
+from wire.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+@dataclasses.dataclass
+class HostedPartition:
+    topic: str
+    partition: int
+    topic_id: object
+    log: object                 # partition_server.log.PartitionLog
+    state: PartitionState
+    min_insync_replicas: int = 1
+    offline: bool = False
+
+
+@dataclasses.dataclass
+class ProduceResult:
+    error: ErrorCode = ErrorCode.NONE
+    base_offset: int = -1
+    last_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+
+
+@dataclasses.dataclass
+class FetchResult:
+    error: ErrorCode = ErrorCode.NONE
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: list = dataclasses.field(default_factory=list)   # bytes or FileRange chunks
+    size: int = 0
+    diverging_epoch: tuple[int, int] | None = None
+    leader: tuple[int, int] = (-1, -1)                         # (leader_id, leader_epoch)
+
+
+def check_leader_epoch(state: PartitionState, current_leader_epoch: int) -> ErrorCode:
+    """KIP-320: a client's epoch older than ours is fenced; newer means our metadata is behind."""
+    if current_leader_epoch == -1 or current_leader_epoch == state.leader_epoch:
+        return ErrorCode.NONE
+    if current_leader_epoch < state.leader_epoch:
+        return ErrorCode.FENCED_LEADER_EPOCH
+    return ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+class ReplicaManager:
+    def __init__(self, broker_id: int, log_opener):
+        """`log_opener(topic, partition, topic_config) -> PartitionLog` owns directories."""
+        self.broker_id = broker_id
+        self._open_log = log_opener
+        self.partitions: dict[TopicPartition, HostedPartition] = {}
+
+    def get(self, topic: str, partition: int) -> HostedPartition | None:
+        return self.partitions.get((topic, partition))
+
+    # -- leadership from the metadata image -----------------------------------------------------
+
+    def apply_partition(self, topic: str, topic_id, partition: int, replicas: list[int],
+                        isr: list[int], leader: int, leader_epoch: int, partition_epoch: int,
+                        topic_config: dict, min_insync_replicas: int, now_ms: int) -> Role:
+        """Make the local replica match one partition record of the image; returns its role."""
+        key = (topic, partition)
+        hosted = self.partitions.get(key)
+        if self.broker_id not in replicas:
+            if hosted is not None:
+                self.remove_partition(topic, partition, delete=True)
+            return Role.NONE
+        if hosted is None:
+            plog = self._open_log(topic, partition, topic_config)
+            hosted = HostedPartition(topic, partition, topic_id, plog,
+                                     PartitionState(topic, partition, self.broker_id, plog,
+                                                    high_watermark=getattr(plog, "recovered_high_watermark", 0)))
+            self.partitions[key] = hosted
+        hosted.min_insync_replicas = min_insync_replicas
+        if leader == self.broker_id:
+            if hosted.state.become_leader(leader_epoch, partition_epoch, replicas, isr, now_ms):
+                hosted.log.assign_epoch_start(leader_epoch, hosted.log.log_end_offset)
+        else:
+            hosted.state.become_follower(leader, leader_epoch, partition_epoch, replicas, isr)
+        return hosted.state.role
+
+    def remove_partition(self, topic: str, partition: int, delete: bool) -> None:
+        hosted = self.partitions.pop((topic, partition), None)
+        if hosted is None:
+            return
+        hosted.state.stop_replica()
+        try:
+            if delete:
+                hosted.log.delete()
+            else:
+                hosted.log.close()
+        except OSError as exc:
+            log.warning("closing %s-%d: %s", topic, partition, exc)
+
+    def hosted_keys(self) -> Iterable[TopicPartition]:
+        return list(self.partitions)
+
+    # -- produce ---------------------------------------------------------------------------------
+
+    def append_records(self, topic: str, partition: int, records, acks: int,
+                       now_ms: int) -> ProduceResult:
+        hosted = self.partitions.get((topic, partition))
+        if hosted is None:
+            return ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        state = hosted.state
+        if hosted.offline:
+            return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR)
+        if state.role is not Role.LEADER:
+            return ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if records is None or len(records) == 0:
+            return ProduceResult(ErrorCode.INVALID_RECORD, message="empty record set")
+        if acks == -1 and state.in_sync_count() < hosted.min_insync_replicas:
+            return ProduceResult(ErrorCode.NOT_ENOUGH_REPLICAS,
+                                 log_start_offset=hosted.log.log_start_offset)
+        try:
+            info = hosted.log.append_as_leader(records, state.leader_epoch, now_ms)
+        except KafkaError as exc:
+            return ProduceResult(ErrorCode(exc.code), message=str(exc))
+        except OSError as exc:
+            log.error("append to %s-%d failed: %s; replica goes offline", topic, partition, exc)
+            hosted.offline = True
+            return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR)
+        state.after_local_append()
+        return ProduceResult(ErrorCode.NONE, info.first_offset, info.last_offset,
+                             getattr(info, "log_append_time", -1), hosted.log.log_start_offset)
+
+    def produce_completion(self, topic: str, partition: int, last_offset: int) -> ErrorCode | None:
+        """For an acks=all append waiting in purgatory: None while waiting, else its outcome."""
+        hosted = self.partitions.get((topic, partition))
+        if hosted is None or hosted.state.role is not Role.LEADER:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if hosted.state.high_watermark > last_offset:
+            if hosted.state.in_sync_count() < hosted.min_insync_replicas:
+                return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            return ErrorCode.NONE
+        return None
+
+    # -- fetch -----------------------------------------------------------------------------------
+
+    def read(self, topic: str, partition: int, fetch_offset: int, max_bytes: int,
+             current_leader_epoch: int, replica_id: int, last_fetched_epoch: int,
+             now_ms: int, min_one: bool) -> FetchResult:
+        hosted = self.partitions.get((topic, partition))
+        if hosted is None:
+            return FetchResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        state = hosted.state
+        if hosted.offline:
+            return FetchResult(ErrorCode.KAFKA_STORAGE_ERROR)
+        if state.role is not Role.LEADER:
+            return FetchResult(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                               leader=(state.leader_id, state.leader_epoch))
+        err = check_leader_epoch(state, current_leader_epoch)
+        if err is not ErrorCode.NONE:
+            return FetchResult(err, leader=(state.leader_id, state.leader_epoch))
+        plog = hosted.log
+        is_follower = replica_id >= 0
+        if is_follower and last_fetched_epoch >= 0:
+            diverging = self._diverging_epoch(plog, fetch_offset, last_fetched_epoch)
+            if diverging is not None:
+                return FetchResult(ErrorCode.NONE, state.high_watermark, state.high_watermark,
+                                   plog.log_start_offset, diverging_epoch=diverging)
+        if is_follower:
+            state.update_follower_fetch(replica_id, fetch_offset, now_ms)
+        if fetch_offset < plog.log_start_offset or fetch_offset > plog.log_end_offset:
+            return FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, state.high_watermark,
+                               state.high_watermark, plog.log_start_offset)
+        max_offset = None if is_follower else state.high_watermark
+        data = plog.read(fetch_offset, max_bytes, max_offset=max_offset, min_one=min_one)
+        return FetchResult(ErrorCode.NONE, state.high_watermark, state.high_watermark,
+                           plog.log_start_offset, list(data.ranges), data.size)
+
+    @staticmethod
+    def _diverging_epoch(plog, fetch_offset: int, last_fetched_epoch: int):
+        """KIP-595-style divergence check: None when the follower's log is a prefix of ours."""
+        epoch, end_offset = plog.end_offset_for(last_fetched_epoch)
+        if epoch != last_fetched_epoch or end_offset < fetch_offset:
+            return (epoch, end_offset)
+        return None

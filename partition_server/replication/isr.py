@@ -1,0 +1,54 @@
+"""Leader → controller ISR changes (AlterPartition, KIP-497).
+
+The partition state machine proposes one change at a time (`isr_change_needed`); we send them in
+one AlterPartition with the partition epoch we know. On success the controller's committed record
+reaches us through the metadata stream, which re-applies leadership with the new ISR; on any
+error the pending change is dropped and proposed again on a later tick if still needed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from partition_server.controller_client import ControllerUnavailable
+from wire.errors import ErrorCode
+from wire.messages.index_generated import REQUESTS
+
+log = logging.getLogger(__name__)
+
+
+async def send_alter_partition(broker, changes) -> None:
+    cls = REQUESTS[56]
+    by_topic: dict = {}
+    for hosted, change in changes:
+        by_topic.setdefault((hosted.topic, hosted.topic_id), []).append(cls.PartitionData(
+            partition_index=change.partition, leader_epoch=change.leader_epoch,
+            new_isr_with_epochs=[cls.BrokerState(broker_id=b, broker_epoch=-1)
+                                 for b in change.new_isr],
+            partition_epoch=change.partition_epoch))
+    req = cls(broker_id=broker.broker_id, broker_epoch=broker.client.broker_epoch,
+              topics=[cls.TopicData(topic_id=tid, partitions=ps)
+                      for (_, tid), ps in by_topic.items()])
+    try:
+        resp = await broker.client.call_active(
+            req, timeout_s=5,
+            error_of=lambda r: next((p.error_code for t in r.topics for p in t.partitions), 0))
+    except ControllerUnavailable:
+        for hosted, _ in changes:
+            hosted.state.isr_change_failed()
+        return
+    results = {(t.topic_id, p.partition_index): p for t in resp.topics for p in t.partitions}
+    for hosted, change in changes:
+        res = results.get((hosted.topic_id, change.partition))
+        if res is None or res.error_code != ErrorCode.NONE:
+            code = res.error_code if res is not None else -1
+            log.info("AlterPartition %s-%d → %s refused: %s", hosted.topic, change.partition,
+                     list(change.new_isr), ErrorCode(code).name if code in ErrorCode._value2member_map_ else code)
+            hosted.state.isr_change_failed()
+        else:
+            log.info("ISR of %s-%d is now %s", hosted.topic, change.partition, list(res.isr))
+            # Apply at once (same leader epoch); the metadata stream will confirm it.
+            hosted.state.become_leader(res.leader_epoch, res.partition_epoch,
+                                       list(hosted.state.replicas), list(res.isr), 0)
+            hosted.state.maybe_advance_high_watermark()
+            broker.purgatory.notify((hosted.topic, hosted.partition))
