@@ -117,7 +117,7 @@ class RecordBatchHeader:
         end = self.pos + self.size_in_bytes
         return crc32c(memoryview(self.buf)[self.pos + CRC_START:end])
 
-    def invalid_reason(self) -> str | None:
+    def invalid_reason(self, check_crc: bool = True) -> str | None:
         """None for a structurally sound batch whose CRC matches, else why not."""
         if self.magic != MAGIC:
             return f"magic {self.magic} (only v2 is stored)"
@@ -129,7 +129,7 @@ class RecordBatchHeader:
             return "negative record count or offset delta"
         if self.attributes & COMPRESSION_MASK > Compression.ZSTD:
             return "unknown compression codec"
-        if self.compute_crc() != self.crc:
+        if check_crc and self.compute_crc() != self.crc:
             return "CRC mismatch"
         return None
 
@@ -293,7 +293,7 @@ def decode_records(data, count: int, base_offset: int, base_timestamp: int,
 def decode_batch(buf, pos: int = 0, max_decompressed: int = codecs.DEFAULT_MAX_DECOMPRESSED,
                  verify_crc: bool = True) -> DecodedBatch:
     h = RecordBatchHeader(buf, pos)
-    reason = h.invalid_reason() if verify_crc else None
+    reason = h.invalid_reason(check_crc=verify_crc)
     if reason is not None:
         raise DecodeError(f"invalid record batch: {reason}")
     body = memoryview(buf)[pos + BATCH_HEADER_SIZE:pos + h.size_in_bytes]
@@ -356,23 +356,23 @@ class RecordBatchBuilder:
         """Encode the batch. Records appended without a timestamp get `now_ms` (or the clock)."""
         if not self._pending:
             raise ValueError("a record batch needs at least one record")
-        stamps = [ts for _, ts in self._pending if ts is not None and ts is not _NOW]
         now = 0
-        if any(ts is _NOW for _, ts in self._pending) or (self.base_timestamp is None
-                                                          and not stamps):
+        if any(ts is _NOW for _, ts in self._pending) or self.base_timestamp is None:
             now = now_ms if now_ms is not None else int(time.time() * 1000)
-            if any(ts is _NOW for _, ts in self._pending):
-                stamps.append(now)
         base_ts = self.base_timestamp
         if base_ts is None:
-            base_ts = min(stamps) if stamps else now
+            # like the Java and Python producers: the first record's timestamp (later deltas
+            # may be negative), which keeps our bytes identical to theirs
+            base_ts = next((now if ts is _NOW else ts for _, ts in self._pending
+                            if ts is not None), now)
         body = bytearray()
-        max_ts = base_ts
+        max_ts = None
         last_delta = 0
         for rec, ts in self._pending:
             if ts is not None:
                 rec.timestamp_delta = (now if ts is _NOW else ts) - base_ts
-            max_ts = max(max_ts, base_ts + rec.timestamp_delta)
+            rec_ts = base_ts + rec.timestamp_delta
+            max_ts = rec_ts if max_ts is None else max(max_ts, rec_ts)
             last_delta = max(last_delta, rec.offset_delta)
             encode_record(body, rec)
         if self.compression != Compression.NONE:

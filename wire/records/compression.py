@@ -129,7 +129,7 @@ def _zstd_decompress(data: bytes, max_bytes: int) -> bytes:
         while pos < len(view) and not dobj.eof:
             step = max(_ZSTD_MIN_SLICE, (max_bytes - len(out)) >> _ZSTD_MAX_RATIO_SHIFT)
             out += dobj.decompress(view[pos:pos + step])
-            pos += step
+            pos = min(pos + step, len(view))
             if len(out) > max_bytes:
                 raise _too_big(max_bytes)
         if not dobj.eof:
