@@ -53,3 +53,42 @@ def test_exceptions_round_trip():
 
 def test_decode_error_is_a_value_error():
     assert issubclass(DecodeError, ValueError)
+
+
+NEWER = {"TRANSACTIONAL_ID_NOT_FOUND": 105, "FETCH_SESSION_TOPIC_ID_ERROR": 106,
+         "OFFSET_MOVED_TO_TIERED_STORAGE": 109, "UNRELEASED_INSTANCE_ID": 111,
+         "UNSUPPORTED_ASSIGNOR": 112, "MISMATCHED_ENDPOINT_TYPE": 114,
+         "UNKNOWN_CONTROLLER_ID": 116, "TELEMETRY_TOO_LARGE": 118, "INVALID_REGISTRATION": 119,
+         "INVALID_RECORD_STATE": 121, "SHARE_SESSION_NOT_FOUND": 122, "FENCED_STATE_EPOCH": 124,
+         "INVALID_VOTER_KEY": 125, "DUPLICATE_VOTER": 126, "VOTER_NOT_FOUND": 127,
+         "INVALID_REGULAR_EXPRESSION": 128, "REBOOTSTRAP_REQUIRED": 129,
+         "STREAMS_INVALID_TOPOLOGY": 130, "SHARE_SESSION_LIMIT_REACHED": 133}
+
+
+@pytest.mark.parametrize("name,code", sorted(NEWER.items()))
+def test_newer_numbers(name, code):
+    assert ErrorCode[name] == code and ErrorCode(code).name == name
+
+
+# Java's InvalidMetadataException subclasses (all retriable: the client refreshes metadata and
+# retries) and plain RetriableException subclasses, per Kafka's clients/.../common/errors.
+INVALID_METADATA = {3, 5, 6, 9, 13, 56, 72, 74, 80, 83, 84, 100, 103}
+RETRIABLE_ONLY = {2, 7, 14, 15, 16, 19, 20, 41, 51, 70, 71, 75, 78, 88, 89, 106, 122, 123, 133}
+
+
+def test_flag_families_match_kafka():
+    for code in ErrorCode:
+        assert code.invalid_metadata == (code in INVALID_METADATA), code.name
+        assert code.retriable == (code in INVALID_METADATA | RETRIABLE_ONLY), code.name
+
+
+def test_exception_classes_and_messages():
+    exc = ErrorCode.NOT_ENOUGH_REPLICAS.exception()
+    assert isinstance(exc, KafkaError) and exc.code == 19 and exc.retriable
+    assert "in-sync replicas" in str(exc) and exc.error_code is ErrorCode.NOT_ENOUGH_REPLICAS
+    assert str(KafkaError.from_code(ErrorCode.NOT_CONTROLLER, "try node 2")) == "try node 2"
+    assert error_for_code(-1).__name__ == "UnknownServerErrorError"
+    assert error_for_code(4242) is KafkaError and KafkaError(code=4242).error_code == 4242
+    assert len({code.exception for code in ErrorCode}) == len(ErrorCode)
+    assert all(issubclass(code.exception, KafkaError) for code in ErrorCode)
+    assert ErrorCode.NONE.message == "" and ErrorCode.REQUEST_TIMED_OUT.message
