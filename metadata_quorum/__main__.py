@@ -43,9 +43,22 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ConfigError) as exc:
         print(f"raftka controller: {exc}", file=sys.stderr)
         return 2
-    trio.run(_serve, config)
+    try:
+        trio.run(_serve, config)
+    except BaseExceptionGroup as group:
+        bind = group.subgroup(lambda e: isinstance(e, OSError))
+        if bind is None:
+            raise
+        print(f"raftka controller: {_first(bind)}", file=sys.stderr)
+        return 1
     print(f"controller {config.node_id} stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _first(group):
+    while isinstance(group, BaseExceptionGroup):
+        group = group.exceptions[0]
+    return group
 
 
 if __name__ == "__main__":
