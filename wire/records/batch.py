@@ -21,7 +21,7 @@ import time
 from typing import Iterator, NamedTuple
 
 from wire.errors import DecodeError
-from wire.primitives import read_varint, read_varlong, write_varint, write_varlong
+from wire.primitives import read_varint, read_varlong, write_uvarint
 from wire.records import compression as codecs
 from wire.records.crc32c import crc32c
 
@@ -209,7 +209,7 @@ class Record:
     attributes: int = 0
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class DecodedRecord:
     offset: int
     timestamp: int
@@ -224,69 +224,111 @@ class DecodedBatch:
     records: list[DecodedRecord]
 
 
-def _write_bytes(out: bytearray, data) -> None:
-    if data is None:
-        write_varint(out, -1)
-    else:
-        write_varint(out, len(data))
-        out += data
+_ONE_BYTE = [bytes([z]) for z in range(0x80)]
+_NULL = _ONE_BYTE[1]                        # zig-zag -1: a null key, value or header value
+
+
+def _vb(value: int) -> bytes:
+    """Zig-zag varint bytes (the same encoding serves varint and varlong in range)."""
+    z = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+    if z < 0x80:
+        return _ONE_BYTE[z]
+    if z < 0x4000:
+        return bytes(((z & 0x7F) | 0x80, z >> 7))
+    out = bytearray()
+    write_uvarint(out, z)
+    return bytes(out)
 
 
 def encode_record(out: bytearray, r: Record) -> None:
-    body = bytearray()
-    body.append(r.attributes & 0xFF)
-    write_varlong(body, r.timestamp_delta)
-    write_varint(body, r.offset_delta)
-    _write_bytes(body, r.key)
-    _write_bytes(body, r.value)
-    write_varint(body, len(r.headers))
+    key, value = r.key, r.value
+    parts = [_ONE_BYTE[r.attributes & 0x7F], _vb(r.timestamp_delta), _vb(r.offset_delta)]
+    if key is None:
+        parts.append(_NULL)
+    else:
+        parts += (_vb(len(key)), key)
+    if value is None:
+        parts.append(_NULL)
+    else:
+        parts += (_vb(len(value)), value)
+    parts.append(_vb(len(r.headers)))
     for hk, hv in r.headers:
-        _write_bytes(body, hk.encode("utf-8") if isinstance(hk, str) else hk)
-        _write_bytes(body, hv)
-    write_varint(out, len(body))
+        hk = hk.encode("utf-8") if isinstance(hk, str) else hk
+        parts += (_vb(len(hk)), hk)
+        if hv is None:
+            parts.append(_NULL)
+        else:
+            parts += (_vb(len(hv)), hv)
+    body = b"".join(parts)
+    out += _vb(len(body))
     out += body
 
 
-def _read_bytes(buf, pos: int):
-    n, pos = read_varint(buf, pos)
+def _varint(buf: bytes, pos: int, slow=read_varint) -> tuple[int, int]:
+    # fast path for the one- and two-byte varints that make up most of a record
+    try:
+        b = buf[pos]
+        if b < 0x80:
+            return (b >> 1) ^ -(b & 1), pos + 1
+        c = buf[pos + 1]
+        if c < 0x80:
+            v = (b & 0x7F) | c << 7
+            return (v >> 1) ^ -(v & 1), pos + 2
+    except IndexError:
+        raise DecodeError("truncated varint") from None
+    return slow(buf, pos)
+
+
+def _varlong(buf: bytes, pos: int) -> tuple[int, int]:
+    return _varint(buf, pos, read_varlong)
+
+
+def _read_bytes(buf: bytes, pos: int):
+    n, pos = _varint(buf, pos)
     if n < 0:
         return None, pos
     end = pos + n
     if end > len(buf):
         raise DecodeError("record field runs past the end of the batch")
-    return bytes(buf[pos:end]), end
+    return buf[pos:end], end
 
 
 def decode_records(data, count: int, base_offset: int, base_timestamp: int,
                    log_append_time: int | None = None) -> list[DecodedRecord]:
+    """Exactly `count` records filling `data` (uncompressed); DecodeError on anything else."""
+    if count < 0 or count > len(data):
+        raise DecodeError(f"record count {count} does not fit the {len(data)} bytes of records")
+    buf = data if isinstance(data, bytes) else bytes(data)   # bytes index and slice fastest
+    n = len(buf)
     out = []
     pos = 0
-    if count > len(data):
-        raise DecodeError(f"record count {count} exceeds the {len(data)} bytes of records")
     for _ in range(count):
-        length, pos = read_varint(data, pos)
+        length, pos = _varint(buf, pos)
         end = pos + length
-        if length < 0 or end > len(data):
+        if length < 1 or end > n:
             raise DecodeError("record length runs past the end of the batch")
-        pos += 1                                   # record attributes: unused
-        ts_delta, pos = read_varlong(data, pos)
-        off_delta, pos = read_varint(data, pos)
-        key, pos = _read_bytes(data, pos)
-        value, pos = _read_bytes(data, pos)
-        nh, pos = read_varint(data, pos)
+        ts_delta, pos = _varlong(buf, pos + 1)             # skip the unused attributes
+        off_delta, pos = _varint(buf, pos)
+        key, pos = _read_bytes(buf, pos)
+        value, pos = _read_bytes(buf, pos)
+        nh, pos = _varint(buf, pos)
         if nh < 0 or nh > end - pos:
             raise DecodeError("bad header count")
         headers = []
         for _ in range(nh):
-            hk, pos = _read_bytes(data, pos)
-            hv, pos = _read_bytes(data, pos)
+            hk, pos = _read_bytes(buf, pos)
+            hv, pos = _read_bytes(buf, pos)
             if hk is None:
                 raise DecodeError("null header key")
+            # Java decodes header keys leniently (malformed UTF-8 becomes U+FFFD); so do we
             headers.append((hk.decode("utf-8", "replace"), hv))
         if pos != end:
             raise DecodeError("record length does not match its fields")
         ts = log_append_time if log_append_time is not None else base_timestamp + ts_delta
         out.append(DecodedRecord(base_offset + off_delta, ts, key, value, headers))
+    if pos != n:
+        # Kafka rejects a batch whose records do not fill it exactly ("records still remaining")
+        raise DecodeError(f"{n - pos} bytes left after the batch's {count} records")
     return out
 
 
@@ -347,10 +389,12 @@ class RecordBatchBuilder:
 
     def _add(self, rec: Record, ts) -> None:
         self._pending.append((rec, ts))
-        self._next_delta = max(self._next_delta, rec.offset_delta + 1)
+        if rec.offset_delta >= self._next_delta:
+            self._next_delta = rec.offset_delta + 1
         # varint overheads are at most ~20 bytes a record; good enough for batch cutting
-        self.estimated_size += 21 + len(rec.key or b"") + len(rec.value or b"") + sum(
-            len(k) + len(v or b"") + 10 for k, v in rec.headers)
+        self.estimated_size += 21 + len(rec.key or b"") + len(rec.value or b"")
+        if rec.headers:
+            self.estimated_size += sum(len(k) + len(v or b"") + 10 for k, v in rec.headers)
 
     def build(self, now_ms: int | None = None) -> bytes:
         """Encode the batch. Records appended without a timestamp get `now_ms` (or the clock)."""
@@ -372,8 +416,10 @@ class RecordBatchBuilder:
             if ts is not None:
                 rec.timestamp_delta = (now if ts is _NOW else ts) - base_ts
             rec_ts = base_ts + rec.timestamp_delta
-            max_ts = rec_ts if max_ts is None else max(max_ts, rec_ts)
-            last_delta = max(last_delta, rec.offset_delta)
+            if max_ts is None or rec_ts > max_ts:
+                max_ts = rec_ts
+            if rec.offset_delta > last_delta:
+                last_delta = rec.offset_delta
             encode_record(body, rec)
         if self.compression != Compression.NONE:
             body = codecs.compress(self.compression, body)
