@@ -140,3 +140,23 @@ def test_snappy_bomb_is_refused_from_its_declared_length():
         c.decompress(c.SNAPPY, xerial)
     with pytest.raises(DecodeError):                  # block length past the end
         c.decompress(c.SNAPPY, c.XERIAL_MAGIC + struct.pack(">iii", 1, 1, 1000) + b"ab")
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_random_and_mutated_input_only_ever_raises_decode_error(codec):
+    import random
+    rng = random.Random(codec)
+    packed = c.compress(codec, PAYLOAD[:3000])
+    for i in range(1500):
+        if i % 2:
+            data = bytearray(packed)
+            for _ in range(rng.randint(1, 3)):
+                data[rng.randrange(len(data))] = rng.getrandbits(8)
+            data = bytes(data[:rng.randint(0, len(data))] if i % 3 == 0 else data)
+        else:
+            data = rng.randbytes(rng.randint(0, 300))
+        try:
+            out = c.decompress(codec, data, max_bytes=1 << 20)
+            assert len(out) <= 1 << 20
+        except DecodeError:
+            pass

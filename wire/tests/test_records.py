@@ -273,6 +273,9 @@ def _patch_records(body: bytes, count: int | None = None) -> bytes:
     (b"\x10\x00\x00\x00\x02k\x02v\x00", 2**31 - 1),   # absurd count
     (b"\x10\x00\x00\x00\xfe\xff\xff\xff\x0f", 1),     # key length claiming 2 GiB
     (b"\xff\xff\xff\xff\xff\xff", 1),                 # varint longer than 5 bytes
+    (b"\x10\x00\x00\x00\x02k\x02v\x00\x00", 1),       # a stray byte after the last record
+    (b"\x00\x10\x00\x00\x00\x02k\x02v\x00", 1),       # zero-length record
+    (b"\x10\x00\x00\x00\x02k\x02v\x00", -1),          # negative count
 ])
 def test_malformed_records_raise_decode_error(body, count):
     with pytest.raises(DecodeError):
@@ -315,3 +318,22 @@ def test_kraft_control_records_and_unknown_types():
             rb.parse_control_key(bad)
     with pytest.raises(DecodeError):
         rb.parse_end_txn_marker_value(b"\x00\x00\x00")
+
+
+def test_structural_checks_apply_even_without_crc_verification():
+    data = bytearray(build_batch(RECORDS))
+    struct.pack_into(">i", data, 57, -5)                   # negative count, stale CRC
+    with pytest.raises(DecodeError):
+        decode_batch(bytes(data), verify_crc=False)
+    data = bytearray(build_batch(RECORDS))
+    data[-1] ^= 0xFF                                        # corrupt record byte, stale CRC
+    with pytest.raises(DecodeError, match="CRC"):
+        decode_batch(bytes(data))
+
+
+def test_scan_from_a_position():
+    a, b = _two_batches()
+    buf = a + b
+    res = scan_valid_prefix(buf, expected_next_offset=3, pos=len(a))
+    assert (res.valid_bytes, res.reason, [h.base_offset for h in res.headers]) == (
+        len(b), None, [3])
