@@ -10,6 +10,14 @@ The CRC-32C covers attributes..end, so a broker can stamp `base_offset` and
 `partition_leader_epoch` without recomputing it; the batch is otherwise stored exactly as the
 producer sent it. Records (possibly compressed as one block) are varint-encoded:
 length, attributes, timestamp delta, offset delta, key, value, headers.
+
+Two levels of API:
+- the log's fast path never decodes records: `RecordBatchHeader` (one struct.unpack_from),
+  `invalid_reason()`/`is_valid()` (structure + CRC), `iter_batches`, `scan_valid_prefix`
+  (crash recovery), `set_base_offset`/`set_partition_leader_epoch` (stamping, CRC untouched);
+- clients, the controller and tests: `build_batch`/`RecordBatchBuilder`, `decode_batch`,
+  control records (`build_end_txn_marker`, `build_control_batch`, `control_record_type`).
+Anything malformed from a peer raises `DecodeError`; misuse by local code raises ValueError.
 """
 
 from __future__ import annotations
@@ -190,10 +198,12 @@ def scan_valid_prefix(buf, expected_next_offset: int | None = None, pos: int = 0
 
 
 def set_base_offset(buf, pos: int, base_offset: int) -> None:
+    """Stamp the batch at `pos` of a writable buffer (outside the CRC: no recompute)."""
     _BASE_OFFSET.pack_into(buf, pos, base_offset)
 
 
 def set_partition_leader_epoch(buf, pos: int, epoch: int) -> None:
+    """Stamp the leader epoch of the batch at `pos` (outside the CRC: no recompute)."""
     _EPOCH.pack_into(buf, pos + 12, epoch)
 
 
