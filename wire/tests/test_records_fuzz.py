@@ -1,9 +1,12 @@
 """Seeded fuzzing of the batch decoder: every input decodes or raises DecodeError, quickly."""
 
+import os
 import random
 import struct
 import time
 import tracemalloc
+
+import pytest
 
 from wire.errors import DecodeError
 from wire.records.batch import (BATCH_HEADER_SIZE, Compression, RecordBatchHeader, build_batch,
@@ -47,12 +50,12 @@ def _mutate(rng: random.Random, data: bytes, recrc: bool) -> bytes:
     return bytes(b)
 
 
-def test_fuzz_decode_batch_ten_thousand_cases():
-    rng = random.Random(SEED)
+def _fuzz(seed: int, cases: int, budget_s: float) -> dict:
+    rng = random.Random(seed)
     seeds = _seeds(rng)
     outcomes = {"ok": 0, "error": 0}
-    deadline = time.monotonic() + 60
-    for i in range(12_000):
+    deadline = time.monotonic() + budget_s
+    for i in range(cases):
         data = _mutate(rng, rng.choice(seeds), recrc=i % 2 == 0)
         try:
             decoded = decode_batch(data, verify_crc=i % 3 != 0, max_decompressed=1 << 20)
@@ -60,9 +63,23 @@ def test_fuzz_decode_batch_ten_thousand_cases():
             outcomes["ok"] += 1
         except DecodeError:
             outcomes["error"] += 1
-        assert time.monotonic() < deadline, f"fuzz too slow at case {i} (seed {SEED})"
+        assert time.monotonic() < deadline, f"fuzz too slow at case {i} (seed {seed})"
+    return outcomes
+
+
+def test_fuzz_decode_batch_ten_thousand_cases():
+    outcomes = _fuzz(SEED, 12_000, 60)
     # both paths must be exercised, or the fuzzer is not reaching the decoder
     assert outcomes["ok"] > 500 and outcomes["error"] > 2000, outcomes
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("RAFTKA_SOAK") != "1", reason="soak: set RAFTKA_SOAK=1")
+def test_fuzz_soak_many_seeds():
+    base = int(os.environ.get("RAFTKA_SEED", SEED))
+    for seed in range(base, base + 50):
+        outcomes = _fuzz(seed, 20_000, 300)
+        assert outcomes["ok"] and outcomes["error"], (seed, outcomes)
 
 
 def test_fuzz_header_scan_and_iteration_never_crash():
