@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 COMMIT_TIMEOUT_S = 5.0
 TICK_S = 0.25
+REBALANCE_EVERY_TICKS = 20          # preferred-leader check every 5 s
 MAX_SERVICE_TAIL = 50_000
 
 
@@ -136,11 +137,14 @@ class ControllerService:
             await trio.sleep(0.05)
 
     async def _tick_loop(self) -> None:
+        ticks = 0
         while True:
             await trio.sleep(TICK_S)
+            ticks += 1
+            rebalance = ticks % REBALANCE_EVERY_TICKS == 0
             if self.active:
                 try:
-                    await self.mutate(lambda now: (self.controller.tick(now), None))
+                    await self.mutate(lambda now: (self.controller.tick(now, rebalance), None))
                 except NotActive:
                     pass
 

@@ -46,8 +46,12 @@ class QuorumController:
                                                 broker_epoch, metadata_offset, want_fence,
                                                 want_shutdown, now_ms)
 
-    def tick(self, now_ms: int) -> list:
-        return cluster_control.fence_expired(self.image, self.heartbeats, now_ms)
+    def tick(self, now_ms: int, rebalance: bool = False) -> list:
+        """Fence lapsed brokers; with `rebalance`, also restore preferred leaders."""
+        records = cluster_control.fence_expired(self.image, self.heartbeats, now_ms)
+        if rebalance and not records:
+            records = replication_control.preferred_rebalance(self.image)
+        return records
 
     # -- topics -----------------------------------------------------------------------------------
 

@@ -262,6 +262,20 @@ def preferred_election(image: MetadataImage, topic: str, partition: int):
     return [r.PartitionChangeRecord(t.topic_id, partition, leader=preferred)], ErrorCode.NONE
 
 
+def preferred_rebalance(image: MetadataImage) -> list:
+    """auto.leader.rebalance: move leadership back to each partition's first replica when it is
+    usable and in the ISR, so a restarted cluster does not keep every leader on one broker."""
+    usable = {b.broker_id for b in image.usable_brokers()}
+    records = []
+    for topic in image.topics.values():
+        for p in topic.partitions.values():
+            preferred = p.replicas[0]
+            if p.leader != preferred and preferred in usable and preferred in p.isr:
+                records.append(r.PartitionChangeRecord(topic.topic_id, p.partition_id,
+                                                       leader=preferred))
+    return records
+
+
 def unclean_election(image: MetadataImage, topic: str, partition: int):
     t = image.topics.get(topic)
     p = t.partitions.get(partition) if t else None
