@@ -7,6 +7,7 @@ and exit non-zero; tracebacks are for bugs only.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 EXIT_OK = 0
@@ -42,6 +43,13 @@ def cmd_broker(args: argparse.Namespace) -> int:
     return broker_main(argv)
 
 
+def cmd_perf(args: argparse.Namespace) -> int:
+    from clients.cli import perf
+    if not args.perf_command:
+        raise SystemExit("raftka perf: choose produce or consume (see --help)")
+    return perf.main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raftka", description="Raftka: Kafka-compatible streaming "
                                      "with a Raft metadata quorum.")
@@ -70,6 +78,25 @@ def build_parser() -> argparse.ArgumentParser:
     brk.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a property (repeatable)")
     brk.set_defaults(func=cmd_broker)
+
+    perf = sub.add_parser("perf", help="load generators: perf produce | perf consume")
+    perf_sub = perf.add_subparsers(dest="perf_command", metavar="produce|consume")
+    for name in ("produce", "consume"):
+        p = perf_sub.add_parser(name, help=f"measure {name} throughput")
+        p.add_argument("--bootstrap-server", default=os.environ.get("RAFTKA_BOOTSTRAP",
+                                                                    "127.0.0.1:9092"))
+        p.add_argument("--topic", default="perf")
+        p.add_argument("--num-records", type=int, default=100_000)
+        p.add_argument("--output", choices=["table", "json"], default="table")
+        if name == "produce":
+            p.add_argument("--record-size", type=int, default=100)
+            p.add_argument("--acks", default="1", choices=["0", "1", "all", "-1"])
+            p.add_argument("--compression", default="none",
+                           choices=["none", "gzip", "snappy", "lz4", "zstd"])
+            p.add_argument("--linger-ms", type=int, default=5)
+            p.add_argument("--partitions", type=int, default=6)
+            p.add_argument("--replication-factor", type=int, default=1)
+    perf.set_defaults(func=cmd_perf)
     return parser
 
 
