@@ -55,6 +55,8 @@ class Broker:
         self.client = ControllerClient(self.broker_id, config.voters, self.host, self.port,
                                        config["broker.rack"], config["broker.heartbeat.interval.ms"])
         self.fetchers = FetcherManager(self)
+        from partition_server.group.coordinator import GroupCoordinator
+        self.groups = GroupCoordinator(self)
         self.image = MetadataImage()
         self.unfenced_once = trio.Event()
         self.stopping = False
@@ -108,6 +110,7 @@ class Broker:
             if key not in wanted:
                 self.fetchers.unfollow(*key)
                 self.replicas.remove_partition(*key, delete=True)
+        self.groups.on_image()
         self.purgatory.notify_all()
 
     def on_heartbeat_state(self) -> None:
@@ -162,6 +165,7 @@ class Broker:
             nursery.start_soon(self.fetchers.run)
             nursery.start_soon(self._isr_loop)
             nursery.start_soon(self._housekeeping_loop)
+            nursery.start_soon(self.groups.tick_loop)
             task_status.started()
 
     async def controlled_shutdown(self, timeout_s: float = 10.0) -> None:

@@ -70,6 +70,8 @@ class DevLayout:
             "default.replication.factor": "3",
             "min.insync.replicas": "2",
             "offsets.topic.replication.factor": "3",
+            # Kafka's 3 s delay batches a production group's first joins; locally it only waits
+            "group.initial.rebalance.delay.ms": "300",
         }
         props.update(self.overrides)
         return props

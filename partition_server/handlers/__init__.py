@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from partition_server.handlers import admin, cluster, fetch, produce
+from partition_server.handlers import admin, cluster, fetch, group, produce
 
 log = logging.getLogger(__name__)
 
@@ -14,6 +14,15 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     1: (4, 12),      # Fetch (v13+ needs topic ids in fetch sessions: not yet)
     2: (1, 8),       # ListOffsets
     3: (0, 12),      # Metadata
+    8: (0, 8),       # OffsetCommit
+    9: (0, 8),       # OffsetFetch
+    10: (0, 4),      # FindCoordinator (groups; transactions answer COORDINATOR_NOT_AVAILABLE)
+    11: (0, 9),      # JoinGroup
+    12: (0, 4),      # Heartbeat
+    13: (0, 5),      # LeaveGroup
+    14: (0, 5),      # SyncGroup
+    15: (0, 5),      # DescribeGroups
+    16: (0, 4),      # ListGroups
     18: (0, 3),      # ApiVersions
     19: (2, 7),      # CreateTopics        → forwarded to the active controller
     20: (1, 6),      # DeleteTopics        → forwarded
@@ -34,6 +43,10 @@ HANDLERS = {
     2: fetch.handle_list_offsets,
     3: cluster.handle_metadata,
     18: cluster.handle_api_versions,
+    8: group.handle_offset_commit, 9: group.handle_offset_fetch,
+    10: group.handle_find_coordinator, 11: group.handle_join_group, 12: group.handle_heartbeat,
+    13: group.handle_leave_group, 14: group.handle_sync_group, 15: group.handle_describe_groups,
+    16: group.handle_list_groups,
     19: admin.forward, 20: admin.forward, 33: admin.forward, 37: admin.forward,
     43: admin.forward, 44: admin.forward, 55: admin.forward,
     21: fetch.handle_delete_records,

@@ -384,6 +384,9 @@ def _emit_value(enc: _Src, dec: _Src, f: F, src: str, dst: str, version: int, fl
         enc.emit(ind, "if v is None:")
         if nullable:
             enc.emit(ind + 1, "b += " + ("b'\\x00'" if flex else "b'\\xff\\xff\\xff\\xff'"))
+        elif lenient:
+            enc.emit(ind + 1, "v = []")      # lenient (responses): null where the version has none
+            enc.emit(ind + 1, "b += " + ("b'\\x01'" if flex else "b'\\x00\\x00\\x00\\x00'"))
         else:
             enc.emit(ind + 1, f"raise EncodeError('{name} is not nullable in version {version}')")
         enc.emit(ind, "else:")
@@ -415,7 +418,7 @@ def _emit_value(enc: _Src, dec: _Src, f: F, src: str, dst: str, version: int, fl
         dec.emit(ind, f"{dst} = UUID(mv[pos:e])")
         dec.emit(ind, "pos = e")
     elif t in ("string", "bytes"):
-        _emit_string_or_bytes(enc, dec, t, src, dst, name, version, flex, nullable, ind)
+        _emit_string_or_bytes(enc, dec, t, src, dst, name, version, flex, nullable, ind, lenient)
     elif t == "records":
         enc.emit(ind, f"encode_records(b, {src}, {flex}, {nullable}, opaque)")
         _emit_length(dec, flex, False, ind)
@@ -464,9 +467,14 @@ def _emit_length(dec: _Src, flex: bool, short: bool, ind: int) -> None:
         dec.emit(ind, "pos += 4")
 
 
-def _emit_string_or_bytes(enc, dec, t, src, dst, name, version, flex, nullable, ind):
+def _emit_string_or_bytes(enc, dec, t, src, dst, name, version, flex, nullable, ind,
+                          lenient=False):
     short = t == "string"
     enc.emit(ind, f"v = {src}")
+    if lenient and not nullable:
+        # responses: a null where this version cannot carry one goes out empty
+        enc.emit(ind, "if v is None:")
+        enc.emit(ind + 1, "v = ''" if short else "v = b''")
     enc.emit(ind, "if v is None:")
     if nullable:
         null = "b'\\x00'" if flex else ("b'\\xff\\xff'" if short else "b'\\xff\\xff\\xff\\xff'")

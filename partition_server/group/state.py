@@ -1,0 +1,340 @@
+"""Classic consumer-group membership as a pure state machine (Kafka's GroupCoordinator, KIP-62,
+KIP-345 static membership, KIP-394 member id required). No I/O, no clock: callers pass `now_ms`
+and deliver the returned effects (delayed JoinGroup/SyncGroup answers).
+
+States and transitions:
+
+    EMPTY ──join──▶ PREPARING_REBALANCE ──all known members joined (after the initial delay for
+        a new group) or rebalance timeout──▶ COMPLETING_REBALANCE (generation + 1, leader chosen,
+        join answers sent) ──leader's SyncGroup──▶ STABLE (assignments sent)
+    STABLE / COMPLETING_REBALANCE ──join of a new member, leave, session expiry, changed
+        protocols──▶ PREPARING_REBALANCE
+    PREPARING_REBALANCE ──rebalance completes with no member──▶ EMPTY (generation + 1)
+    any ──group deleted──▶ DEAD
+
+Error codes: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, MEMBER_ID_REQUIRED,
+INCONSISTENT_GROUP_PROTOCOL, FENCED_INSTANCE_ID, INVALID_SESSION_TIMEOUT, GROUP_ID_NOT_FOUND,
+NON_EMPTY_GROUP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import uuid
+
+from wire.errors import ErrorCode
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclasses.dataclass
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list                     # [(name, metadata bytes)] in preference order
+    assignment: bytes = b""
+    last_heartbeat_ms: int = 0
+
+
+@dataclasses.dataclass
+class JoinResult:
+    member_id: str
+    error: ErrorCode = ErrorCode.NONE
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    members: list = dataclasses.field(default_factory=list)   # [(member_id, instance_id, metadata)]
+
+
+@dataclasses.dataclass
+class SyncResult:
+    member_id: str
+    error: ErrorCode = ErrorCode.NONE
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+@dataclasses.dataclass
+class GroupConfig:
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+    initial_rebalance_delay_ms: int = 3000
+
+
+class Group:
+    def __init__(self, group_id: str):
+        self.group_id = group_id
+        self.state = GroupState.EMPTY
+        self.generation_id = 0
+        self.protocol_type: str | None = None
+        self.protocol_name: str | None = None
+        self.leader_id: str | None = None
+        self.members: dict[str, Member] = {}
+        self.static: dict[str, str] = {}            # group.instance.id → member id
+        self.pending_join: set[str] = set()
+        self.pending_sync: set[str] = set()
+        self.pending_members: dict[str, int] = {}   # ids handed out by MEMBER_ID_REQUIRED
+        self.rebalance_deadline_ms = 0
+        self.initial_delay_until_ms = 0
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _join_result(self, member_id: str) -> JoinResult:
+        members = []
+        if member_id == self.leader_id:
+            members = [(m.member_id, m.group_instance_id, dict(m.protocols)[self.protocol_name])
+                       for m in self.members.values()]
+        return JoinResult(member_id, ErrorCode.NONE, self.generation_id, self.protocol_type,
+                          self.protocol_name, self.leader_id or "", members)
+
+    def _select_protocol(self) -> str | None:
+        common = None
+        for m in self.members.values():
+            names = {n for n, _ in m.protocols}
+            common = names if common is None else common & names
+        if not common:
+            return None
+        votes = {n: 0 for n in common}
+        for m in self.members.values():
+            first = next(n for n, _ in m.protocols if n in common)
+            votes[first] += 1
+        return max(sorted(common), key=lambda n: votes[n])
+
+    def _prepare_rebalance(self, now_ms: int) -> None:
+        timeout = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+        if self.state is not GroupState.PREPARING_REBALANCE:
+            self.rebalance_deadline_ms = now_ms + timeout
+        self.state = GroupState.PREPARING_REBALANCE
+        # members waiting for a sync in the old generation must rejoin
+        self.pending_sync.clear()
+
+    def _complete_join(self) -> list:
+        effects: list = []
+        for mid in list(self.members):
+            if mid not in self.pending_join:
+                self._remove(mid)
+        self.generation_id += 1
+        if not self.members:
+            self.state = GroupState.EMPTY
+            self.protocol_name = None
+            self.leader_id = None
+            return effects
+        self.protocol_name = self._select_protocol()
+        if self.leader_id not in self.members:
+            self.leader_id = next(iter(self.members))
+        self.state = GroupState.COMPLETING_REBALANCE
+        for mid in sorted(self.pending_join, key=lambda m: m != self.leader_id):
+            effects.append(self._join_result(mid))
+        self.pending_join.clear()
+        return effects
+
+    def _remove(self, member_id: str) -> None:
+        m = self.members.pop(member_id, None)
+        if m is not None and m.group_instance_id is not None:
+            self.static.pop(m.group_instance_id, None)
+        self.pending_join.discard(member_id)
+        self.pending_sync.discard(member_id)
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)
+
+    def ready_to_complete_join(self, now_ms: int) -> bool:
+        if self.state is not GroupState.PREPARING_REBALANCE:
+            return False
+        if now_ms >= self.rebalance_deadline_ms:
+            return True
+        return (set(self.members) <= self.pending_join and bool(self.pending_join)
+                and now_ms >= self.initial_delay_until_ms)
+
+
+class GroupCoordinatorState:
+    """All groups of one coordinator; every method returns (result, effects)."""
+
+    def __init__(self, config: GroupConfig | None = None):
+        self.config = config or GroupConfig()
+        self.groups: dict[str, Group] = {}
+
+    def group(self, group_id: str) -> Group:
+        g = self.groups.get(group_id)
+        if g is None or g.state is GroupState.DEAD:
+            g = self.groups[group_id] = Group(group_id)
+        return g
+
+    # -- JoinGroup --------------------------------------------------------------------------------
+
+    def join(self, group_id: str, member_id: str, instance_id: str | None, client_id: str,
+             client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int,
+             protocol_type: str, protocols: list, require_member_id: bool, now_ms: int):
+        """Returns (JoinResult now | None to wait, effects, member id used)."""
+        cfg = self.config
+        if not (cfg.min_session_timeout_ms <= session_timeout_ms <= cfg.max_session_timeout_ms):
+            return JoinResult(member_id, ErrorCode.INVALID_SESSION_TIMEOUT), [], member_id
+        g = self.group(group_id)
+        if not protocols or not protocol_type or (
+                g.members and g.protocol_type is not None and protocol_type != g.protocol_type):
+            return JoinResult(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL), [], member_id
+        if g.members and g.state is not GroupState.PREPARING_REBALANCE and \
+                not ({n for n, _ in protocols} & {n for m in g.members.values() for n, _ in m.protocols}):
+            return JoinResult(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL), [], member_id
+        if instance_id is not None and instance_id in g.static:
+            old = g.static[instance_id]
+            if member_id and member_id != old:
+                return JoinResult(member_id, ErrorCode.FENCED_INSTANCE_ID), [], member_id
+            member_id = old                      # a static member comes back under its old id
+        if not member_id:
+            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+            if require_member_id and instance_id is None:
+                # KIP-394: hand out the id first; the member rejoins with it
+                g.pending_members[member_id] = now_ms + session_timeout_ms
+                return JoinResult(member_id, ErrorCode.MEMBER_ID_REQUIRED), [], member_id
+        elif member_id not in g.members:
+            if g.pending_members.pop(member_id, None) is None:
+                return JoinResult(member_id, ErrorCode.UNKNOWN_MEMBER_ID), [], member_id
+        existing = g.members.get(member_id)
+        new_member = existing is None
+        m = Member(member_id, instance_id, client_id, client_host, session_timeout_ms,
+                   rebalance_timeout_ms, protocol_type, list(protocols),
+                   existing.assignment if existing else b"", now_ms)
+        g.members[member_id] = m
+        if instance_id is not None:
+            g.static[instance_id] = member_id
+        g.protocol_type = protocol_type
+        changed = new_member or existing.protocols != m.protocols
+        if g.state is GroupState.STABLE and not changed and member_id != g.leader_id:
+            return g._join_result(member_id), [], member_id   # nothing changed: same generation
+        if g.state is GroupState.EMPTY:
+            g.initial_delay_until_ms = now_ms + cfg.initial_rebalance_delay_ms
+        if g.state is not GroupState.PREPARING_REBALANCE:
+            g._prepare_rebalance(now_ms)
+        g.pending_join.add(member_id)
+        effects = g._complete_join() if g.ready_to_complete_join(now_ms) else []
+        mine = next((e for e in effects if e.member_id == member_id), None)
+        return mine, [e for e in effects if e.member_id != member_id], member_id
+
+    # -- SyncGroup --------------------------------------------------------------------------------
+
+    def sync(self, group_id: str, generation_id: int, member_id: str, assignments: dict):
+        """Returns (SyncResult now | None to wait, effects)."""
+        g = self.groups.get(group_id)
+        if g is None or member_id not in g.members:
+            return SyncResult(member_id, ErrorCode.UNKNOWN_MEMBER_ID), []
+        if generation_id != g.generation_id:
+            return SyncResult(member_id, ErrorCode.ILLEGAL_GENERATION), []
+        if g.state is GroupState.PREPARING_REBALANCE:
+            return SyncResult(member_id, ErrorCode.REBALANCE_IN_PROGRESS), []
+        if g.state is GroupState.STABLE:
+            return self._sync_result(g, member_id), []
+        g.pending_sync.add(member_id)
+        if member_id != g.leader_id:
+            return None, []
+        for mid, m in g.members.items():
+            m.assignment = assignments.get(mid, b"")
+        g.state = GroupState.STABLE
+        effects = [self._sync_result(g, mid) for mid in g.pending_sync]
+        g.pending_sync.clear()
+        mine = next(e for e in effects if e.member_id == member_id)
+        return mine, [e for e in effects if e.member_id != member_id]
+
+    @staticmethod
+    def _sync_result(g: Group, member_id: str) -> SyncResult:
+        return SyncResult(member_id, ErrorCode.NONE, g.protocol_type, g.protocol_name,
+                          g.members[member_id].assignment)
+
+    # -- liveness ---------------------------------------------------------------------------------
+
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str, now_ms: int) -> ErrorCode:
+        g = self.groups.get(group_id)
+        if g is None or member_id not in g.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        g.members[member_id].last_heartbeat_ms = now_ms
+        if generation_id != g.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        if g.state is GroupState.PREPARING_REBALANCE:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def leave(self, group_id: str, members: list[tuple[str, str | None]], now_ms: int):
+        """members: [(member_id, instance_id)] → ([codes], effects)."""
+        g = self.groups.get(group_id)
+        codes, effects = [], []
+        for member_id, instance_id in members:
+            if g is None:
+                codes.append(ErrorCode.UNKNOWN_MEMBER_ID)
+                continue
+            if instance_id is not None:
+                mid = g.static.get(instance_id)
+                if mid is None or (member_id and member_id != mid):
+                    codes.append(ErrorCode.FENCED_INSTANCE_ID if mid else ErrorCode.UNKNOWN_MEMBER_ID)
+                    continue
+                member_id = mid
+            if member_id not in g.members:
+                codes.append(ErrorCode.UNKNOWN_MEMBER_ID)
+                continue
+            g._remove(member_id)
+            codes.append(ErrorCode.NONE)
+            effects += self._membership_changed(g, now_ms)
+        return codes, effects
+
+    def _membership_changed(self, g: Group, now_ms: int) -> list:
+        if g.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            g._prepare_rebalance(now_ms)
+        if not g.members and g.state is GroupState.PREPARING_REBALANCE:
+            return g._complete_join()
+        if g.ready_to_complete_join(now_ms):
+            return g._complete_join()
+        return []
+
+    def tick(self, now_ms: int) -> list:
+        """Expire sessions and complete rebalances whose time has come; returns effects."""
+        effects: list = []
+        for g in list(self.groups.values()):
+            g.pending_members = {k: v for k, v in g.pending_members.items() if v >= now_ms}
+            for mid, m in list(g.members.items()):
+                if mid in g.pending_join:
+                    continue      # a member waiting in JoinGroup is alive (rebalance timeout rules)
+                if now_ms - m.last_heartbeat_ms > m.session_timeout_ms:
+                    g._remove(mid)
+                    effects += self._membership_changed(g, now_ms)
+            if g.ready_to_complete_join(now_ms):
+                effects += g._complete_join()
+        return effects
+
+    # -- offsets (validation only; storage is the caller's) ----------------------------------------
+
+    def can_commit(self, group_id: str, generation_id: int, member_id: str) -> ErrorCode:
+        g = self.groups.get(group_id)
+        if generation_id < 0 and not member_id:
+            # simple (non-member) commits, e.g. manual assignment: allowed if nobody is a member
+            if g is not None and g.members:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            return ErrorCode.NONE
+        if g is None or member_id not in g.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation_id != g.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        if g.state is GroupState.PREPARING_REBALANCE:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def delete(self, group_id: str) -> ErrorCode:
+        g = self.groups.get(group_id)
+        if g is None:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if g.members:
+            return ErrorCode.NON_EMPTY_GROUP
+        g.state = GroupState.DEAD
+        del self.groups[group_id]
+        return ErrorCode.NONE

@@ -1,0 +1,210 @@
+"""Consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetFetch, ListGroups, DescribeGroups.
+
+Every group API first checks that this broker coordinates the group (NOT_COORDINATOR,
+COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE); then the pure state machine in
+`group/state.py` decides (see its header for the codes). JoinGroup and SyncGroup may wait for the
+rest of the group, bounded by the rebalance timeout.
+"""
+
+from __future__ import annotations
+
+import time
+
+from partition_server.group.state import GroupState
+from wire.errors import ErrorCode
+from wire.messages.index_generated import RESPONSES
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
+
+async def handle_find_coordinator(broker, req):
+    cls = RESPONSES[10]
+    body = req.body
+    keys = list(body.coordinator_keys) if req.api_version >= 4 else [body.key]
+    results = []
+    for key in keys:
+        if body.key_type != 0:
+            results.append((key, ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1,
+                            "transaction coordinators are not implemented yet"))
+            continue
+        err, node, host, port = await broker.groups.find(key)
+        results.append((key, err, node, host, port, None))
+    if req.api_version >= 4:
+        return cls(coordinators=[cls.Coordinator(key=k, node_id=n, host=h, port=p, error_code=e,
+                                                 error_message=m) for k, e, n, h, p, m in results])
+    _, e, n, h, p, m = results[0]
+    return cls(error_code=e, error_message=m, node_id=n, host=h, port=p)
+
+
+async def handle_join_group(broker, req):
+    cls = RESPONSES[11]
+    b = req.body
+    err = broker.groups.owns(b.group_id)
+    if err != ErrorCode.NONE:
+        return cls(error_code=err, member_id=b.member_id)
+    result, effects, member_id = broker.groups.state.join(
+        b.group_id, b.member_id, b.group_instance_id, req.client_id or "", "/127.0.0.1",
+        b.session_timeout_ms, b.rebalance_timeout_ms if req.api_version >= 1 else b.session_timeout_ms,
+        b.protocol_type, [(p.name, p.metadata) for p in b.protocols], req.api_version >= 4, _now())
+    broker.groups.deliver(effects)
+    if result is None:
+        timeout = (b.rebalance_timeout_ms if req.api_version >= 1 else b.session_timeout_ms) / 1000
+        result = await broker.groups.wait_for("join", b.group_id, member_id, timeout + 5)
+        if result is None:
+            return cls(error_code=ErrorCode.REBALANCE_IN_PROGRESS, member_id=member_id)
+        if isinstance(result, ErrorCode):
+            return cls(error_code=result, member_id=member_id)
+    return cls(error_code=result.error, generation_id=result.generation_id,
+               protocol_type=result.protocol_type, protocol_name=result.protocol_name,
+               leader=result.leader, member_id=result.member_id,
+               members=[cls.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=md)
+                        for m, i, md in result.members])
+
+
+async def handle_sync_group(broker, req):
+    cls = RESPONSES[14]
+    b = req.body
+    err = broker.groups.owns(b.group_id)
+    if err != ErrorCode.NONE:
+        return cls(error_code=err)
+    assignments = {a.member_id: a.assignment for a in b.assignments}
+    result, effects = broker.groups.state.sync(b.group_id, b.generation_id, b.member_id, assignments)
+    broker.groups.deliver(effects)
+    if result is None:
+        g = broker.groups.state.groups.get(b.group_id)
+        timeout = max((m.rebalance_timeout_ms for m in g.members.values()), default=30000) / 1000 if g else 30
+        result = await broker.groups.wait_for("sync", b.group_id, b.member_id, timeout + 5)
+        if result is None:
+            return cls(error_code=ErrorCode.REBALANCE_IN_PROGRESS)
+        if isinstance(result, ErrorCode):
+            return cls(error_code=result)
+    return cls(error_code=result.error, protocol_type=result.protocol_type,
+               protocol_name=result.protocol_name, assignment=result.assignment)
+
+
+async def handle_heartbeat(broker, req):
+    cls = RESPONSES[12]
+    b = req.body
+    err = broker.groups.owns(b.group_id)
+    if err != ErrorCode.NONE:
+        return cls(error_code=err)
+    return cls(error_code=broker.groups.state.heartbeat(b.group_id, b.generation_id, b.member_id, _now()))
+
+
+async def handle_leave_group(broker, req):
+    cls = RESPONSES[13]
+    b = req.body
+    err = broker.groups.owns(b.group_id)
+    if err != ErrorCode.NONE:
+        return cls(error_code=err)
+    members = [(b.member_id, None)] if req.api_version < 3 else \
+        [(m.member_id, m.group_instance_id) for m in b.members]
+    codes, effects = broker.groups.state.leave(b.group_id, members, _now())
+    broker.groups.deliver(effects)
+    if req.api_version < 3:
+        return cls(error_code=codes[0])
+    return cls(error_code=0, members=[cls.MemberResponse(member_id=m, group_instance_id=i, error_code=c)
+                                      for (m, i), c in zip(members, codes)])
+
+
+async def handle_offset_commit(broker, req):
+    cls = RESPONSES[8]
+    b = req.body
+    err = broker.groups.owns(b.group_id)
+    if err == ErrorCode.NONE:
+        generation = b.generation_id_or_member_epoch if req.api_version >= 1 else -1
+        err = broker.groups.state.can_commit(b.group_id, generation, b.member_id)
+    entries = []
+    for t in b.topics:
+        for p in t.partitions:
+            entries.append((t.name, p.partition_index, p.committed_offset,
+                            p.committed_leader_epoch, p.committed_metadata))
+    if err == ErrorCode.NONE:
+        err = await broker.groups.store_offsets(b.group_id, entries)
+    by_topic: dict = {}
+    for t, p, *_ in entries:
+        by_topic.setdefault(t, []).append(cls.OffsetCommitResponsePartition(partition_index=p,
+                                                                            error_code=err))
+    return cls(topics=[cls.OffsetCommitResponseTopic(name=t, partitions=ps)
+                       for t, ps in by_topic.items()])
+
+
+def _fetch_group(broker, group_id, topics):
+    """[(topic, [(partition, offset, epoch, metadata, error)])], group error."""
+    err = broker.groups.owns(group_id)
+    if err != ErrorCode.NONE:
+        return [], err
+    if topics is None:
+        wanted: dict = {}
+        for (t, p) in broker.groups.offsets.get(group_id, {}):
+            wanted.setdefault(t, []).append(p)
+        topics = sorted(wanted.items())
+    out = []
+    for name, partitions in topics:
+        parts = []
+        for p in partitions:
+            c = broker.groups.committed(group_id, name, p)
+            parts.append((p, c[0], c[1], c[2], 0) if c else (p, -1, -1, "", 0))
+        out.append((name, parts))
+    return out, ErrorCode.NONE
+
+
+async def handle_offset_fetch(broker, req):
+    cls = RESPONSES[9]
+    b = req.body
+    if req.api_version < 8:
+        topics = None if b.topics is None else [(t.name, list(t.partition_indexes)) for t in b.topics]
+        out, err = _fetch_group(broker, b.group_id, topics)
+        return cls(error_code=err, topics=[cls.OffsetFetchResponseTopic(name=n, partitions=[
+            cls.OffsetFetchResponsePartition(partition_index=p, committed_offset=o,
+                                             committed_leader_epoch=e, metadata=m, error_code=x)
+            for p, o, e, m, x in parts]) for n, parts in out])
+    groups = []
+    for g in b.groups:
+        topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
+        out, err = _fetch_group(broker, g.group_id, topics)
+        groups.append(cls.OffsetFetchResponseGroup(group_id=g.group_id, error_code=err, topics=[
+            cls.OffsetFetchResponseTopics(name=n, partitions=[cls.OffsetFetchResponsePartitions(
+                partition_index=p, committed_offset=o, committed_leader_epoch=e, metadata=m,
+                error_code=x) for p, o, e, m, x in parts]) for n, parts in out]))
+    return cls(groups=groups)
+
+
+async def handle_list_groups(broker, req):
+    cls = RESPONSES[16]
+    states = set(req.body.states_filter) if req.api_version >= 4 else set()
+    out = []
+    for gid, g in sorted(broker.groups.state.groups.items()):
+        if broker.groups.owns(gid) != ErrorCode.NONE:
+            continue
+        if states and g.state.value not in states:
+            continue
+        out.append(cls.ListedGroup(group_id=gid, protocol_type=g.protocol_type or "",
+                                   group_state=g.state.value, group_type="classic"))
+    return cls(error_code=0, groups=out)
+
+
+async def handle_describe_groups(broker, req):
+    cls = RESPONSES[15]
+    out = []
+    for gid in req.body.groups:
+        err = broker.groups.owns(gid)
+        g = broker.groups.state.groups.get(gid)
+        if err != ErrorCode.NONE:
+            out.append(cls.DescribedGroup(group_id=gid, error_code=err))
+            continue
+        if g is None:
+            out.append(cls.DescribedGroup(group_id=gid, group_state=GroupState.DEAD.value))
+            continue
+        out.append(cls.DescribedGroup(
+            group_id=gid, group_state=g.state.value, protocol_type=g.protocol_type or "",
+            protocol_data=g.protocol_name or "",
+            members=[cls.DescribedGroupMember(
+                member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+                client_host=m.client_host,
+                member_metadata=dict(m.protocols).get(g.protocol_name, b""),
+                member_assignment=m.assignment) for m in g.members.values()]))
+    return cls(groups=out)
