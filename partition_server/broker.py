@@ -57,6 +57,8 @@ class Broker:
         self.fetchers = FetcherManager(self)
         from partition_server.group.coordinator import GroupCoordinator
         self.groups = GroupCoordinator(self)
+        from partition_server.handlers.producer_id import ProducerIdBlock
+        self.producer_ids = ProducerIdBlock()
         self.image = MetadataImage()
         self.unfenced_once = trio.Event()
         self.stopping = False

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Iterable
 
 from partition_server.replication.partition import PartitionState, Role
-from wire.errors import ErrorCode, KafkaError
+from partition_server.txn.producer_state import ProducerStateManager
+from wire.errors import DecodeError, ErrorCode, KafkaError
+from wire.records.batch import iter_batches
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,15 @@ class HostedPartition:
     state: PartitionState
     min_insync_replicas: int = 1
     offline: bool = False
+    producers: ProducerStateManager = dataclasses.field(default_factory=ProducerStateManager)
+
+    def rebuild_producer_state(self) -> None:
+        """Replay every idempotent batch header of the log (restart, new leader)."""
+        self.producers = ProducerStateManager()
+        for seg in self.log.segments:
+            for h in seg.iter_headers(0):
+                if h.producer_id >= 0:
+                    self.producers.update_from_header(h)
 
 
 @dataclasses.dataclass
@@ -98,6 +109,7 @@ class ReplicaManager:
             hosted = HostedPartition(topic, partition, topic_id, plog,
                                      PartitionState(topic, partition, self.broker_id, plog,
                                                     high_watermark=getattr(plog, "recovered_high_watermark", 0)))
+            hosted.rebuild_producer_state()
             self.partitions[key] = hosted
         hosted.min_insync_replicas = min_insync_replicas
         if leader == self.broker_id:
@@ -140,6 +152,16 @@ class ReplicaManager:
         if acks == -1 and state.in_sync_count() < hosted.min_insync_replicas:
             return ProduceResult(ErrorCode.NOT_ENOUGH_REPLICAS,
                                  log_start_offset=hosted.log.log_start_offset)
+        headers = _idempotent_headers(records)
+        for h, last_seq in headers:
+            verdict = hosted.producers.check(h.producer_id, h.producer_epoch, h.base_sequence,
+                                             last_seq)
+            if verdict.duplicate_of is not None and len(headers) == 1:
+                dup = verdict.duplicate_of       # a retry of an appended batch: same answer
+                return ProduceResult(ErrorCode.NONE, dup.first_offset, dup.last_offset, -1,
+                                     hosted.log.log_start_offset)
+            if verdict.error != ErrorCode.NONE:
+                return ProduceResult(verdict.error, log_start_offset=hosted.log.log_start_offset)
         try:
             info = hosted.log.append_as_leader(records, state.leader_epoch, now_ms)
         except KafkaError as exc:
@@ -149,6 +171,12 @@ class ReplicaManager:
             hosted.offline = True
             return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR)
         state.after_local_append()
+        first = info.first_offset
+        for h, last_seq in headers:
+            count = h.last_offset_delta + 1
+            hosted.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, last_seq,
+                                    first, first + count - 1)
+            first += count
         return ProduceResult(ErrorCode.NONE, info.first_offset, info.last_offset,
                              getattr(info, "log_append_time", -1), hosted.log.log_start_offset)
 
@@ -204,3 +232,15 @@ class ReplicaManager:
         if epoch != last_fetched_epoch or end_offset < fetch_offset:
             return (epoch, end_offset)
         return None
+
+
+def _idempotent_headers(records) -> list:
+    """(header, last sequence) of each batch carrying a producer id, in order."""
+    out = []
+    try:
+        for h in iter_batches(memoryview(records)):
+            if h.producer_id >= 0 and h.base_sequence >= 0:
+                out.append((h, (h.base_sequence + h.last_offset_delta) % 2**31))
+    except DecodeError:
+        return []                # the log's validation reports the corruption
+    return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from partition_server.handlers import admin, cluster, fetch, group, produce
+from partition_server.handlers import admin, cluster, fetch, group, produce, producer_id
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +24,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     15: (0, 5),      # DescribeGroups
     16: (0, 4),      # ListGroups
     18: (0, 3),      # ApiVersions
+    22: (0, 4),      # InitProducerId (idempotent producers; transactional ids not yet)
     19: (2, 7),      # CreateTopics        → forwarded to the active controller
     20: (1, 6),      # DeleteTopics        → forwarded
     21: (0, 2),      # DeleteRecords
@@ -50,6 +51,7 @@ HANDLERS = {
     19: admin.forward, 20: admin.forward, 33: admin.forward, 37: admin.forward,
     43: admin.forward, 44: admin.forward, 55: admin.forward,
     21: fetch.handle_delete_records,
+    22: producer_id.handle_init_producer_id,
     23: fetch.handle_offset_for_leader_epoch,
     32: cluster.handle_describe_configs,
     60: cluster.handle_describe_cluster,

@@ -18,6 +18,7 @@ from clients.connection import BrokerConnection, ConnectionClosed
 from partition_server.replication.partition import Role
 from wire.errors import DecodeError, ErrorCode, KafkaError
 from wire.messages.index_generated import REQUESTS
+from wire.records.batch import iter_batches
 
 log = logging.getLogger(__name__)
 
@@ -138,9 +139,14 @@ class FetcherManager:
                      hosted.partition, p.diverging_epoch.epoch, target)
             plog.truncate_to(target)
             state.truncated_to(plog.log_end_offset)
+            hosted.producers.truncate_after(plog.log_end_offset)
             return False
         if p.records is not None and len(p.records):
-            plog.append_as_follower(bytes(p.records), now)
+            data = bytes(p.records)
+            plog.append_as_follower(data, now)
+            for h in iter_batches(data):
+                if h.producer_id >= 0:
+                    hosted.producers.update_from_header(h)
         state.update_follower_high_watermark(p.high_watermark)
         self.broker.purgatory.notify((hosted.topic, hosted.partition))
         return False

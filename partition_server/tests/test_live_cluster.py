@@ -150,3 +150,47 @@ def test_broker_sigkill_and_restart_recovers(cluster):
     cluster.restart_broker(1)
     assert len(_produce(cluster, topic, 50, start=100)) == 50
     assert _consume_all(cluster, topic, 150) == list(range(150))
+
+
+def test_idempotent_retry_is_not_appended_twice(cluster):
+    import trio
+
+    from clients.connection import BrokerConnection
+    from wire.errors import ErrorCode
+    from wire.messages.index_generated import REQUESTS
+    from wire.records.batch import build_batch
+    topic = "idempotent"
+    admin = _admin(cluster)
+    for fut in admin.create_topics([NewTopic(topic, 1, 3)]).values():
+        fut.result(30)
+    md = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+    leader = cluster.layout.broker_port(md.leader)
+
+    async def scenario():
+        conn = BrokerConnection("127.0.0.1", leader)
+        await conn.connect()
+        init = await conn.request(REQUESTS[22](transactional_id=None, transaction_timeout_ms=60000), 4)
+        assert init.error_code == 0 and init.producer_id >= 0
+        pr = REQUESTS[0]
+
+        def produce(seq, n):
+            batch = build_batch([(None, b"v%d" % (seq + i), [], None) for i in range(n)],
+                                producer_id=init.producer_id, producer_epoch=init.producer_epoch,
+                                base_sequence=seq)
+            return pr(acks=-1, timeout_ms=10000, topic_data=[pr.TopicProduceData(
+                name=topic, partition_data=[pr.PartitionProduceData(index=0, records=batch)])])
+        out = []
+        for seq, n in ((0, 3), (0, 3), (3, 2), (9, 1)):      # second is a retry; last has a gap
+            resp = await conn.request(produce(seq, n), 9)
+            p = resp.responses[0].partition_responses[0]
+            out.append((p.error_code, p.base_offset))
+        await conn.aclose()
+        return out
+    results = trio.run(scenario)
+    assert results[0] == (0, 0) and results[1] == (0, 0)      # the retry gets the same offset
+    assert results[2] == (0, 3)
+    assert results[3][0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "idem"})
+    low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    c.close()
+    assert (low, high) == (0, 5)                              # 3 + 2 records, no duplicate

@@ -23,7 +23,7 @@ def main(bootstrap: str, topic: str, rf: int) -> None:
     acked = 0
     for codec in CODECS:
         producer = Producer({"bootstrap.servers": bootstrap, "compression.type": codec,
-                             "acks": "all", "linger.ms": 5, "enable.idempotence": False,
+                             "acks": "all", "linger.ms": 5, "enable.idempotence": True,
                              "message.timeout.ms": 30000})
         errors = []
 

@@ -25,14 +25,9 @@ def main(bootstrap: str, topic: str, rf: int) -> None:
     records = plan()
     acked = 0
     for codec in CODECS:
-        extra = {}
-        if int(kafka.__version__.split(".")[0]) >= 3:
-            # 3.x turns idempotence on by default, which needs InitProducerId (the
-            # exactly-once issue); until then the interop run states it explicitly.
-            extra["enable_idempotence"] = False
         producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5,
                                  compression_type=None if codec == "none" else codec,
-                                 retries=5, request_timeout_ms=30000, **extra)
+                                 retries=5, request_timeout_ms=30000)
         futures = [producer.send(topic, value=v, key=k, partition=p, headers=h, timestamp_ms=ts)
                    for c, p, k, v, h, ts in records if c == codec]
         producer.flush(30)

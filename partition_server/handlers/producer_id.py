@@ -1,0 +1,51 @@
+"""InitProducerId for idempotent (non-transactional) producers.
+
+Producer ids come in blocks of 1,000 from the controller (AllocateProducerIds, committed as a
+ProducerIdsRecord, so ids are never reused across brokers or restarts). Every call hands out a
+fresh id with epoch 0 — also when a producer asks to bump its epoch (KIP-360): a new id is the
+simplest correct answer without a transaction coordinator. Transactional ids are not supported
+yet: COORDINATOR_NOT_AVAILABLE (the exactly-once issue).
+"""
+
+from __future__ import annotations
+
+import trio
+
+from partition_server.controller_client import ControllerUnavailable
+from wire.errors import ErrorCode
+from wire.messages.index_generated import REQUESTS, RESPONSES
+
+
+class ProducerIdBlock:
+    def __init__(self):
+        self.next_id = 0
+        self.end = 0
+        self.lock = trio.Lock()
+
+    async def allocate(self, broker) -> int | None:
+        async with self.lock:
+            if self.next_id >= self.end:
+                cls = REQUESTS[67]
+                try:
+                    resp = await broker.client.call_active(
+                        cls(broker_id=broker.broker_id, broker_epoch=broker.client.broker_epoch),
+                        timeout_s=10, error_of=lambda r: r.error_code)
+                except ControllerUnavailable:
+                    return None
+                if resp.error_code != ErrorCode.NONE:
+                    return None
+                self.next_id = resp.producer_id_start
+                self.end = resp.producer_id_start + resp.producer_id_len
+            pid = self.next_id
+            self.next_id += 1
+            return pid
+
+
+async def handle_init_producer_id(broker, req):
+    cls = RESPONSES[22]
+    if req.body.transactional_id is not None:
+        return cls(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1)
+    pid = await broker.producer_ids.allocate(broker)
+    if pid is None:
+        return cls(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1)
+    return cls(error_code=0, producer_id=pid, producer_epoch=0)
