@@ -1,0 +1,211 @@
+"""Three real controller processes on 127.0.0.1: failover, restart, loss of majority.
+
+Writes are CreateTopics requests (one committed batch each); the committed history is read back
+through the metadata stream (Fetch on __cluster_metadata) from any controller.
+"""
+
+import signal
+import sys
+import time
+
+import pytest
+import trio
+
+from clients.cli.dev import CONTROLLER_IDS, DevLayout, ManagedProcess, wait_ready, write_properties
+from clients.connection import BrokerConnection, ConnectionClosed
+from metadata_quorum.records import TopicRecord, decode_record
+from partition_server.testing import free_base_port
+from wire.errors import DecodeError
+from wire.messages.index_generated import REQUESTS
+from wire.records.batch import decode_batch, iter_batches
+
+pytestmark = pytest.mark.live
+ROUNDS = 3
+
+
+class Quorum:
+    def __init__(self, tmp_path):
+        self.layout = DevLayout(tmp_path, free_base_port())
+        self.procs: dict[int, ManagedProcess] = {}
+
+    def start(self, index: int) -> None:
+        cid = CONTROLLER_IDS[index]
+        path = self.layout.data_dir / "configs" / f"controller-{cid}.properties"
+        write_properties(path, self.layout.controller_properties(index))
+        self.procs[index] = ManagedProcess(
+            f"controller-{cid}", [sys.executable, "-m", "metadata_quorum", "--config", str(path)],
+            "listening on", True)
+
+    def start_all(self) -> None:
+        for i in range(3):
+            self.start(i)
+        assert wait_ready(list(self.procs.values()), 30) is None
+
+    def kill(self, index: int, sig=signal.SIGKILL) -> None:
+        p = self.procs.pop(index)
+        p.proc.send_signal(sig)
+        p.proc.wait(20)
+
+    def stop_all(self) -> None:
+        for i in list(self.procs):
+            self.kill(i, signal.SIGTERM)
+
+    def port(self, index: int) -> int:
+        return self.layout.controller_port(index)
+
+
+async def _request(port, message, version, timeout=3.0):
+    conn = BrokerConnection("127.0.0.1", port)
+    try:
+        await conn.connect(timeout_s=timeout)
+        return await conn.request(message, version, timeout_s=timeout)
+    finally:
+        await conn.aclose()
+
+
+async def register_broker(q: Quorum) -> None:
+    """Register broker 0 (it stays fenced) so topics can be assigned to it."""
+    br = REQUESTS[62]
+    import uuid
+    msg = br(broker_id=0, cluster_id="raftka", incarnation_id=uuid.uuid4(),
+             listeners=[br.Listener(name="PLAINTEXT", host="127.0.0.1", port=1)])
+    for _ in range(200):
+        for i in list(q.procs):
+            try:
+                resp = await _request(q.port(i), msg, 4, timeout=2)
+            except (ConnectionClosed, OSError, DecodeError, trio.TooSlowError):
+                continue
+            if resp.error_code == 0:
+                return
+        await trio.sleep(0.1)
+    raise AssertionError("could not register a broker")
+
+
+async def create_topic(q: Quorum, name: str, deadline_s: float) -> tuple[int, float]:
+    """Try every live controller until one commits the write; (controller index, seconds)."""
+    ct = REQUESTS[19]
+    msg = ct(topics=[ct.CreatableTopic(name=name, num_partitions=-1, replication_factor=-1,
+                                       assignments=[ct.CreatableReplicaAssignment(
+                                           partition_index=0, broker_ids=[0])])],
+             timeout_ms=5000)
+    start = time.monotonic()
+    while time.monotonic() - start < deadline_s:
+        for i in list(q.procs):
+            try:
+                resp = await _request(q.port(i), msg, 7, timeout=2)
+            except (ConnectionClosed, OSError, DecodeError, trio.TooSlowError):
+                continue
+            code = resp.topics[0].error_code
+            if code == 0:
+                return i, time.monotonic() - start
+            assert code in (41, 7), f"unexpected error {code}"     # NOT_CONTROLLER / timeout
+        await trio.sleep(0.05)
+    raise AssertionError(f"no controller accepted a write within {deadline_s}s")
+
+
+async def topics_in_stream(port: int) -> tuple[list[str], int]:
+    """Topic names in the committed metadata stream, and the stream's high watermark."""
+    f = REQUESTS[1]
+    offset, names, hw = 0, [], 0
+    while True:
+        resp = await _request(port, f(replica_id=99, max_wait_ms=0, topics=[f.FetchTopic(
+            topic="__cluster_metadata", partitions=[f.FetchPartition(partition=0,
+                                                                     fetch_offset=offset)])]), 12)
+        part = resp.responses[0].partitions[0]
+        hw = part.high_watermark
+        data = bytes(part.records or b"")
+        if not data:
+            return names, hw
+        for h in iter_batches(data):
+            for rec in decode_batch(h.bytes()).records:
+                r = decode_record(rec.value)
+                if isinstance(r, TopicRecord):
+                    names.append(r.name)
+                offset = rec.offset + 1
+
+
+def test_kill_active_controller_and_writes_resume(tmp_path):
+    q = Quorum(tmp_path)
+    q.start_all()
+    try:
+        async def scenario():
+            written, failovers = [], []
+            await register_broker(q)
+            active, _ = await create_topic(q, "t-initial", 20)
+            written.append("t-initial")
+            for rnd in range(ROUNDS):
+                q.kill(active)
+                active, took = await create_topic(q, f"t-{rnd}", 10)
+                written.append(f"t-{rnd}")
+                failovers.append(took)
+                q.start([i for i in range(3) if i not in q.procs][0])
+                await trio.sleep(1.0)
+            for i in q.procs:                 # every committed write is on every live node
+                for _ in range(50):
+                    names, _ = await topics_in_stream(q.port(i))
+                    if set(written) <= set(names):
+                        break
+                    await trio.sleep(0.1)
+                assert set(written) <= set(names), (i, names)
+            return failovers
+        failovers = trio.run(scenario)
+        assert max(failovers) < 2.0, failovers
+    finally:
+        q.stop_all()
+
+
+def test_restart_all_keeps_offset_and_image(tmp_path):
+    q = Quorum(tmp_path)
+    q.start_all()
+    try:
+        async def write_and_read():
+            await register_broker(q)
+            for n in range(5):
+                await create_topic(q, f"keep-{n}", 20)
+            await trio.sleep(0.5)
+            return await topics_in_stream(q.port(0))
+        before = trio.run(write_and_read)
+        q.stop_all()
+        q.start_all()
+
+        async def read_again():
+            for _ in range(100):
+                try:
+                    got = await topics_in_stream(q.port(0))
+                    if got[1] >= before[1]:
+                        return got
+                except (ConnectionClosed, OSError, trio.TooSlowError):
+                    pass
+                await trio.sleep(0.1)
+            return await topics_in_stream(q.port(0))
+        after = trio.run(read_again)
+        assert after[0][:len(before[0])] == before[0]
+        assert after[1] >= before[1]          # the metadata offset never goes back
+    finally:
+        q.stop_all()
+
+
+def test_majority_loss_refuses_writes_but_serves_the_stream(tmp_path):
+    q = Quorum(tmp_path)
+    q.start_all()
+    try:
+        async def before():
+            await register_broker(q)
+            await create_topic(q, "before-loss", 20)
+        trio.run(before)
+        active = [i for i in range(3)]
+        q.kill(active[0])
+        q.kill(active[1])
+
+        async def scenario():
+            ct = REQUESTS[19]
+            msg = ct(topics=[ct.CreatableTopic(name="after-loss", num_partitions=1,
+                                               replication_factor=1)], timeout_ms=3000)
+            resp = await _request(q.port(2), msg, 7, timeout=10)
+            names, _ = await topics_in_stream(q.port(2))
+            return resp.topics[0].error_code, names
+        code, names = trio.run(scenario)
+        assert code == 41                      # NOT_CONTROLLER: no quorum, nothing accepted
+        assert "before-loss" in names and "after-loss" not in names
+    finally:
+        q.stop_all()
