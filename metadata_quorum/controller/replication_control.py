@@ -66,15 +66,25 @@ def place_replicas(image: MetadataImage, partitions: int, rf: int, first_partiti
     n = len(ordered)
     if start is None:
         start = (len(image.topics) * 7) % n
+    rack_of = {b.broker_id: b.rack for b in brokers}
     out = []
     for p in range(first_partition, first_partition + partitions):
         first = (start + p) % n
+        # the follower walk starts at a shift that changes every n partitions, so followers of
+        # one leader are spread too; a broker on a rack already used is skipped while unused
+        # racks remain (Kafka's rack-aware assignment)
         shift = 1 + (p // n) % max(n - 1, 1)
         replicas = [ordered[first]]
-        for k in range(1, rf):
-            replicas.append(ordered[(first + k * shift) % n] if n > 1 else ordered[0])
-        if len(set(replicas)) < rf:       # shift collided: fall back to consecutive brokers
-            replicas = [ordered[(first + k) % n] for k in range(rf)]
+        racks_used = {rack_of[ordered[first]]}
+        candidates = [ordered[(first + shift + k) % n] for k in range(n)]
+        while len(replicas) < rf:
+            fresh_rack = len(racks_used) < len(set(rack_of.values()))
+            pick = next((b for b in candidates if b not in replicas
+                         and (not fresh_rack or rack_of[b] not in racks_used)), None)
+            if pick is None:
+                pick = next(b for b in candidates if b not in replicas)
+            replicas.append(pick)
+            racks_used.add(rack_of[pick])
         out.append(replicas)
     return out
 
