@@ -232,7 +232,7 @@ async def handle_describe_quorum(svc, req):
     for nid in sorted(svc.config.raft_peers):
         # Voters' positions are Raft log indexes (pysyncobj's), known only on the leader.
         if nid == svc.config.node_id:
-            leo = svc.next_offset
+            leo = st["commit_index"]
         else:
             leo = st["match_index"].get(nid, -1) if svc.active else -1
         voters.append(cls.ReplicaState(replica_id=nid, log_end_offset=leo,

@@ -50,6 +50,13 @@ def cmd_perf(args: argparse.Namespace) -> int:
     return perf.main(args)
 
 
+def cmd_quorum(args: argparse.Namespace) -> int:
+    from clients.cli import quorum
+    if args.quorum_command != "describe":
+        raise SystemExit("raftka quorum: the only subcommand is describe (see --help)")
+    return quorum.main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raftka", description="Raftka: Kafka-compatible streaming "
                                      "with a Raft metadata quorum.")
@@ -97,6 +104,15 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--partitions", type=int, default=6)
             p.add_argument("--replication-factor", type=int, default=1)
     perf.set_defaults(func=cmd_perf)
+
+    q = sub.add_parser("quorum", help="metadata quorum status: quorum describe")
+    q_sub = q.add_subparsers(dest="quorum_command", metavar="describe")
+    qd = q_sub.add_parser("describe", help="leader, epoch, high watermark, voters and observers")
+    qd.add_argument("--bootstrap-server", default=os.environ.get("RAFTKA_BOOTSTRAP",
+                                                                 "127.0.0.1:9092"))
+    qd.add_argument("--bootstrap-controller", help="ask a controller directly (host:port)")
+    qd.add_argument("--output", choices=["table", "json"], default="table")
+    q.set_defaults(func=cmd_quorum)
     return parser
 
 
