@@ -12,6 +12,7 @@
 | flush.ms | ms | never | fsync when the oldest unflushed append is this old |
 | cleanup.policy | list | delete | delete, compact, or both |
 | delete.retention.ms | ms | 1 day | keep compaction tombstones this long |
+| min.cleanable.dirty.ratio | ratio | 0.5 | compact once this share of closed bytes is dirty |
 | max.message.bytes | bytes | 1048588 | largest batch accepted |
 | message.timestamp.type | enum | CreateTime | CreateTime keeps the producer's, LogAppendTime stamps the broker's |
 | file.delete.delay.ms | ms | 60000 | keep a deleted segment's file open this long for in-flight reads |
@@ -43,6 +44,7 @@ class LogConfig:
     flush_ms: int = NEVER
     cleanup_policy: tuple[str, ...] = ("delete",)
     delete_retention_ms: int = 24 * 3600 * 1000
+    min_cleanable_dirty_ratio: float = 0.5
     max_message_bytes: int = 1048588
     message_timestamp_type: str = "CreateTime"
     file_delete_delay_ms: int = 60_000
@@ -55,6 +57,7 @@ class LogConfig:
         "flush.messages": ("flush_messages", int), "flush.ms": ("flush_ms", int),
         "cleanup.policy": ("cleanup_policy", lambda v: tuple(x.strip() for x in v.split(","))),
         "delete.retention.ms": ("delete_retention_ms", int),
+        "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", float),
         "max.message.bytes": ("max_message_bytes", int),
         "message.timestamp.type": ("message_timestamp_type", str),
         "file.delete.delay.ms": ("file_delete_delay_ms", int),
@@ -85,6 +88,14 @@ class LogConfig:
             raise LogConfigError("flush.messages must be >= 1 and flush.ms >= 0")
         if not set(self.cleanup_policy) <= {"delete", "compact"} or not self.cleanup_policy:
             raise LogConfigError("cleanup.policy must be delete, compact or both")
+        if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
+            raise LogConfigError("min.cleanable.dirty.ratio must be within [0, 1]")
+        if self.retention_ms < -1 or self.retention_bytes < -1 or self.delete_retention_ms < 0:
+            raise LogConfigError("retention.ms/retention.bytes must be >= -1, "
+                                 "delete.retention.ms >= 0")
+        if self.max_message_bytes < 0 or self.segment_ms < 1 or self.segment_index_bytes < 8:
+            raise LogConfigError("max.message.bytes >= 0, segment.ms >= 1, "
+                                 "segment.index.bytes >= 8")
         if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
             raise LogConfigError("message.timestamp.type must be CreateTime or LogAppendTime")
 

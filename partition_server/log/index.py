@@ -59,9 +59,13 @@ class OffsetIndex:
         self.positions.append(position)
         self._pending += OFFSET_ENTRY.pack(offset - self.base_offset, position)
 
+    def entry_for(self, offset: int) -> int:
+        """Index of the last entry at or before `offset`, -1 if none."""
+        return bisect.bisect_right(self.offsets, offset) - 1
+
     def lookup(self, offset: int) -> int:
         """File position of the last indexed batch starting at or before `offset` (0 if none)."""
-        i = bisect.bisect_right(self.offsets, offset) - 1
+        i = self.entry_for(offset)
         return self.positions[i] if i >= 0 else 0
 
     def flush(self, fsync: bool = False) -> None:

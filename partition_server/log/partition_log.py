@@ -24,7 +24,9 @@ import struct
 
 from partition_server.log.config import NEVER, LogConfig
 from partition_server.log.epoch_cache import LeaderEpochCache
-from partition_server.log.segment import FileRange, LogSegment
+from partition_server.log.recovery import CLEAN_SHUTDOWN, open_segments
+from partition_server.log.retention import segments_past_retention
+from partition_server.log.segment import CorruptSegmentError, FileRange, LogSegment
 from wire.errors import ErrorCode, KafkaError
 from wire.records.batch import (CRC_START, TIMESTAMP_TYPE_MASK, RecordBatchHeader, decode_batch,
                                 scan_valid_prefix, set_base_offset, set_partition_leader_epoch)
@@ -32,7 +34,6 @@ from wire.records.crc32c import crc32c
 
 log = logging.getLogger(__name__)
 
-CLEAN_SHUTDOWN = ".clean-shutdown"
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
@@ -73,6 +74,7 @@ class PartitionLog:
         self.recovery_point = self._read_offset_file("recovery-point", 0)
         self._last_flush_ms = now_ms
         self._graveyard: list[tuple[int, LogSegment]] = []
+        self.generation = 0          # bumped when segments are removed; the cleaner aborts on it
         self._open(now_ms)
 
     # -- opening and recovery ---------------------------------------------------------------------
@@ -95,19 +97,8 @@ class PartitionLog:
     def _open(self, now_ms: int) -> None:
         marker = os.path.join(self.directory, CLEAN_SHUTDOWN)
         clean = os.path.exists(marker)
-        for name in os.listdir(self.directory):
-            if name.endswith((".tmp", ".cleaned", ".swap", ".deleted")):
-                os.unlink(os.path.join(self.directory, name))
-        bases = sorted(int(n[:-4]) for n in os.listdir(self.directory)
-                       if n.endswith(".log") and n[:-4].isdigit())
-        for i, base in enumerate(bases):
-            seg = LogSegment(self.directory, base, self.config.index_interval_bytes)
-            holds_recovery_point = i + 1 >= len(bases) or bases[i + 1] > self.recovery_point
-            if clean or not holds_recovery_point:
-                seg.load_trusted()
-            else:
-                seg.recover()
-            self.segments.append(seg)
+        self.segments = open_segments(self.directory, self.config.index_interval_bytes,
+                                      self.recovery_point, clean)
         if clean:
             os.unlink(marker)
         if not self.segments:
@@ -232,7 +223,10 @@ class PartitionLog:
             return FetchDataInfo([], 0, from_offset)
         i = self._segment_index_for(from_offset)
         for seg in self.segments[i:]:
-            rng, _ = seg.read(from_offset, max_bytes, max_offset, min_one)
+            try:
+                rng, _ = seg.read(from_offset, max_bytes, max_offset, min_one)
+            except CorruptSegmentError as exc:
+                raise _error(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
             if rng is not None:
                 return FetchDataInfo([rng], rng.size, from_offset)
             if max_offset is not None and seg.next_offset >= max_offset:
@@ -267,8 +261,8 @@ class PartitionLog:
         for seg in self.segments:
             if seg.max_timestamp < timestamp:
                 continue
-            start = seg.time_index.lookup(timestamp)
-            for h in seg.iter_headers(seg.index.lookup(start)):
+            start = seg.time_lookup(timestamp)
+            for h in seg.iter_headers(seg.index_lookup(start)):
                 if h.max_timestamp >= timestamp and h.last_offset >= self.log_start_offset:
                     return self._find_in_batch(seg, h.base_offset, timestamp, exact=False)
         return None
@@ -304,6 +298,7 @@ class PartitionLog:
         if offset < self.log_start_offset:
             self.truncate_fully_and_start_at(offset)
             return
+        self.generation += 1
         while len(self.segments) > 1 and self.active.base_offset >= offset:
             self._delete_segment(self.segments.pop(), now_ms=None)
         self.active.truncate_to(offset)
@@ -312,6 +307,7 @@ class PartitionLog:
         self._write_offset_file("recovery-point", self.recovery_point)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
+        self.generation += 1
         for seg in self.segments:
             self._delete_segment(seg, now_ms=None)
         self.segments = [LogSegment(self.directory, offset, self.config.index_interval_bytes)]
@@ -329,33 +325,34 @@ class PartitionLog:
             self.log_start_offset = offset
             self._write_offset_file("log-start-offset", offset)
             while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
+                self.generation += 1
                 self._delete_segment(self.segments.pop(0), now_ms)
             self.epoch_cache.truncate_from_start(offset)
         return self.log_start_offset
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete closed segments past retention.ms / retention.bytes; returns how many."""
-        if "delete" not in self.config.cleanup_policy:
-            return 0
-        deleted = 0
-        total = self.size_in_bytes
-        while len(self.segments) > 1:
-            seg = self.segments[0]
-            by_time = (self.config.retention_ms >= 0 and seg.max_timestamp >= 0
-                       and now_ms - seg.max_timestamp > self.config.retention_ms)
-            by_size = self.config.retention_bytes >= 0 and total - seg.size >= self.config.retention_bytes
-            if not (by_time or by_size):
-                break
-            self.segments.pop(0)
-            total -= seg.size
-            self._delete_segment(seg, now_ms)
-            deleted += 1
+        deleted = segments_past_retention(self.segments, self.config, now_ms)
         if deleted:
+            self.generation += 1
+            doomed, self.segments = self.segments[:deleted], self.segments[deleted:]
+            for seg in doomed:
+                self._delete_segment(seg, now_ms)
             self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
             self._write_offset_file("log-start-offset", self.log_start_offset)
             self.epoch_cache.truncate_from_start(self.log_start_offset)
         self._reap(now_ms)
         return deleted
+
+    def _replace_cleaned_segment(self, old: LogSegment, now_ms: int) -> None:
+        """The cleaner renamed a compacted copy over `old`'s file: reopen it in place."""
+        new = LogSegment(self.directory, old.base_offset, self.config.index_interval_bytes)
+        new.recover()
+        new.seal()
+        new.next_offset = max(new.next_offset, old.next_offset)   # emptied tail keeps offsets
+        self.segments[self.segments.index(old)] = new
+        old.detached = True           # its fd still reads the old inode for in-flight sendfiles
+        self._graveyard.append((now_ms + self.config.file_delete_delay_ms, old))
 
     def _delete_segment(self, seg: LogSegment, now_ms: int | None) -> None:
         seg.unlink()

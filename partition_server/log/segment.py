@@ -9,16 +9,22 @@ prefix of what was appended.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import logging
 import os
 
 from partition_server.log.index import CorruptIndexError, OffsetIndex, TimeIndex
-from wire.records.batch import (BATCH_HEADER_SIZE, LOG_OVERHEAD, RecordBatchHeader)
+from wire.records.batch import (BATCH_HEADER_SIZE, LOG_OVERHEAD, RecordBatchHeader,
+                                scan_valid_prefix)
 
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 64 * 1024
+
+
+class CorruptSegmentError(Exception):
+    """A stored batch failed its CRC or structure check; the log maps it to CORRUPT_MESSAGE."""
 
 
 def segment_name(base_offset: int) -> str:
@@ -55,6 +61,10 @@ class LogSegment:
         self._bytes_since_index = 0
         self.unflushed_messages = 0
         self.closed = False
+        self.detached = False         # replaced by a cleaned copy: close() only drops the fd
+        # Bytes [0, verified_position) passed a CRC check in this process (recovery scan or
+        # append validation, or a read); reads verify anything beyond it once. See README.
+        self.verified_position = 0
 
     # -- opening ----------------------------------------------------------------------------------
 
@@ -68,7 +78,7 @@ class LogSegment:
             self.recover()
             return
         last = None
-        for h in self.iter_headers(self.index.lookup(1 << 62) if self.index.entries else 0):
+        for h in self.iter_headers(self.index_lookup(1 << 62)):
             last = h
             if self.first_batch_timestamp is None:
                 self.first_batch_timestamp = h.max_timestamp
@@ -116,7 +126,49 @@ class LogSegment:
             self.size = pos
         self.index.rewrite()
         self.time_index.truncate_to_offset(1 << 62)
+        self.verified_position = self.size
         return cut
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild both indexes from batch headers, without truncating (a trusted segment whose
+        index proved wrong); CRCs are left to the read-time check."""
+        log.warning("%s: index inconsistent with the log; rebuilding", self.path)
+        self.index.offsets, self.index.positions = [], []
+        self.time_index.timestamps, self.time_index.offsets = [], []
+        self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
+        self.first_batch_timestamp = None
+        self._bytes_since_index = 0
+        for h in self.iter_headers(0):
+            self._track(h, h.pos)
+        self.index.rewrite()
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.time_index.truncate_to_offset(1 << 62)
+
+    def index_lookup(self, offset: int) -> int:
+        """`index.lookup`, checked: the entry must point at a batch starting at its offset."""
+        i = self.index.entry_for(offset)
+        if i < 0:
+            return 0
+        pos = self.index.positions[i]
+        head = os.pread(self.fd, 17, pos)
+        if len(head) < 17 or int.from_bytes(head[:8], "big", signed=True) != self.index.offsets[i] \
+                or head[16] != 2:
+            self.rebuild_indexes()
+            return self.index.lookup(offset)
+        return pos
+
+    def time_lookup(self, timestamp: int) -> int:
+        """`time_index.lookup`, checked: the entry's batch must carry the entry's timestamp."""
+        ti = self.time_index
+        i = bisect.bisect_left(ti.timestamps, timestamp) - 1
+        if i < 0:
+            return self.base_offset
+        h = self.translate_offset(ti.offsets[i])
+        if h is None or h.base_offset != ti.offsets[i] or h.max_timestamp != ti.timestamps[i]:
+            self.rebuild_indexes()
+            return ti.lookup(timestamp)
+        return ti.offsets[i]
 
     # -- appending --------------------------------------------------------------------------------
 
@@ -144,6 +196,8 @@ class LogSegment:
         for h in headers:
             self._track(h, position + h.pos)
             self.unflushed_messages += h.records_count
+        if self.verified_position == position:
+            self.verified_position = position + len(view)     # validated by the appender
         self.size += len(view)
         if self.created_ms is None:
             self.created_ms = now_ms
@@ -167,7 +221,7 @@ class LogSegment:
 
     def translate_offset(self, offset: int):
         """The first batch whose last offset is >= `offset`, or None."""
-        for h in self.iter_headers(self.index.lookup(offset)):
+        for h in self.iter_headers(self.index_lookup(offset)):
             if h.last_offset >= offset:
                 return h
         return None
@@ -177,7 +231,7 @@ class LogSegment:
         start = None
         size = 0
         count = 0
-        for h in self.iter_headers(self.index.lookup(offset)):
+        for h in self.iter_headers(self.index_lookup(offset)):
             if h.last_offset < offset:
                 continue
             if max_offset is not None and h.last_offset >= max_offset:
@@ -192,7 +246,19 @@ class LogSegment:
                 break
         if start is None or count == 0:
             return None, 0
+        if start + size > self.verified_position:
+            self._verify(start, size)
         return FileRange(self.fd, start, size), count
+
+    def _verify(self, start: int, size: int) -> None:
+        """CRC-check batches about to be served that no check in this process has covered."""
+        data = os.pread(self.fd, size, start)
+        scan = scan_valid_prefix(data, check_offsets=True)
+        if scan.reason is not None:
+            raise CorruptSegmentError(
+                f"{self.path}: corrupt batch at position {start + scan.valid_bytes}: {scan.reason}")
+        if start <= self.verified_position:
+            self.verified_position = start + size
 
     # -- truncation, flushing, closing ------------------------------------------------------------
 
@@ -206,6 +272,7 @@ class LogSegment:
         os.ftruncate(self.fd, cut_at)
         self.size = cut_at
         self.index.truncate_to_position(cut_at)
+        self.verified_position = min(self.verified_position, cut_at)
         self.time_index.truncate_to_offset(h.base_offset)
         self.next_offset = h.base_offset
         self._recompute_bounds()
@@ -235,6 +302,9 @@ class LogSegment:
         self.flush(fsync=True)
 
     def close(self) -> None:
+        if self.detached and not self.closed:
+            os.close(self.fd)
+            self.closed = True
         if not self.closed:
             self.index.flush()
             if self.max_timestamp >= 0:
