@@ -100,8 +100,10 @@ class ControllerConfig:
             if need("raftka.controller.raft.peers"):
                 peers = parse_voters(props["raftka.controller.raft.peers"])
             if need("listeners"):
-                _, host, port = parse_endpoint(props["listeners"].split(",")[0])
-                listener = (host, port)
+                # in combined mode the CONTROLLER listener is the controller's, others the broker's
+                entries = [parse_endpoint(x) for x in props["listeners"].split(",") if x.strip()]
+                chosen = next((e for e in entries if e[0] == "CONTROLLER"), entries[0])
+                listener = (chosen[1], chosen[2])
         except ConfigError as exc:
             problems.append(str(exc))
         if voters and peers and set(voters) != set(peers):

@@ -13,12 +13,18 @@ from metadata_quorum.config import ConfigError, load_properties
 from partition_server.config import BrokerConfig
 
 
-async def _serve(config: BrokerConfig) -> None:
+async def _serve(config: BrokerConfig, controller_config=None) -> None:
     from partition_server.broker import Broker
     broker = Broker(config)
+    controller = None
     try:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
+                if controller_config is not None:
+                    # combined mode (process.roles=broker,controller): one process, both roles
+                    from metadata_quorum.service import ControllerService
+                    controller = ControllerService(controller_config)
+                    await nursery.start(controller.run)
                 nursery.start_soon(broker.run)
                 async for _ in signals:
                     break
@@ -27,6 +33,8 @@ async def _serve(config: BrokerConfig) -> None:
                 nursery.cancel_scope.cancel()
     finally:
         broker.close()
+        if controller is not None:
+            controller.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,11 +53,15 @@ def main(argv: list[str] | None = None) -> int:
                 raise ConfigError(f"--set expects key=value, got {item!r}")
             props[k.strip()] = v.strip()
         config = BrokerConfig.from_properties(props)
+        controller_config = None
+        if "controller" in config["process.roles"]:
+            from metadata_quorum.config import ControllerConfig
+            controller_config = ControllerConfig.from_properties(props)
     except (OSError, ConfigError) as exc:
         print(f"raftka broker: {exc}", file=sys.stderr)
         return 2
     try:
-        trio.run(_serve, config)
+        trio.run(_serve, config, controller_config)
     except BaseExceptionGroup as group:
         bind = group.subgroup(lambda e: isinstance(e, OSError))
         if bind is None:

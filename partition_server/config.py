@@ -142,6 +142,8 @@ class BrokerConfig:
                 parse_voters(values["controller.quorum.voters"])
             except ConfigError as exc:
                 problems.append(str(exc))
+        client_listeners = [x for x in values["listeners"] if not x.upper().startswith("CONTROLLER:")]
+        values["listeners"] = client_listeners or values["listeners"]
         for listener in values["listeners"] + (values["advertised.listeners"] or []):
             try:
                 parse_endpoint(listener)
