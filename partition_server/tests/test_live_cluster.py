@@ -194,3 +194,54 @@ def test_idempotent_retry_is_not_appended_twice(cluster):
     low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
     c.close()
     assert (low, high) == (0, 5)                              # 3 + 2 records, no duplicate
+
+
+def test_quorum_describe_cli(cluster):
+    import subprocess
+    out = subprocess.run([sys.executable, "-m", "clients.cli.main", "quorum", "describe",
+                          "--bootstrap-server", cluster.bootstrap, "--output", "json"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    status = json.loads(out.stdout)
+    assert status["leader_id"] in {v["id"] for v in status["voters"]}
+    assert sorted(v["id"] for v in status["voters"]) == [3000, 3001, 3002]
+    assert sorted(o["id"] for o in status["observers"]) == [0, 1, 2]
+    bad = subprocess.run([sys.executable, "-m", "clients.cli.main", "quorum", "describe",
+                          "--bootstrap-server", "127.0.0.1:1"], capture_output=True, text=True,
+                         timeout=30)
+    assert bad.returncode == 1 and "cannot reach" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_single_node_combined_mode(tmp_path):
+    import subprocess
+
+    from partition_server.testing import free_base_port
+    base = free_base_port()
+    props = (Path(__file__).resolve().parents[2] / "configs" / "single-node" /
+             "server.properties").read_text()
+    props = (props.replace("9092", str(base)).replace("9093", str(base + 1000))
+             .replace("9193", str(base + 1100)).replace("./raftka-data", str(tmp_path)))
+    (tmp_path / "server.properties").write_text(props)
+    proc = subprocess.Popen([sys.executable, "-m", "partition_server", "--config",
+                             str(tmp_path / "server.properties")],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            line = proc.stdout.readline()
+            if "unfenced" in line:
+                break
+        bootstrap = f"127.0.0.1:{base}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for fut in admin.create_topics([NewTopic("solo", 1, 1)]).values():
+            fut.result(30)
+
+        class One:
+            pass
+        one = One()
+        one.bootstrap = bootstrap
+        assert len(_produce(one, "solo", 25)) == 25
+        assert _consume_all(one, "solo", 25) == list(range(25))
+    finally:
+        proc.terminate()
+        proc.wait(30)
