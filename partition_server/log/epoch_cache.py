@@ -23,13 +23,21 @@ class LeaderEpochCache:
         self._load()
 
     def _load(self) -> None:
+        """Read the checkpoint; anything torn or inconsistent is ignored (the log then rebuilds
+        the cache from the batches' partition leader epochs)."""
         try:
             with open(self.path) as f:
                 lines = f.read().split("\n")
-            count = int(lines[1])
+            version, count = int(lines[0]), int(lines[1])
             pairs = [tuple(map(int, line.split())) for line in lines[2:2 + count]]
+            if version != 0 or len(pairs) != count or any(len(p) != 2 for p in pairs) \
+                    or any(line.strip() for line in lines[2 + count:]):
+                raise ValueError("inconsistent checkpoint")
+            for (e1, s1), (e2, s2) in zip(pairs, pairs[1:]):
+                if e2 <= e1 or s2 < s1:
+                    raise ValueError("epochs or offsets not increasing")
         except (FileNotFoundError, ValueError, IndexError):
-            return              # missing or torn: rebuilt from batches by the log
+            return
         for epoch, start in pairs:
             self._assign(epoch, start)
 
