@@ -50,6 +50,11 @@ class LeaderEpochCache:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
+        fd = os.open(os.path.dirname(self.path) or ".", os.O_RDONLY)
+        try:
+            os.fsync(fd)          # the rename itself must survive a power loss
+        finally:
+            os.close(fd)
 
     def _assign(self, epoch: int, start_offset: int) -> bool:
         if epoch < 0:

@@ -189,7 +189,7 @@ class PartitionLog:
         self._maybe_roll(len(data), headers[0].base_offset, now_ms)
         self.active.append(data, headers, now_ms)
         if self.active.unflushed_messages >= self.config.flush_messages:
-            self.flush()
+            self._sync_appended()
 
     def _maybe_roll(self, incoming: int, next_base: int, now_ms: int) -> None:
         seg = self.active
@@ -207,6 +207,7 @@ class PartitionLog:
         new = LogSegment(self.directory, base_offset if base_offset is not None else old.next_offset,
                          self.config.index_interval_bytes)
         self.segments.append(new)
+        _fsync_dir(self.directory)        # the new file's name must survive a power loss too
         self.recovery_point = max(self.recovery_point, old.next_offset)
         self._write_offset_file("recovery-point", self.recovery_point)
         return new
@@ -373,12 +374,21 @@ class PartitionLog:
     # -- flushing and closing ---------------------------------------------------------------------
 
     def flush(self) -> None:
-        """fsync everything appended so far and advance the recovery point."""
+        """fsync everything appended so far (data and indexes) and checkpoint the recovery
+        point, so a restart after a crash scans only what follows."""
         for seg in self.segments:
             if seg.unflushed_messages or seg is self.active:
                 seg.flush(fsync=True)
         self.recovery_point = self.log_end_offset
         self._write_offset_file("recovery-point", self.recovery_point)
+
+    def _sync_appended(self) -> None:
+        """flush.messages reached: fsync the data only. The recovery-point file is left stale
+        on purpose (a lower value only makes recovery scan more, and skipping its rename and
+        fsync keeps fsync-every-append at one fsync); indexes are rebuilt by that scan."""
+        os.fsync(self.active.fd)
+        self.active.unflushed_messages = 0
+        self.recovery_point = self.log_end_offset
 
     def maybe_flush(self, now_ms: int) -> None:
         """flush.ms: called periodically by the broker."""
@@ -403,6 +413,14 @@ class PartitionLog:
         for _, seg in self._graveyard:
             seg.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 _ATTR = struct.Struct(">h")

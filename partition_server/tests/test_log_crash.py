@@ -37,8 +37,22 @@ CHILD = textwrap.dedent("""
 """)
 
 
+def check_indexes(plog) -> None:
+    """Every offset-index entry points at the start of the batch with its offset; time-index
+    entries name a batch of the segment carrying that max timestamp."""
+    for seg in plog.segments:
+        starts = {h.pos: h for h in seg.iter_headers(0)}
+        for off, pos in zip(seg.index.offsets, seg.index.positions):
+            assert pos in starts and starts[pos].base_offset == off, (seg.path, off, pos)
+        by_offset = {h.base_offset: h for h in starts.values()}
+        for ts, off in zip(seg.time_index.timestamps, seg.time_index.offsets):
+            assert off in by_offset and by_offset[off].max_timestamp == ts, (seg.path, ts, off)
+        assert os.path.getsize(seg.index.path) == 8 * seg.index.entries
+
+
 def check_log(directory: str) -> int:
     plog = PartitionLog(directory, LogConfig(segment_bytes=20_000, index_interval_bytes=512))
+    check_indexes(plog)
     offset = plog.log_start_offset
     while offset < plog.log_end_offset:
         data = plog.read(offset, 4096).read_bytes()
