@@ -54,6 +54,7 @@ class FetchDataInfo:
     ranges: list                    # FileRange chunks (at most one today)
     size: int
     first_offset: int
+    next_offset: int = -1           # offset after the last batch returned (first_offset if none)
 
     def read_bytes(self) -> bytes:
         return b"".join(r.read() for r in self.ranges)
@@ -221,18 +222,18 @@ class PartitionLog:
             raise _error(ErrorCode.OFFSET_OUT_OF_RANGE,
                          f"offset {from_offset} outside [{self.log_start_offset}, {leo}]")
         if from_offset == leo or (max_offset is not None and from_offset >= max_offset):
-            return FetchDataInfo([], 0, from_offset)
+            return FetchDataInfo([], 0, from_offset, from_offset)
         i = self._segment_index_for(from_offset)
         for seg in self.segments[i:]:
             try:
-                rng, _ = seg.read(from_offset, max_bytes, max_offset, min_one)
+                rng, next_offset = seg.read(from_offset, max_bytes, max_offset, min_one)
             except CorruptSegmentError as exc:
                 raise _error(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
             if rng is not None:
-                return FetchDataInfo([rng], rng.size, from_offset)
+                return FetchDataInfo([rng], rng.size, from_offset, next_offset)
             if max_offset is not None and seg.next_offset >= max_offset:
                 break
-        return FetchDataInfo([], 0, from_offset)
+        return FetchDataInfo([], 0, from_offset, from_offset)
 
     def _segment_index_for(self, offset: int) -> int:
         lo, hi = 0, len(self.segments) - 1

@@ -20,7 +20,8 @@ from wire.records.batch import (BATCH_HEADER_SIZE, LOG_OVERHEAD, RecordBatchHead
 
 log = logging.getLogger(__name__)
 
-READ_CHUNK = 64 * 1024
+READ_CHUNK = 4096
+HEADER_READ = 128
 
 
 class CorruptSegmentError(Exception):
@@ -206,9 +207,14 @@ class LogSegment:
     # -- reading ----------------------------------------------------------------------------------
 
     def iter_headers(self, position: int = 0):
-        """Headers of the batches from `position` (a batch start) to the end, read in chunks."""
+        """Headers of the batches from `position` (a batch start) to the end.
+
+        Reads only headers, never whole large batches, so a fetch served by sendfile does not
+        copy its bytes into user space after all: small batches come several per 4 KiB read,
+        batches larger than that cost one 128-byte read each."""
+        chunk_size = READ_CHUNK
         while position + BATCH_HEADER_SIZE <= self.size:
-            chunk = os.pread(self.fd, min(READ_CHUNK, self.size - position), position)
+            chunk = os.pread(self.fd, min(chunk_size, self.size - position), position)
             offset_in_chunk = 0
             while offset_in_chunk + BATCH_HEADER_SIZE <= len(chunk):
                 h = RecordBatchHeader(chunk, offset_in_chunk)
@@ -217,6 +223,9 @@ class LogSegment:
                 h.pos = position + offset_in_chunk       # file position of this batch
                 yield h
                 offset_in_chunk += h.size_in_bytes
+            if offset_in_chunk == 0:
+                return                                   # cannot happen for a sound file
+            chunk_size = HEADER_READ if offset_in_chunk > READ_CHUNK else READ_CHUNK
             position += offset_in_chunk
 
     def translate_offset(self, offset: int):
@@ -227,10 +236,11 @@ class LogSegment:
         return None
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None, min_one: bool):
-        """Whole batches from the one holding `offset`: (FileRange | None, batch count)."""
+        """Whole batches from the one holding `offset`: (FileRange | None, next offset after
+        the last batch returned)."""
         start = None
         size = 0
-        count = 0
+        next_offset = offset
         for h in self.iter_headers(self.index_lookup(offset)):
             if h.last_offset < offset:
                 continue
@@ -238,17 +248,17 @@ class LogSegment:
                 break
             if start is None:
                 start = h.pos
-            if size + h.size_in_bytes > max_bytes and not (min_one and count == 0):
+            if size + h.size_in_bytes > max_bytes and not (min_one and size == 0):
                 break
             size += h.size_in_bytes
-            count += 1
+            next_offset = h.next_offset
             if size >= max_bytes:
                 break
-        if start is None or count == 0:
-            return None, 0
+        if start is None or size == 0:
+            return None, offset
         if start + size > self.verified_position:
             self._verify(start, size)
-        return FileRange(self.fd, start, size), count
+        return FileRange(self.fd, start, size), next_offset
 
     def _verify(self, start: int, size: int) -> None:
         """CRC-check batches about to be served that no check in this process has covered."""
