@@ -1,0 +1,178 @@
+"""Replication under faults on a live cluster (RF=3, min.insync.replicas=2, acks=all).
+
+(a) SIGKILL the partition leader while an idempotent producer writes, restart it; rounds.
+(b) SIGSTOP a follower: it leaves the ISR within replica.lag.time.max.ms + slack and writes go
+    on; SIGCONT: it catches up and rejoins.
+(d) two of three replicas down: produce fails with NOT_ENOUGH_REPLICAS, nothing becomes visible.
+After each: every acknowledged record is readable exactly once, in acknowledgement order.
+"""
+
+import os
+import signal
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from partition_server.testing import LiveCluster
+
+pytestmark = pytest.mark.live
+LAG_MS = 3000
+ROUNDS = 10 if os.environ.get("RAFTKA_SOAK") == "1" else 2
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LiveCluster(tmp_path_factory.mktemp("replication"),
+                    {"replica.lag.time.max.ms": str(LAG_MS), "broker.heartbeat.interval.ms": "500"})
+    c.start()
+    yield c
+    c.stop()
+
+
+def _create(cluster, topic):
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for fut in admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})]).values():
+        fut.result(30)
+    return admin
+
+
+def _partition(admin, topic):
+    return admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+
+
+def _read_all(cluster, topic, timeout_s=30):
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "verify",
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    got = []
+    deadline = time.time() + timeout_s
+    while len(got) < high and time.time() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.append(int(m.value()))
+    c.close()
+    return got
+
+
+class Writer:
+    """An idempotent acks=all producer recording which values were acknowledged, in order."""
+
+    def __init__(self, cluster, topic):
+        self.topic = topic
+        self.acked: list[int] = []
+        self.failed = 0
+        self.p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                           "enable.idempotence": True, "linger.ms": 2,
+                           "message.timeout.ms": 60000})
+        self.next = 0
+
+    def _cb(self, err, msg):
+        if err is None:
+            self.acked.append(int(msg.value()))
+        else:
+            self.failed += 1
+
+    def write_for(self, seconds: float) -> None:
+        end = time.time() + seconds
+        while time.time() < end:
+            self.p.produce(self.topic, str(self.next).encode(), partition=0, on_delivery=self._cb)
+            self.next += 1
+            self.p.poll(0.005)
+
+    def flush(self) -> None:
+        assert self.p.flush(90) == 0
+
+
+def _check(cluster, topic, writer):
+    got = _read_all(cluster, topic)
+    assert len(got) == len(set(got)), "a value appears at two offsets (duplicate)"
+    assert set(writer.acked) <= set(got), f"lost acknowledged writes: {sorted(set(writer.acked) - set(got))[:10]}"
+    positions = {v: i for i, v in enumerate(got)}
+    order = [positions[v] for v in writer.acked]
+    assert order == sorted(order), "acknowledged order differs from log order"
+
+
+def test_leader_sigkill_rounds_lose_nothing(cluster):
+    topic = "kill-leader"
+    admin = _create(cluster, topic)
+    w = Writer(cluster, topic)
+    for _ in range(ROUNDS):
+        w.write_for(1.0)
+        leader = _partition(admin, topic).leader
+        cluster.kill(f"broker-{leader}")
+        w.write_for(3.0)                      # the new leader takes over meanwhile
+        cluster.restart_broker(leader)
+    w.write_for(1.0)
+    w.flush()
+    assert w.acked, "nothing was acknowledged"
+    _check(cluster, topic, w)
+
+
+def test_paused_follower_leaves_isr_and_rejoins(cluster):
+    topic = "pause-follower"
+    admin = _create(cluster, topic)
+    w = Writer(cluster, topic)
+    w.write_for(1.0)
+    part = _partition(admin, topic)
+    follower = next(r for r in part.replicas if r != part.leader)
+    # ask only the leader from now on: a paused broker accepts connections but never answers
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{cluster.layout.broker_port(part.leader)}"})
+    cluster.kill(f"broker-{follower}", signal.SIGSTOP)
+    try:
+        t0 = time.time()
+        while follower in _partition(admin, topic).isrs and time.time() - t0 < LAG_MS / 1000 + 10:
+            w.write_for(0.5)
+        shrink_s = time.time() - t0
+        assert follower not in _partition(admin, topic).isrs
+        assert shrink_s < LAG_MS / 1000 + 10
+        before = len(w.acked)
+        w.write_for(1.0)
+        w.p.flush(30)
+        assert len(w.acked) > before          # writes go on with ISR = 2 ≥ min.insync.replicas
+    finally:
+        cluster.proc(f"broker-{follower}").proc.send_signal(signal.SIGCONT)
+    t0 = time.time()
+    while follower not in _partition(admin, topic).isrs and time.time() - t0 < 30:
+        w.write_for(0.5)
+    assert follower in _partition(admin, topic).isrs
+    w.flush()
+    _check(cluster, topic, w)
+
+
+def test_two_replicas_down_refuses_acks_all(cluster):
+    topic = "two-down"
+    admin = _create(cluster, topic)
+    w = Writer(cluster, topic)
+    w.write_for(0.5)
+    w.flush()
+    part = _partition(admin, topic)
+    down = [r for r in part.replicas if r != part.leader]
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{cluster.layout.broker_port(part.leader)}"})
+    for b in down:
+        cluster.kill(f"broker-{b}")
+    try:
+        # A write sent before the ISR shrinks is in doubt (appended, not acknowledged; it may
+        # still commit later, as in Kafka). Once the ISR is the leader alone, acks=all must be
+        # refused before anything is appended.
+        t0 = time.time()
+        while len(_partition(admin, topic).isrs) > 1 and time.time() - t0 < 30:
+            time.sleep(0.2)
+        assert _partition(admin, topic).isrs == [part.leader]
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                      "message.timeout.ms": 8000, "enable.idempotence": False})
+        errors = []
+        p.produce(topic, b"999999", partition=0,
+                  on_delivery=lambda err, msg: errors.append(err))
+        p.flush(20)
+        assert errors and errors[0] is not None
+        assert errors[0].code() in (KafkaError.NOT_ENOUGH_REPLICAS, KafkaError._MSG_TIMED_OUT), \
+            errors[0]
+    finally:
+        for b in down:
+            cluster.restart_broker(b)
+    got = _read_all(cluster, topic)
+    assert 999999 not in got                    # never acknowledged, never visible
+    _check(cluster, topic, w)
