@@ -66,6 +66,7 @@ class LogSegment:
         # Bytes [0, verified_position) passed a CRC check in this process (recovery scan or
         # append validation, or a read); reads verify anything beyond it once. See README.
         self.verified_position = 0
+        self.appended_from = self.size   # bytes from here on were appended (validated) by us
 
     # -- opening ----------------------------------------------------------------------------------
 
@@ -256,7 +257,7 @@ class LogSegment:
                 break
         if start is None or size == 0:
             return None, offset
-        if start + size > self.verified_position:
+        if start + size > self.verified_position and start < self.appended_from:
             self._verify(start, size)
         return FileRange(self.fd, start, size), next_offset
 
@@ -283,6 +284,7 @@ class LogSegment:
         self.size = cut_at
         self.index.truncate_to_position(cut_at)
         self.verified_position = min(self.verified_position, cut_at)
+        self.appended_from = min(self.appended_from, cut_at)
         self.time_index.truncate_to_offset(h.base_offset)
         self.next_offset = h.base_offset
         self._recompute_bounds()

@@ -165,3 +165,24 @@ def test_corrupt_epoch_checkpoint_is_rebuilt_from_batches(tmp_path):
     open(path, "w").write("0\n5\n1 0\n")
     again = make(tmp_path)
     assert again.end_offset_for(1) == (1, 40) and again.end_offset_for(2) == (2, 80)
+
+
+def test_each_stored_byte_is_crc_checked_once_per_process(tmp_path, monkeypatch):
+    from partition_server.log import segment as segment_mod
+    plog = make(tmp_path, segment_bytes=1 << 20)
+    fill(plog, 10)
+    plog.close()
+    again = make(tmp_path, segment_bytes=1 << 20)
+    checked = []
+    real = segment_mod.LogSegment._verify
+    monkeypatch.setattr(segment_mod.LogSegment, "_verify",
+                        lambda self, start, size: (checked.append((start, size)),
+                                                   real(self, start, size)))
+    fill(again, 5)                                     # appended in this process: trusted
+    tail = again.read(20, 1 << 20)
+    assert checked == [] and tail.size > 0
+    read_all(again)                                    # stored before the restart: checked...
+    n = len(checked)
+    assert n > 0
+    read_all(again)                                    # ...once
+    assert len(checked) == n
