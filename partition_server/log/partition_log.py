@@ -134,7 +134,8 @@ class PartitionLog:
 
     # -- appends ----------------------------------------------------------------------------------
 
-    def _validate(self, records, leader: bool) -> tuple[bytearray, list[RecordBatchHeader]]:
+    def _validate(self, records, leader: bool,
+                  origin: str = "client") -> tuple[bytearray, list[RecordBatchHeader]]:
         data = bytearray(records)
         scan = scan_valid_prefix(data, check_offsets=not leader)
         if scan.reason is not None or not scan.headers:
@@ -145,14 +146,18 @@ class PartitionLog:
                              f"batch of {h.size_in_bytes} bytes exceeds max.message.bytes")
             if leader and (h.records_count <= 0 or h.records_count != h.last_offset_delta + 1):
                 raise _error(ErrorCode.INVALID_RECORD, "record count does not match offset delta")
-            if leader and h.is_control:
+            if leader and h.is_control and origin != "coordinator":
                 raise _error(ErrorCode.INVALID_RECORD, "clients may not write control batches")
         if len(data) > self.config.segment_bytes:
             raise _error(ErrorCode.RECORD_LIST_TOO_LARGE, "record set larger than segment.bytes")
         return data, scan.headers
 
-    def append_as_leader(self, records, leader_epoch: int, now_ms: int) -> AppendInfo:
-        data, headers = self._validate(records, leader=True)
+    def append_as_leader(self, records, leader_epoch: int, now_ms: int,
+                         origin: str = "client") -> AppendInfo:
+        """Validate, stamp offsets and `leader_epoch`, append. `origin` is Kafka's AppendOrigin:
+        "client" (Produce) may not write control batches, "coordinator" (transaction markers,
+        group/txn coordinators) may."""
+        data, headers = self._validate(records, leader=True, origin=origin)
         offset = self.log_end_offset
         log_append = self.config.message_timestamp_type == "LogAppendTime"
         n_records = 0

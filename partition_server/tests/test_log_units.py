@@ -137,3 +137,15 @@ def test_index_lookup_at_segment_boundaries(tmp_path):
     # time index at a boundary: the first timestamp of the second segment
     second = plog.segments[1]
     assert plog.offset_for_timestamp(second.first_batch_timestamp - 1)[0] == second.base_offset
+
+
+def test_control_batches_only_from_coordinator_origin(tmp_path):
+    from wire.errors import ErrorCode, KafkaError
+    from wire.records.batch import build_end_txn_marker
+    plog = PartitionLog(str(tmp_path / "m-0"), LogConfig())
+    marker = build_end_txn_marker(True, 5, 0, 1)
+    with pytest.raises(KafkaError) as e:
+        plog.append_as_leader(marker, 0, T0)
+    assert e.value.code == ErrorCode.INVALID_RECORD
+    info = plog.append_as_leader(marker, 0, T0, origin="coordinator")
+    assert info.first_offset == 0 and plog.log_end_offset == 1
