@@ -32,15 +32,19 @@ completed, indexes being rebuilt from the batches.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import struct
 
-from partition_server.log.segment import LogSegment
+from partition_server.log.segment import CorruptSegmentError, LogSegment
+from wire.errors import DecodeError
 from wire.records import compression as codecs
 from wire.records.batch import (BATCH_HEADER_SIZE, CRC_START, Compression, Record,
                                 RecordBatchBuilder, RecordBatchHeader, TimestampType,
                                 decode_records)
 from wire.records.crc32c import crc32c
+
+log = logging.getLogger(__name__)
 
 # Python memory per map entry (dict slot + 16-byte digest object + int), used to turn the
 # dedupe buffer size into a number of entries; Kafka's Java map charges 24 bytes.
@@ -64,6 +68,7 @@ class LogCleaner:
         self.state = "IDLE"
         self.first_dirty_offset = log._read_offset_file(CHECKPOINT, 0)
         self.passes = 0
+        self.uncleanable: str | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -78,15 +83,27 @@ class LogCleaner:
     # -- the step function ------------------------------------------------------------------------
 
     def clean_step(self, budget_bytes: int, now_ms: int) -> bool:
-        """Do at most about `budget_bytes` of reading; returns True while work remains."""
+        """Do at most about `budget_bytes` of reading; returns True while work remains.
+
+        A stored batch that fails its CRC or does not decode stops cleaning of this log for
+        good (`uncleanable` says why, as Kafka marks such partitions): rewriting it would give
+        corrupt data a fresh, valid CRC."""
+        if self.uncleanable is not None:
+            return False
         if self._generation != self.log.generation and self.state != "IDLE":
             self._abort()
         if self.state == "IDLE" and not self._start(now_ms):
             return False
-        if self.state == "BUILD_MAP":
-            self._build_map(budget_bytes)
-        elif self.state == "CLEAN":
-            self._clean(budget_bytes, now_ms)
+        try:
+            if self.state == "BUILD_MAP":
+                self._build_map(budget_bytes)
+            elif self.state == "CLEAN":
+                self._clean(budget_bytes, now_ms)
+        except (DecodeError, CorruptSegmentError) as exc:
+            self._abort()
+            self.uncleanable = str(exc)
+            log.error("%s: compaction stopped: %s", self.log.directory, exc)
+            return False
         return self.state != "IDLE"
 
     def run_until_idle(self, now_ms: int, budget_bytes: int = 1 << 20, max_steps: int = 100_000):
@@ -140,7 +157,7 @@ class LogCleaner:
             if h is None:             # past this segment's last batch (a compacted tail)
                 self._cursor = max(self._cursor, log.segments[i + 1].base_offset)
                 continue
-            data = os.pread(seg.fd, h.size_in_bytes, h.pos)
+            data = _checked_read(seg, h)
             header = RecordBatchHeader(data)
             if not (header.is_control or header.is_transactional):
                 if self.offset_map and len(self.offset_map) + header.records_count > self.max_entries:
@@ -172,7 +189,7 @@ class LogCleaner:
         for h in seg.iter_headers(pos):
             if spent >= budget:
                 break
-            data = os.pread(seg.fd, h.size_in_bytes, h.pos)
+            data = _checked_read(seg, h)
             kept = self._filter_batch(data, now_ms)
             if kept:
                 f.write(kept)
@@ -229,6 +246,14 @@ class LogCleaner:
 
 
 # -- batch helpers ---------------------------------------------------------------------------------
+
+def _checked_read(seg: LogSegment, h: RecordBatchHeader) -> bytes:
+    data = os.pread(seg.fd, h.size_in_bytes, h.pos)
+    reason = RecordBatchHeader(data).invalid_reason()
+    if reason is not None:
+        raise CorruptSegmentError(f"{seg.path}: batch at position {h.pos}: {reason}")
+    return data
+
 
 def _records(data: bytes, h: RecordBatchHeader):
     """Records with their own timestamps (also under LogAppendTime, so a rebuild keeps them)."""

@@ -192,19 +192,21 @@ class PartitionLog:
                           sum(h.records_count for h in headers))
 
     def _append(self, data: bytearray, headers: list[RecordBatchHeader], now_ms: int) -> None:
-        self._maybe_roll(len(data), headers[0].base_offset, now_ms)
+        self._maybe_roll(len(data), headers[0].base_offset, headers[-1].last_offset, now_ms)
         self.active.append(data, headers, now_ms)
         if self.active.unflushed_messages >= self.config.flush_messages:
             self._sync_appended()
 
-    def _maybe_roll(self, incoming: int, next_base: int, now_ms: int) -> None:
+    def _maybe_roll(self, incoming: int, next_base: int, last_offset: int, now_ms: int) -> None:
         seg = self.active
         if seg.size == 0:
             return
         too_big = seg.size + incoming > self.config.segment_bytes
         too_old = seg.created_ms is not None and now_ms - seg.created_ms >= self.config.segment_ms
         index_full = seg.index.size_in_bytes + 8 > self.config.segment_index_bytes
-        if too_big or too_old or index_full:
+        # index entries hold offsets relative to the segment base in a u32 (Kafka rolls too)
+        too_far = last_offset - seg.base_offset > 0x7FFFFFFF
+        if too_big or too_old or index_full or too_far:
             self.roll(max(next_base, seg.next_offset))
 
     def roll(self, base_offset: int | None = None) -> LogSegment:

@@ -177,3 +177,26 @@ def test_crash_in_the_middle_of_a_swap(tmp_path, monkeypatch, fail_on):
     cleaner = LogCleaner(again)
     cleaner.run_until_idle(T0)
     check_compacted(again, expected, again.active.base_offset)
+
+
+def test_corrupt_stored_batch_stops_cleaning_instead_of_laundering_it(tmp_path):
+    plog = make(tmp_path)
+    write_updates(plog, rounds=20, keys=3)
+    seg = plog.segments[1]
+    h = next(seg.iter_headers(0))
+    os.pwrite(seg.fd, b"\xee", h.pos + h.size_in_bytes - 2)
+    before = open(seg.path, "rb").read()
+    cleaner = LogCleaner(plog)
+    cleaner.run_until_idle(T0)
+    assert cleaner.uncleanable and "CRC" in cleaner.uncleanable
+    assert open(plog.segments[1].path, "rb").read() == before
+    assert not cleaner.clean_step(1 << 20, T0)
+
+
+def test_follower_gap_larger_than_relative_offset_range_rolls(tmp_path):
+    plog = make(tmp_path, cleanup_policy=("delete",))
+    plog.append_as_follower(build_batch([(b"a", b"1", [], T0)], base_offset=0))
+    far = 1 << 32
+    plog.append_as_follower(build_batch([(b"a", b"2", [], T0)], base_offset=far))
+    assert plog.active.base_offset == far and plog.log_end_offset == far + 1
+    assert decode_batch(plog.read(far, 100).read_bytes()).records[0].value == b"2"
