@@ -1,4 +1,5 @@
-"""Crash test with real processes: a child appends in a loop and is SIGKILLed at random moments.
+"""Crash tests with real processes: a child appends (and, in the second test, compacts) in a loop
+and is SIGKILLed at random moments.
 
 After every kill the reopened log must be a prefix of what was appended (record at offset n holds
 value n), contain every batch the child reported as fsynced, have usable indexes (every offset
@@ -95,3 +96,63 @@ def test_sigkill_rounds(tmp_path):
     seed = int(os.environ.get("RAFTKA_SEED", "1234"))
     rounds = 500 if os.environ.get("RAFTKA_SOAK") == "1" else 50
     run_rounds(tmp_path, rounds, seed)
+
+
+COMPACT_CHILD = textwrap.dedent("""
+    import os, sys
+    from partition_server.log import LogCleaner, LogConfig, PartitionLog
+    from wire.records.batch import build_batch
+    cfg = LogConfig(segment_bytes=3000, index_interval_bytes=256, cleanup_policy=("compact",),
+                    min_cleanable_dirty_ratio=0.0)
+    plog = PartitionLog(sys.argv[1], cfg)
+    cleaner = LogCleaner(plog, dedupe_buffer_bytes=150 * 40)
+    out = os.fdopen(1, "w", buffering=1)
+    out.write("ready\\n")
+    n = plog.log_end_offset
+    while True:
+        recs = [(b"k%d" % ((n + i) % 7), str(n + i).encode(), [], n + i) for i in range(3)]
+        plog.append_as_leader(build_batch(recs), 1, 0)
+        n += 3
+        cleaner.clean_step(1500, 0)
+""")
+
+
+def check_compacted_log(directory: str) -> tuple[int, int]:
+    cfg = LogConfig(segment_bytes=3000, index_interval_bytes=256, cleanup_policy=("compact",))
+    plog = PartitionLog(directory, cfg)
+    check_indexes(plog)
+    assert not [n for n in os.listdir(directory) if n.endswith((".cleaned", ".swap"))]
+    present, offset = {}, plog.log_start_offset
+    while offset < plog.log_end_offset:
+        info = plog.read(offset, 4096)
+        for h in iter_batches(info.read_bytes()):
+            assert h.is_valid()
+            for r in decode_batch(h.bytes()).records:
+                assert r.value == str(r.offset).encode() and r.key == b"k%d" % (r.offset % 7)
+                assert r.offset not in present
+                present[r.offset] = r.key
+        offset = info.next_offset
+    leo = plog.log_end_offset
+    for k in range(7):                        # the latest record of every key survives
+        last = max((o for o in range(max(0, leo - 7), leo) if o % 7 == k), default=None)
+        if last is not None:
+            assert last in present, (k, last, leo)
+    plog.close()
+    return len(present), leo
+
+
+def test_sigkill_during_compaction(tmp_path):
+    seed = int(os.environ.get("RAFTKA_SEED", "99"))
+    rng = random.Random(seed)
+    rounds = 200 if os.environ.get("RAFTKA_SOAK") == "1" else 15
+    directory = str(tmp_path / "compact-0")
+    env = dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for rnd in range(rounds):
+        child = subprocess.Popen([sys.executable, "-c", COMPACT_CHILD, directory],
+                                 stdout=subprocess.PIPE, text=True, env=env)
+        assert child.stdout.readline().startswith("ready"), f"seed {seed} round {rnd}"
+        time.sleep(rng.uniform(0.02, 0.2))
+        child.send_signal(signal.SIGKILL)
+        child.communicate()
+        kept, leo = check_compacted_log(directory)
+    assert kept < leo / 2, "the cleaner should have removed most superseded records"
