@@ -76,6 +76,7 @@ class PartitionLog:
         self._last_flush_ms = now_ms
         self._graveyard: list[tuple[int, LogSegment]] = []
         self.generation = 0          # bumped when segments are removed; the cleaner aborts on it
+        self.closed = False
         self._open(now_ms)
 
     # -- opening and recovery ---------------------------------------------------------------------
@@ -105,8 +106,9 @@ class PartitionLog:
         if not self.segments:
             self.segments.append(LogSegment(self.directory, self.log_start_offset,
                                             self.config.index_interval_bytes))
-        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         leo = self.log_end_offset
+        # a crash may have cut the tail below a start offset raised by DeleteRecords
+        self.log_start_offset = min(max(self.log_start_offset, self.segments[0].base_offset), leo)
         self.epoch_cache.truncate_from_end(leo)
         if not self.epoch_cache.epochs and leo > self.log_start_offset:
             self._rebuild_epoch_cache()
@@ -406,6 +408,10 @@ class PartitionLog:
                 self.flush()
 
     def close(self) -> None:
+        """fsync, close every file and write the clean-shutdown marker; idempotent."""
+        if self.closed:
+            return
+        self.closed = True
         self.flush()
         for seg in self.segments:
             seg.close()
@@ -416,6 +422,8 @@ class PartitionLog:
             pass
 
     def delete(self) -> None:
+        self.generation += 1
+        self.closed = True
         for seg in self.segments:
             seg.close()
         for _, seg in self._graveyard:

@@ -149,3 +149,19 @@ def test_control_batches_only_from_coordinator_origin(tmp_path):
     assert e.value.code == ErrorCode.INVALID_RECORD
     info = plog.append_as_leader(marker, 0, T0, origin="coordinator")
     assert info.first_offset == 0 and plog.log_end_offset == 1
+
+
+def test_close_is_idempotent_and_start_offset_never_passes_the_end(tmp_path):
+    d = str(tmp_path / "z-0")
+    plog = PartitionLog(d, LogConfig())
+    for _ in range(3):
+        plog.append_as_leader(batch(), 0, T0)
+    plog.delete_records_before(6)
+    plog.close()
+    plog.close()
+    seg_path = plog.segments[0].path
+    os.truncate(seg_path, os.path.getsize(seg_path) - 5)       # a torn tail...
+    os.unlink(os.path.join(d, ".clean-shutdown"))              # ...after an unclean stop
+    again = PartitionLog(d, LogConfig())
+    assert again.log_end_offset == 4 and again.log_start_offset == 4
+    assert again.read(4, 100).size == 0
