@@ -32,6 +32,22 @@ class LogConfigError(ValueError):
     pass
 
 
+# Broker-wide defaults (server.properties) → the topic config they default, as in Kafka.
+BROKER_DEFAULT_NAMES = {
+    "log.segment.bytes": "segment.bytes", "log.roll.ms": "segment.ms",
+    "log.index.size.max.bytes": "segment.index.bytes",
+    "log.index.interval.bytes": "index.interval.bytes",
+    "log.retention.ms": "retention.ms", "log.retention.bytes": "retention.bytes",
+    "log.flush.interval.messages": "flush.messages", "log.flush.interval.ms": "flush.ms",
+    "log.cleanup.policy": "cleanup.policy",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
+    "message.max.bytes": "max.message.bytes",
+    "log.message.timestamp.type": "message.timestamp.type",
+    "log.segment.delete.delay.ms": "file.delete.delay.ms",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class LogConfig:
     segment_bytes: int = 1 << 30
@@ -78,6 +94,20 @@ class LogConfig:
         cfg = cls(**values)
         cfg.validate()
         return cfg
+
+    @classmethod
+    def from_broker_and_topic(cls, broker_props: dict, topic_props: dict) -> "LogConfig":
+        """Broker `log.*` defaults (plus `log.retention.hours`/`minutes`), then the topic's
+        own overrides, Kafka's precedence."""
+        merged: dict = {}
+        for unit, scale in (("hours", 3_600_000), ("minutes", 60_000)):
+            if f"log.retention.{unit}" in broker_props:
+                merged["retention.ms"] = int(broker_props[f"log.retention.{unit}"]) * scale
+        for key, topic_key in BROKER_DEFAULT_NAMES.items():
+            if key in broker_props:
+                merged[topic_key] = broker_props[key]
+        merged.update(topic_props)
+        return cls.from_kafka(merged)
 
     def validate(self) -> None:
         if self.segment_bytes < 14:

@@ -165,3 +165,12 @@ def test_close_is_idempotent_and_start_offset_never_passes_the_end(tmp_path):
     again = PartitionLog(d, LogConfig())
     assert again.log_end_offset == 4 and again.log_start_offset == 4
     assert again.read(4, 100).size == 0
+
+
+def test_broker_defaults_then_topic_overrides():
+    cfg = LogConfig.from_broker_and_topic(
+        {"log.retention.hours": "2", "log.segment.bytes": "5000", "log.index.interval.bytes": 64,
+         "log.cleaner.delete.retention.ms": "10"},
+        {"segment.bytes": "7000"})
+    assert cfg.retention_ms == 7_200_000 and cfg.segment_bytes == 7000
+    assert cfg.index_interval_bytes == 64 and cfg.delete_retention_ms == 10
