@@ -174,9 +174,9 @@ def test_clean_reopen_and_unclean_recovery(tmp_path):
 
 
 def test_mid_segment_corruption_below_recovery_point_is_not_served_silently(tmp_path):
-    """Rule: after an unclean shutdown, recovery re-validates from the recovery point; a corrupt
-    batch *below* it is found by readers that verify CRCs (our fetch path does not re-check), so
-    this documents the scan rule: corrupting the unflushed region truncates there."""
+    """Rule (README.md): after an unclean shutdown, recovery re-validates from the recovery
+    point and truncates at the first bad batch (this test); a corrupt batch *below* it is
+    reported as CORRUPT_MESSAGE when first read (test_log_corruption.py)."""
     plog = make(tmp_path)
     for _ in range(5):
         plog.append_as_leader(batch(2), 1, T0)
