@@ -75,7 +75,9 @@ class ServerConnection:
         size = framing.frame_size(self._buf, self.max_frame_bytes)
         if size is None or len(self._buf) < 4 + size:
             return None
-        payload = memoryview(bytes(self._buf[4:4 + size]))
+        # One copy out of the receive buffer, into a *writable* bytearray: a Produce request's
+        # record batches are views into it, and the log stamps offsets into them in place.
+        payload = memoryview(self._buf[4:4 + size])
         del self._buf[:4 + size]
         api_key, api_version = framing.peek_api(payload)
         if api_key not in REQUESTS:
@@ -191,7 +193,7 @@ class ClientConnection:
         size = framing.frame_size(self._buf, self.max_frame_bytes)
         if size is None or len(self._buf) < 4 + size:
             return None
-        payload = memoryview(bytes(self._buf[4:4 + size]))
+        payload = memoryview(self._buf[4:4 + size])
         del self._buf[:4 + size]
         if not self._pending:
             raise DecodeError("response received with no request in flight")
