@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
-import logging
 import signal
 import sys
 
 import trio
 
-from metadata_quorum.config import ConfigError, load_properties
+from metadata_quorum import process
+from metadata_quorum.config import ConfigError
 from partition_server.config import BrokerConfig
 
 
@@ -38,20 +37,9 @@ async def _serve(config: BrokerConfig, controller_config=None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="raftka broker")
-    parser.add_argument("--config", required=True, help="broker .properties file")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = process.parse_args("raftka broker", argv)
     try:
-        with open(args.config) as f:
-            props = load_properties(f.read())
-        for item in args.set:
-            k, sep, v = item.partition("=")
-            if not sep:
-                raise ConfigError(f"--set expects key=value, got {item!r}")
-            props[k.strip()] = v.strip()
+        props = process.load_config_file(args.config, args.set)
         config = BrokerConfig.from_properties(props)
         controller_config = None
         if "controller" in config["process.roles"]:
@@ -60,22 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ConfigError) as exc:
         print(f"raftka broker: {exc}", file=sys.stderr)
         return 2
-    try:
-        trio.run(_serve, config, controller_config)
-    except BaseExceptionGroup as group:
-        bind = group.subgroup(lambda e: isinstance(e, OSError))
-        if bind is None:
-            raise
-        print(f"raftka broker: {_first(bind)}", file=sys.stderr)
-        return 1
+    code = process.run("raftka broker", _serve, config, controller_config)
     print(f"broker {config.node_id} stopped", file=sys.stderr, flush=True)
-    return 0
-
-
-def _first(group):
-    while isinstance(group, BaseExceptionGroup):
-        group = group.exceptions[0]
-    return group
+    return code
 
 
 if __name__ == "__main__":

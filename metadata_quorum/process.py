@@ -1,0 +1,51 @@
+"""What the controller and broker entry points share: reading a config file with `--set`
+overrides, logging set-up, and running the trio main so that a port already in use ends with one
+clear line rather than a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import trio
+
+from metadata_quorum.config import ConfigError, load_properties
+
+
+def parse_args(prog: str, argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--config", required=True, help=".properties file (Kafka property names)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one property (repeatable)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return args
+
+
+def load_config_file(path: str, sets: list[str]) -> dict[str, str]:
+    """Properties from `path`, then `key=value` overrides. Raises ConfigError or OSError."""
+    with open(path) as f:
+        props = load_properties(f.read())
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        props[key.strip()] = value.strip()
+    return props
+
+
+def run(prog: str, async_fn, *args) -> int:
+    """trio.run, turning an OSError from binding a listener into one line and exit code 1."""
+    try:
+        trio.run(async_fn, *args)
+    except BaseExceptionGroup as group:
+        errors = group.subgroup(lambda e: isinstance(e, OSError))
+        if errors is None:
+            raise
+        while isinstance(errors, BaseExceptionGroup):
+            errors = errors.exceptions[0]
+        print(f"{prog}: {errors}", file=sys.stderr)
+        return 1
+    return 0
