@@ -146,8 +146,12 @@ class ControllerClient:
         fetch_cls = REQUESTS[1]
         voters = list(self.voters)
         i = 0
+        failed = False
         while True:
-            voter = voters[i % len(voters)]
+            # Like KRaft observers, follow the active controller when we know it (so it can
+            # report us in DescribeQuorum); any voter serves the stream if it is unreachable.
+            voter = voters[i % len(voters)] if failed else self._active_hint
+            failed = False
             req = fetch_cls(replica_id=self.broker_id, max_wait_ms=500, min_bytes=1,
                             max_bytes=8 << 20, topics=[fetch_cls.FetchTopic(
                                 topic=METADATA_TOPIC, partitions=[fetch_cls.FetchPartition(
@@ -159,11 +163,11 @@ class ControllerClient:
                 part = resp.responses[0].partitions[0]
             except (ConnectionClosed, OSError, DecodeError, IndexError, trio.TooSlowError):
                 await self._drop(voter, self._fetch_conns)
-                i += 1
+                i, failed = i + 1, True
                 await trio.sleep(0.1)
                 continue
             if part.error_code != ErrorCode.NONE:
-                i += 1                 # this voter is behind us (or broken): ask another
+                i, failed = i + 1, True    # this voter is behind us (or broken): ask another
                 await trio.sleep(0.1)
                 continue
             if part.snapshot_id.end_offset >= 0:
