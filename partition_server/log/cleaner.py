@@ -66,10 +66,18 @@ class LogCleaner:
         self.log = log
         self.max_entries = max(1, dedupe_buffer_bytes // MAP_ENTRY_BYTES)
         self.state = "IDLE"
-        self.first_dirty_offset = log._read_offset_file(CHECKPOINT, 0)
         self.passes = 0
         self.uncleanable: str | None = None
         self._reset()
+
+    @property
+    def first_dirty_offset(self) -> int:
+        """Kept by the log (`cleaner-offset-checkpoint`), which lowers it on truncation."""
+        return self.log.first_dirty_offset
+
+    @first_dirty_offset.setter
+    def first_dirty_offset(self, value: int) -> None:
+        self.log.first_dirty_offset = value
 
     def _reset(self) -> None:
         self.state = "IDLE"

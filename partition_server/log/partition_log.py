@@ -34,6 +34,8 @@ from wire.records.crc32c import crc32c
 
 log = logging.getLogger(__name__)
 
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
@@ -73,6 +75,7 @@ class PartitionLog:
         self.epoch_cache = LeaderEpochCache(os.path.join(directory, "leader-epoch-checkpoint"))
         self.log_start_offset = self._read_offset_file("log-start-offset", 0)
         self.recovery_point = self._read_offset_file("recovery-point", 0)
+        self.first_dirty_offset = self._read_offset_file(CLEANER_CHECKPOINT, 0)   # compaction
         self._last_flush_ms = now_ms
         self._graveyard: list[tuple[int, LogSegment]] = []
         self.generation = 0          # bumped when segments are removed; the cleaner aborts on it
@@ -314,6 +317,7 @@ class PartitionLog:
             self._delete_segment(self.segments.pop(), now_ms=None)
         self.active.truncate_to(offset)
         self.epoch_cache.truncate_from_end(self.log_end_offset)
+        self._lower_first_dirty_offset(self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self._write_offset_file("recovery-point", self.recovery_point)
 
@@ -324,6 +328,7 @@ class PartitionLog:
         self.segments = [LogSegment(self.directory, offset, self.config.index_interval_bytes)]
         self.log_start_offset = offset
         self.recovery_point = offset
+        self._lower_first_dirty_offset(offset)
         self.epoch_cache.clear()
         self._write_offset_file("log-start-offset", offset)
         self._write_offset_file("recovery-point", offset)
@@ -354,6 +359,12 @@ class PartitionLog:
             self.epoch_cache.truncate_from_start(self.log_start_offset)
         self._reap(now_ms)
         return deleted
+
+    def _lower_first_dirty_offset(self, offset: int) -> None:
+        """Records rewritten after a truncation are new: the cleaner must look at them again."""
+        if self.first_dirty_offset > offset:
+            self.first_dirty_offset = offset
+            self._write_offset_file(CLEANER_CHECKPOINT, offset)
 
     def _replace_cleaned_segment(self, old: LogSegment, now_ms: int) -> None:
         """The cleaner renamed a compacted copy over `old`'s file: reopen it in place."""

@@ -277,6 +277,8 @@ class LogSegment:
         """Remove every batch holding an offset >= `offset`; returns bytes removed."""
         h = self.translate_offset(offset)
         if h is None:
+            # nothing stored at or past `offset` (a compacted tail): only the end moves back
+            self.next_offset = min(self.next_offset, max(offset, self.base_offset))
             return 0
         cut_at = h.pos
         removed = self.size - cut_at

@@ -200,3 +200,20 @@ def test_follower_gap_larger_than_relative_offset_range_rolls(tmp_path):
     plog.append_as_follower(build_batch([(b"a", b"2", [], T0)], base_offset=far))
     assert plog.active.base_offset == far and plog.log_end_offset == far + 1
     assert decode_batch(plog.read(far, 100).read_bytes()).records[0].value == b"2"
+
+
+def test_truncation_lowers_the_first_dirty_offset(tmp_path):
+    plog = make(tmp_path)
+    write_updates(plog, rounds=20, keys=3)
+    cleaner = LogCleaner(plog)
+    cleaner.run_until_idle(T0)
+    cleaned_to = cleaner.first_dirty_offset
+    assert cleaned_to > 20
+    plog.truncate_to(12)                                         # a diverged follower
+    assert cleaner.first_dirty_offset == plog.log_end_offset <= 12
+    expected = write_updates(plog, rounds=20, keys=3, ts=T0 + 50, epoch=2)
+    plog.roll()
+    cleaner.run_until_idle(T0)
+    check_compacted(plog, expected, plog.active.base_offset)
+    again = make(tmp_path)                                       # the checkpoint persisted
+    assert again.first_dirty_offset == cleaner.first_dirty_offset
