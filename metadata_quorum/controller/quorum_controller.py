@@ -8,7 +8,8 @@ proposes the records through Raft and replays them when committed, then answers 
 from __future__ import annotations
 
 from metadata_quorum import records as r
-from metadata_quorum.controller import cluster_control, config_control, replication_control
+from metadata_quorum.controller import (acl_control, cluster_control, config_control,
+                                        feature_control, replication_control)
 from metadata_quorum.image import MetadataImage
 
 PRODUCER_ID_BLOCK = 1000
@@ -45,6 +46,21 @@ class QuorumController:
         return cluster_control.broker_heartbeat(self.image, self.heartbeats, broker_id,
                                                 broker_epoch, metadata_offset, want_fence,
                                                 want_shutdown, now_ms)
+
+    def controlled_shutdown(self, broker_id, broker_epoch, now_ms):
+        """A heartbeat asking to shut down: leaderships move away first (KIP-631)."""
+        return self.broker_heartbeat(broker_id, broker_epoch, self.image.offset, False, True,
+                                     now_ms)
+
+    def unregister_broker(self, broker_id: int):
+        """Remove a broker's registration (KIP-631 UnregisterBroker); moves its leaderships."""
+        b = self.image.brokers.get(broker_id)
+        if b is None:
+            return [], replication_control.ErrorCode.BROKER_ID_NOT_REGISTERED
+        records = replication_control.leadership_changes(self.image, {broker_id})
+        records.append(r.UnregisterBrokerRecord(broker_id, b.broker_epoch))
+        self.heartbeats.last_seen.pop(broker_id, None)
+        return records, replication_control.ErrorCode.NONE
 
     def tick(self, now_ms: int, rebalance: bool = False) -> list:
         """Fence lapsed brokers; with `rebalance`, also restore preferred leaders."""
@@ -143,3 +159,20 @@ class QuorumController:
         start = self.image.next_producer_id
         return ([r.ProducerIdsRecord(broker_id, broker_epoch, start + PRODUCER_ID_BLOCK)],
                 (replication_control.ErrorCode.NONE, start, PRODUCER_ID_BLOCK))
+
+    # -- acls, scram, features --------------------------------------------------------------------
+
+    def create_acls(self, bindings: list[acl_control.AclBinding]):
+        return acl_control.create_acls(self.image, bindings)
+
+    def delete_acls(self, filters: list[acl_control.AclFilter]):
+        return acl_control.delete_acls(self.image, filters)
+
+    def describe_acls(self, acl_filter: acl_control.AclFilter) -> acl_control.AclResult:
+        return acl_control.describe_acls(self.image, acl_filter)
+
+    def alter_user_scram_credentials(self, deletions, upsertions):
+        return feature_control.alter_user_scram_credentials(self.image, deletions, upsertions)
+
+    def update_features(self, updates, validate_only=False):
+        return feature_control.update_features(self.image, updates, validate_only)
