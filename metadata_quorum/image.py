@@ -48,6 +48,9 @@ class PartitionState:
     leader: int
     leader_epoch: int
     partition_epoch: int
+    removing_replicas: tuple = ()
+    adding_replicas: tuple = ()
+    leader_recovery_state: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +154,9 @@ class MetadataImage:
             out.append(r.TopicRecord(t.name, t.topic_id))
             for p in sorted(t.partitions.values(), key=lambda p: p.partition_id):
                 out.append(r.PartitionRecord(t.topic_id, p.partition_id, p.replicas, p.isr, p.leader,
-                                             p.leader_epoch, p.partition_epoch))
+                                             p.leader_epoch, p.partition_epoch,
+                                             p.removing_replicas, p.adding_replicas,
+                                             p.leader_recovery_state))
         for (rtype, rname), entries in sorted(self.configs.items()):
             for k, v in sorted(entries.items()):
                 out.append(r.ConfigRecord(rtype, rname, k, v))
@@ -227,7 +232,10 @@ def _partition(img: MetadataImage, rec: r.PartitionRecord):
     if topic is None:
         return False
     _put_partition(img, topic, PartitionState(rec.partition_id, tuple(rec.replicas), tuple(rec.isr),
-                                              rec.leader, rec.leader_epoch, rec.partition_epoch))
+                                              rec.leader, rec.leader_epoch, rec.partition_epoch,
+                                              tuple(rec.removing_replicas),
+                                              tuple(rec.adding_replicas),
+                                              rec.leader_recovery_state))
 
 
 def _partition_change(img: MetadataImage, rec: r.PartitionChangeRecord):
@@ -242,7 +250,15 @@ def _partition_change(img: MetadataImage, rec: r.PartitionChangeRecord):
         tuple(rec.isr) if rec.isr is not None else old.isr,
         rec.leader if rec.leader is not None else old.leader,
         old.leader_epoch + 1 if leader_changed else old.leader_epoch,
-        old.partition_epoch + 1))
+        old.partition_epoch + 1,
+        _pick(rec.removing_replicas, old.removing_replicas),
+        _pick(rec.adding_replicas, old.adding_replicas),
+        rec.leader_recovery_state if rec.leader_recovery_state is not None
+        else old.leader_recovery_state))
+
+
+def _pick(new, old):
+    return tuple(new) if new is not None else old
 
 
 def _remove_topic(img: MetadataImage, rec: r.RemoveTopicRecord):

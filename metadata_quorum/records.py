@@ -71,6 +71,9 @@ class PartitionRecord(Record):
     leader: int
     leader_epoch: int = 0
     partition_epoch: int = 0
+    removing_replicas: tuple = ()       # reassignment in progress (KIP-455); empty otherwise
+    adding_replicas: tuple = ()
+    leader_recovery_state: int = 0      # 0 RECOVERED, 1 RECOVERING (KIP-704)
 
 
 @_record(4)
@@ -89,6 +92,9 @@ class PartitionChangeRecord(Record):
     isr: tuple | None = None
     leader: int | None = None          # a new leader also bumps leader_epoch
     replicas: tuple | None = None
+    removing_replicas: tuple | None = None
+    adding_replicas: tuple | None = None
+    leader_recovery_state: int | None = None
 
 
 @_record(7)

@@ -86,3 +86,16 @@ def test_snapshot_round_trip_after_a_busy_log():
     assert rebuilt.same_state(c.image)
     assert rebuilt.to_records() == snap
     assert len(snap) < len(log.entries)
+
+
+def test_reassignment_and_recovery_fields_replay_and_snapshot():
+    img, _ = small_image()
+    img = img.apply(60, r.PartitionChangeRecord(T1, 0, replicas=(0, 1, 2), adding_replicas=(2,),
+                                                leader_recovery_state=1))
+    p = img.partition("a", 0)
+    assert (p.replicas, p.adding_replicas, p.removing_replicas, p.leader_recovery_state) == \
+        ((0, 1, 2), (2,), (), 1)
+    img = img.apply(61, r.PartitionChangeRecord(T1, 0, isr=(0,)))
+    assert img.partition("a", 0).adding_replicas == (2,)          # unchanged fields carried
+    snap = [r.decode_record(r.encode_record(x)) for x in img.to_records()]
+    assert MetadataImage.from_records(snap, 61).same_state(img)
