@@ -3,9 +3,20 @@
 Holds the committed `MetadataImage` (changed only by `replay`) and the heartbeat soft state.
 Commands read the image and return `(records, result)`; they never change it. The service
 proposes the records through Raft and replays them when committed, then answers the caller.
+
+Every command returns a `ControllerResult(records, response)` — a named tuple, so
+`records, response = controller.create_topics(...)` works too. Concerns live in
+`cluster_control` (registration, heartbeats, fencing; KIP-631), `replication_control` (topics,
+placement, elections, AlterPartition; KIP-497/KIP-841), `config_control` (typed config table),
+`acl_control`, `feature_control` (features KIP-584, SCRAM KIP-554). Not done: eligible leader
+replicas (KIP-966 ELR) — a fenced last ISR member stays in the ISR instead; partition
+reassignment commands (the records carry adding/removing replicas, nothing writes them yet).
 """
 
 from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
 
 from metadata_quorum import records as r
 from metadata_quorum.controller import (acl_control, cluster_control, config_control,
@@ -13,6 +24,20 @@ from metadata_quorum.controller import (acl_control, cluster_control, config_con
 from metadata_quorum.image import MetadataImage
 
 PRODUCER_ID_BLOCK = 1000
+
+
+class ControllerResult(NamedTuple):
+    records: list
+    response: Any
+
+
+def _result(method):
+    """Wrap a command's `(records, response)` as a ControllerResult."""
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        records, response = method(*args, **kwargs)
+        return ControllerResult(list(records), response)
+    return wrapper
 
 
 class QuorumController:
@@ -37,21 +62,25 @@ class QuorumController:
 
     # -- cluster ----------------------------------------------------------------------------------
 
+    @_result
     def register_broker(self, broker_id, incarnation_id, host, port, rack, now_ms):
         return cluster_control.register_broker(self.image, self.heartbeats, broker_id,
                                                incarnation_id, host, port, rack, now_ms)
 
+    @_result
     def broker_heartbeat(self, broker_id, broker_epoch, metadata_offset, want_fence,
                          want_shutdown, now_ms):
         return cluster_control.broker_heartbeat(self.image, self.heartbeats, broker_id,
                                                 broker_epoch, metadata_offset, want_fence,
                                                 want_shutdown, now_ms)
 
+    @_result
     def controlled_shutdown(self, broker_id, broker_epoch, now_ms):
         """A heartbeat asking to shut down: leaderships move away first (KIP-631)."""
         return self.broker_heartbeat(broker_id, broker_epoch, self.image.offset, False, True,
                                      now_ms)
 
+    @_result
     def unregister_broker(self, broker_id: int):
         """Remove a broker's registration (KIP-631 UnregisterBroker); moves its leaderships."""
         b = self.image.brokers.get(broker_id)
@@ -71,6 +100,7 @@ class QuorumController:
 
     # -- topics -----------------------------------------------------------------------------------
 
+    @_result
     def create_topics(self, topics: list[dict], validate_only: bool = False):
         """topics: [{name, num_partitions, replication_factor, assignments, configs}]."""
         records, results = [], []
@@ -96,6 +126,7 @@ class QuorumController:
                 image = image.apply_all(image.offset + 1, recs)   # later topics see this one
         return records, results
 
+    @_result
     def delete_topics(self, names: list[str | None], ids: list = ()):
         records, results = [], []
         for name, topic_id in list(zip(names, [None] * len(names))) + [(None, i) for i in ids]:
@@ -104,6 +135,7 @@ class QuorumController:
             results.append(res)
         return records, results
 
+    @_result
     def create_partitions(self, requests: list[tuple[str, int, list | None]], validate_only=False):
         records, results = [], []
         for name, count, assignments in requests:
@@ -113,12 +145,14 @@ class QuorumController:
                 records += recs
         return records, results
 
+    @_result
     def alter_partition(self, broker_id, broker_epoch, topic_id, partition, leader_epoch,
                         partition_epoch, new_isr):
         return replication_control.alter_partition(self.image, broker_id, broker_epoch, topic_id,
                                                    partition, leader_epoch, partition_epoch,
                                                    new_isr)
 
+    @_result
     def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]]):
         records, results = [], []
         for topic, partition in partitions:
@@ -131,6 +165,7 @@ class QuorumController:
 
     # -- configs ----------------------------------------------------------------------------------
 
+    @_result
     def incremental_alter_configs(self, resources, validate_only=False):
         """resources: [(resource_type, name, [(key, op, value)])] → results [(error, message)]."""
         records, results = [], []
@@ -141,6 +176,7 @@ class QuorumController:
                 records += recs
         return records, results
 
+    @_result
     def alter_configs(self, resources, validate_only=False):
         records, results = [], []
         for rtype, name, configs in resources:
@@ -152,6 +188,7 @@ class QuorumController:
 
     # -- producer ids -----------------------------------------------------------------------------
 
+    @_result
     def allocate_producer_ids(self, broker_id: int, broker_epoch: int):
         b = self.image.brokers.get(broker_id)
         if b is None or b.broker_epoch != broker_epoch:
@@ -162,17 +199,21 @@ class QuorumController:
 
     # -- acls, scram, features --------------------------------------------------------------------
 
+    @_result
     def create_acls(self, bindings: list[acl_control.AclBinding]):
         return acl_control.create_acls(self.image, bindings)
 
+    @_result
     def delete_acls(self, filters: list[acl_control.AclFilter]):
         return acl_control.delete_acls(self.image, filters)
 
     def describe_acls(self, acl_filter: acl_control.AclFilter) -> acl_control.AclResult:
         return acl_control.describe_acls(self.image, acl_filter)
 
+    @_result
     def alter_user_scram_credentials(self, deletions, upsertions):
         return feature_control.alter_user_scram_credentials(self.image, deletions, upsertions)
 
+    @_result
     def update_features(self, updates, validate_only=False):
         return feature_control.update_features(self.image, updates, validate_only)

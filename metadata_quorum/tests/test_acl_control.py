@@ -109,3 +109,11 @@ def test_unregister_broker_moves_leadership_and_removes_it():
             assert p.leader != 1 and 1 not in p.isr and p.leader in p.isr
     hb = c.broker_heartbeat(1, epochs[1], 0, False, False, 30)[1]
     assert hb.error == ErrorCode.BROKER_ID_NOT_REGISTERED
+
+
+def test_commands_return_controller_result():
+    from metadata_quorum.controller.quorum_controller import ControllerResult
+    log, _, epochs = _cluster()
+    res = log.controller.create_topics([{"name": "z"}])
+    assert isinstance(res, ControllerResult) and res.records and res.response[0].error == ErrorCode.NONE
+    assert isinstance(log.controller.unregister_broker(0), ControllerResult)
