@@ -10,6 +10,7 @@ moves away first, then stop.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -159,8 +160,10 @@ class Broker:
         from partition_server.handlers import SUPPORTED, dispatch
         host, port = self.config.client_endpoint
         async with trio.open_nursery() as nursery:
-            await nursery.start(serve_listener, host, port, lambda ctx, req: dispatch(self, ctx, req),
-                                "PLAINTEXT", self.config["socket.request.max.bytes"], SUPPORTED)
+            await nursery.start(functools.partial(
+                serve_listener, host, port, lambda ctx, req: dispatch(self, ctx, req), "PLAINTEXT",
+                self.config["socket.request.max.bytes"], SUPPORTED,
+                idle_timeout_s=self.config["connections.max.idle.ms"] / 1000))
             await self.client.register()
             nursery.start_soon(self.client.follow_metadata, self.on_image)
             nursery.start_soon(self.client.heartbeat_loop, self.on_heartbeat_state)

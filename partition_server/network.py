@@ -75,7 +75,8 @@ async def _sendfile(stream: trio.SocketStream, file_range) -> None:
 
 
 async def serve_connection(stream: trio.SocketStream, dispatch: Dispatch, listener: str,
-                           max_frame_bytes: int, supported: dict) -> None:
+                           max_frame_bytes: int, supported: dict,
+                           idle_timeout_s: float = 600.0) -> None:
     try:
         peer = "%s:%d" % stream.socket.getpeername()[:2]
     except OSError:
@@ -87,7 +88,9 @@ async def serve_connection(stream: trio.SocketStream, dispatch: Dispatch, listen
             while True:
                 request = conn.next_request()
                 if request is None:
-                    data = await stream.receive_some(RECV_BYTES)
+                    data = b""
+                    with trio.move_on_after(idle_timeout_s):       # connections.max.idle.ms
+                        data = await stream.receive_some(RECV_BYTES)
                     if not data:
                         return
                     conn.receive_data(data)
@@ -121,12 +124,13 @@ async def serve_connection(stream: trio.SocketStream, dispatch: Dispatch, listen
 
 
 async def serve_listener(host: str, port: int, dispatch: Dispatch, listener: str,
-                         max_frame_bytes: int, supported: dict, *,
+                         max_frame_bytes: int, supported: dict, *, idle_timeout_s: float = 600.0,
                          task_status=trio.TASK_STATUS_IGNORED) -> None:
     listeners = await trio.open_tcp_listeners(port, host=host)
 
     async def handler(stream: trio.SocketStream) -> None:
-        await serve_connection(stream, dispatch, listener, max_frame_bytes, supported)
+        await serve_connection(stream, dispatch, listener, max_frame_bytes, supported,
+                               idle_timeout_s)
 
     task_status.started(listeners)
     await trio.serve_listeners(handler, listeners)

@@ -35,13 +35,18 @@ def _topic(cluster, name, n=600):
     assert p.flush(30) == 0
 
 
-def _confluent_member(cluster, topic, group, seconds, seen, assignments, name, first_at=None):
+def _confluent_member(cluster, topic, group, seconds, seen, assignments, name, first_at=None,
+                      until=None):
+    """Consume and commit after each record for `seconds`, or until `until()` is true (then a
+    short grace so the group is stable when the assignment is read)."""
     c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
                   "auto.offset.reset": "earliest", "enable.auto.commit": False,
                   "session.timeout.ms": 6000})
     c.subscribe([topic])
     end = time.time() + seconds
     while time.time() < end:
+        if until is not None and until():
+            break
         m = c.poll(0.2)
         if m is None or m.error():
             continue
@@ -57,8 +62,15 @@ def test_three_confluent_consumers_share_partitions_and_commit(cluster):
     topic, group = "grp-confluent", "g-confluent"
     _topic(cluster, topic)
     seen, assignments = [], {}
+    done = threading.Event()
+
+    def until():
+        if len(set(seen)) >= 600:
+            done.set()
+        return done.is_set()
     threads = [threading.Thread(target=_confluent_member,
-                                args=(cluster, topic, group, 12, seen, assignments, f"c{i}"))
+                                args=(cluster, topic, group, 90, seen, assignments, f"c{i}"),
+                                kwargs={"until": until})
                for i in range(3)]
     for t in threads:
         t.start()
@@ -80,16 +92,17 @@ def test_group_resumes_from_committed_offsets(cluster):
     topic, group = "grp-resume", "g-resume"
     _topic(cluster, topic, n=300)
     seen, assignments = [], {}
-    _confluent_member(cluster, topic, group, 6, seen, assignments, "first")
+    _confluent_member(cluster, topic, group, 60, seen, assignments, "first",
+                      until=lambda: len(set(seen)) >= 300)
     assert len(set(seen)) == 300
     p = Producer({"bootstrap.servers": cluster.bootstrap})
     for i in range(300, 360):
         p.produce(topic, str(i).encode(), partition=i % 6)
     p.flush(30)
     later = []
-    _confluent_member(cluster, topic, group, 6, later, assignments, "second")
-    values_later = len(later)
-    assert values_later == 60                            # only what came after the commit
+    _confluent_member(cluster, topic, group, 30, later, assignments, "second",
+                      until=lambda: len(later) >= 60)
+    assert len(later) == 60 and not set(later) & set(seen)   # only what came after the commit
 
 
 def test_kafka_python_and_aiokafka_groups(cluster):
@@ -134,7 +147,8 @@ def test_coordinator_sigkill_keeps_committed_offsets(cluster):
     _topic(cluster, topic, n=300)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     seen, assignments = [], {}
-    _confluent_member(cluster, topic, group, 6, seen, assignments, "before")
+    _confluent_member(cluster, topic, group, 60, seen, assignments, "before",
+                      until=lambda: len(set(seen)) >= 300)
     assert len(set(seen)) == 300
     md = admin.list_topics(OFFSETS_TOPIC, timeout=10).topics[OFFSETS_TOPIC]
     coordinator = md.partitions[partition_for(group, len(md.partitions))].leader

@@ -25,7 +25,8 @@ ROUNDS = 10 if os.environ.get("RAFTKA_SOAK") == "1" else 2
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     c = LiveCluster(tmp_path_factory.mktemp("replication"),
-                    {"replica.lag.time.max.ms": str(LAG_MS), "broker.heartbeat.interval.ms": "500"})
+                    {"replica.lag.time.max.ms": str(LAG_MS), "broker.heartbeat.interval.ms": "500",
+                     "connections.max.idle.ms": "2000"})
     c.start()
     yield c
     c.stop()
@@ -176,3 +177,15 @@ def test_two_replicas_down_refuses_acks_all(cluster):
     got = _read_all(cluster, topic)
     assert 999999 not in got                    # never acknowledged, never visible
     _check(cluster, topic, w)
+
+
+def test_idle_connections_are_closed(cluster):
+    """connections.max.idle.ms (2 s here): a silent client is disconnected, a busy one is not."""
+    import socket
+    host, port = cluster.bootstrap.split(",")[0].split(":")
+    s = socket.create_connection((host, int(port)))
+    s.settimeout(10)
+    t0 = time.time()
+    assert s.recv(10) == b""                    # closed by the broker
+    assert 1.5 <= time.time() - t0 < 8
+    s.close()
