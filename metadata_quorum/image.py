@@ -33,6 +33,7 @@ class BrokerRegistration:
     fenced: bool
     in_controlled_shutdown: bool
     registered_at_offset: int = -1      # metadata offset of the registration: "caught up" mark
+    listeners: tuple = ()               # ((name, host, port, security_protocol), ...)
 
     @property
     def usable(self) -> bool:
@@ -149,7 +150,8 @@ class MetadataImage:
             out.append(r.FeatureLevelRecord(name, level))
         for b in sorted(self.brokers.values(), key=lambda b: b.broker_id):
             out.append(r.RegisterBrokerRecord(b.broker_id, b.incarnation_id, b.broker_epoch, b.host,
-                                              b.port, b.rack, b.fenced, b.in_controlled_shutdown))
+                                              b.port, b.rack, b.fenced, b.in_controlled_shutdown,
+                                              b.listeners))
         for t in sorted(self.topics.values(), key=lambda t: t.name):
             out.append(r.TopicRecord(t.name, t.topic_id))
             for p in sorted(t.partitions.values(), key=lambda p: p.partition_id):
@@ -186,7 +188,7 @@ def _register_broker(img: MetadataImage, rec: r.RegisterBrokerRecord):
     img.brokers = dict(img.brokers)
     img.brokers[rec.broker_id] = BrokerRegistration(
         rec.broker_id, rec.incarnation_id, rec.broker_epoch, rec.host, rec.port, rec.rack,
-        rec.fenced, rec.in_controlled_shutdown, img.offset)
+        rec.fenced, rec.in_controlled_shutdown, img.offset, tuple(rec.listeners))
 
 
 def _change_broker(img: MetadataImage, broker_id: int, epoch: int, **changes):

@@ -48,6 +48,7 @@ class RegisterBrokerRecord(Record):
     rack: str | None = None
     fenced: bool = True
     in_controlled_shutdown: bool = False
+    listeners: tuple = ()       # ((name, host, port, security_protocol), ...) beyond host:port
 
 
 @_record(1)

@@ -60,7 +60,8 @@ class HeartbeatTracker:
 
 
 def register_broker(image: MetadataImage, tracker: HeartbeatTracker, broker_id: int,
-                    incarnation_id: str, host: str, port: int, rack: str | None, now_ms: int):
+                    incarnation_id: str, host: str, port: int, rack: str | None, now_ms: int,
+                    listeners: tuple = ()):
     old = image.brokers.get(broker_id)
     if old is not None and old.incarnation_id != incarnation_id and not old.fenced \
             and tracker.alive(broker_id, now_ms):
@@ -72,7 +73,7 @@ def register_broker(image: MetadataImage, tracker: HeartbeatTracker, broker_id: 
         # the previous incarnation may still lead partitions: move them before replacing it
         records += leadership_changes(image, {broker_id})
     records.append(r.RegisterBrokerRecord(broker_id, incarnation_id, epoch, host, port, rack,
-                                          fenced=True))
+                                          fenced=True, listeners=tuple(map(tuple, listeners))))
     tracker.touch(broker_id, now_ms)
     return records, RegistrationResult(ErrorCode.NONE, epoch)
 

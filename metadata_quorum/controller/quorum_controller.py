@@ -63,9 +63,9 @@ class QuorumController:
     # -- cluster ----------------------------------------------------------------------------------
 
     @_result
-    def register_broker(self, broker_id, incarnation_id, host, port, rack, now_ms):
+    def register_broker(self, broker_id, incarnation_id, host, port, rack, now_ms, listeners=()):
         return cluster_control.register_broker(self.image, self.heartbeats, broker_id,
-                                               incarnation_id, host, port, rack, now_ms)
+                                               incarnation_id, host, port, rack, now_ms, listeners)
 
     @_result
     def broker_heartbeat(self, broker_id, broker_epoch, metadata_offset, want_fence,

@@ -99,3 +99,13 @@ def test_reassignment_and_recovery_fields_replay_and_snapshot():
     assert img.partition("a", 0).adding_replicas == (2,)          # unchanged fields carried
     snap = [r.decode_record(r.encode_record(x)) for x in img.to_records()]
     assert MetadataImage.from_records(snap, 61).same_state(img)
+
+
+def test_broker_listeners_replay_and_snapshot():
+    log = RecordLog()
+    lst = (("PLAINTEXT", "127.0.0.1", 9092, 0), ("SSL", "127.0.0.1", 9093, 1))
+    log.run(log.controller.register_broker(1, "i", "127.0.0.1", 9092, "r1", 0, listeners=lst))
+    assert log.image.brokers[1].listeners == lst and log.image.brokers[1].rack == "r1"
+    assert log.replay_all().image.same_state(log.image)
+    snap = [r.decode_record(r.encode_record(x)) for x in log.image.to_records()]
+    assert MetadataImage.from_records(snap, 0).brokers[1].listeners == lst
