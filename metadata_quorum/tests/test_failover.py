@@ -192,6 +192,12 @@ def test_majority_loss_refuses_writes_but_serves_the_stream(tmp_path):
         async def before():
             await register_broker(q)
             await create_topic(q, "before-loss", 20)
+            # committed on a majority; wait until the future survivor has applied it too
+            for _ in range(100):
+                if "before-loss" in (await topics_in_stream(q.port(2)))[0]:
+                    return
+                await trio.sleep(0.05)
+            raise AssertionError("controller 2 never applied the committed write")
         trio.run(before)
         active = [i for i in range(3)]
         q.kill(active[0])
@@ -199,8 +205,14 @@ def test_majority_loss_refuses_writes_but_serves_the_stream(tmp_path):
 
         async def scenario():
             ct = REQUESTS[19]
-            msg = ct(topics=[ct.CreatableTopic(name="after-loss", num_partitions=1,
-                                               replication_factor=1)], timeout_ms=3000)
+            # a valid write (assigned to the registered broker): only the missing quorum can
+            # refuse it; a survivor that still thinks it leads fails to commit (timeout)
+            await trio.sleep(1.5)              # leaderFallbackTimeout: an old leader steps down
+            msg = ct(topics=[ct.CreatableTopic(name="after-loss", num_partitions=-1,
+                                               replication_factor=-1,
+                                               assignments=[ct.CreatableReplicaAssignment(
+                                                   partition_index=0, broker_ids=[0])])],
+                     timeout_ms=3000)
             resp = await _request(q.port(2), msg, 7, timeout=10)
             names, _ = await topics_in_stream(q.port(2))
             return resp.topics[0].error_code, names
