@@ -85,7 +85,7 @@ class LogCleaner:
         self.map_end = -1
         self._cursor = 0                  # next offset to map
         self._queue: list[LogSegment] = []
-        self._out = None                  # (segment, file object, read position)
+        self._out = None                  # (segment, file object, read position, changed)
         self._generation = self.log.generation
 
     # -- the step function ------------------------------------------------------------------------
@@ -145,7 +145,7 @@ class LogCleaner:
 
     def _abort(self) -> None:
         if self._out is not None:
-            seg, f, _ = self._out
+            seg, f = self._out[:2]
             f.close()
             _unlink(seg.path + ".cleaned")
         self._reset()
@@ -191,8 +191,8 @@ class LogCleaner:
                 self._finish_pass()
                 return
             seg = self._queue.pop(0)
-            self._out = (seg, open(seg.path + ".cleaned", "wb"), 0)
-        seg, f, pos = self._out
+            self._out = (seg, open(seg.path + ".cleaned", "wb"), 0, False)
+        seg, f, pos, changed = self._out
         spent = 0
         for h in seg.iter_headers(pos):
             if spent >= budget:
@@ -201,16 +201,21 @@ class LogCleaner:
             kept = self._filter_batch(data, now_ms)
             if kept:
                 f.write(kept)
+            changed = changed or kept is not data
             pos = h.pos + h.size_in_bytes
             spent += len(data)
         else:
             pos = seg.size
-        self._out = (seg, f, pos)
+        self._out = (seg, f, pos, changed)
         if pos >= seg.size:
+            self._out = None
+            if not changed:           # nothing to drop here: skip the rewrite and its fsyncs
+                f.close()
+                _unlink(seg.path + ".cleaned")
+                return
             f.flush()
             os.fsync(f.fileno())
             f.close()
-            self._out = None
             self._swap(seg, now_ms)
 
     def _filter_batch(self, data: bytes, now_ms: int) -> bytes | None:
