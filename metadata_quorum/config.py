@@ -110,10 +110,12 @@ class ControllerConfig:
             problems.append("controller.quorum.voters and raftka.controller.raft.peers name different ids")
         if voters and node_id not in voters and node_id >= 0:
             problems.append(f"node.id {node_id} is not one of controller.quorum.voters")
+        # parsed before the check so a bad value is reported instead of silently defaulted
+        numbers = (as_int("broker.session.timeout.ms", 9000, 1),
+                   as_int("num.partitions", 1, 1), as_int("default.replication.factor", 1, 1))
         if problems:
             raise ConfigError("; ".join(problems))
         return cls(node_id, voters, peers, listener,
                    props.get("metadata.log.dir", f"./raftka-data/controller-{node_id}"),
                    props.get("raftka.controller.raft.password", "raftka-dev-only-password"),
-                   as_int("broker.session.timeout.ms", 9000, 1),
-                   as_int("num.partitions", 1, 1), as_int("default.replication.factor", 1, 1))
+                   *numbers)

@@ -1,0 +1,86 @@
+"""Controller config parsing: Kafka property names, clear errors naming the key."""
+
+import pytest
+
+from metadata_quorum.config import (ConfigError, ControllerConfig, load_properties,
+                                    parse_endpoint, parse_voters)
+
+GOOD = """
+# a comment
+! another comment
+node.id=1
+process.roles=controller
+controller.quorum.voters=1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095
+raftka.controller.raft.peers=1@127.0.0.1:19093,2@127.0.0.1:19094,3@127.0.0.1:19095
+listeners=CONTROLLER://127.0.0.1:9093
+metadata.log.dir=/tmp/x
+broker.session.timeout.ms=6000
+"""
+
+
+def test_good_file_parses():
+    cfg = ControllerConfig.from_properties(load_properties(GOOD))
+    assert cfg.node_id == 1
+    assert cfg.voters == {1: ("127.0.0.1", 9093), 2: ("127.0.0.1", 9094), 3: ("127.0.0.1", 9095)}
+    assert cfg.raft_peers[3] == ("127.0.0.1", 19095)
+    assert cfg.listener == ("127.0.0.1", 9093)
+    assert cfg.metadata_dir == "/tmp/x"
+    assert cfg.session_timeout_ms == 6000
+    assert cfg.num_partitions == 1 and cfg.default_replication_factor == 1
+
+
+def test_combined_mode_picks_controller_listener():
+    props = load_properties(GOOD)
+    props["listeners"] = "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"
+    assert ControllerConfig.from_properties(props).listener == ("127.0.0.1", 9093)
+
+
+@pytest.mark.parametrize("key", ["node.id", "controller.quorum.voters", "listeners",
+                                 "raftka.controller.raft.peers"])
+def test_missing_required_key_is_named(key):
+    props = load_properties(GOOD)
+    del props[key]
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        ControllerConfig.from_properties(props)
+
+
+@pytest.mark.parametrize("key,value", [("broker.session.timeout.ms", "abc"),
+                                       ("broker.session.timeout.ms", "0"),
+                                       ("num.partitions", "0"),
+                                       ("node.id", "-3")])
+def test_bad_numbers_are_reported_not_defaulted(key, value):
+    props = load_properties(GOOD)
+    props[key] = value
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        ControllerConfig.from_properties(props)
+
+
+def test_node_must_be_a_voter_and_peer_ids_must_match():
+    props = load_properties(GOOD)
+    props["node.id"] = "7"
+    with pytest.raises(ConfigError, match="not one of controller.quorum.voters"):
+        ControllerConfig.from_properties(props)
+    props = load_properties(GOOD)
+    props["raftka.controller.raft.peers"] = "1@127.0.0.1:19093,2@127.0.0.1:19094"
+    with pytest.raises(ConfigError, match="different ids"):
+        ControllerConfig.from_properties(props)
+
+
+def test_malformed_entries():
+    with pytest.raises(ConfigError, match="line 1"):
+        load_properties("no equals sign")
+    with pytest.raises(ConfigError, match="id@host:port"):
+        parse_voters("1@127.0.0.1")
+    with pytest.raises(ConfigError, match="NAME://host:port"):
+        parse_endpoint("127.0.0.1:9093")
+    assert parse_endpoint("controller://h:1") == ("CONTROLLER", "h", 1)
+    assert load_properties("a = b = c") == {"a": "b = c"}
+
+
+def test_shipped_controller_configs_parse():
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[2] / "configs"
+    files = sorted(root.glob("three-controllers-three-brokers/controller-*.properties"))
+    assert len(files) == 3
+    ids = {ControllerConfig.from_properties(load_properties(f.read_text())).node_id for f in files}
+    assert len(ids) == 3
