@@ -21,6 +21,7 @@ from metadata_quorum.image import MetadataImage
 from partition_server.config import BrokerConfig
 from partition_server.controller_client import ControllerClient
 from partition_server.log import LogConfig, PartitionLog
+from partition_server.log.cleaner import LogCleaner
 from partition_server.network import serve_listener
 from partition_server.purgatory import Purgatory
 from partition_server.replica_manager import ReplicaManager
@@ -28,6 +29,8 @@ from partition_server.replication.fetcher import FetcherManager
 from partition_server.replication.partition import Role
 
 log = logging.getLogger(__name__)
+
+COMPACTION_BUDGET_BYTES = 4 << 20
 
 # broker defaults → topic config names, for topics without an override
 BROKER_TO_TOPIC = {
@@ -148,6 +151,11 @@ class Broker:
                     hosted.log.maybe_flush(now)
                     if trio.current_time() >= next_retention:
                         hosted.log.apply_retention(now)
+                    if "compact" in hosted.log.config.cleanup_policy:
+                        # a bounded slice of compaction per second per log, between events
+                        if hosted.cleaner is None:
+                            hosted.cleaner = LogCleaner(hosted.log)
+                        hosted.cleaner.clean_step(COMPACTION_BUDGET_BYTES, now)
                 except OSError as exc:
                     log.error("housekeeping of %s-%d failed: %s", hosted.topic, hosted.partition, exc)
                     hosted.offline = True

@@ -41,6 +41,7 @@ class HostedPartition:
     min_insync_replicas: int = 1
     offline: bool = False
     producers: ProducerStateManager = dataclasses.field(default_factory=ProducerStateManager)
+    cleaner: object = None          # LogCleaner, created by the broker for compacted topics
 
     def rebuild_producer_state(self) -> None:
         """Replay every idempotent batch header of the log (restart, new leader)."""

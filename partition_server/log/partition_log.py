@@ -141,7 +141,12 @@ class PartitionLog:
 
     def _validate(self, records, leader: bool,
                   origin: str = "client") -> tuple[bytearray, list[RecordBatchHeader]]:
-        data = bytearray(records)
+        # A Produce request's records are a writable view into the received frame (see
+        # wire/connection.py): stamp offsets there instead of copying the batches once more.
+        if isinstance(records, memoryview) and not records.readonly and records.contiguous:
+            data = records.cast("B") if records.format != "B" else records
+        else:
+            data = bytearray(records)
         scan = scan_valid_prefix(data, check_offsets=not leader)
         if scan.reason is not None or not scan.headers:
             raise _error(ErrorCode.CORRUPT_MESSAGE, f"invalid record batch: {scan.reason or 'empty'}")
