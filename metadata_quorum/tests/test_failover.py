@@ -4,6 +4,7 @@ Writes are CreateTopics requests (one committed batch each); the committed histo
 through the metadata stream (Fetch on __cluster_metadata) from any controller.
 """
 
+import os
 import signal
 import sys
 import time
@@ -20,7 +21,8 @@ from wire.messages.index_generated import REQUESTS
 from wire.records.batch import decode_batch, iter_batches
 
 pytestmark = pytest.mark.live
-ROUNDS = 3
+# 3 kills by default (keeps the run short); RAFTKA_SOAK=1 runs the 20-kill soak
+ROUNDS = 20 if os.environ.get("RAFTKA_SOAK") == "1" else 3
 
 
 class Quorum:
