@@ -135,7 +135,6 @@ def test_simulation_fixed_seeds(seed):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("RAFTKA_SOAK") != "1", reason="soak: set RAFTKA_SOAK=1")
 @pytest.mark.parametrize("seed", range(1000, 1050))
 def test_simulation_soak(seed):
     run(seed, 5000)
