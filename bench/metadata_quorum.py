@@ -11,7 +11,6 @@ write another controller commits (the killed one is restarted before the next ro
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time

@@ -227,7 +227,6 @@ async def handle_allocate_producer_ids(svc, req):
 async def handle_describe_quorum(svc, req):
     cls = RESPONSES[55]
     st = svc.quorum.status()
-    now = int(time.time() * 1000)
     voters = []
     for nid in sorted(svc.config.raft_peers):
         # Voters' positions are Raft log indexes (pysyncobj's), known only on the leader.
@@ -245,7 +244,6 @@ async def handle_describe_quorum(svc, req):
                              observers=observers)
     nodes = [cls.Node(node_id=nid, listeners=[cls.Listener(name="CONTROLLER", host=h, port=p)])
              for nid, (h, p) in sorted(svc.config.voters.items())]
-    _ = now
     return cls(error_code=0, topics=[cls.TopicData(topic_name=METADATA_TOPIC, partitions=[part])],
                nodes=nodes)
 

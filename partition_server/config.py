@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from metadata_quorum.config import ConfigError, load_properties, parse_endpoint, parse_voters  # noqa: F401
+from metadata_quorum.config import ConfigError, parse_endpoint, parse_voters
 
 
 @dataclasses.dataclass(frozen=True)

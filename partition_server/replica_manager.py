@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from pathlib import Path
 from typing import Iterable
 
 from partition_server.replication.partition import PartitionState, Role
@@ -107,9 +106,10 @@ class ReplicaManager:
             return Role.NONE
         if hosted is None:
             plog = self._open_log(topic, partition, topic_config)
+            # The high watermark is not checkpointed yet: after a restart it starts at 0 and
+            # catches up as soon as the ISR has fetched (consumers wait briefly, nothing is lost).
             hosted = HostedPartition(topic, partition, topic_id, plog,
-                                     PartitionState(topic, partition, self.broker_id, plog,
-                                                    high_watermark=getattr(plog, "recovered_high_watermark", 0)))
+                                     PartitionState(topic, partition, self.broker_id, plog))
             hosted.rebuild_producer_state()
             self.partitions[key] = hosted
         hosted.min_insync_replicas = min_insync_replicas

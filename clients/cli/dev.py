@@ -10,7 +10,6 @@ rewritten identically and every process recovers its own state.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -182,9 +181,3 @@ def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool
     finally:
         stop_cluster(procs)
         print("raftka dev: stopped", file=sys.stderr, flush=True)
-
-
-def _env_python_path() -> None:
-    """Children import our packages even when run from a source checkout without install."""
-    root = str(Path(__file__).resolve().parents[2])
-    os.environ["PYTHONPATH"] = root + os.pathsep + os.environ.get("PYTHONPATH", "")

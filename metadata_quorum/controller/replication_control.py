@@ -21,7 +21,7 @@ import re
 import uuid
 
 from metadata_quorum import records as r
-from metadata_quorum.image import MetadataImage, PartitionState
+from metadata_quorum.image import MetadataImage
 from wire.errors import ErrorCode
 
 LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")

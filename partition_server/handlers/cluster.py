@@ -11,7 +11,7 @@ from __future__ import annotations
 from metadata_quorum.controller.config_control import TOPIC_CONFIGS
 from metadata_quorum.controller.replication_control import validate_topic_name
 from wire.errors import ErrorCode
-from wire.messages.index_generated import REQUESTS, RESPONSES
+from wire.messages.index_generated import RESPONSES
 
 CLUSTER_ID = "raftka"
 TOPIC, BROKER = 2, 4
@@ -136,5 +136,3 @@ async def handle_describe_configs(broker, req):
         results.append(out)
     return cls(results=results)
 
-
-_ = REQUESTS
