@@ -24,6 +24,8 @@ SUPPORTED = {
     18: (0, 3),      # ApiVersions
     19: (2, 7),      # CreateTopics
     20: (1, 6),      # DeleteTopics
+    30: (1, 3),      # CreateAcls
+    31: (1, 3),      # DeleteAcls
     33: (0, 2),      # AlterConfigs
     37: (0, 3),      # CreatePartitions
     43: (0, 2),      # ElectLeaders
@@ -215,6 +217,35 @@ async def handle_elect_leaders(svc, req):
         cls.ReplicaElectionResult(topic=t, partition_result=ps) for t, ps in by_topic.items()])
 
 
+async def handle_create_acls(svc, req):
+    from metadata_quorum.controller.acl_control import AclBinding
+    cls = RESPONSES[30]
+    bindings = [AclBinding(c.resource_type, c.resource_name, c.resource_pattern_type, c.principal,
+                           c.host, c.operation, c.permission_type) for c in req.body.creations]
+    results, err = await _mutate(svc, lambda now: svc.controller.create_acls(bindings))
+    if err:
+        return cls(results=[cls.AclCreationResult(error_code=err) for _ in bindings])
+    return cls(results=[cls.AclCreationResult(error_code=x.error, error_message=x.message)
+                        for x in results])
+
+
+async def handle_delete_acls(svc, req):
+    from metadata_quorum.controller.acl_control import AclFilter
+    cls = RESPONSES[31]
+    filters = [AclFilter(f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter,
+                         f.principal_filter, f.host_filter, f.operation, f.permission_type)
+               for f in req.body.filters]
+    results, err = await _mutate(svc, lambda now: svc.controller.delete_acls(filters))
+    if err:
+        return cls(filter_results=[cls.DeleteAclsFilterResult(error_code=err) for _ in filters])
+    return cls(filter_results=[cls.DeleteAclsFilterResult(
+        error_code=x.error, error_message=x.message, matching_acls=[cls.DeleteAclsMatchingAcl(
+            resource_type=b.resource_type, resource_name=b.resource_name,
+            pattern_type=b.pattern_type, principal=b.principal, host=b.host,
+            operation=b.operation, permission_type=b.permission_type) for b in x.matches])
+        for x in results])
+
+
 async def handle_allocate_producer_ids(svc, req):
     res, err = await _mutate(svc, lambda now: svc.controller.allocate_producer_ids(
         req.body.broker_id, req.body.broker_epoch))
@@ -292,6 +323,7 @@ async def handle_fetch_snapshot(svc, req):
 
 HANDLERS = {
     1: handle_fetch, 18: handle_api_versions, 19: handle_create_topics, 20: handle_delete_topics,
+    30: handle_create_acls, 31: handle_delete_acls,
     33: handle_alter_configs, 37: handle_create_partitions, 43: handle_elect_leaders,
     44: handle_incremental_alter_configs, 55: handle_describe_quorum, 56: handle_alter_partition,
     59: handle_fetch_snapshot, 62: handle_broker_registration, 63: handle_broker_heartbeat,

@@ -29,6 +29,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     20: (1, 6),      # DeleteTopics        → forwarded
     21: (0, 2),      # DeleteRecords
     23: (2, 4),      # OffsetForLeaderEpoch
+    30: (1, 3),      # CreateAcls          → forwarded (enforcement: the security issue)
+    31: (1, 3),      # DeleteAcls          → forwarded
     32: (1, 4),      # DescribeConfigs
     33: (0, 2),      # AlterConfigs        → forwarded
     37: (0, 3),      # CreatePartitions    → forwarded
@@ -49,7 +51,7 @@ HANDLERS = {
     13: group.handle_leave_group, 14: group.handle_sync_group, 15: group.handle_describe_groups,
     16: group.handle_list_groups,
     19: admin.forward, 20: admin.forward, 33: admin.forward, 37: admin.forward,
-    43: admin.forward, 44: admin.forward, 55: admin.forward,
+    43: admin.forward, 44: admin.forward, 55: admin.forward, 30: admin.forward, 31: admin.forward,
     21: fetch.handle_delete_records,
     22: producer_id.handle_init_producer_id,
     23: fetch.handle_offset_for_leader_epoch,

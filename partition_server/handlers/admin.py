@@ -17,7 +17,8 @@ TIMED_OUT = ErrorCode.REQUEST_TIMED_OUT
 
 
 def _first_error(api_key: int, resp) -> int:
-    items = {19: "topics", 20: "responses", 37: "results", 33: "responses", 44: "responses"}
+    items = {19: "topics", 20: "responses", 37: "results", 33: "responses", 44: "responses",
+             30: "results", 31: "filter_results"}
     if api_key in items:
         return next((x.error_code for x in getattr(resp, items[api_key])), 0)
     return getattr(resp, "error_code", 0)
@@ -34,6 +35,11 @@ def _timeout_response(api_key: int, body):
     if api_key == 37:
         return cls(results=[cls.CreatePartitionsTopicResult(name=t.name, error_code=TIMED_OUT)
                             for t in body.topics])
+    if api_key == 30:
+        return cls(results=[cls.AclCreationResult(error_code=TIMED_OUT) for _ in body.creations])
+    if api_key == 31:
+        return cls(filter_results=[cls.DeleteAclsFilterResult(error_code=TIMED_OUT)
+                                   for _ in body.filters])
     if api_key in (33, 44):
         return cls(responses=[cls.AlterConfigsResourceResponse(
             error_code=TIMED_OUT, resource_type=r.resource_type, resource_name=r.resource_name)

@@ -245,3 +245,42 @@ def test_single_node_combined_mode(tmp_path):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_acls_are_stored_by_the_controller(cluster):
+    from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation,
+                                       AclPermissionType, ResourcePatternType, ResourceType)
+    admin = _admin(cluster)
+    binding = AclBinding(ResourceType.TOPIC, "acl-topic", ResourcePatternType.LITERAL,
+                         "User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW)
+    for fut in admin.create_acls([binding]).values():
+        assert fut.result(20) is None
+    flt = AclBindingFilter(ResourceType.TOPIC, None, ResourcePatternType.ANY, None, None,
+                           AclOperation.ANY, AclPermissionType.ANY)
+    deleted = list(admin.delete_acls([flt]).values())[0].result(20)
+    assert [(b.name, b.principal) for b in deleted] == [("acl-topic", "User:alice")]
+    assert list(admin.delete_acls([flt]).values())[0].result(20) == []   # gone
+
+
+def test_quorum_loss_keeps_the_data_plane_serving(cluster):
+    """F9: with 2 of 3 controllers down, metadata changes are refused with a clear error while
+    brokers keep serving existing partitions from their last image; all recovers afterwards."""
+    topic = "quorum-loss"
+    admin = _admin(cluster)
+    for fut in admin.create_topics([NewTopic(topic, 1, 3)]).values():
+        fut.result(30)
+    assert len(_produce(cluster, topic, 10)) == 10
+    cluster.kill("controller-3000")
+    cluster.kill("controller-3001")
+    try:
+        fut = admin.create_topics([NewTopic("not-now", 1, 1)], request_timeout=20)["not-now"]
+        with pytest.raises(Exception) as refused:
+            fut.result(40)
+        assert "REQUEST_TIMED_OUT" in str(refused.value) or "NOT_CONTROLLER" in str(refused.value)
+        assert len(_produce(cluster, topic, 10, start=10)) == 10     # data plane still works
+        assert _consume_all(cluster, topic, 20) == list(range(20))
+    finally:
+        cluster.restart_controller(0)
+        cluster.restart_controller(1)
+    for fut in admin.create_topics([NewTopic("after-quorum", 1, 1)]).values():
+        fut.result(40)
