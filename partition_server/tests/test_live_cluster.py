@@ -1,7 +1,7 @@
 """A real 3-controller + 3-broker cluster on 127.0.0.1, driven by unmodified Kafka clients.
 
 Interop matrix (issue #5): confluent-kafka, kafka-python 3.x, kafka-python 2.0.2 (from its own
-virtualenv, `RAFTKA_KP2_PYTHON` or `.venvs/kafka-python-2`), aiokafka — each creates an RF=3
+virtualenv, `RAFTKA_KP2_PYTHON` or `.venv/kafka-python-2`), aiokafka — each creates an RF=3
 topic, produces with every codec, reads everything back by assigned partitions with keys,
 headers and timestamps, lists offsets (earliest, latest, by timestamp), describes configs and
 deletes the topic. Then bad input against a live broker, broker SIGKILL + restart, and admin
@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def kp2_python() -> str:
-    path = os.environ.get("RAFTKA_KP2_PYTHON") or str(REPO / ".venvs" / "kafka-python-2" / "bin" / "python")
+    path = os.environ.get("RAFTKA_KP2_PYTHON") or str(REPO / ".venv" / "kafka-python-2" / "bin" / "python")
     assert os.path.exists(path), (
         f"kafka-python 2.0.2 interpreter not found at {path}: scripts/test.sh creates it")
     return path
