@@ -12,6 +12,7 @@
 | broker.session.timeout.ms | 9000 | a broker without a heartbeat for this long is fenced |
 | num.partitions | 1 | partitions of a topic created without a count |
 | default.replication.factor | 1 | replication factor of a topic created without one |
+| raftka.controller.stream.tail.records | 50000 | committed records kept for the metadata stream; a broker further behind loads a snapshot |
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ class ControllerConfig:
     session_timeout_ms: int = 9000
     num_partitions: int = 1
     default_replication_factor: int = 1
+    stream_tail_records: int = 50_000
 
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> "ControllerConfig":
@@ -112,7 +114,8 @@ class ControllerConfig:
             problems.append(f"node.id {node_id} is not one of controller.quorum.voters")
         # parsed before the check so a bad value is reported instead of silently defaulted
         numbers = (as_int("broker.session.timeout.ms", 9000, 1),
-                   as_int("num.partitions", 1, 1), as_int("default.replication.factor", 1, 1))
+                   as_int("num.partitions", 1, 1), as_int("default.replication.factor", 1, 1),
+                   as_int("raftka.controller.stream.tail.records", 50_000, 2))
         if problems:
             raise ConfigError("; ".join(problems))
         return cls(node_id, voters, peers, listener,

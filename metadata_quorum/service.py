@@ -35,7 +35,6 @@ log = logging.getLogger(__name__)
 COMMIT_TIMEOUT_S = 5.0
 TICK_S = 0.25
 REBALANCE_EVERY_TICKS = 20          # preferred-leader check every 5 s
-MAX_SERVICE_TAIL = 50_000
 
 
 class NotActive(Exception):
@@ -77,8 +76,9 @@ class ControllerService:
             self.controller.replay(first + i, rec)
         self.next_offset = first + len(records)
         self.tail.extend(encoded)
-        if len(self.tail) > MAX_SERVICE_TAIL:
-            drop = len(self.tail) - MAX_SERVICE_TAIL // 2
+        limit = self.config.stream_tail_records
+        if len(self.tail) > limit:
+            drop = len(self.tail) - limit // 2
             del self.tail[:drop]
             self.tail_start += drop
         event, self.new_data = self.new_data, trio.Event()

@@ -223,3 +223,50 @@ def test_majority_loss_refuses_writes_but_serves_the_stream(tmp_path):
         assert "before-loss" in names and "after-loss" not in names
     finally:
         q.stop_all()
+
+
+def test_far_behind_broker_catches_up_through_a_snapshot(tmp_path):
+    """With a tiny stream tail, a new broker's follower must load FetchSnapshot, then the tail."""
+    from partition_server.controller_client import ControllerClient
+    q = Quorum(tmp_path)
+    q.layout.overrides.clear()
+    original = q.layout.controller_properties
+
+    def small_tail(index):
+        props = original(index)
+        props["raftka.controller.stream.tail.records"] = "4"
+        return props
+    q.layout.__dict__["controller_properties"] = small_tail
+    q.start_all()
+    try:
+        async def scenario():
+            await register_broker(q)
+            for n in range(12):
+                await create_topic(q, f"snap-{n}", 20)
+            voters = {cid: ("127.0.0.1", q.port(i)) for i, cid in enumerate(CONTROLLER_IDS)}
+            client = ControllerClient(7, voters, "127.0.0.1", 1, None)
+            images, snapshots = [], []
+            load = client._load_snapshot
+
+            async def counting_load(conn, on_image):
+                snapshots.append(1)
+                await load(conn, on_image)
+            client._load_snapshot = counting_load
+
+            async def on_image(img):
+                images.append(img)
+            with trio.move_on_after(15):
+                async with trio.open_nursery() as n:
+                    n.start_soon(client.follow_metadata, on_image)
+                    while not images or len(images[-1].topics) < 12:
+                        await trio.sleep(0.05)
+                    n.cancel_scope.cancel()
+            await client.aclose()
+            return images, snapshots
+        images, snapshots = trio.run(scenario)
+        assert snapshots, "the snapshot path was not taken"
+        assert images and {f"snap-{n}" for n in range(12)} <= set(images[-1].topics)
+        offsets = [img.offset for img in images]
+        assert offsets == sorted(offsets)            # never backwards, snapshot included
+    finally:
+        q.stop_all()
