@@ -69,6 +69,9 @@ class DevLayout:
             "default.replication.factor": "3",
             "min.insync.replicas": "2",
             "offsets.topic.replication.factor": "3",
+            # 50 (Kafka's default) offsets partitions x RF 3 is 150 logs for 3 local processes
+            # on one machine; 6 keeps group start-up light
+            "offsets.topic.num.partitions": "6",
             # Kafka's 3 s delay batches a production group's first joins; locally it only waits
             "group.initial.rebalance.delay.ms": "300",
         }

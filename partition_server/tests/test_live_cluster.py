@@ -276,7 +276,9 @@ def test_quorum_loss_keeps_the_data_plane_serving(cluster):
         fut = admin.create_topics([NewTopic("not-now", 1, 1)], request_timeout=20)["not-now"]
         with pytest.raises(Exception) as refused:
             fut.result(40)
-        assert "REQUEST_TIMED_OUT" in str(refused.value) or "NOT_CONTROLLER" in str(refused.value)
+        # the broker answers REQUEST_TIMED_OUT after 15 s; a loaded client may give up first
+        assert any(s in str(refused.value) for s in ("REQUEST_TIMED_OUT", "NOT_CONTROLLER",
+                                                     "_TRANSPORT", "_TIMED_OUT")), refused.value
         assert len(_produce(cluster, topic, 10, start=10)) == 10     # data plane still works
         assert _consume_all(cluster, topic, 20) == list(range(20))
     finally:
@@ -284,3 +286,4 @@ def test_quorum_loss_keeps_the_data_plane_serving(cluster):
         cluster.restart_controller(1)
     for fut in admin.create_topics([NewTopic("after-quorum", 1, 1)]).values():
         fut.result(40)
+    assert "not-now" not in admin.list_topics(timeout=20).topics     # refused means refused
