@@ -74,7 +74,7 @@ class LiveCluster:
         path = self.layout.data_dir / "configs" / f"broker-{broker_id}.properties"
         new = ManagedProcess(f"broker-{broker_id}",
                              [sys.executable, "-m", "partition_server", "--config", str(path)],
-                             "unfenced", True)
+                             "unfenced", True, self.layout.log_path(f"broker-{broker_id}"))
         self.procs[self.procs.index(old)] = new
         problem = wait_ready([new], timeout_s)
         if problem:
@@ -90,7 +90,7 @@ class LiveCluster:
         write_properties(path, self.layout.controller_properties(index))
         new = ManagedProcess(f"controller-{cid}",
                              [sys.executable, "-m", "metadata_quorum", "--config", str(path)],
-                             "listening on", True)
+                             "listening on", True, self.layout.log_path(f"controller-{cid}"))
         self.procs[self.procs.index(old)] = new
         problem = wait_ready([new], timeout_s)
         if problem:

@@ -29,6 +29,9 @@ class DevLayout:
     base_port: int = 9092
     overrides: dict[str, str] = field(default_factory=dict)
 
+    def log_path(self, process_name: str) -> Path:
+        return self.data_dir / "logs" / f"{process_name}.log"
+
     def broker_port(self, broker_id: int) -> int:
         return self.base_port + broker_id
 
@@ -88,11 +91,18 @@ def write_properties(path: Path, props: dict[str, str]) -> None:
 class ManagedProcess:
     """One child process whose output is echoed with a prefix and scanned for a ready line."""
 
-    def __init__(self, name: str, argv: list[str], ready_marker: str, quiet: bool):
+    def __init__(self, name: str, argv: list[str], ready_marker: str, quiet: bool,
+                 log_path: Path | None = None):
         self.name = name
         self.ready = threading.Event()
         self._marker = ready_marker
         self._quiet = quiet
+        # Every line also goes to a per-process log file (appended across restarts) so a failed
+        # live test or a quiet run can be diagnosed after the fact.
+        self._log = None
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log = open(log_path, "a", buffering=1)
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, text=True, bufsize=1)
         threading.Thread(target=self._pump, daemon=True).start()
@@ -102,6 +112,8 @@ class ManagedProcess:
         for line in self.proc.stdout:
             if self._marker in line:
                 self.ready.set()
+            if self._log is not None:
+                self._log.write(line)
             if not self._quiet:
                 sys.stderr.write(f"[{self.name}] {line}")
 
@@ -124,13 +136,13 @@ def start_cluster(layout: DevLayout, quiet: bool = False) -> list[ManagedProcess
         write_properties(path, layout.controller_properties(i))
         procs.append(ManagedProcess(f"controller-{cid}",
                                     [sys.executable, "-m", "metadata_quorum", "--config", str(path)],
-                                    "listening on", quiet))
+                                    "listening on", quiet, layout.log_path(f"controller-{cid}")))
     for bid in BROKER_IDS:
         path = config_dir / f"broker-{bid}.properties"
         write_properties(path, layout.broker_properties(bid))
         procs.append(ManagedProcess(f"broker-{bid}",
                                     [sys.executable, "-m", "partition_server", "--config", str(path)],
-                                    "unfenced", quiet))
+                                    "unfenced", quiet, layout.log_path(f"broker-{bid}")))
     return procs
 
 

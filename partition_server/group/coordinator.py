@@ -57,6 +57,7 @@ class GroupCoordinator:
         self.loaded: set[int] = set()
         self.waiters: dict[tuple, tuple[trio.Event, list]] = {}
         self._creating = False
+        self._last_logged: dict[str, tuple] = {}
 
     # -- ownership --------------------------------------------------------------------------------
 
@@ -187,6 +188,18 @@ class GroupCoordinator:
         while True:
             await trio.sleep(0.1)
             self.deliver(self.state.tick(now_ms()))
+            self._log_transitions()
+
+    def _log_transitions(self) -> None:
+        """One INFO line per group state change: the operator's view of rebalances."""
+        seen = {}
+        for gid, g in self.state.groups.items():
+            now = (g.state.value, g.generation_id, len(g.members))
+            seen[gid] = now
+            if self._last_logged.get(gid) != now:
+                log.info("group %s: %s, generation %d, %d member(s)%s", gid, *now,
+                         f", protocol {g.protocol_name}" if g.protocol_name else "")
+        self._last_logged = seen
 
     # -- offsets ----------------------------------------------------------------------------------
 

@@ -114,19 +114,35 @@ class Group:
             votes[first] += 1
         return max(sorted(common), key=lambda n: votes[n])
 
-    def _prepare_rebalance(self, now_ms: int) -> None:
+    def _prepare_rebalance(self, now_ms: int) -> list:
         timeout = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
         if self.state is not GroupState.PREPARING_REBALANCE:
             self.rebalance_deadline_ms = now_ms + timeout
         self.state = GroupState.PREPARING_REBALANCE
-        # members waiting for a sync in the old generation must rejoin
+        # Members waiting in SyncGroup for the old generation are answered now with
+        # REBALANCE_IN_PROGRESS so they rejoin at once (instead of waiting out the rebalance
+        # timeout, which is max.poll.interval.ms — minutes — for most clients); their session
+        # restarts from this answer.
+        effects = []
+        for mid in sorted(self.pending_sync):
+            if mid in self.members:
+                self.members[mid].last_heartbeat_ms = now_ms
+            effects.append(SyncResult(mid, ErrorCode.REBALANCE_IN_PROGRESS))
         self.pending_sync.clear()
+        return effects
 
-    def _complete_join(self) -> list:
+    def _complete_join(self, now_ms: int) -> list:
         effects: list = []
         for mid in list(self.members):
             if mid not in self.pending_join:
                 self._remove(mid)
+        # Every member that made it into the new generation starts a fresh session now (Kafka
+        # reschedules each member's heartbeat expiry when the join completes). Without this a
+        # member that joined early and then waited the whole rebalance in JoinGroup — longer than
+        # its session timeout on a slow machine — was expired right after the join completed,
+        # which started another rebalance, and so on.
+        for m in self.members.values():
+            m.last_heartbeat_ms = now_ms
         self.generation_id += 1
         if not self.members:
             self.state = GroupState.EMPTY
@@ -217,20 +233,26 @@ class GroupCoordinatorState:
             return g._join_result(member_id), [], member_id   # nothing changed: same generation
         if g.state is GroupState.EMPTY:
             g.initial_delay_until_ms = now_ms + cfg.initial_rebalance_delay_ms
+        effects = []
         if g.state is not GroupState.PREPARING_REBALANCE:
-            g._prepare_rebalance(now_ms)
+            effects += g._prepare_rebalance(now_ms)
         g.pending_join.add(member_id)
-        effects = g._complete_join() if g.ready_to_complete_join(now_ms) else []
-        mine = next((e for e in effects if e.member_id == member_id), None)
-        return mine, [e for e in effects if e.member_id != member_id], member_id
+        if g.ready_to_complete_join(now_ms):
+            effects += g._complete_join(now_ms)
+        mine = next((e for e in effects
+                     if isinstance(e, JoinResult) and e.member_id == member_id), None)
+        return mine, [e for e in effects if e is not mine], member_id
 
     # -- SyncGroup --------------------------------------------------------------------------------
 
-    def sync(self, group_id: str, generation_id: int, member_id: str, assignments: dict):
+    def sync(self, group_id: str, generation_id: int, member_id: str, assignments: dict,
+             now_ms: int | None = None):
         """Returns (SyncResult now | None to wait, effects)."""
         g = self.groups.get(group_id)
         if g is None or member_id not in g.members:
             return SyncResult(member_id, ErrorCode.UNKNOWN_MEMBER_ID), []
+        if now_ms is not None:
+            g.members[member_id].last_heartbeat_ms = now_ms     # a SyncGroup proves liveness
         if generation_id != g.generation_id:
             return SyncResult(member_id, ErrorCode.ILLEGAL_GENERATION), []
         if g.state is GroupState.PREPARING_REBALANCE:
@@ -289,13 +311,14 @@ class GroupCoordinatorState:
         return codes, effects
 
     def _membership_changed(self, g: Group, now_ms: int) -> list:
+        effects = []
         if g.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            g._prepare_rebalance(now_ms)
+            effects += g._prepare_rebalance(now_ms)
         if not g.members and g.state is GroupState.PREPARING_REBALANCE:
-            return g._complete_join()
+            return effects + g._complete_join(now_ms)
         if g.ready_to_complete_join(now_ms):
-            return g._complete_join()
-        return []
+            return effects + g._complete_join(now_ms)
+        return effects
 
     def tick(self, now_ms: int) -> list:
         """Expire sessions and complete rebalances whose time has come; returns effects."""
@@ -303,13 +326,15 @@ class GroupCoordinatorState:
         for g in list(self.groups.values()):
             g.pending_members = {k: v for k, v in g.pending_members.items() if v >= now_ms}
             for mid, m in list(g.members.items()):
-                if mid in g.pending_join:
-                    continue      # a member waiting in JoinGroup is alive (rebalance timeout rules)
+                if mid in g.pending_join or mid in g.pending_sync:
+                    # a member waiting in JoinGroup or SyncGroup is alive: it cannot heartbeat
+                    # while it waits (the rebalance timeout bounds the wait instead)
+                    continue
                 if now_ms - m.last_heartbeat_ms > m.session_timeout_ms:
                     g._remove(mid)
                     effects += self._membership_changed(g, now_ms)
             if g.ready_to_complete_join(now_ms):
-                effects += g._complete_join()
+                effects += g._complete_join(now_ms)
         return effects
 
     # -- offsets (validation only; storage is the caller's) ----------------------------------------

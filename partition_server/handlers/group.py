@@ -71,7 +71,8 @@ async def handle_sync_group(broker, req):
     if err != ErrorCode.NONE:
         return cls(error_code=err)
     assignments = {a.member_id: a.assignment for a in b.assignments}
-    result, effects = broker.groups.state.sync(b.group_id, b.generation_id, b.member_id, assignments)
+    result, effects = broker.groups.state.sync(b.group_id, b.generation_id, b.member_id, assignments,
+                                               _now())
     broker.groups.deliver(effects)
     if result is None:
         g = broker.groups.state.groups.get(b.group_id)

@@ -135,3 +135,46 @@ def test_random_rebalances_never_assign_a_partition_twice_in_a_generation():
                     assert gen.setdefault(p, m) == m, "partition assigned twice in one generation"
         for m in g.members.values():
             m.last_heartbeat_ms = now            # keep the survivors alive between steps
+
+
+def test_a_long_rebalance_does_not_expire_the_members_that_waited_in_it():
+    """Member a waits in JoinGroup longer than its session timeout (10 s) for b; when the join
+    completes both start fresh sessions: a tick just after must not expire a (which used to
+    start another rebalance, over and over on a slow machine)."""
+    c = coord()
+    _, _, a = join(c, require=False)
+    c.sync("g", 1, a, {a: b"all"}, now_ms=1)
+    _, _, b = join(c, require=False, now=100)              # rebalance starts, b waits
+    res, eff, _ = join(c, a, now=25_000)                   # a rejoins 25 s later: join completes
+    assert {r.member_id for r in ([res] if res else []) + eff} == {a, b}
+    assert c.tick(25_100) == [] and set(c.groups["g"].members) == {a, b}
+    leader = c.groups["g"].leader_id
+    follower = b if leader == a else a
+    assert c.sync("g", 2, follower, {}, now_ms=25_200)[0] is None
+    # the follower waits in SyncGroup past its own session timeout for a slow leader: alive
+    c.heartbeat("g", 2, leader, 34_000)
+    assert c.tick(36_000) == [] and follower in c.groups["g"].members
+    lres, eff = c.sync("g", 2, leader, {a: b"A", b: b"B"}, now_ms=36_100)
+    assert lres.error == ErrorCode.NONE and c.groups["g"].state is GroupState.STABLE
+    assert [e.member_id for e in eff] == [follower]
+    # once stable, a member that stops heartbeating is expired after its session timeout
+    c.heartbeat("g", 2, leader, 45_000)
+    c.tick(51_000)
+    assert set(c.groups["g"].members) == {leader}
+
+
+def test_a_rebalance_answers_members_waiting_in_sync_at_once():
+    """When the leader's session expires while a follower waits in SyncGroup, the follower is
+    answered REBALANCE_IN_PROGRESS in that same step (not after the rebalance timeout)."""
+    c = coord()
+    _, _, a = join(c, require=False)
+    c.sync("g", 1, a, {a: b"all"}, now_ms=1)
+    _, _, b = join(c, require=False, now=100)
+    join(c, a, now=200)
+    leader = c.groups["g"].leader_id
+    follower = b if leader == a else a
+    assert c.sync("g", 2, follower, {}, now_ms=300)[0] is None
+    eff = c.tick(10_300)                                   # the leader never synced: expired
+    answers = [e for e in eff if e.member_id == follower]
+    assert [e.error for e in answers] == [ErrorCode.REBALANCE_IN_PROGRESS]
+    assert set(c.groups["g"].members) == {follower}
