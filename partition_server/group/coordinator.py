@@ -6,8 +6,17 @@
 - Committed offsets are records in that partition, appended with acks=all semantics (the commit
   is answered once the high watermark passes it), so a new coordinator rebuilds them by replay.
   Key `[1, group, topic, partition]`, value `[offset, leader_epoch, metadata, commit_ms]` (msgpack;
-  a null value deletes). Group *membership* is not persisted yet: after a coordinator failover,
-  members get UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION and rejoin (committed offsets are kept).
+  a null value deletes).
+- Group membership is persisted too, once per settled generation (Stable or Empty): key
+  `[2, group]`, value `[protocol_type, generation, protocol, leader, members, state_ms]` (see
+  `group_record`). A new coordinator restores the group in that generation, so members keep
+  heartbeating through a failover without a rebalance; a member that doesn't heartbeat the new
+  coordinator within its session timeout is expired as usual. A record written just before a
+  crash may be lost (it is not waited for): members of a newer generation then get
+  ILLEGAL_GENERATION and rejoin — never two owners of a partition in one generation.
+- Offsets of a group without members expire `offsets.retention.minutes` after it emptied
+  (tombstones are written, and an Empty group left with no offsets is deleted). DeleteGroups and
+  OffsetDelete write tombstones and answer once they are committed.
 - `__consumer_offsets` is created on the first FindCoordinator for a group
   (`offsets.topic.num.partitions`, replication min(`offsets.topic.replication.factor`, brokers),
   `cleanup.policy=compact`).
@@ -21,9 +30,11 @@ import time
 import msgpack
 import trio
 
-from partition_server.group.state import GroupConfig, GroupCoordinatorState
+from partition_server.group.state import (GroupConfig, GroupCoordinatorState, GroupState,
+                                          expired_offsets, group_record, restore_group)
 from partition_server.replication.partition import Role
 from wire.errors import ErrorCode
+from wire.messages.consumer_protocol_subscription_generated import ConsumerProtocolSubscription
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import build_batch, decode_batch, iter_batches
 
@@ -31,6 +42,7 @@ log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSET_KEY = 1
+GROUP_KEY = 2
 
 
 def java_string_hash(s: str) -> int:
@@ -51,8 +63,18 @@ def now_ms() -> int:
 class GroupCoordinator:
     def __init__(self, broker):
         self.broker = broker
+        cfg = broker.config
         self.state = GroupCoordinatorState(GroupConfig(
-            initial_rebalance_delay_ms=broker.config["group.initial.rebalance.delay.ms"]))
+            min_session_timeout_ms=cfg["group.min.session.timeout.ms"],
+            max_session_timeout_ms=cfg["group.max.session.timeout.ms"],
+            initial_rebalance_delay_ms=cfg["group.initial.rebalance.delay.ms"]))
+        # `raftka.offsets.retention.ms` (not a Kafka name) overrides the minutes, for tests and
+        # for operators who want a finer setting.
+        self.retention_ms = cfg["raftka.offsets.retention.ms"] or \
+            cfg["offsets.retention.minutes"] * 60_000
+        self.retention_check_ms = cfg["offsets.retention.check.interval.ms"]
+        self._persisted: dict[str, list] = {}        # group → last group record written/loaded
+        self._empty_since: dict[str, int] = {}       # group → when it last became Empty
         self.offsets: dict[str, dict[tuple[str, int], tuple]] = {}
         self.loaded: set[int] = set()
         self.waiters: dict[tuple, tuple[trio.Event, list]] = {}
@@ -128,41 +150,59 @@ class GroupCoordinator:
         plog = hosted.log
         offset = plog.log_start_offset
         n = 0
+        groups: dict[str, list | None] = {}
         while offset < plog.log_end_offset:
             data = plog.read(offset, 8 << 20).read_bytes()
             if not data:
                 break
             for h in iter_batches(data):
                 for rec in decode_batch(h.bytes()).records:
-                    self._apply_record(rec.key, rec.value)
+                    self._apply_record(rec.key, rec.value, groups)
                     n += 1
                 offset = h.next_offset
+        now = now_ms()
+        for gid, value in groups.items():
+            if value is None:
+                continue
+            try:
+                self.state.groups[gid] = restore_group(gid, value[:5], now)
+            except (ValueError, TypeError):
+                log.warning("skipping an unreadable group record for %s", gid)
+                continue
+            self._persisted[gid] = value[:5]
+            if not value[4]:
+                self._empty_since[gid] = value[5]
         self.loaded.add(pid)
-        log.info("loaded %d offset records from %s-%d", n, OFFSETS_TOPIC, pid)
+        log.info("loaded %d records (%d groups) from %s-%d", n,
+                 sum(v is not None for v in groups.values()), OFFSETS_TOPIC, pid)
 
     def _unload(self, pid: int) -> None:
         self.loaded.discard(pid)
-        for group_id in [g for g in list(self.state.groups) if self.partition_of(g) == pid]:
-            del self.state.groups[group_id]
-        for group_id in [g for g in list(self.offsets) if self.partition_of(g) == pid]:
-            del self.offsets[group_id]
+        for table in (self.state.groups, self.offsets, self._persisted, self._empty_since):
+            for group_id in [g for g in list(table) if self.partition_of(g) == pid]:
+                del table[group_id]
         for key, (event, box) in list(self.waiters.items()):
             if self.partition_of(key[1]) == pid:
                 box.append(ErrorCode.NOT_COORDINATOR)
                 event.set()
 
-    def _apply_record(self, key: bytes, value: bytes | None) -> None:
+    def _apply_record(self, key: bytes, value: bytes | None, groups: dict) -> None:
         try:
             k = msgpack.unpackb(key)
+            if k[0] == GROUP_KEY:
+                groups[k[1]] = None if value is None else msgpack.unpackb(value)
+                return
             if k[0] != OFFSET_KEY:
                 return
             _, group, topic, partition = k
             offsets = self.offsets.setdefault(group, {})
             if value is None:
                 offsets.pop((topic, partition), None)
+                if not offsets:
+                    del self.offsets[group]
             else:
                 offsets[(topic, partition)] = tuple(msgpack.unpackb(value))
-        except (ValueError, TypeError, msgpack.UnpackException):
+        except (ValueError, TypeError, IndexError, msgpack.UnpackException):
             log.warning("skipping an unreadable %s record", OFFSETS_TOPIC)
 
     # -- delayed answers --------------------------------------------------------------------------
@@ -185,10 +225,16 @@ class GroupCoordinator:
         return box[0] if box else None
 
     async def tick_loop(self) -> None:
+        next_expiry = now_ms() + self.retention_check_ms
         while True:
             await trio.sleep(0.1)
-            self.deliver(self.state.tick(now_ms()))
+            now = now_ms()
+            self.deliver(self.state.tick(now))
             self._log_transitions()
+            self._persist_groups(now)
+            if now >= next_expiry:
+                next_expiry = now + self.retention_check_ms
+                self._expire_offsets(now)
 
     def _log_transitions(self) -> None:
         """One INFO line per group state change: the operator's view of rebalances."""
@@ -201,36 +247,155 @@ class GroupCoordinator:
                          f", protocol {g.protocol_name}" if g.protocol_name else "")
         self._last_logged = seen
 
+    # -- persistence ------------------------------------------------------------------------------
+
+    def _append(self, pid: int, records: list) -> tuple[ErrorCode, int]:
+        ts = now_ms()
+        res = self.broker.replicas.append_records(
+            OFFSETS_TOPIC, pid, build_batch([(k, v, [], ts) for k, v in records]), -1, ts)
+        if res.error == ErrorCode.NONE:
+            self.broker.purgatory.notify((OFFSETS_TOPIC, pid))
+        return res.error, res.last_offset
+
+    def _persist_groups(self, now: int) -> None:
+        """Write the group record of every group whose settled generation changed."""
+        for gid, g in list(self.state.groups.items()):
+            if self.owns(gid) != ErrorCode.NONE:
+                continue
+            if g.state is GroupState.EMPTY and gid not in self._empty_since:
+                self._empty_since[gid] = now
+            elif g.members:
+                self._empty_since.pop(gid, None)
+            rec = group_record(g)
+            if rec is None or rec == self._persisted.get(gid):
+                continue
+            value = msgpack.packb(rec + [self._empty_since.get(gid, now)])
+            err, _ = self._append(self.partition_of(gid), [(msgpack.packb([GROUP_KEY, gid]), value)])
+            if err == ErrorCode.NONE:
+                self._persisted[gid] = rec
+
+    def _expire_offsets(self, now: int) -> None:
+        gone = expired_offsets(self.offsets, self.state.groups, now, self.retention_ms,
+                               self._empty_since)
+        for gid, parts in gone.items():
+            if self.owns(gid) != ErrorCode.NONE:
+                continue
+            records = [(msgpack.packb([OFFSET_KEY, gid, t, p]), None) for t, p in parts]
+            left = set(self.offsets.get(gid, {})) - set(parts)
+            g = self.state.groups.get(gid)
+            if not left and (g is None or not g.members):
+                records.append((msgpack.packb([GROUP_KEY, gid]), None))
+            err, _ = self._append(self.partition_of(gid), records)
+            if err != ErrorCode.NONE:
+                continue
+            log.info("group %s: %d committed offset(s) expired", gid, len(parts))
+            self._forget_offsets(gid, parts)
+            if not left and (g is None or not g.members):
+                self._forget_group(gid)
+
+    def _forget_offsets(self, gid: str, parts) -> None:
+        offsets = self.offsets.get(gid, {})
+        for tp in parts:
+            offsets.pop(tp, None)
+        if not offsets:
+            self.offsets.pop(gid, None)
+
+    def _forget_group(self, gid: str) -> None:
+        self.state.groups.pop(gid, None)
+        self._persisted.pop(gid, None)
+        self._empty_since.pop(gid, None)
+
+    async def _append_and_wait(self, pid: int, records: list, timeout_s: float) -> ErrorCode:
+        """Append to our `__consumer_offsets` partition and wait until the high watermark passes
+        it (acks=all), mapping partition errors to what group clients expect."""
+        err, last = self._append(pid, records)
+        if err != ErrorCode.NONE:
+            return ErrorCode.NOT_COORDINATOR if err in (
+                ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR) else err
+
+        def done():
+            return self.broker.replicas.produce_completion(OFFSETS_TOPIC, pid, last) is not None
+        await self.broker.purgatory.wait_until([(OFFSETS_TOPIC, pid)], done, timeout_s)
+        outcome = self.broker.replicas.produce_completion(OFFSETS_TOPIC, pid, last)
+        if outcome is None:
+            return ErrorCode.REQUEST_TIMED_OUT
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE if outcome in (
+            ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.NOT_ENOUGH_REPLICAS) else outcome
+
     # -- offsets ----------------------------------------------------------------------------------
 
     async def store_offsets(self, group_id: str, entries: list[tuple], timeout_s: float = 5.0):
         """entries: [(topic, partition, offset, leader_epoch, metadata)] → ErrorCode."""
-        pid = self.partition_of(group_id)
         ts = now_ms()
-        records = [(msgpack.packb([OFFSET_KEY, group_id, t, p]),
-                    msgpack.packb([o, e, m, ts]), [], ts) for t, p, o, e, m in entries]
+        records = [(msgpack.packb([OFFSET_KEY, group_id, t, p]), msgpack.packb([o, e, m, ts]))
+                   for t, p, o, e, m in entries]
         if not records:
             return ErrorCode.NONE
-        res = self.broker.replicas.append_records(OFFSETS_TOPIC, pid, build_batch(records), -1, ts)
-        if res.error != ErrorCode.NONE:
-            return ErrorCode.NOT_COORDINATOR if res.error in (
-                ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR) else res.error
-        key = (OFFSETS_TOPIC, pid)
-        self.broker.purgatory.notify(key)
-
-        def done():
-            return self.broker.replicas.produce_completion(OFFSETS_TOPIC, pid, res.last_offset) is not None
-        await self.broker.purgatory.wait_until([key], done, timeout_s)
-        outcome = self.broker.replicas.produce_completion(OFFSETS_TOPIC, pid, res.last_offset)
-        if outcome is None:
-            return ErrorCode.REQUEST_TIMED_OUT
-        if outcome == ErrorCode.NONE:
+        err = await self._append_and_wait(self.partition_of(group_id), records, timeout_s)
+        if err == ErrorCode.NONE:
             offsets = self.offsets.setdefault(group_id, {})
             for t, p, o, e, m in entries:
                 offsets[(t, p)] = (o, e, m, ts)
-            return ErrorCode.NONE
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE if outcome in (
-            ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.NOT_ENOUGH_REPLICAS) else outcome
+        return err
 
     def committed(self, group_id: str, topic: str, partition: int):
         return self.offsets.get(group_id, {}).get((topic, partition))
+
+    async def delete_group(self, group_id: str, timeout_s: float = 5.0) -> ErrorCode:
+        """DeleteGroups: only a group without members; its offsets and record get tombstones."""
+        g = self.state.groups.get(group_id)
+        if g is not None and g.members:
+            return ErrorCode.NON_EMPTY_GROUP
+        if g is None and group_id not in self.offsets:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        records = [(msgpack.packb([OFFSET_KEY, group_id, t, p]), None)
+                   for t, p in self.offsets.get(group_id, {})]
+        records.append((msgpack.packb([GROUP_KEY, group_id]), None))
+        err = await self._append_and_wait(self.partition_of(group_id), records, timeout_s)
+        if err == ErrorCode.NONE:
+            self.offsets.pop(group_id, None)
+            self._forget_group(group_id)
+        return err
+
+    def subscribed_topics(self, group_id: str) -> set[str] | None:
+        """Topics the group's consumers subscribe to; None means "can't tell, assume all"."""
+        g = self.state.groups.get(group_id)
+        if g is None or not g.members:
+            return set()
+        if g.protocol_type != "consumer":
+            return None
+        topics: set[str] = set()
+        for m in g.members.values():
+            meta = dict(m.protocols).get(g.protocol_name) if g.protocol_name else None
+            if meta is None:
+                meta = m.protocols[0][1] if m.protocols else b""
+            try:
+                version = min(int.from_bytes(meta[:2], "big", signed=True), 3)
+                sub = ConsumerProtocolSubscription.decode(memoryview(meta)[2:], version, strict=False)
+            except Exception:  # noqa: BLE001 - foreign metadata: be conservative
+                return None
+            topics.update(sub.topics)
+        return topics
+
+    async def delete_offsets(self, group_id: str, parts: list[tuple[str, int]],
+                             timeout_s: float = 5.0) -> tuple[ErrorCode, dict]:
+        """OffsetDelete → (group error, {(topic, partition): error})."""
+        g = self.state.groups.get(group_id)
+        if g is None and group_id not in self.offsets:
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
+        subscribed = self.subscribed_topics(group_id)
+        errors, doomed = {}, []
+        for t, p in parts:
+            if subscribed is None or t in subscribed:
+                errors[(t, p)] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+            else:
+                errors[(t, p)] = ErrorCode.NONE
+                if (t, p) in self.offsets.get(group_id, {}):
+                    doomed.append((t, p))
+        if doomed:
+            records = [(msgpack.packb([OFFSET_KEY, group_id, t, p]), None) for t, p in doomed]
+            err = await self._append_and_wait(self.partition_of(group_id), records, timeout_s)
+            if err != ErrorCode.NONE:
+                return err, {}
+            self._forget_offsets(group_id, doomed)
+        return ErrorCode.NONE, errors

@@ -363,3 +363,50 @@ class GroupCoordinatorState:
         g.state = GroupState.DEAD
         del self.groups[group_id]
         return ErrorCode.NONE
+
+
+# -- persistence (pure): a group's membership as a record value, and back ---------------------------
+
+def group_record(g: Group) -> list | None:
+    """The value persisted for a group once it is Stable or Empty (Kafka's GroupMetadata record):
+    enough for a new coordinator to keep the generation going without a rebalance. None while a
+    rebalance is in flight (only settled generations are persisted)."""
+    if g.state not in (GroupState.STABLE, GroupState.EMPTY):
+        return None
+    members = [[m.member_id, m.group_instance_id, m.client_id, m.client_host, m.session_timeout_ms,
+                m.rebalance_timeout_ms, dict(m.protocols).get(g.protocol_name, b""), m.assignment]
+               for m in g.members.values()]
+    return [g.protocol_type, g.generation_id, g.protocol_name, g.leader_id, members]
+
+
+def restore_group(group_id: str, value: list, now_ms: int) -> Group:
+    """A group rebuilt from its last persisted record; every member gets a fresh session (it has
+    to heartbeat the new coordinator within its session timeout, or it is expired as usual)."""
+    protocol_type, generation, protocol_name, leader, members = value
+    g = Group(group_id)
+    g.protocol_type, g.generation_id, g.protocol_name = protocol_type, generation, protocol_name
+    for mid, instance, client_id, host, session_ms, rebalance_ms, metadata, assignment in members:
+        g.members[mid] = Member(mid, instance, client_id, host, session_ms, rebalance_ms,
+                                protocol_type, [(protocol_name, metadata)], assignment, now_ms)
+        if instance is not None:
+            g.static[instance] = mid
+    g.leader_id = leader if leader in g.members else next(iter(g.members), None)
+    g.state = GroupState.STABLE if g.members else GroupState.EMPTY
+    return g
+
+
+def expired_offsets(offsets: dict, groups: dict, now_ms: int, retention_ms: int,
+                    empty_since_ms: dict) -> dict:
+    """{group: [(topic, partition)]} whose committed offsets have expired (Kafka ≥ 2.1 rule,
+    KIP-211): only groups without members expire, and only once they have been empty — and the
+    offset left uncommitted — for `offsets.retention.minutes`."""
+    out = {}
+    for gid, parts in offsets.items():
+        g = groups.get(gid)
+        if g is not None and g.members:
+            continue
+        base = empty_since_ms.get(gid, 0)
+        gone = [tp for tp, value in parts.items() if max(value[3], base) + retention_ms <= now_ms]
+        if gone:
+            out[gid] = gone
+    return out

@@ -23,6 +23,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     14: (0, 5),      # SyncGroup
     15: (0, 5),      # DescribeGroups
     16: (0, 4),      # ListGroups
+    42: (0, 2),      # DeleteGroups
+    47: (0, 0),      # OffsetDelete
     18: (0, 3),      # ApiVersions
     22: (0, 4),      # InitProducerId (idempotent producers; transactional ids not yet)
     19: (2, 7),      # CreateTopics        → forwarded to the active controller
@@ -49,7 +51,7 @@ HANDLERS = {
     8: group.handle_offset_commit, 9: group.handle_offset_fetch,
     10: group.handle_find_coordinator, 11: group.handle_join_group, 12: group.handle_heartbeat,
     13: group.handle_leave_group, 14: group.handle_sync_group, 15: group.handle_describe_groups,
-    16: group.handle_list_groups,
+    16: group.handle_list_groups, 42: group.handle_delete_groups, 47: group.handle_offset_delete,
     19: admin.forward, 20: admin.forward, 33: admin.forward, 37: admin.forward,
     43: admin.forward, 44: admin.forward, 55: admin.forward, 30: admin.forward, 31: admin.forward,
     21: fetch.handle_delete_records,

@@ -1,5 +1,5 @@
 """Consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-OffsetCommit, OffsetFetch, ListGroups, DescribeGroups.
+OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
 
 Every group API first checks that this broker coordinates the group (NOT_COORDINATOR,
 COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE); then the pure state machine in
@@ -209,3 +209,32 @@ async def handle_describe_groups(broker, req):
                 member_metadata=dict(m.protocols).get(g.protocol_name, b""),
                 member_assignment=m.assignment) for m in g.members.values()]))
     return cls(groups=out)
+
+
+async def handle_delete_groups(broker, req):
+    cls = RESPONSES[42]
+    results = []
+    for gid in req.body.groups_names:
+        err = broker.groups.owns(gid)
+        if err == ErrorCode.NONE:
+            err = await broker.groups.delete_group(gid)
+        results.append(cls.DeletableGroupResult(group_id=gid, error_code=err))
+    return cls(results=results)
+
+
+async def handle_offset_delete(broker, req):
+    cls = RESPONSES[47]
+    b = req.body
+    parts = [(t.name, p.partition_index) for t in b.topics for p in t.partitions]
+    err = broker.groups.owns(b.group_id)
+    per_partition: dict = {}
+    if err == ErrorCode.NONE:
+        err, per_partition = await broker.groups.delete_offsets(b.group_id, parts)
+    if err != ErrorCode.NONE:
+        return cls(error_code=err)
+    by_topic: dict = {}
+    for (t, p), e in per_partition.items():
+        by_topic.setdefault(t, []).append(cls.OffsetDeleteResponsePartition(partition_index=p,
+                                                                           error_code=e))
+    return cls(error_code=0, topics=[cls.OffsetDeleteResponseTopic(name=t, partitions=ps)
+                                     for t, ps in by_topic.items()])

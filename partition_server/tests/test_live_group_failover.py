@@ -1,0 +1,159 @@
+"""F13 of CHAOS.md: SIGKILL the group coordinator's broker during a steady group and during a
+rebalance. Group membership is persisted in `__consumer_offsets`, so a steady group keeps its
+generation (same member ids, no rebalance) through a coordinator failover; an interrupted
+rebalance completes on the new coordinator. In both cases every record is processed at least once,
+committed offsets are all there, and the group is stable again within session timeout + 5 s."""
+
+import threading
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from partition_server.group.coordinator import OFFSETS_TOPIC, partition_for
+from partition_server.testing import LiveCluster
+
+pytestmark = pytest.mark.live
+
+# Longer than a broker failover takes (broker.session.timeout.ms = 9 s, as in Kafka, then the
+# new leader replays the partition), so members can ride it out without rejoining.
+SESSION_MS = 12000
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LiveCluster(tmp_path_factory.mktemp("group-failover"))
+    c.start()
+    yield c
+    c.stop()
+
+
+class Member(threading.Thread):
+    """A confluent-kafka group member that commits after processing each record."""
+
+    def __init__(self, cluster, topic, group, seen):
+        super().__init__(daemon=True)
+        self.cluster, self.topic, self.group, self.seen = cluster, topic, group, seen
+        self.stop = threading.Event()
+        self.assignment: set[int] = set()
+        self.ready = threading.Event()
+
+    def run(self):
+        c = Consumer({"bootstrap.servers": self.cluster.bootstrap, "group.id": self.group,
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                      "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 500})
+
+        def assigned(consumer, parts):
+            self.assignment = {tp.partition for tp in parts}
+            self.ready.set()
+
+        def revoked(consumer, parts):
+            self.assignment = set()
+        c.subscribe([self.topic], on_assign=assigned, on_revoke=revoked)
+        try:
+            while not self.stop.is_set():
+                m = c.poll(0.2)
+                if m is None or m.error():
+                    continue
+                self.seen.append((m.partition(), m.offset(), time.time()))
+                try:
+                    c.commit(m, asynchronous=False)
+                except Exception:  # noqa: BLE001 - a commit refused during failover is retried by redelivery
+                    pass
+        finally:
+            c.close()
+
+
+def _produce(cluster, topic, start, n):
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5})
+    for i in range(start, start + n):
+        p.produce(topic, str(i).encode(), partition=i % 6)
+    assert p.flush(60) == 0
+
+
+def _describe(admin, group):
+    d = admin.describe_consumer_groups([group])[group].result(15)
+    return str(d.state).rsplit(".", 1)[-1], sorted(m.member_id for m in d.members)
+
+
+def _wait(pred, timeout_s, what):
+    end = time.time() + timeout_s
+    while time.time() < end:
+        if pred():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def _coordinator(admin, group):
+    md = admin.list_topics(OFFSETS_TOPIC, timeout=10).topics[OFFSETS_TOPIC]
+    return md.partitions[partition_for(group, len(md.partitions))].leader
+
+
+def _setup(cluster, topic, group, members):
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for fut in admin.create_topics([NewTopic(topic, 6, 3, config={"min.insync.replicas": "2"})]).values():
+        fut.result(30)
+    _produce(cluster, topic, 0, 300)
+    seen: list = []
+    ms = [Member(cluster, topic, group, seen) for _ in range(members)]
+    for m in ms:
+        m.start()
+    _wait(lambda: len({(p, o) for p, o, _ in seen}) >= 300, 60, "the first 300 records")
+    _wait(lambda: sorted(p for m in ms for p in m.assignment) == list(range(6)), 30,
+          "a complete, disjoint assignment")
+    return admin, seen, ms
+
+
+def _finish(cluster, admin, group, seen, ms, killed, t_kill):
+    """Produce 60 more, wait for all 360 and a stable group; returns (seconds from the kill to
+    the first record processed after it, (state, member ids) while the members still run)."""
+    try:
+        _produce(cluster, f"{ms[0].topic}", 300, 60)
+        _wait(lambda: len({(p, o) for p, o, _ in seen}) >= 360, SESSION_MS / 1000 + 25,
+              "all 360 records after the failover")
+        _wait(lambda: _describe(admin, group)[0] == "STABLE" and all(m.assignment for m in ms)
+              and sorted(p for m in ms for p in m.assignment) == list(range(6)),
+              SESSION_MS / 1000 + 5, "a stable group, every member owning partitions, every "
+              "partition owned once")
+        resumed = min(t for p, o, t in seen if t > t_kill)
+        return resumed - t_kill, _describe(admin, group)
+    finally:
+        for m in ms:
+            m.stop.set()
+        for m in ms:
+            m.join(20)
+        cluster.restart_broker(killed)
+
+
+def test_steady_group_keeps_its_generation_through_coordinator_sigkill(cluster):
+    topic, group = "f13-steady", "g-f13-steady"
+    admin, seen, ms = _setup(cluster, topic, group, 3)
+    time.sleep(1.0)                                    # the settled generation is persisted
+    state, before = _describe(admin, group)
+    assert state == "STABLE" and len(before) == 3
+    killed = _coordinator(admin, group)
+    t_kill = time.time()
+    cluster.kill(f"broker-{killed}")
+    delay, (state, after) = _finish(cluster, admin, group, seen, ms, killed, t_kill)
+    assert after == before, "membership was lost: the members had to rejoin"
+    assert delay < SESSION_MS / 1000 + 5
+    offsets = [(p, o) for p, o, _ in seen]
+    assert set(offsets) == {(p, o) for p in range(6) for o in range(60)}    # 360 = 6 × 60
+
+
+def test_rebalance_interrupted_by_coordinator_sigkill_completes(cluster):
+    topic, group = "f13-rebalance", "g-f13-rebalance"
+    admin, seen, ms = _setup(cluster, topic, group, 2)
+    killed = _coordinator(admin, group)
+    newcomer = Member(cluster, topic, group, seen)
+    newcomer.start()
+    ms.append(newcomer)
+    time.sleep(0.3)                                    # the newcomer's join starts a rebalance
+    t_kill = time.time()
+    cluster.kill(f"broker-{killed}")
+    _, (state, members) = _finish(cluster, admin, group, seen, ms, killed, t_kill)
+    assert state == "STABLE" and len(members) == 3
+    offsets = {(p, o) for p, o, _ in seen}
+    assert offsets == {(p, o) for p in range(6) for o in range(60)}
