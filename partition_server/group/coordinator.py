@@ -30,6 +30,7 @@ import time
 import msgpack
 import trio
 
+from partition_server.group.consumer_group import ConsumerGroupCoordinatorState
 from partition_server.group.state import (GroupConfig, GroupCoordinatorState, GroupState,
                                           expired_offsets, group_record, restore_group)
 from partition_server.replication.partition import Role
@@ -68,6 +69,9 @@ class GroupCoordinator:
             min_session_timeout_ms=cfg["group.min.session.timeout.ms"],
             max_session_timeout_ms=cfg["group.max.session.timeout.ms"],
             initial_rebalance_delay_ms=cfg["group.initial.rebalance.delay.ms"]))
+        # KIP-848 groups live beside classic ones; a group id is one or the other
+        self.consumer = ConsumerGroupCoordinatorState(
+            cfg["group.consumer.session.timeout.ms"], cfg["group.consumer.heartbeat.interval.ms"])
         # `raftka.offsets.retention.ms` (not a Kafka name) overrides the minutes, for tests and
         # for operators who want a finer setting.
         self.retention_ms = cfg["raftka.offsets.retention.ms"] or \
@@ -178,7 +182,8 @@ class GroupCoordinator:
 
     def _unload(self, pid: int) -> None:
         self.loaded.discard(pid)
-        for table in (self.state.groups, self.offsets, self._persisted, self._empty_since):
+        for table in (self.state.groups, self.consumer.groups, self.offsets, self._persisted,
+                      self._empty_since):
             for group_id in [g for g in list(table) if self.partition_of(g) == pid]:
                 del table[group_id]
         for key, (event, box) in list(self.waiters.items()):
@@ -230,6 +235,8 @@ class GroupCoordinator:
             await trio.sleep(0.1)
             now = now_ms()
             self.deliver(self.state.tick(now))
+            for gid, mid, why in self.consumer.tick(now, self.topics_snapshot()):
+                log.info("group %s: member %s removed (%s)", gid, mid, why)
             self._log_transitions()
             self._persist_groups(now)
             if now >= next_expiry:
@@ -245,7 +252,26 @@ class GroupCoordinator:
             if self._last_logged.get(gid) != now:
                 log.info("group %s: %s, generation %d, %d member(s)%s", gid, *now,
                          f", protocol {g.protocol_name}" if g.protocol_name else "")
+        for gid, g in self.consumer.groups.items():
+            now = (g.state, g.group_epoch, len(g.members))
+            seen[gid] = now
+            if self._last_logged.get(gid) != now:
+                log.info("consumer group %s: %s, epoch %d, %d member(s), assignor %s", gid, *now,
+                         g.assignor)
         self._last_logged = seen
+
+    def topics_snapshot(self) -> dict:
+        """{name: (topic id, partitions)} of the user topics, for server-side assignment."""
+        return {name: (t.topic_id, len(t.partitions)) for name, t in self.broker.image.topics.items()
+                if not name.startswith("__")}
+
+    def is_consumer_group(self, group_id: str) -> bool:
+        g = self.consumer.groups.get(group_id)
+        return g is not None and bool(g.members)
+
+    def is_classic_group(self, group_id: str) -> bool:
+        g = self.state.groups.get(group_id)
+        return g is not None and bool(g.members)
 
     # -- persistence ------------------------------------------------------------------------------
 

@@ -350,8 +350,10 @@ class GroupCoordinatorState:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if generation_id != g.generation_id:
             return ErrorCode.ILLEGAL_GENERATION
-        if g.state is GroupState.PREPARING_REBALANCE:
-            return ErrorCode.REBALANCE_IN_PROGRESS
+        if g.state is GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.REBALANCE_IN_PROGRESS      # assignments not handed out yet
+        # PreparingRebalance with the current generation is accepted, as in Kafka: members commit
+        # what they processed before rejoining (e.g. in their on-revoke callback).
         return ErrorCode.NONE
 
     def delete(self, group_id: str) -> ErrorCode:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 
-from partition_server.handlers import admin, cluster, fetch, group, produce, producer_id
+from partition_server.handlers import (admin, cluster, consumer_group, fetch, group, produce,
+                                       producer_id)
 
 log = logging.getLogger(__name__)
 
@@ -14,17 +15,19 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     1: (4, 12),      # Fetch (v13+ needs topic ids in fetch sessions: not yet)
     2: (1, 8),       # ListOffsets
     3: (0, 12),      # Metadata
-    8: (0, 8),       # OffsetCommit
-    9: (0, 8),       # OffsetFetch
+    8: (0, 9),       # OffsetCommit (v9: KIP-848 member epochs)
+    9: (0, 9),       # OffsetFetch
     10: (0, 4),      # FindCoordinator (groups; transactions answer COORDINATOR_NOT_AVAILABLE)
     11: (0, 9),      # JoinGroup
     12: (0, 4),      # Heartbeat
     13: (0, 5),      # LeaveGroup
     14: (0, 5),      # SyncGroup
     15: (0, 5),      # DescribeGroups
-    16: (0, 4),      # ListGroups
+    16: (0, 5),      # ListGroups (v5: group type filter)
     42: (0, 2),      # DeleteGroups
     47: (0, 0),      # OffsetDelete
+    68: (0, 1),      # ConsumerGroupHeartbeat (KIP-848)
+    69: (0, 0),      # ConsumerGroupDescribe
     18: (0, 3),      # ApiVersions
     22: (0, 4),      # InitProducerId (idempotent producers; transactional ids not yet)
     19: (2, 7),      # CreateTopics        → forwarded to the active controller
@@ -52,6 +55,8 @@ HANDLERS = {
     10: group.handle_find_coordinator, 11: group.handle_join_group, 12: group.handle_heartbeat,
     13: group.handle_leave_group, 14: group.handle_sync_group, 15: group.handle_describe_groups,
     16: group.handle_list_groups, 42: group.handle_delete_groups, 47: group.handle_offset_delete,
+    68: consumer_group.handle_consumer_group_heartbeat,
+    69: consumer_group.handle_consumer_group_describe,
     19: admin.forward, 20: admin.forward, 33: admin.forward, 37: admin.forward,
     43: admin.forward, 44: admin.forward, 55: admin.forward, 30: admin.forward, 31: admin.forward,
     21: fetch.handle_delete_records,

@@ -43,6 +43,8 @@ async def handle_join_group(broker, req):
     cls = RESPONSES[11]
     b = req.body
     err = broker.groups.owns(b.group_id)
+    if err == ErrorCode.NONE and broker.groups.is_consumer_group(b.group_id):
+        err = ErrorCode.INCONSISTENT_GROUP_PROTOCOL      # a KIP-848 group with live members
     if err != ErrorCode.NONE:
         return cls(error_code=err, member_id=b.member_id)
     result, effects, member_id = broker.groups.state.join(
@@ -117,7 +119,10 @@ async def handle_offset_commit(broker, req):
     err = broker.groups.owns(b.group_id)
     if err == ErrorCode.NONE:
         generation = b.generation_id_or_member_epoch if req.api_version >= 1 else -1
-        err = broker.groups.state.can_commit(b.group_id, generation, b.member_id)
+        if b.group_id in broker.groups.consumer.groups:
+            err = broker.groups.consumer.can_commit(b.group_id, b.member_id, generation)
+        else:
+            err = broker.groups.state.can_commit(b.group_id, generation, b.member_id)
     entries = []
     for t in b.topics:
         for p in t.partitions:
@@ -185,6 +190,14 @@ async def handle_list_groups(broker, req):
             continue
         out.append(cls.ListedGroup(group_id=gid, protocol_type=g.protocol_type or "",
                                    group_state=g.state.value, group_type="classic"))
+    types = set(req.body.types_filter) if req.api_version >= 5 else set()
+    for gid, g in sorted(broker.groups.consumer.groups.items()):
+        if broker.groups.owns(gid) != ErrorCode.NONE or (states and g.state not in states):
+            continue
+        out.append(cls.ListedGroup(group_id=gid, protocol_type="consumer", group_state=g.state,
+                                   group_type="consumer"))
+    if types:
+        out = [g for g in out if g.group_type in types]
     return cls(error_code=0, groups=out)
 
 
@@ -196,6 +209,9 @@ async def handle_describe_groups(broker, req):
         g = broker.groups.state.groups.get(gid)
         if err != ErrorCode.NONE:
             out.append(cls.DescribedGroup(group_id=gid, error_code=err))
+            continue
+        if g is None and broker.groups.is_consumer_group(gid):
+            out.append(cls.DescribedGroup(group_id=gid, error_code=ErrorCode.GROUP_ID_NOT_FOUND))
             continue
         if g is None:
             out.append(cls.DescribedGroup(group_id=gid, group_state=GroupState.DEAD.value))

@@ -178,3 +178,18 @@ def test_a_rebalance_answers_members_waiting_in_sync_at_once():
     answers = [e for e in eff if e.member_id == follower]
     assert [e.error for e in answers] == [ErrorCode.REBALANCE_IN_PROGRESS]
     assert set(c.groups["g"].members) == {follower}
+
+
+def test_commits_during_a_rebalance():
+    """As in Kafka: a member of the current generation may commit while the group prepares a
+    rebalance (its on-revoke commit), not while assignments are being handed out."""
+    c = coord()
+    _, _, a = join(c, require=False)
+    c.sync("g", 1, a, {a: b"all"})
+    assert c.can_commit("g", 1, a) == ErrorCode.NONE
+    _, _, b = join(c, require=False, now=2)                  # PreparingRebalance
+    assert c.can_commit("g", 1, a) == ErrorCode.NONE
+    join(c, a, now=3)                                        # CompletingRebalance, generation 2
+    assert c.groups["g"].state is GroupState.COMPLETING_REBALANCE
+    assert c.can_commit("g", 2, a) == ErrorCode.REBALANCE_IN_PROGRESS
+    assert c.can_commit("g", 1, a) == ErrorCode.ILLEGAL_GENERATION

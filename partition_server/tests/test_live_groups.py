@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from partition_server.testing import LiveCluster
@@ -53,7 +53,10 @@ def _confluent_member(cluster, topic, group, seconds, seen, assignments, name, f
         seen.append((m.partition(), m.offset()))
         if first_at is not None:
             first_at.setdefault("t", time.time())
-        c.commit(m, asynchronous=False)           # commit after processing
+        try:
+            c.commit(m, asynchronous=False)       # commit after processing
+        except KafkaException:
+            pass        # refused during a rebalance: the record comes again (at least once)
     assignments[name] = {tp.partition for tp in c.assignment()}
     c.close()
 
@@ -167,3 +170,95 @@ def test_coordinator_sigkill_keeps_committed_offsets(cluster):
     assert len(offsets) == 60, f"expected exactly the 60 new records, got {len(offsets)}"
     assert not (offsets & set(seen))             # nothing committed came back
     assert first["t"] - t0 < 6 + 5             # session timeout + 5 s
+
+
+def test_kip848_consumer_protocol_with_librdkafka(cluster):
+    """group.protocol=consumer (KIP-848): the coordinator assigns (uniform assignor) through
+    ConsumerGroupHeartbeat; three librdkafka members share the partitions with commit after
+    processing, every record is processed, the final assignments are disjoint and complete, a
+    classic JoinGroup for the same group is refused, and a restarted member resumes from the
+    committed offsets."""
+    import trio
+
+    from clients.connection import BrokerConnection
+    from wire.errors import ErrorCode
+    from wire.messages.index_generated import REQUESTS
+    topic, group = "grp-kip848", "g-kip848"
+    _topic(cluster, topic)
+    seen, assignments, lock = [], {}, threading.Lock()
+    done = threading.Event()
+
+    def member(name):
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                      "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                      "enable.auto.commit": False})
+        c.subscribe([topic])
+        end = time.time() + 90
+        while time.time() < end and not done.is_set():
+            m = c.poll(0.2)
+            if m is None or m.error():
+                continue
+            with lock:
+                seen.append((m.partition(), m.offset()))
+                if len(set(seen)) >= 600:
+                    done.set()
+            c.commit(m, asynchronous=False)
+        # settle: keep polling until every member holds partitions (the group reconciles)
+        settle = time.time() + 30
+        while time.time() < settle and not (len(assignments) == 3 and all(assignments.values())
+                                             and sum(map(len, assignments.values())) == 6):
+            c.poll(0.2)
+            assignments[name] = {tp.partition for tp in c.assignment()}
+        assignments[name] = {tp.partition for tp in c.assignment()}
+        stop.wait(30)
+        c.close()
+    stop = threading.Event()
+    threads = [threading.Thread(target=member, args=(f"m{i}",)) for i in range(3)]
+    for t in threads:
+        t.start()
+    done.wait(90)
+    deadline = time.time() + 40
+    while time.time() < deadline and not (len(assignments) == 3
+                                          and sum(map(len, assignments.values())) == 6):
+        time.sleep(0.2)
+    snapshot = {k: set(v) for k, v in assignments.items()}
+
+    async def classic_join():
+        host, port = cluster.bootstrap.split(",")[0].rsplit(":", 1)
+        from partition_server.group.coordinator import partition_for
+        md = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(
+            "__consumer_offsets", timeout=10).topics["__consumer_offsets"]
+        node = md.partitions[partition_for(group, len(md.partitions))].leader
+        port = int(cluster.bootstrap.split(",")[node].rsplit(":", 1)[1])
+        conn = BrokerConnection(host, port)
+        await conn.connect()
+        try:
+            jg = REQUESTS[11]
+            return await conn.request(jg(group_id=group, session_timeout_ms=10000,
+                                         rebalance_timeout_ms=10000, member_id="",
+                                         protocol_type="consumer", protocols=[
+                                             jg.JoinGroupRequestProtocol(name="range", metadata=b"")]), 5)
+        finally:
+            await conn.aclose()
+    joined = trio.run(classic_join)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert len(set(seen)) == 600
+    owned = sorted(p for parts in snapshot.values() for p in parts)
+    assert owned == list(range(6)) and all(snapshot.values()), snapshot
+    assert joined.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    p = Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(600, 630):
+        p.produce(topic, str(i).encode(), partition=i % 6)
+    p.flush(30)
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                  "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    later, end = [], time.time() + 40
+    while len(later) < 30 and time.time() < end:
+        m = c.poll(0.2)
+        if m is not None and not m.error():
+            later.append((m.partition(), m.offset()))
+    c.close()
+    assert len(later) == 30 and not set(later) & set(seen)     # resumed from the commits
