@@ -262,3 +262,184 @@ def test_kip848_consumer_protocol_with_librdkafka(cluster):
             later.append((m.partition(), m.offset()))
     c.close()
     assert len(later) == 30 and not set(later) & set(seen)     # resumed from the commits
+
+
+def _produce_while(cluster, topic, start, n, pace_s=0.005):
+    """Write n records (value = sequence number) at a steady pace from a background thread."""
+    def run():
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+        for i in range(start, start + n):
+            p.produce(topic, str(i).encode(), key=str(i).encode())
+            p.poll(0)
+            time.sleep(pace_s)
+        assert p.flush(30) == 0
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def _is_settled(current, members):
+    parts = [p for ps in list(current.values()) for p in ps]
+    return len(current) == members and all(current.values()) and sorted(parts) == list(range(6))
+
+
+def _settled(current, members, timeout_s=30):
+    """The members' assignments once the group has settled: every member owns partitions and
+    together they own each partition once (read while they all still run)."""
+    end = time.time() + timeout_s
+    while time.time() < end and not _is_settled(current, members):
+        time.sleep(0.1)
+    return {k: set(v) for k, v in current.items()}
+
+
+def _check_generations(history, partitions=6):
+    """history: [(generation marker, member, frozenset(partitions))]: within one generation no
+    partition has two owners."""
+    by_gen: dict = {}
+    for gen, member, parts in history:
+        owners = by_gen.setdefault(gen, {})
+        for p in parts:
+            assert owners.setdefault(p, member) == member, f"partition {p} twice in generation {gen}"
+
+
+def test_kafka_python_three_members_join_and_leave(cluster):
+    """kafka-python 3.x: three members while a producer writes; one leaves and a new one joins
+    midway; commit after processing each poll; every record processed at least once, one owner
+    per partition per generation, and the final members own all partitions once."""
+    from kafka import KafkaConsumer
+    from kafka.consumer.subscription_state import ConsumerRebalanceListener
+    topic, group, total = "grp-kp3", "g-kp3", 900
+    _topic(cluster, topic, n=0)
+    seen, history, final = [], [], {}
+    lock = threading.Lock()
+    stop = {}
+
+    def member(name, seconds):
+        c = KafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id=group,
+                          auto_offset_reset="earliest", enable_auto_commit=False,
+                          session_timeout_ms=6000, heartbeat_interval_ms=500)
+
+        class Listener(ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked):
+                pass
+
+            def on_partitions_assigned(self, assigned):
+                gen = c._coordinator._generation.generation_id
+                with lock:
+                    history.append((gen, name, frozenset(tp.partition for tp in assigned)))
+        c.subscribe([topic], listener=Listener())
+        end = time.time() + seconds
+        while time.time() < end and not stop.get("all"):
+            batch = c.poll(timeout_ms=200)
+            with lock:
+                for msgs in batch.values():
+                    seen.extend((m.partition, m.offset) for m in msgs)
+            if batch:
+                try:
+                    c.commit()
+                except Exception:  # noqa: BLE001 - refused during a rebalance: redelivered later
+                    pass
+            final[name] = {tp.partition for tp in c.assignment()}
+        final.pop(name, None)
+        c.close()
+    producer = _produce_while(cluster, topic, 0, total)
+    threads = [threading.Thread(target=member, args=(f"kp{i}", 120 if i else 8)) for i in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(4)
+    late = threading.Thread(target=member, args=("kp-late", 120))
+    late.start()
+    producer.join()
+    end = time.time() + 60
+    while len(set(seen)) < total and time.time() < end:
+        time.sleep(0.2)
+    settled = _settled(final, 3)
+    stop["all"] = True
+    for t in threads + [late]:
+        t.join()
+    assert len(set(seen)) == total                        # every record at least once
+    _check_generations(history)
+    assert sorted(p for parts in settled.values() for p in parts) == list(range(6)), settled
+
+
+def test_aiokafka_three_members_join_and_leave(cluster):
+    """The same with aiokafka: three members, one leaves and a new one joins while a producer
+    writes; at least once, one owner per partition per generation, complete final ownership;
+    then a restarted member resumes from the committed offsets."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+    topic, group, total = "grp-aio3", "g-aio3", 900
+    _topic(cluster, topic, n=0)
+    seen, history, final = [], [], {}
+
+    async def member(name, seconds, stop):
+        c = AIOKafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id=group,
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             session_timeout_ms=6000, heartbeat_interval_ms=500)
+
+        class Listener(ConsumerRebalanceListener):
+            async def on_partitions_revoked(self, revoked):
+                pass
+
+            async def on_partitions_assigned(self, assigned):
+                gen = c._coordinator.generation
+                history.append((gen, name, frozenset(tp.partition for tp in assigned)))
+        c.subscribe([topic], listener=Listener())
+        await c.start()
+        try:
+            end = time.time() + seconds
+            while time.time() < end and not stop.is_set():
+                batch = await c.getmany(timeout_ms=200)
+                for msgs in batch.values():
+                    seen.extend((m.partition, m.offset) for m in msgs)
+                if batch:
+                    try:
+                        await c.commit()
+                    except Exception:  # noqa: BLE001 - refused during a rebalance
+                        pass
+                final[name] = {tp.partition for tp in c.assignment()}
+        finally:
+            final.pop(name, None)
+            await c.stop()
+
+    async def main():
+        stop = asyncio.Event()
+        producer = _produce_while(cluster, topic, 0, total)
+        tasks = [asyncio.create_task(member(f"aio{i}", 120 if i else 8, stop)) for i in range(3)]
+        await asyncio.sleep(4)
+        tasks.append(asyncio.create_task(member("aio-late", 120, stop)))
+        end = time.time() + 90
+        while (len(set(seen)) < total or producer.is_alive()) and time.time() < end:
+            await asyncio.sleep(0.2)
+        end = time.time() + 30
+        while time.time() < end and not _is_settled(final, 3):
+            await asyncio.sleep(0.1)
+        settled.update({k: set(v) for k, v in final.items()})
+        stop.set()
+        await asyncio.gather(*tasks)
+        producer.join()
+    settled: dict = {}
+    asyncio.run(main())
+    assert len(set(seen)) == total
+    _check_generations(history)
+    assert sorted(p for parts in settled.values() for p in parts) == list(range(6)), settled
+
+    async def resume():
+        p = Producer({"bootstrap.servers": cluster.bootstrap})
+        for i in range(total, total + 30):
+            p.produce(topic, str(i).encode(), partition=i % 6)
+        p.flush(30)
+        c = AIOKafkaConsumer(topic, bootstrap_servers=cluster.bootstrap, group_id=group,
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+        await c.start()
+        got, end = [], time.time() + 30
+        try:
+            while len(got) < 30 and time.time() < end:
+                for msgs in (await c.getmany(timeout_ms=300)).values():
+                    got.extend((m.partition, m.offset) for m in msgs)
+        finally:
+            await c.stop()
+        return got
+    later = asyncio.run(resume())
+    assert len(later) == 30 and not set(later) & set(seen)
