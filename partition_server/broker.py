@@ -179,6 +179,10 @@ class Broker:
             nursery.start_soon(self._isr_loop)
             nursery.start_soon(self._housekeeping_loop)
             nursery.start_soon(self.groups.tick_loop)
+            nursery.start_soon(self.groups.lag.run)
+            if self.config["raftka.metrics.listener"]:
+                from partition_server.metrics import serve_metrics
+                await nursery.start(serve_metrics, self, self.config["raftka.metrics.listener"])
             task_status.started()
 
     async def controlled_shutdown(self, timeout_s: float = 10.0) -> None:

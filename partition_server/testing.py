@@ -34,7 +34,7 @@ def free_base_port() -> int:
     for _ in range(200):
         base = rng.randrange(20000, 40000)
         ports = [base + b for b in BROKER_IDS] + [base + 1000 + i for i in range(3)] + \
-                [base + 1100 + i for i in range(3)]
+                [base + 1100 + i for i in range(3)] + [base + 1200 + b for b in BROKER_IDS]
         if _ports_free(ports):
             return base
     raise RuntimeError("no free port range on 127.0.0.1")

@@ -41,6 +41,9 @@ class DevLayout:
     def raft_port(self, index: int) -> int:
         return self.base_port + 1100 + index
 
+    def metrics_port(self, broker_id: int) -> int:
+        return self.base_port + 1200 + broker_id
+
     @property
     def voters(self) -> str:
         return ",".join(f"{cid}@127.0.0.1:{self.controller_port(i)}"
@@ -77,6 +80,7 @@ class DevLayout:
             "offsets.topic.num.partitions": "6",
             # Kafka's 3 s delay batches a production group's first joins; locally it only waits
             "group.initial.rebalance.delay.ms": "300",
+            "raftka.metrics.listener": f"127.0.0.1:{self.metrics_port(broker_id)}",
         }
         props.update(self.overrides)
         return props

@@ -31,6 +31,7 @@ import msgpack
 import trio
 
 from partition_server.group.consumer_group import ConsumerGroupCoordinatorState
+from partition_server.group.lag import LagMonitor
 from partition_server.group.state import (GroupConfig, GroupCoordinatorState, GroupState,
                                           expired_offsets, group_record, restore_group)
 from partition_server.replication.partition import Role
@@ -70,6 +71,7 @@ class GroupCoordinator:
             max_session_timeout_ms=cfg["group.max.session.timeout.ms"],
             initial_rebalance_delay_ms=cfg["group.initial.rebalance.delay.ms"]))
         # KIP-848 groups live beside classic ones; a group id is one or the other
+        self.lag = LagMonitor(broker)
         self.consumer = ConsumerGroupCoordinatorState(
             cfg["group.consumer.session.timeout.ms"], cfg["group.consumer.heartbeat.interval.ms"])
         # `raftka.offsets.retention.ms` (not a Kafka name) overrides the minutes, for tests and

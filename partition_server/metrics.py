@@ -1,0 +1,97 @@
+"""A Prometheus text endpoint (`GET /metrics`) on `raftka.metrics.listener` (host:port; off when
+unset). Read-only and cheap: it renders what the broker already keeps — partition offsets and
+ISR for the partitions it leads, group state, and the consumer lag table of `group/lag.py`.
+Plain HTTP/1.0 on trio, one request per connection; anything but GET /metrics is a 404."""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from partition_server.replication.partition import Role
+
+log = logging.getLogger(__name__)
+
+MAX_REQUEST_BYTES = 8192
+
+
+def _labels(**kv) -> str:
+    def esc(v) -> str:
+        return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in kv.items()) + "}"
+
+
+def render(broker) -> str:
+    lines = []
+
+    def family(name: str, kind: str, doc: str, samples) -> None:
+        lines.append(f"# HELP {name} {doc}")
+        lines.append(f"# TYPE {name} {kind}")
+        lines.extend(f"{name}{labels} {value}" for labels, value in samples)
+
+    led = []
+    for topic, partition in sorted(broker.replicas.hosted_keys()):
+        hosted = broker.replicas.get(topic, partition)
+        if hosted is not None and hosted.state.role is Role.LEADER:
+            led.append((topic, partition, hosted))
+    family("raftka_partition_log_end_offset", "gauge", "Log end offset of partitions led here.",
+           [(_labels(topic=t, partition=p), h.log.log_end_offset) for t, p, h in led])
+    family("raftka_partition_high_watermark", "gauge", "High watermark of partitions led here.",
+           [(_labels(topic=t, partition=p), h.state.high_watermark) for t, p, h in led])
+    family("raftka_partition_isr_size", "gauge", "In-sync replicas of partitions led here.",
+           [(_labels(topic=t, partition=p), len(h.state.isr)) for t, p, h in led])
+    groups = broker.groups
+    family("raftka_consumer_group_members", "gauge", "Members of the groups coordinated here.",
+           [(_labels(group=gid, type="classic", state=g.state.value), len(g.members))
+            for gid, g in sorted(groups.state.groups.items())] +
+           [(_labels(group=gid, type="consumer", state=g.state), len(g.members))
+            for gid, g in sorted(groups.consumer.groups.items())])
+    table = sorted(groups.lag.table.items())
+    family("raftka_consumer_group_lag_messages", "gauge",
+           "High watermark minus the committed offset, per group and partition.",
+           [(_labels(group=g, topic=t, partition=p), v.messages) for (g, t, p), v in table])
+    family("raftka_consumer_group_lag_seconds", "gauge",
+           "Age of the next unconsumed record (0 when none), per group and partition.",
+           [(_labels(group=g, topic=t, partition=p), f"{v.seconds:.3f}") for (g, t, p), v in table])
+    family("raftka_consumer_group_committed_offset", "gauge", "Committed offset per group and partition.",
+           [(_labels(group=g, topic=t, partition=p), v.committed) for (g, t, p), v in table])
+    return "\n".join(lines) + "\n"
+
+
+async def _answer(broker, stream) -> None:
+    with trio.move_on_after(5):
+        data = b""
+        while b"\r\n\r\n" not in data and b"\n\n" not in data and len(data) < MAX_REQUEST_BYTES:
+            chunk = await stream.receive_some(4096)
+            if not chunk:
+                break
+            data += chunk
+        parts = data.split(b"\r\n", 1)[0].split()
+        if len(parts) >= 2 and parts[0] == b"GET" and parts[1].split(b"?")[0] == b"/metrics":
+            status, body = "200 OK", render(broker).encode()
+            ctype = "text/plain; version=0.0.4; charset=utf-8"
+        else:
+            status, body, ctype = "404 Not Found", b"try GET /metrics\n", "text/plain"
+        head = (f"HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+        try:
+            await stream.send_all(head + body)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+    with trio.CancelScope(shield=True):
+        await stream.aclose()
+
+
+async def serve_metrics(broker, listener: str, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    host, _, port = listener.rpartition(":")
+    listeners = await trio.open_tcp_listeners(int(port), host=host or "127.0.0.1")
+    log.info("metrics on http://%s:%s/metrics", host or "127.0.0.1", port)
+    task_status.started()
+
+    async def handler(stream):
+        try:
+            await _answer(broker, stream)
+        except Exception:  # noqa: BLE001 - one bad scrape must not take the endpoint down
+            log.exception("metrics request failed")
+    await trio.serve_listeners(handler, listeners)
