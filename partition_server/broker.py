@@ -55,6 +55,10 @@ class Broker:
         os.makedirs(self.log_dir, exist_ok=True)
         _, self.host, self.port = config.advertised_endpoint
         self.replicas = ReplicaManager(self.broker_id, self._open_log)
+        self.replicas.on_log_dir_failure = self._on_log_dir_failure
+        if config["raftka.storage.fault.file"]:
+            self.replicas.storage_fault_file = os.path.join(self.log_dir,
+                                                            config["raftka.storage.fault.file"])
         self.purgatory = Purgatory()
         self.client = ControllerClient(self.broker_id, config.voters, self.host, self.port,
                                        config["broker.rack"], config["broker.heartbeat.interval.ms"])
@@ -66,6 +70,15 @@ class Broker:
         self.image = MetadataImage()
         self.unfenced_once = trio.Event()
         self.stopping = False
+
+    def _on_log_dir_failure(self) -> None:
+        """Our only log directory failed: stay up (serving metadata and errors), but ask the
+        controller — through the controlled-shutdown path — to move every leadership and ISR
+        membership away, as Kafka does for an offline log directory. A restart is needed to
+        bring the replicas back once the disk is fixed."""
+        log.error("log directory %s is offline: leaving leadership and the ISR of every partition",
+                  self.log_dir)
+        self.client.want_shutdown = True
 
     # -- configuration ----------------------------------------------------------------------------
 
@@ -147,7 +160,10 @@ class Broker:
             await trio.sleep(1.0)
             now = now_ms()
             for hosted in list(self.replicas.partitions.values()):
+                if hosted.offline:
+                    continue
                 try:
+                    self.replicas.check_storage()
                     hosted.log.maybe_flush(now)
                     if trio.current_time() >= next_retention:
                         hosted.log.apply_retention(now)
@@ -158,7 +174,7 @@ class Broker:
                         hosted.cleaner.clean_step(COMPACTION_BUDGET_BYTES, now)
                 except OSError as exc:
                     log.error("housekeeping of %s-%d failed: %s", hosted.topic, hosted.partition, exc)
-                    hosted.offline = True
+                    self.replicas.storage_failed(hosted, exc)
             if trio.current_time() >= next_retention:
                 next_retention = trio.current_time() + interval
 

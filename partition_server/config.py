@@ -95,6 +95,9 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
               _at_least(1)),
     ConfigDef("raftka.group.lag.interval.ms", "long", 5000,
               "How often the coordinator refreshes consumer lag (ms).", _at_least(1)),
+    ConfigDef("raftka.storage.fault.file", "string", None,
+              "Fault injection for tests: while this file (relative to the log dir) exists, every "
+              "log write fails with ENOSPC, like a full disk. Unset in production."),
     ConfigDef("raftka.metrics.listener", "string", None,
               "host:port of the Prometheus /metrics endpoint (off when unset)."),
     ConfigDef("raftka.offsets.retention.ms", "long", None,

@@ -17,7 +17,9 @@ Error codes returned (per partition), and when:
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
+import os
 from typing import Iterable
 
 from partition_server.replication.partition import PartitionState, Role
@@ -88,6 +90,29 @@ class ReplicaManager:
         self.broker_id = broker_id
         self._open_log = log_opener
         self.partitions: dict[TopicPartition, HostedPartition] = {}
+        # One log directory per broker: the first I/O error takes every replica offline and
+        # `on_log_dir_failure` (the broker) asks the controller to move leadership and ISR away.
+        self.log_dir_failed = False
+        self.on_log_dir_failure = None
+        self.storage_fault_file = None       # fault-injection shim, see `check_storage`
+
+    def check_storage(self) -> None:
+        """Raise the error a full disk gives while the fault-injection file exists (only when
+        `raftka.storage.fault.file` is configured: tests make a log directory "fill up")."""
+        if self.storage_fault_file is not None and os.path.exists(self.storage_fault_file):
+            raise OSError(errno.ENOSPC, "No space left on device (injected)", self.storage_fault_file)
+
+    def storage_failed(self, hosted: "HostedPartition | None", exc: OSError) -> None:
+        if hosted is not None:
+            hosted.offline = True
+        if self.log_dir_failed:
+            return
+        self.log_dir_failed = True
+        log.error("log directory failed (%s): every replica goes offline", exc)
+        for other in self.partitions.values():
+            other.offline = True
+        if self.on_log_dir_failure is not None:
+            self.on_log_dir_failure()
 
     def get(self, topic: str, partition: int) -> HostedPartition | None:
         return self.partitions.get((topic, partition))
@@ -111,6 +136,7 @@ class ReplicaManager:
             hosted = HostedPartition(topic, partition, topic_id, plog,
                                      PartitionState(topic, partition, self.broker_id, plog))
             hosted.rebuild_producer_state()
+            hosted.offline = self.log_dir_failed
             self.partitions[key] = hosted
         hosted.min_insync_replicas = min_insync_replicas
         if leader == self.broker_id:
@@ -164,12 +190,13 @@ class ReplicaManager:
             if verdict.error != ErrorCode.NONE:
                 return ProduceResult(verdict.error, log_start_offset=hosted.log.log_start_offset)
         try:
+            self.check_storage()
             info = hosted.log.append_as_leader(records, state.leader_epoch, now_ms)
         except KafkaError as exc:
             return ProduceResult(ErrorCode(exc.code), message=str(exc))
         except OSError as exc:
             log.error("append to %s-%d failed: %s; replica goes offline", topic, partition, exc)
-            hosted.offline = True
+            self.storage_failed(hosted, exc)
             return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR)
         state.after_local_append()
         first = info.first_offset

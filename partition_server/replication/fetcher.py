@@ -88,7 +88,7 @@ class FetcherManager:
         topics: dict[str, list] = {}
         for topic, partition in parts:
             hosted = self.broker.replicas.get(topic, partition)
-            if hosted is None or hosted.state.role is not Role.FOLLOWER:
+            if hosted is None or hosted.state.role is not Role.FOLLOWER or hosted.offline:
                 continue
             plog = hosted.log
             topics.setdefault(topic, []).append(cls.FetchPartition(
@@ -116,12 +116,13 @@ class FetcherManager:
                     errors = True
                 except OSError as exc:
                     log.error("follower %s-%d storage error: %s", t.topic, p.partition_index, exc)
-                    hosted.offline = True
+                    self.broker.replicas.storage_failed(hosted, exc)
                     errors = True
         return errors
 
     def _apply(self, hosted, p, now: int) -> bool:
         plog, state = hosted.log, hosted.state
+        self.broker.replicas.check_storage()
         if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
             if p.high_watermark >= 0 and plog.log_end_offset > p.high_watermark:
                 plog.truncate_to(p.high_watermark)
