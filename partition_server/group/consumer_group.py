@@ -372,3 +372,42 @@ class ConsumerGroupCoordinatorState:
         if member_epoch < m.member_epoch and member_epoch != m.previous_epoch:
             return ErrorCode.STALE_MEMBER_EPOCH
         return ErrorCode.NONE
+
+
+# -- persistence (pure) -------------------------------------------------------------------------------
+
+def _assignment_out(a: dict) -> list:
+    return [[tid.bytes, sorted(ps)] for tid, ps in sorted(a.items(), key=lambda kv: str(kv[0]))]
+
+
+def _assignment_in(v: list) -> dict:
+    return _norm({uuid.UUID(bytes=bytes(t)): set(ps) for t, ps in v})
+
+
+def consumer_group_record(g: ConsumerGroup) -> list:
+    """What a new coordinator needs to carry the group on without fencing anyone: epochs, the
+    target, and each member's epochs, subscription and current/revoking partitions."""
+    members = [[m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                list(m.subscribed_names), m.subscribed_regex, m.server_assignor, m.member_epoch,
+                m.previous_epoch, _assignment_out(m.assigned), _assignment_out(m.revoking)]
+               for m in g.members.values()]
+    target = [[mid, _assignment_out(a)] for mid, a in sorted(g.target.items())]
+    seen = [[name, tid.bytes, n] for name, (tid, n) in sorted(g.topics_seen.items())]
+    return [g.group_epoch, g.assignment_epoch, g.assignor, members, target, seen]
+
+
+def restore_consumer_group(group_id: str, value: list, now_ms: int) -> ConsumerGroup:
+    group_epoch, assignment_epoch, assignor, members, target, seen = value
+    g = ConsumerGroup(group_id)
+    g.group_epoch, g.assignment_epoch, g.assignor = group_epoch, assignment_epoch, assignor
+    for (mid, instance, client_id, host, rebalance_ms, names, regex, server_assignor, epoch,
+         previous, assigned, revoking) in members:
+        m = ConsumerMember(mid, instance, client_id, host, rebalance_ms, list(names), regex,
+                           server_assignor, epoch, previous, _assignment_in(assigned),
+                           _assignment_in(revoking), last_heartbeat_ms=now_ms,
+                           revoke_deadline_ms=now_ms + rebalance_ms)
+        m.last_sent = _norm(m.assigned)
+        g.members[mid] = m
+    g.target = {mid: _assignment_in(a) for mid, a in target}
+    g.topics_seen = {name: (uuid.UUID(bytes=bytes(tid)), n) for name, tid, n in seen}
+    return g

@@ -30,7 +30,8 @@ import time
 import msgpack
 import trio
 
-from partition_server.group.consumer_group import ConsumerGroupCoordinatorState
+from partition_server.group.consumer_group import (ConsumerGroupCoordinatorState,
+                                                   consumer_group_record, restore_consumer_group)
 from partition_server.group.lag import LagMonitor
 from partition_server.group.state import (GroupConfig, GroupCoordinatorState, GroupState,
                                           expired_offsets, group_record, restore_group)
@@ -45,6 +46,7 @@ log = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSET_KEY = 1
 GROUP_KEY = 2
+CONSUMER_GROUP_KEY = 3          # KIP-848 groups
 
 
 def java_string_hash(s: str) -> int:
@@ -157,13 +159,14 @@ class GroupCoordinator:
         offset = plog.log_start_offset
         n = 0
         groups: dict[str, list | None] = {}
+        consumer_groups: dict[str, list | None] = {}
         while offset < plog.log_end_offset:
             data = plog.read(offset, 8 << 20).read_bytes()
             if not data:
                 break
             for h in iter_batches(data):
                 for rec in decode_batch(h.bytes()).records:
-                    self._apply_record(rec.key, rec.value, groups)
+                    self._apply_record(rec.key, rec.value, groups, consumer_groups)
                     n += 1
                 offset = h.next_offset
         now = now_ms()
@@ -178,26 +181,40 @@ class GroupCoordinator:
             self._persisted[gid] = value[:5]
             if not value[4]:
                 self._empty_since[gid] = value[5]
+        for gid, value in consumer_groups.items():
+            if value is None:
+                continue
+            try:
+                self.consumer.groups[gid] = restore_consumer_group(gid, value, now)
+            except (ValueError, TypeError):
+                log.warning("skipping an unreadable consumer group record for %s", gid)
+                continue
+            self._persisted[("consumer", gid)] = value
         self.loaded.add(pid)
         log.info("loaded %d records (%d groups) from %s-%d", n,
-                 sum(v is not None for v in groups.values()), OFFSETS_TOPIC, pid)
+                 sum(v is not None for v in groups.values()) +
+                 sum(v is not None for v in consumer_groups.values()), OFFSETS_TOPIC, pid)
 
     def _unload(self, pid: int) -> None:
         self.loaded.discard(pid)
         for table in (self.state.groups, self.consumer.groups, self.offsets, self._persisted,
                       self._empty_since):
-            for group_id in [g for g in list(table) if self.partition_of(g) == pid]:
-                del table[group_id]
+            for key in list(table):
+                group_id = key[1] if isinstance(key, tuple) else key
+                if self.partition_of(group_id) == pid:
+                    del table[key]
         for key, (event, box) in list(self.waiters.items()):
             if self.partition_of(key[1]) == pid:
                 box.append(ErrorCode.NOT_COORDINATOR)
                 event.set()
 
-    def _apply_record(self, key: bytes, value: bytes | None, groups: dict) -> None:
+    def _apply_record(self, key: bytes, value: bytes | None, groups: dict,
+                      consumer_groups: dict) -> None:
         try:
             k = msgpack.unpackb(key)
-            if k[0] == GROUP_KEY:
-                groups[k[1]] = None if value is None else msgpack.unpackb(value)
+            if k[0] in (GROUP_KEY, CONSUMER_GROUP_KEY):
+                table = groups if k[0] == GROUP_KEY else consumer_groups
+                table[k[1]] = None if value is None else msgpack.unpackb(value)
                 return
             if k[0] != OFFSET_KEY:
                 return
@@ -301,6 +318,16 @@ class GroupCoordinator:
             err, _ = self._append(self.partition_of(gid), [(msgpack.packb([GROUP_KEY, gid]), value)])
             if err == ErrorCode.NONE:
                 self._persisted[gid] = rec
+        for gid, g in list(self.consumer.groups.items()):
+            if self.owns(gid) != ErrorCode.NONE:
+                continue
+            rec = consumer_group_record(g)
+            if rec == self._persisted.get(("consumer", gid)):
+                continue
+            err, _ = self._append(self.partition_of(gid),
+                                  [(msgpack.packb([CONSUMER_GROUP_KEY, gid]), msgpack.packb(rec))])
+            if err == ErrorCode.NONE:
+                self._persisted[("consumer", gid)] = rec
 
     def _expire_offsets(self, now: int) -> None:
         gone = expired_offsets(self.offsets, self.state.groups, now, self.retention_ms,
@@ -372,17 +399,22 @@ class GroupCoordinator:
     async def delete_group(self, group_id: str, timeout_s: float = 5.0) -> ErrorCode:
         """DeleteGroups: only a group without members; its offsets and record get tombstones."""
         g = self.state.groups.get(group_id)
-        if g is not None and g.members:
+        cg = self.consumer.groups.get(group_id)
+        if (g is not None and g.members) or (cg is not None and cg.members):
             return ErrorCode.NON_EMPTY_GROUP
-        if g is None and group_id not in self.offsets:
+        if g is None and cg is None and group_id not in self.offsets:
             return ErrorCode.GROUP_ID_NOT_FOUND
         records = [(msgpack.packb([OFFSET_KEY, group_id, t, p]), None)
                    for t, p in self.offsets.get(group_id, {})]
         records.append((msgpack.packb([GROUP_KEY, group_id]), None))
+        if cg is not None:
+            records.append((msgpack.packb([CONSUMER_GROUP_KEY, group_id]), None))
         err = await self._append_and_wait(self.partition_of(group_id), records, timeout_s)
         if err == ErrorCode.NONE:
             self.offsets.pop(group_id, None)
             self._forget_group(group_id)
+            self.consumer.groups.pop(group_id, None)
+            self._persisted.pop(("consumer", group_id), None)
         return err
 
     def subscribed_topics(self, group_id: str) -> set[str] | None:

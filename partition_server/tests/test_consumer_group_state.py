@@ -168,3 +168,29 @@ def test_simulated_members_never_share_a_partition():
                     owned[mid] = parts(r.assignment)
         assert sorted(p for ps in owned.values() for p in ps) == list(range(6)), (seed, owned)
         assert c.groups["g"].state == "Stable"
+
+
+def test_persisted_group_restores_epochs_and_assignments():
+    import msgpack
+
+    from partition_server.group.consumer_group import consumer_group_record, restore_consumer_group
+    c = ConsumerGroupCoordinatorState()
+    a = hb(c)
+    b = hb(c, now=1)
+    ra = hb(c, a.member_id, 1, now=2, owned={T1: list(range(6))})    # a is revoking
+    g = c.groups["g"]
+    value = msgpack.unpackb(msgpack.packb(consumer_group_record(g)))
+    r = restore_consumer_group("g", value, 100)
+    assert consumer_group_record(r) == value
+    assert (r.group_epoch, r.assignment_epoch) == (g.group_epoch, g.assignment_epoch)
+    for mid, m in g.members.items():
+        n = r.members[mid]
+        assert (n.member_epoch, n.assigned, n.revoking) == (m.member_epoch, m.assigned, m.revoking)
+    # a new coordinator carries on: a's next heartbeat (revoked) moves it forward, no fencing
+    c2 = ConsumerGroupCoordinatorState()
+    c2.groups["g"] = r
+    kept = sorted(parts(ra.assignment))
+    r2 = hb(c2, a.member_id, 1, now=101, owned={T1: kept})
+    assert r2.error == ErrorCode.NONE and r2.member_epoch == 2
+    rb = hb(c2, b.member_id, 2, now=102, owned={})
+    assert parts(rb.assignment) == set(range(6)) - set(kept)

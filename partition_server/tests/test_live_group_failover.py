@@ -157,3 +157,88 @@ def test_rebalance_interrupted_by_coordinator_sigkill_completes(cluster):
     assert state == "STABLE" and len(members) == 3
     offsets = {(p, o) for p, o, _ in seen}
     assert offsets == {(p, o) for p in range(6) for o in range(60)}
+
+
+def _consumer_group_describe(cluster, admin, group):
+    """(group epoch, {member id: member epoch}) from ConsumerGroupDescribe on the coordinator."""
+    import trio
+
+    from clients.connection import BrokerConnection
+    from wire.messages.index_generated import REQUESTS
+    node = _coordinator(admin, group)
+    port = int(cluster.bootstrap.split(",")[node].rsplit(":", 1)[1])
+
+    async def go():
+        conn = BrokerConnection("127.0.0.1", port)
+        await conn.connect()
+        try:
+            return await conn.request(REQUESTS[69](group_ids=[group]), 0)
+        finally:
+            await conn.aclose()
+    g = trio.run(go).groups[0]
+    return g.error_code, g.group_epoch, {m.member_id: m.member_epoch for m in g.members}
+
+
+def test_kip848_group_keeps_its_epochs_through_coordinator_sigkill(cluster):
+    """KIP-848 group state (epochs, assignments) is persisted too: after the coordinator's
+    broker is killed the new coordinator continues the same group epoch with the same members."""
+    topic, group = "f13-kip848", "g-f13-kip848"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for fut in admin.create_topics([NewTopic(topic, 6, 3, config={"min.insync.replicas": "2"})]).values():
+        fut.result(30)
+    _produce(cluster, topic, 0, 300)
+    seen, current, stop = [], {}, threading.Event()
+
+    def member(i):
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                      "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                      "enable.auto.commit": False})
+        c.subscribe([topic])
+        while not stop.is_set():
+            m = c.poll(0.2)
+            current[i] = {tp.partition for tp in c.assignment()}
+            if m is None or m.error():
+                continue
+            seen.append((m.partition(), m.offset()))
+            try:
+                c.commit(m, asynchronous=False)
+            except Exception:  # noqa: BLE001 - refused during failover: redelivered
+                pass
+        c.close()
+    threads = [threading.Thread(target=member, args=(i,), daemon=True) for i in range(3)]
+    for t in threads:
+        t.start()
+    killed = None
+    try:
+        _wait(lambda: len(set(seen)) >= 300 and len(current) == 3 and all(current.values())
+              and sorted(p for ps in list(current.values()) for p in ps) == list(range(6)),
+              60, "a settled KIP-848 group that consumed the first 300 records")
+        # a fourth member comes and goes, so the group epoch is past what three fresh joins on
+        # a new coordinator would reach (5 > 3): that tells "carried on" from "started over"
+        visitor = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                            "group.protocol": "consumer"})
+        visitor.subscribe([topic])
+        for _ in range(10):
+            visitor.poll(0.2)
+        visitor.close()
+        _wait(lambda: _consumer_group_describe(cluster, admin, group)[1] >= 5
+              and len(_consumer_group_describe(cluster, admin, group)[2]) == 3, 30,
+              "the visitor to come and go")
+        time.sleep(1.0)
+        err, epoch_before, members_before = _consumer_group_describe(cluster, admin, group)
+        assert err == 0 and len(members_before) == 3 and epoch_before >= 5
+        killed = _coordinator(admin, group)
+        cluster.kill(f"broker-{killed}")
+        _produce(cluster, topic, 300, 60)
+        _wait(lambda: len(set(seen)) >= 360, 60, "the 60 records written after the kill")
+        err, epoch_after, members_after = _consumer_group_describe(cluster, admin, group)
+        assert err == 0
+        assert set(members_after) == set(members_before)
+        assert epoch_after >= epoch_before            # the group went on, it did not start over
+        assert {(p, o) for p, o in seen} == {(p, o) for p in range(6) for o in range(60)}
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(20)
+        if killed is not None:
+            cluster.restart_broker(killed)
