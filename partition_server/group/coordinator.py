@@ -14,6 +14,9 @@
   coordinator within its session timeout is expired as usual. A record written just before a
   crash may be lost (it is not waited for): members of a newer generation then get
   ILLEGAL_GENERATION and rejoin — never two owners of a partition in one generation.
+- KIP-848 groups are persisted whenever their state changes: key `[3, group]`, value from
+  `consumer_group_record` (group epoch, assignment epoch, members with epochs and assignments).
+  A member whose epoch is behind a lost record is fenced (FENCED_MEMBER_EPOCH) and rejoins.
 - Offsets of a group without members expire `offsets.retention.minutes` after it emptied
   (tombstones are written, and an Empty group left with no offsets is deleted). DeleteGroups and
   OffsetDelete write tombstones and answer once they are committed.
