@@ -22,6 +22,7 @@ from partition_server.config import BrokerConfig
 from partition_server.controller_client import ControllerClient
 from partition_server.log import LogConfig, PartitionLog
 from partition_server.log.cleaner import LogCleaner
+from partition_server.log.offset_checkpoint import HIGH_WATERMARK_FILE, read_checkpoint, write_checkpoint
 from partition_server.network import serve_listener
 from partition_server.purgatory import Purgatory
 from partition_server.replica_manager import ReplicaManager
@@ -56,6 +57,8 @@ class Broker:
         _, self.host, self.port = config.advertised_endpoint
         self.replicas = ReplicaManager(self.broker_id, self._open_log)
         self.replicas.on_log_dir_failure = self._on_log_dir_failure
+        self.hw_checkpoint_path = os.path.join(self.log_dir, HIGH_WATERMARK_FILE)
+        self.replicas.high_watermarks = read_checkpoint(self.hw_checkpoint_path)
         if config["raftka.storage.fault.file"]:
             self.replicas.storage_fault_file = os.path.join(self.log_dir,
                                                             config["raftka.storage.fault.file"])
@@ -153,12 +156,28 @@ class Broker:
                 from partition_server.replication.isr import send_alter_partition
                 await send_alter_partition(self, changes)
 
+    def checkpoint_high_watermarks(self) -> None:
+        offsets = self.replicas.high_watermarks_to_checkpoint()
+        if offsets is None:
+            return
+        try:
+            self.replicas.check_storage()
+            write_checkpoint(self.hw_checkpoint_path, offsets)
+        except OSError as exc:
+            log.error("writing %s failed: %s", self.hw_checkpoint_path, exc)
+            self.replicas.storage_failed(None, exc)
+
     async def _housekeeping_loop(self) -> None:
         interval = self.config["log.retention.check.interval.ms"] / 1000
         next_retention = trio.current_time() + interval
+        hw_interval = self.config["replica.high.watermark.checkpoint.interval.ms"] / 1000
+        next_hw_checkpoint = trio.current_time() + hw_interval
         while True:
-            await trio.sleep(1.0)
+            await trio.sleep(min(1.0, hw_interval))
             now = now_ms()
+            if trio.current_time() >= next_hw_checkpoint:
+                self.checkpoint_high_watermarks()
+                next_hw_checkpoint = trio.current_time() + hw_interval
             for hosted in list(self.replicas.partitions.values()):
                 if hosted.offline:
                     continue
@@ -211,3 +230,4 @@ class Broker:
     def close(self) -> None:
         for key in list(self.replicas.hosted_keys()):
             self.replicas.remove_partition(*key, delete=False)
+        self.checkpoint_high_watermarks()

@@ -95,6 +95,10 @@ class ReplicaManager:
         self.log_dir_failed = False
         self.on_log_dir_failure = None
         self.storage_fault_file = None       # fault-injection shim, see `check_storage`
+        # High watermarks as last checkpointed (partition_server/log/offset_checkpoint.py):
+        # a partition opened after a restart starts from here instead of 0. Entries of
+        # partitions not hosted (yet) are kept so an early checkpoint doesn't erase them.
+        self.high_watermarks: dict[TopicPartition, int] = {}
 
     def check_storage(self) -> None:
         """Raise the error a full disk gives while the fault-injection file exists (only when
@@ -131,10 +135,11 @@ class ReplicaManager:
             return Role.NONE
         if hosted is None:
             plog = self._open_log(topic, partition, topic_config)
-            # The high watermark is not checkpointed yet: after a restart it starts at 0 and
-            # catches up as soon as the ISR has fetched (consumers wait briefly, nothing is lost).
+            # After a restart the high watermark starts from the checkpoint (never above what
+            # was committed; clamped to the log end) and catches up once the ISR has fetched.
             hosted = HostedPartition(topic, partition, topic_id, plog,
-                                     PartitionState(topic, partition, self.broker_id, plog))
+                                     PartitionState(topic, partition, self.broker_id, plog,
+                                                    self.high_watermarks.get(key, 0)))
             hosted.rebuild_producer_state()
             hosted.offline = self.log_dir_failed
             self.partitions[key] = hosted
@@ -151,6 +156,10 @@ class ReplicaManager:
         if hosted is None:
             return
         hosted.state.stop_replica()
+        if delete:
+            self.high_watermarks.pop((topic, partition), None)
+        else:
+            self.high_watermarks[(topic, partition)] = hosted.state.high_watermark
         try:
             if delete:
                 hosted.log.delete()
@@ -161,6 +170,15 @@ class ReplicaManager:
 
     def hosted_keys(self) -> Iterable[TopicPartition]:
         return list(self.partitions)
+
+    def high_watermarks_to_checkpoint(self) -> dict[TopicPartition, int] | None:
+        """Every known high watermark, or None when the log directory failed (nothing may be
+        written there any more)."""
+        if self.log_dir_failed:
+            return None
+        for key, hosted in self.partitions.items():
+            self.high_watermarks[key] = hosted.state.high_watermark
+        return dict(self.high_watermarks)
 
     # -- produce ---------------------------------------------------------------------------------
 

@@ -189,3 +189,30 @@ def test_idle_connections_are_closed(cluster):
     assert s.recv(10) == b""                    # closed by the broker
     assert 1.5 <= time.time() - t0 < 8
     s.close()
+
+
+def test_high_watermarks_are_checkpointed_and_survive_sigkill(cluster):
+    """Every replica writes its high watermarks to replication-offset-checkpoint (every
+    replica.high.watermark.checkpoint.interval.ms, 5 s by default), so a restarted broker does not
+    start them at 0."""
+    from partition_server.log.offset_checkpoint import HIGH_WATERMARK_FILE, read_checkpoint
+    topic = "hw-checkpoint"
+    _create(cluster, topic)
+    w = Writer(cluster, topic)
+    for i in range(40):
+        w.p.produce(topic, str(i).encode(), partition=0, on_delivery=w._cb)
+    w.flush()
+    assert len(w.acked) == 40
+    files = {b: cluster.layout.data_dir / f"broker-{b}" / HIGH_WATERMARK_FILE for b in (0, 1, 2)}
+
+    def checkpointed():
+        return {b: read_checkpoint(str(f)).get((topic, 0)) for b, f in files.items()}
+    deadline = time.time() + 15
+    while checkpointed() != {0: 40, 1: 40, 2: 40} and time.time() < deadline:
+        time.sleep(0.5)
+    assert checkpointed() == {0: 40, 1: 40, 2: 40}
+    victim = _partition(AdminClient({"bootstrap.servers": cluster.bootstrap}), topic).leader
+    cluster.kill(f"broker-{victim}")
+    assert read_checkpoint(str(files[victim])).get((topic, 0)) == 40     # intact after SIGKILL
+    cluster.restart_broker(victim)
+    assert sorted(_read_all(cluster, topic)) == list(range(40))
