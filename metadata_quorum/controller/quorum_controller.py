@@ -92,8 +92,11 @@ class QuorumController:
         return records, replication_control.ErrorCode.NONE
 
     def tick(self, now_ms: int, rebalance: bool = False) -> list:
-        """Fence lapsed brokers; with `rebalance`, also restore preferred leaders."""
+        """Fence lapsed brokers; elect out-of-sync leaders where unclean election was just
+        allowed; with `rebalance`, also restore preferred leaders."""
         records = cluster_control.fence_expired(self.image, self.heartbeats, now_ms)
+        if not records:
+            records = replication_control.unclean_recoveries(self.image)
         if rebalance and not records:
             records = replication_control.preferred_rebalance(self.image)
         return records

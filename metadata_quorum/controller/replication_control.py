@@ -197,8 +197,9 @@ def leadership_changes(image: MetadataImage, gone: set[int], back: set[int] = fr
                 isr = shrunk or isr           # never empty the ISR (KIP-841 last-member rule)
             leader = p.leader
             if leader in gone or leader == NO_LEADER:
-                candidate = _elect_with(image, topic.name, p, isr, gone, back)
-                leader = candidate
+                leader = _elect_with(image, topic.name, p, isr, gone, back)
+                if leader != NO_LEADER and leader not in isr:
+                    isr = (leader,)           # unclean: the new leader's log is the truth now
             if isr != p.isr or leader != p.leader:
                 records.append(r.PartitionChangeRecord(
                     topic.topic_id, p.partition_id,
@@ -283,6 +284,20 @@ def preferred_rebalance(image: MetadataImage) -> list:
             if p.leader != preferred and preferred in usable and preferred in p.isr:
                 records.append(r.PartitionChangeRecord(topic.topic_id, p.partition_id,
                                                        leader=preferred))
+    return records
+
+
+def unclean_recoveries(image: MetadataImage) -> list:
+    """Leaderless partitions whose topic now allows unclean election (the setting was turned on
+    while they were offline) get an out-of-sync leader, as Kafka's controller does periodically."""
+    records = []
+    for topic in image.topics.values():
+        if not unclean_allowed(image, topic.name):
+            continue
+        for p in topic.partitions.values():
+            if p.leader == NO_LEADER:
+                recs, _ = unclean_election(image, topic.name, p.partition_id)
+                records += recs
     return records
 
 

@@ -146,6 +146,40 @@ def test_fence_elects_first_live_isr_member_then_offline_then_unclean():
     assert c.elect_leaders(1, [("a", 0)])[1] == [("a", 0, E.ELECTION_NOT_NEEDED)]
 
 
+def test_turning_unclean_election_on_elects_an_offline_partitions_out_of_sync_replica():
+    """Kafka's trade-off (seed 002 §2.3): an offline partition stays offline while only an
+    out-of-sync replica is alive; allowing unclean election for the topic brings it back with
+    that replica as leader and sole ISR member — records only the lost ISR had are gone."""
+    log, c, ep = cluster()
+    create(log, name="a", num_partitions=1, replication_factor=2)
+    first, second = c.image.partition("a", 0).replicas
+    log.run_pure(lambda: c.broker_heartbeat(first, ep[first], 0, True, False, 1))     # ISR → second
+    log.run_pure(lambda: c.broker_heartbeat(second, ep[second], 0, True, False, 1))   # offline
+    log.run_pure(lambda: c.broker_heartbeat(first, ep[first], 10**6, False, False, 2))
+    assert c.tick(3) == [] and c.image.partition("a", 0).leader == -1
+    before = c.image.partition("a", 0)
+    log.run_pure(lambda: c.incremental_alter_configs(
+        [(cc.TOPIC_RESOURCE, "a", [("unclean.leader.election.enable", cc.SET, "true")])]))
+    log.commit(c.tick(4))
+    q = c.image.partition("a", 0)
+    assert q.leader == first and q.isr == (first,) and q.leader_epoch == before.leader_epoch + 1
+    assert c.tick(5) == []
+
+
+def test_unclean_election_when_the_out_of_sync_replica_comes_back_resets_the_isr():
+    log, c, ep = cluster()
+    log.run_pure(lambda: c.incremental_alter_configs(
+        [(cc.BROKER_RESOURCE, "", [("unclean.leader.election.enable", cc.SET, "true")])]))
+    create(log, name="a", num_partitions=1, replication_factor=2)
+    first, second = c.image.partition("a", 0).replicas
+    log.run_pure(lambda: c.broker_heartbeat(first, ep[first], 0, True, False, 1))
+    log.run_pure(lambda: c.broker_heartbeat(second, ep[second], 0, True, False, 1))
+    assert c.image.partition("a", 0).leader == -1
+    log.run_pure(lambda: c.broker_heartbeat(first, ep[first], 10**6, False, False, 2))
+    q = c.image.partition("a", 0)
+    assert q.leader == first and q.isr == (first,)       # never a leader outside its own ISR
+
+
 def test_tick_fences_lapsed_sessions_and_preferred_election():
     log, c, ep = cluster()
     create(log, name="a", num_partitions=3, replication_factor=3)

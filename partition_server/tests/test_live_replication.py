@@ -4,6 +4,8 @@
 (b) SIGSTOP a follower: it leaves the ISR within replica.lag.time.max.ms + slack and writes go
     on; SIGCONT: it catches up and rejoins.
 (d) two of three replicas down: produce fails with NOT_ENOUGH_REPLICAS, nothing becomes visible.
+F4: a paused leader comes back as a zombie and acknowledges nothing.
+F6: unclean election off → offline, nothing lost; turned on → available, the documented loss.
 After each: every acknowledged record is readable exactly once, in acknowledgement order.
 """
 
@@ -216,3 +218,97 @@ def test_high_watermarks_are_checkpointed_and_survive_sigkill(cluster):
     assert read_checkpoint(str(files[victim])).get((topic, 0)) == 40     # intact after SIGKILL
     cluster.restart_broker(victim)
     assert sorted(_read_all(cluster, topic)) == list(range(40))
+
+
+def _wait(cond, timeout_s, step=0.3):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
+def test_paused_leader_comes_back_as_a_zombie_and_acks_nothing(cluster):
+    """F4: SIGSTOP the leader past its session (the controller fences it and elects another ISR
+    member) while writes go on, then SIGCONT. The resumed ex-leader must not acknowledge what it
+    had in flight, and truncates to the new leader's log: no acknowledged write lost, no offset
+    with two values."""
+    topic = "zombie-leader"
+    admin = _create(cluster, topic)
+    w = Writer(cluster, topic)
+    w.write_for(1.0)
+    old = _partition(admin, topic).leader
+    others = ",".join(f"127.0.0.1:{cluster.layout.broker_port(b)}" for b in (0, 1, 2) if b != old)
+    admin = AdminClient({"bootstrap.servers": others})
+    cluster.kill(f"broker-{old}", signal.SIGSTOP)
+    try:
+        t0 = time.time()
+        while _partition(admin, topic).leader in (old, -1) and time.time() - t0 < 30:
+            w.write_for(0.5)
+        assert _partition(admin, topic).leader not in (old, -1), "no new leader while paused"
+        w.write_for(1.0)
+    finally:
+        cluster.proc(f"broker-{old}").proc.send_signal(signal.SIGCONT)
+    w.write_for(3.0)                          # the zombie learns the new epoch meanwhile
+    w.flush()
+    assert _wait(lambda: old in _partition(admin, topic).isrs, 30), "the ex-leader never rejoined"
+    _check(cluster, topic, w)
+
+
+def test_unclean_election_is_off_by_default_and_its_trade_off_when_on(cluster):
+    """F6 / seed 002 §2.3. Replicas [a, b], min.insync.replicas=1: b is paused and drops out of
+    the ISR, a acknowledges more writes alone, then a dies and b comes back. With unclean
+    election off (the default) the partition stays offline: nothing acknowledged is lost, the
+    partition just has no leader. Turning it on for the topic elects b: the partition is
+    available again but the records only a had are gone — the documented trade-off. When a
+    returns it truncates to b's log, so every replica agrees and no offset has two values."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+    topic = "unclean"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    a, b = 0, 1
+    for fut in admin.create_topics([NewTopic(topic, 1, replica_assignment=[[a, b]],
+                                             config={"min.insync.replicas": "1"})]).values():
+        fut.result(30)
+    w = Writer(cluster, topic)
+    for i in range(20):
+        w.p.produce(topic, str(i).encode(), partition=0, on_delivery=w._cb)
+    w.flush()
+    survivor_view = AdminClient({"bootstrap.servers": f"127.0.0.1:{cluster.layout.broker_port(a)}"})
+    cluster.kill(f"broker-{b}", signal.SIGSTOP)
+    try:
+        assert _wait(lambda: _partition(survivor_view, topic).isrs == [a], LAG_MS / 1000 + 15)
+        for i in range(20, 50):
+            w.p.produce(topic, str(i).encode(), partition=0, on_delivery=w._cb)
+        w.flush()
+        assert sorted(w.acked) == list(range(50))          # 30 acknowledged by a alone
+        cluster.kill(f"broker-{a}")
+    finally:
+        cluster.proc(f"broker-{b}").proc.send_signal(signal.SIGCONT)
+    view = AdminClient({"bootstrap.servers": f"127.0.0.1:{cluster.layout.broker_port(2)}"})
+    # the controller fences a once its session lapses; b is alive but must not be elected
+    assert _wait(lambda: _partition(view, topic).leader == -1, 20)
+    time.sleep(4)
+    part = _partition(view, topic)
+    assert part.leader == -1 and part.isrs == [a], (part.leader, part.isrs)
+
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[ConfigEntry(
+        "unclean.leader.election.enable", "true", incremental_operation=AlterConfigOpType.SET)])
+    for fut in view.incremental_alter_configs([res]).values():
+        fut.result(30)
+    assert _wait(lambda: _partition(view, topic).leader == b, 20), "no unclean election"
+    assert _partition(view, topic).isrs == [b]
+    assert sorted(_read_all(cluster, topic)) == list(range(20))     # 20..49 are gone
+    # (the idempotent producer that wrote 20..49 would now get a fatal OUT_OF_ORDER_SEQUENCE_NUMBER:
+    # the new leader never saw those sequences — loss is detected, not papered over)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": False})
+    errors = []
+    for i in range(100, 105):
+        p.produce(topic, str(i).encode(), partition=0, on_delivery=lambda err, msg: errors.append(err))
+    assert p.flush(30) == 0 and errors == [None] * 5
+    cluster.restart_broker(a)
+    assert _wait(lambda: a in _partition(view, topic).isrs, 30), "a never rejoined"
+    # a truncated its 30 unique records: once it leads again (the controller moves leadership
+    # back to the preferred replica every 5 s) it serves exactly what b served
+    assert _wait(lambda: _partition(view, topic).leader == a, 30)
+    assert _read_all(cluster, topic) == list(range(20)) + list(range(100, 105))
