@@ -1,5 +1,5 @@
-"""F14: rolling restart of every broker (SIGTERM: controlled shutdown) and then every controller (SIGKILL)
-under acks=all idempotent load, RF=3, min.insync.replicas=2. Writes go on during every step
+"""F14: rolling restart of every broker (SIGTERM: controlled shutdown) and then every
+controller (SIGKILL) under acks=all idempotent load, RF=3, min.insync.replicas=2. Writes go on during every step
 (progress > 0 while each node is down), and afterwards every acknowledged record is readable
 exactly once, in acknowledgement order, per partition."""
 
