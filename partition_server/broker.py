@@ -20,6 +20,7 @@ import trio
 from metadata_quorum.image import MetadataImage
 from partition_server.config import BrokerConfig
 from partition_server.controller_client import ControllerClient
+from partition_server.fetch_session import FetchSessionCache
 from partition_server.log import LogConfig, PartitionLog
 from partition_server.log.cleaner import LogCleaner
 from partition_server.log.offset_checkpoint import HIGH_WATERMARK_FILE, read_checkpoint, write_checkpoint
@@ -63,6 +64,8 @@ class Broker:
             self.replicas.storage_fault_file = os.path.join(self.log_dir,
                                                             config["raftka.storage.fault.file"])
         self.purgatory = Purgatory()
+        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"],
+                                                config["min.incremental.fetch.session.eviction.ms"])
         self.client = ControllerClient(self.broker_id, config.voters, self.host, self.port,
                                        config["broker.rack"], config["broker.heartbeat.interval.ms"])
         self.fetchers = FetcherManager(self)

@@ -41,6 +41,8 @@ def render(broker) -> str:
            [(_labels(topic=t, partition=p), h.state.high_watermark) for t, p, h in led])
     family("raftka_partition_isr_size", "gauge", "In-sync replicas of partitions led here.",
            [(_labels(topic=t, partition=p), len(h.state.isr)) for t, p, h in led])
+    family("raftka_fetch_sessions", "gauge", "Incremental fetch sessions (KIP-227) cached here.",
+           [("", len(broker.fetch_sessions.sessions))])
     groups = broker.groups
     family("raftka_consumer_group_members", "gauge", "Members of the groups coordinated here.",
            [(_labels(group=gid, type="classic", state=g.state.value), len(g.members))

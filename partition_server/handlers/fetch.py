@@ -3,29 +3,44 @@
 Fetch (consumers and followers): whole batches only, at least one batch in the response even if
 larger than the limits (KIP-74), consumers never see beyond the high watermark; long-polls until
 `min_bytes` are available or `max_wait_ms` passes, woken by appends and high-watermark moves.
-Fetch sessions are not kept: every response says session id 0, which tells clients to send full
-fetches (allowed by KIP-227). Codes per partition: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
-UNKNOWN_LEADER_EPOCH, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, KAFKA_STORAGE_ERROR.
+Incremental fetch sessions (KIP-227, v7+) are kept in `broker.fetch_sessions`
+(partition_server/fetch_session.py); session errors are top-level FETCH_SESSION_ID_NOT_FOUND /
+INVALID_FETCH_SESSION_EPOCH. Codes per partition: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
+UNKNOWN_LEADER_EPOCH, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID from v13,
+where topics are named by id), KAFKA_STORAGE_ERROR.
 """
 
 from __future__ import annotations
 
 import time
 
+from partition_server.fetch_session import FetchContext
 from partition_server.replica_manager import FetchResult, check_leader_epoch
 from partition_server.replication.partition import Role
 from wire.errors import ErrorCode, KafkaError
 from wire.messages.index_generated import RESPONSES
 
 
-def _requested(broker, req):
-    """[(topic name, partition request)] for every requested partition."""
+def _requested(req):
+    """[((topic key, partition), partition request)]; the key is the name before v13, the id
+    from v13."""
     out = []
     for t in req.body.topics:
-        name = t.topic if req.api_version < 13 else broker.image.topic_names.get(t.topic_id)
+        key = t.topic if req.api_version < 13 else t.topic_id
         for p in t.partitions:
-            out.append((name, p))
+            out.append(((key, p.partition), p))
     return out
+
+
+def _forgotten(req):
+    if req.api_version < 7:
+        return []
+    return [(t.topic if req.api_version < 13 else t.topic_id, p)
+            for t in req.body.forgotten_topics_data or [] for p in t.partitions]
+
+
+def _name(broker, req, key):
+    return key[0] if req.api_version < 13 else broker.image.topic_names.get(key[0])
 
 
 def _available(broker, topic, p, replica_id) -> bool:
@@ -39,15 +54,24 @@ def _available(broker, topic, p, replica_id) -> bool:
 async def handle_fetch(broker, req):
     body = req.body
     replica_id = body.replica_id if req.api_version < 15 else body.replica_state.replica_id
-    parts = _requested(broker, req)
     now = int(time.time() * 1000)
+    if req.api_version >= 7:
+        ctx = broker.fetch_sessions.new_context(body.session_id, body.session_epoch,
+                                                _requested(req), _forgotten(req), now)
+    else:
+        ctx = FetchContext(partitions=_requested(req))
+    if ctx.error != ErrorCode.NONE:
+        return RESPONSES[1](error_code=ctx.error, session_id=0, responses=[])
+    parts = [(_name(broker, req, key), key, p) for key, p in ctx.partitions]
+    unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if req.api_version < 13 else \
+        ErrorCode.UNKNOWN_TOPIC_ID
 
     def gather():
         remaining = body.max_bytes
         results = []
-        for topic, p in parts:
+        for topic, key, p in parts:
             if topic is None or topic not in broker.image.topics:
-                results.append((topic, p, FetchResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
+                results.append((key, FetchResult(unknown)))
                 continue
             limit = max(0, min(p.partition_max_bytes, remaining))
             try:
@@ -58,34 +82,34 @@ async def handle_fetch(broker, req):
             except KafkaError as exc:
                 res = FetchResult(exc.error_code)
             remaining -= res.size
-            results.append((topic, p, res))
+            results.append((key, res))
         return results
 
     results = gather()
     if replica_id >= 0:
-        for topic, p in parts:
+        for topic, _, p in parts:
             broker.purgatory.notify((topic, p.partition))   # the high watermark may have moved
-    total = sum(r.size for _, _, r in results)
-    errors = any(r.error != ErrorCode.NONE for _, _, r in results)
+    total = sum(r.size for _, r in results)
+    errors = any(r.error != ErrorCode.NONE for _, r in results)
     if total < body.min_bytes and not errors and body.max_wait_ms > 0:
-        keys = [(t, p.partition) for t, p in parts]
+        keys = [(t, p.partition) for t, _, p in parts]
         await broker.purgatory.wait_until(
-            keys, lambda: any(_available(broker, t, p, replica_id) for t, p in parts),
+            keys, lambda: any(_available(broker, t, p, replica_id) for t, _, p in parts),
             body.max_wait_ms / 1000)
         now = int(time.time() * 1000)
         results = gather()
         if replica_id >= 0:
-            for topic, p in parts:
+            for topic, _, p in parts:
                 broker.purgatory.notify((topic, p.partition))
-    return _response(broker, req, results)
+    return _response(req, ctx.select(results), ctx.session_id)
 
 
-def _response(broker, req, results):
+def _response(req, results, session_id: int):
     cls = RESPONSES[1]
     read_committed = req.body.isolation_level == 1
     topics: dict = {}
-    for topic, p, r in results:
-        pd = cls.PartitionData(partition_index=p.partition, error_code=r.error,
+    for (topic_key, partition), r in results:
+        pd = cls.PartitionData(partition_index=partition, error_code=r.error,
                                high_watermark=r.high_watermark,
                                last_stable_offset=r.last_stable_offset,
                                log_start_offset=r.log_start_offset,
@@ -99,15 +123,14 @@ def _response(broker, req, results):
         if r.error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH) and \
                 req.api_version >= 12:
             pd.current_leader = cls.LeaderIdAndEpoch(leader_id=r.leader[0], leader_epoch=r.leader[1])
-        key = topic if req.api_version < 13 else broker.image.topics[topic].topic_id if topic else None
-        topics.setdefault(key, []).append(pd)
+        topics.setdefault(topic_key, []).append(pd)
     out = []
     for key, ps in topics.items():
         if req.api_version < 13:
             out.append(cls.FetchableTopicResponse(topic=key or "", partitions=ps))
         else:
             out.append(cls.FetchableTopicResponse(topic_id=key, partitions=ps))
-    return cls(error_code=0, session_id=0, responses=out)
+    return cls(error_code=0, session_id=session_id, responses=out)
 
 
 async def handle_list_offsets(broker, req):

@@ -287,3 +287,96 @@ def test_quorum_loss_keeps_the_data_plane_serving(cluster):
     for fut in admin.create_topics([NewTopic("after-quorum", 1, 1)]).values():
         fut.result(40)
     assert "not-now" not in admin.list_topics(timeout=20).topics     # refused means refused
+
+
+def test_incremental_fetch_sessions(cluster):
+    """KIP-227 on the wire: a full fetch opens a session; incremental fetches carry only what
+    changed both ways; wrong epochs and unknown sessions get their top-level errors; then
+    kafka-python 3.x (which uses sessions) reads a 4-partition topic completely and in order."""
+    import trio
+
+    from clients.connection import BrokerConnection
+    from wire.errors import ErrorCode
+    from wire.messages.index_generated import REQUESTS
+    topic = "sessions"
+    admin = _admin(cluster)
+    # both partitions on broker 0 so one connection fetches both
+    for fut in admin.create_topics([NewTopic(topic, 2, replica_assignment=[[0], [0]])]).values():
+        fut.result(30)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "1"})    # RF 1 < min.insync 2
+    for part in (0, 1):
+        p.produce(topic, b"first", partition=part)
+    assert p.flush(30) == 0
+    fr = REQUESTS[1]
+
+    def fetch(session_id, epoch, positions, forgotten=()):
+        return fr(replica_id=-1, max_wait_ms=200, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                  session_id=session_id, session_epoch=epoch,
+                  topics=[fr.FetchTopic(topic=topic, partitions=[
+                      fr.FetchPartition(partition=q, fetch_offset=off, partition_max_bytes=1 << 20,
+                                        current_leader_epoch=-1, last_fetched_epoch=-1,
+                                        log_start_offset=-1) for q, off in positions])]
+                  if positions else [],
+                  forgotten_topics_data=[fr.ForgottenTopic(topic=topic, partitions=list(forgotten))]
+                  if forgotten else [], rack_id="")
+
+    def parts(resp):
+        return {q.partition_index: q for t in resp.responses for q in t.partitions}
+
+    async def scenario():
+        conn = BrokerConnection("127.0.0.1", cluster.layout.broker_port(0))
+        await conn.connect()
+        full = await conn.request(fetch(0, 0, [(0, 0), (1, 0)]), 12)
+        assert full.error_code == 0 and full.session_id != 0
+        assert sorted(parts(full)) == [0, 1] and all(q.records for q in parts(full).values())
+        sid = full.session_id
+        # the client moves both positions to 1; nothing new: the answer lists no partition
+        quiet = await conn.request(fetch(sid, 1, [(0, 1), (1, 1)]), 12)
+        assert quiet.error_code == 0 and quiet.session_id == sid and parts(quiet) == {}
+        p.produce(topic, b"second", partition=1)
+        assert p.flush(30) == 0
+        news = await conn.request(fetch(sid, 2, []), 12)        # positions come from the session
+        assert list(parts(news)) == [1] and parts(news)[1].high_watermark == 2
+        assert parts(news)[1].records
+        bad_epoch = await conn.request(fetch(sid, 7, []), 12)
+        assert bad_epoch.error_code == ErrorCode.INVALID_FETCH_SESSION_EPOCH
+        unknown = await conn.request(fetch(sid + 1, 1, []), 12)
+        assert unknown.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+        gone = await conn.request(fetch(sid, 3, [], forgotten=[0, 1]), 12)
+        assert gone.error_code == 0 and parts(gone) == {}
+        closed = await conn.request(fetch(sid, -1, [(0, 0)]), 12)
+        assert closed.session_id == 0 and list(parts(closed)) == [0]
+        again = await conn.request(fetch(sid, 4, []), 12)
+        assert again.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+        await conn.aclose()
+    trio.run(scenario)
+
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+    many = "sessions-many"
+    for fut in admin.create_topics([NewTopic(many, 4, 3)]).values():
+        fut.result(30)
+    prod = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
+    for i in range(2000):
+        prod.produce(many, str(i).encode(), partition=i % 4)
+    assert prod.flush(30) == 0
+    kc = KafkaConsumer(bootstrap_servers=cluster.bootstrap, enable_auto_commit=False,
+                       auto_offset_reset="earliest", fetch_max_wait_ms=100, max_partition_fetch_bytes=2000)
+    kc.assign([KTP(many, q) for q in range(4)])
+    got: dict[int, list[int]] = {q: [] for q in range(4)}
+    deadline = time.time() + 60
+    while sum(map(len, got.values())) < 2000 and time.time() < deadline:
+        for tp, msgs in kc.poll(500).items():
+            got[tp.partition] += [int(m.value) for m in msgs]
+    import urllib.request
+    sessions = 0
+    for b in (0, 1, 2):           # kafka-python keeps one session per broker it fetches from
+        text = urllib.request.urlopen(f"http://127.0.0.1:{cluster.layout.metrics_port(b)}/metrics",
+                                      timeout=10).read().decode()
+        sessions += int(next(line.split()[1] for line in text.splitlines()
+                             if line.startswith("raftka_fetch_sessions ")))
+    kc.close()
+    leaders = {m.leader for m in admin.list_topics(many, timeout=10).topics[many].partitions.values()}
+    assert sessions >= len(leaders)
+    for q in range(4):
+        assert got[q] == list(range(q, 2000, 4)), f"partition {q}"
