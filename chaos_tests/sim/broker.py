@@ -263,34 +263,41 @@ class SimBroker:
     # -- ISR changes (replication/isr.py) -------------------------------------------------------
 
     def _isr_tick(self) -> None:
+        """`Broker._isr_loop` + `send_alter_partition`: every proposed change in one request,
+        and the loop waits for its answer (or the timeout) before proposing again."""
+        if self.alter_inflight or not self.registered:
+            return
         now = self.sim.sched.now
+        changes = []
         for hosted in list(self.replicas.partitions.values()):
             change = hosted.state.isr_change_needed(now, self.cfg["lag_ms"])
-            if change is None:
-                continue
-            req = self._next_req()
-            self.alter_inflight[req] = (hosted, change)
-            self._send("controller", ("alter_partition", self.broker_id, self.broker_epoch, change,
-                                      hosted.topic_id, req))
-            self._timer(self.cfg["request_timeout_ms"], self._alter_timeout, req)
+            if change is not None:
+                changes.append((hosted, change))
+        if not changes:
+            return
+        req = self._next_req()
+        self.alter_inflight[req] = changes
+        self._send("controller", ("alter_partition", self.broker_id, self.broker_epoch,
+                                  [(c, h.topic_id) for h, c in changes], req))
+        self._timer(self.cfg["request_timeout_ms"], self._alter_timeout, req)
 
     def _alter_timeout(self, req) -> None:
-        entry = self.alter_inflight.pop(req, None)
-        if entry is not None:
-            entry[0].state.isr_change_failed()        # ControllerUnavailable in isr.py
+        for hosted, _ in self.alter_inflight.pop(req, ()):
+            hosted.state.isr_change_failed()          # ControllerUnavailable in isr.py
 
-    def _on_alter_partition(self, req, change, res) -> None:
-        entry = self.alter_inflight.pop(req, None)
-        if entry is None:
+    def _on_alter_partition(self, req, results) -> None:
+        changes = self.alter_inflight.pop(req, None)
+        if changes is None:
             return                                    # timed out already (a late answer)
-        hosted = entry[0]
-        if res.error != ErrorCode.NONE:
-            hosted.state.isr_change_failed()
-            return
-        hosted.state.become_leader(res.leader_epoch, res.partition_epoch,
-                                   list(hosted.state.replicas), list(res.isr), 0)
-        hosted.state.maybe_advance_high_watermark()
-        self.purgatory.notify((hosted.topic, hosted.partition))
+        for (hosted, change), res in zip(changes, results):
+            # as replication/isr.py: refused → forget the proposal; accepted → apply at once
+            if res.error != ErrorCode.NONE:
+                hosted.state.isr_change_failed()
+                continue
+            hosted.state.become_leader(res.leader_epoch, res.partition_epoch,
+                                       list(hosted.state.replicas), list(res.isr), 0)
+            hosted.state.maybe_advance_high_watermark()
+            self.purgatory.notify((hosted.topic, hosted.partition))
 
     # -- leader side: fetch -----------------------------------------------------------------------
 

@@ -64,12 +64,18 @@ class SimController:
             self.sim.net.send(self.name, src, ("heartbeat_ok", req_id, res.error, res.is_fenced,
                                                self.qc.image))
         elif kind == "alter_partition":
-            _, broker_id, broker_epoch, change, topic_id, req_id = msg
-            records, res = self.qc.alter_partition(broker_id, broker_epoch, topic_id,
-                                                   change.partition, change.leader_epoch,
-                                                   change.partition_epoch, list(change.new_isr))
+            # as controller_handlers.handle_alter_partition: every change judged against the
+            # same image, their records committed together
+            _, broker_id, broker_epoch, changes, req_id = msg
+            records, results = [], []
+            for change, topic_id in changes:
+                recs, res = self.qc.alter_partition(broker_id, broker_epoch, topic_id,
+                                                    change.partition, change.leader_epoch,
+                                                    change.partition_epoch, list(change.new_isr))
+                records += recs
+                results.append(res)
             self.commit(records)
-            self.sim.net.send(self.name, src, ("alter_partition_ok", req_id, change, res))
+            self.sim.net.send(self.name, src, ("alter_partition_ok", req_id, results))
 
     def create_topic(self, name: str, partitions: int, rf: int, configs: dict) -> None:
         records, results = self.qc.create_topics([{"name": name, "num_partitions": partitions,

@@ -6,8 +6,10 @@
 - high watermarks monotonic on every replica (per incarnation: a restart starts from the
   checkpoint), and committed data never changes: every replica's log below its high watermark
   equals the committed prefix ("truth", grown from leaders' high watermarks);
-- HW ≤ min LEO of the ISR: a leader's high watermark is at most the log end offset of every
-  replica in the ISR it acts on;
+- HW ≤ min LEO of the ISR: the current leader's high watermark is at most the log end offset
+  of every member of the controller's ISR;
+- a broker's (leader epoch, partition epoch) of a partition never goes back: an older ISR must
+  never replace a newer one (e.g. a late AlterPartition answer after a newer metadata image);
 - every acknowledged acks=all record is committed at its offset, and present on every member of
   the controller's ISR (replicas that lost unflushed data in a power loss are exempt until the
   controller has taken them out of the ISR and let them back in after catching up: until then
@@ -24,6 +26,8 @@ class Violation(AssertionError):
 
 
 class Invariants:
+    check_partition_epochs = True       # off only to look past a known finding
+
     def __init__(self, sim):
         self.sim = sim
         self.truth: dict = {}              # (topic, partition) → committed values by offset
@@ -75,6 +79,7 @@ class Invariants:
         sim = self.sim
         brokers = [b for b in sim.brokers if b.up and b.replicas is not None]
         by_id = {b.broker_id: b for b in sim.brokers}
+        image = sim.controller.image
         for b in brokers:
             for tp, hosted in b.replicas.partitions.items():
                 state, plog = hosted.state, hosted.log
@@ -91,20 +96,28 @@ class Invariants:
                     self.fail(f"{b.name} {tp}: high watermark {hw} above log end "
                               f"{plog.log_end_offset}")
                 self._committed(b, tp, plog.values, hw, state.role is Role.LEADER)
+                pe_key = (b.broker_id, b.incarnation, tp, "pe")
+                pe_before = self.replica_seen.get(pe_key, (-1, -1))
+                pe_now = (state.leader_epoch, state.partition_epoch)
+                if pe_now < pe_before and self.check_partition_epochs:
+                    self.fail(f"{b.name} {tp}: (leader epoch, partition epoch) went from "
+                              f"{pe_before} to {pe_now}: a stale ISR ({state.isr}) was applied")
+                self.replica_seen[pe_key] = pe_now
                 if state.role is Role.LEADER:
                     owner = self.leaders.setdefault((tp, state.leader_epoch), b.broker_id)
                     if owner != b.broker_id:
                         self.fail(f"{tp}: brokers {owner} and {b.broker_id} both led epoch "
                                   f"{state.leader_epoch}")
-                    for r in state.isr:
-                        other = by_id.get(r)
-                        values = other.disk.values(tp) if other is not None else None
+                    current = image.partition(*tp)
+                    if current is None or current.leader_epoch != state.leader_epoch:
+                        continue          # a deposed leader: the acked-record check covers it
+                    for r in current.isr:
+                        values = by_id[r].disk.values(tp)
                         if values is None or (r, tp) in self.suspect:
                             continue
-                        leo = len(values)
-                        if leo < hw:
+                        if len(values) < hw:
                             self.fail(f"{b.name} {tp}: high watermark {hw} above the log end "
-                                      f"{leo} of ISR member {r} (ISR {state.isr})")
+                                      f"{len(values)} of ISR member {r} (ISR {current.isr})")
         self._isr_holds_acked(by_id)
 
     def _committed(self, b, tp, values, hw, leader: bool) -> None:
