@@ -84,9 +84,15 @@ class LeaderEpochCache:
         return self.epochs[i] if i >= 0 else -1
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
-        """(largest known epoch ≤ `epoch`, its end offset), or UNDEFINED below the earliest."""
-        if not self.epochs or epoch < self.epochs[0]:
+        """(largest known epoch ≤ `epoch`, its end offset). Below the earliest known epoch:
+        (`epoch`, start of the earliest) — as Kafka's LeaderEpochFileCache — because a follower
+        asking about an epoch we never had must truncate to where our history begins; UNDEFINED
+        there would look like "no answer" and leave it diverged forever. UNDEFINED only for an
+        empty cache or an undefined epoch."""
+        if not self.epochs or epoch < 0:
             return UNDEFINED
+        if epoch < self.epochs[0]:
+            return epoch, self.start_offsets[0]
         i = bisect.bisect_right(self.epochs, epoch) - 1
         if i == len(self.epochs) - 1:
             return self.epochs[i], log_end_offset

@@ -313,6 +313,10 @@ class PartitionLog:
     def truncate_to(self, offset: int) -> None:
         """Remove every record at `offset` or later (a diverged follower)."""
         if offset >= self.log_end_offset:
+            # Nothing to cut, but an epoch entry may start at the log end: a leader that was
+            # elected and failed before appending anything. Keep it and our answer for that epoch
+            # disagrees with the real leader's forever (Kafka's UnifiedLog.truncateTo does this too).
+            self.epoch_cache.truncate_from_end(self.log_end_offset)
             return
         if offset < self.log_start_offset:
             self.truncate_fully_and_start_at(offset)

@@ -134,8 +134,15 @@ class FetcherManager:
         if p.error_code != ErrorCode.NONE:
             return True
         if p.diverging_epoch.epoch >= 0 or p.diverging_epoch.end_offset >= 0:
+            # The leader's last offset for that epoch may be past what we hold *of that epoch*
+            # (our later records are from an epoch the leader never had): cut at the smaller of
+            # its end offset and our own end offset for the epoch it names (Kafka's fetcher).
             end = p.diverging_epoch.end_offset
-            target = min(end, plog.log_end_offset) if end >= 0 else plog.log_start_offset
+            local_epoch, local_end = plog.end_offset_for(p.diverging_epoch.epoch)
+            if end < 0 or local_epoch < 0:
+                target = plog.log_start_offset
+            else:
+                target = min(end, local_end, plog.log_end_offset)
             log.info("%s-%d diverged at epoch %d: truncating to %d", hosted.topic,
                      hosted.partition, p.diverging_epoch.epoch, target)
             plog.truncate_to(target)

@@ -89,10 +89,16 @@ class PartitionState:
 
     # -- transitions ---------------------------------------------------------------------------
 
+    def _stale(self, leader_epoch: int, partition_epoch: int) -> bool:
+        """Older than what we applied. An AlterPartition answer can arrive after the metadata
+        stream already delivered a newer change of the same leader epoch (the controller shrank
+        the ISR meanwhile): applying it would bring back an old ISR."""
+        return (leader_epoch, partition_epoch) < (self.leader_epoch, self.partition_epoch)
+
     def become_leader(self, leader_epoch: int, partition_epoch: int, replicas: list[int],
                       isr: list[int], now_ms: int) -> bool:
         """Apply a metadata change naming this broker leader; False if it is stale."""
-        if leader_epoch < self.leader_epoch:
+        if self._stale(leader_epoch, partition_epoch):
             return False
         new_epoch = leader_epoch > self.leader_epoch or self.role is not Role.LEADER
         self.role = Role.LEADER
@@ -114,7 +120,7 @@ class PartitionState:
 
     def become_follower(self, leader_id: int, leader_epoch: int, partition_epoch: int,
                         replicas: list[int], isr: list[int]) -> bool:
-        if leader_epoch < self.leader_epoch:
+        if self._stale(leader_epoch, partition_epoch):
             return False
         self.role = Role.FOLLOWER
         self.leader_id = leader_id

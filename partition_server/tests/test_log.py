@@ -88,7 +88,7 @@ def test_truncate_to_and_epoch_cache(tmp_path):
         plog.append_as_leader(batch(2), epoch, T0)
     assert plog.end_offset_for(1) == (1, 4)
     assert plog.end_offset_for(2) == (2, 8)
-    assert plog.end_offset_for(0) == (-1, -1)
+    assert plog.end_offset_for(0) == (0, 0)
     plog.truncate_to(5)                       # the batch holding 5 starts at 4
     assert plog.log_end_offset == 4
     assert plog.latest_epoch == 1
@@ -96,6 +96,12 @@ def test_truncate_to_and_epoch_cache(tmp_path):
     plog.append_as_follower(build_batch([(b"x", b"y", [], T0)], base_offset=4,
                                         partition_leader_epoch=5))
     assert plog.log_end_offset == 5 and plog.latest_epoch == 5
+    # an epoch that starts at the log end (a leader that appended nothing) is dropped by a
+    # truncation to the log end, so our answer for it agrees with the real leader's
+    plog.epoch_cache.assign(6, 5)
+    assert plog.latest_epoch == 6
+    plog.truncate_to(5)
+    assert plog.latest_epoch == 5 and plog.log_end_offset == 5
     with pytest.raises(KafkaError):
         plog.append_as_follower(build_batch([(b"x", b"y", [], T0)], base_offset=2))
 

@@ -26,7 +26,8 @@ def test_epoch_cache_offset_for_leader_epoch_semantics(tmp_path):
         c.assign(epoch, start)
     c.assign(3, 30)                                   # an older epoch never moves it back
     leo = 40
-    assert c.end_offset_for(1, leo) == UNDEFINED      # below the earliest
+    assert c.end_offset_for(1, leo) == (1, 0)         # below the earliest: where history begins
+    assert c.end_offset_for(-1, leo) == UNDEFINED
     assert c.end_offset_for(2, leo) == (2, 10)
     assert c.end_offset_for(3, leo) == (2, 10)        # largest epoch <= requested
     assert c.end_offset_for(6, leo) == (4, 25)

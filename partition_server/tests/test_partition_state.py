@@ -106,3 +106,15 @@ def test_follower_hw_is_capped_by_local_log():
     assert p.high_watermark == 9
     p.truncated_to(7)
     assert p.high_watermark == 7
+
+
+def test_older_partition_epoch_of_the_same_leader_epoch_is_ignored():
+    """An AlterPartition answer (partition epoch 2) arriving after the metadata stream already
+    applied the controller's own shrink (partition epoch 3) must not bring the old ISR back."""
+    p, _ = leader()
+    assert p.become_leader(1, 3, [0, 1, 2], [0, 1], 5)            # from the metadata stream
+    assert not p.become_leader(1, 2, [0, 1, 2], [0, 1, 2], 6)     # late AlterPartition answer
+    assert p.isr == (0, 1) and p.partition_epoch == 3
+    assert not p.become_follower(2, 1, 2, [0, 1, 2], [0, 1, 2])
+    assert p.become_follower(2, 2, 0, [0, 1, 2], [2])             # a newer leader epoch wins
+    assert p.role is Role.FOLLOWER and p.isr == (2,)
