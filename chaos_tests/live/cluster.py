@@ -1,0 +1,83 @@
+"""A `LiveCluster` whose broker links can be cut: every broker advertises a proxy port (so
+followers, and clients that follow metadata, reach it through `in-<id>`) and reaches each
+controller through its own proxy (`b<id>-c<index>`). Clients that need to talk to a broker
+directly (a zombie leader, say) use its real port, `layout.broker_port(id)`.
+
+No broker-side option is needed: `advertised.listeners` (published in the broker's registration,
+hence in metadata) and a per-broker `controller.quorum.voters` are enough. Raft traffic between
+controllers is not proxied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from chaos_tests.live.proxy import ProxyThread
+from clients.cli.dev import BROKER_IDS, CONTROLLER_IDS, DevLayout
+from partition_server.testing import LiveCluster
+
+
+@dataclasses.dataclass(frozen=True)
+class ProxiedLayout(DevLayout):
+    inbound: dict = dataclasses.field(default_factory=dict)          # broker id → proxy port
+    to_controller: dict = dataclasses.field(default_factory=dict)    # (broker, index) → port
+    controller_overrides: dict = dataclasses.field(default_factory=dict)
+
+    def broker_properties(self, broker_id: int) -> dict[str, str]:
+        props = super().broker_properties(broker_id)
+        props["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{self.inbound[broker_id]}"
+        props["controller.quorum.voters"] = ",".join(
+            f"{cid}@127.0.0.1:{self.to_controller[(broker_id, i)]}"
+            for i, cid in enumerate(CONTROLLER_IDS))
+        return props
+
+    def controller_properties(self, index: int) -> dict[str, str]:
+        props = super().controller_properties(index)
+        props.update(self.controller_overrides)
+        return props
+
+
+def inbound_link(broker_id: int) -> str:
+    return f"in-{broker_id}"
+
+
+def controller_links(broker_id: int) -> list[str]:
+    return [f"b{broker_id}-c{i}" for i in range(len(CONTROLLER_IDS))]
+
+
+class ProxiedCluster(LiveCluster):
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None,
+                 controller_overrides: dict[str, str] | None = None):
+        super().__init__(data_dir, overrides)
+        base = self.layout
+        self.proxies = ProxyThread()
+        for b in BROKER_IDS:
+            self.proxies.add(inbound_link(b), "127.0.0.1", base.broker_port(b))
+            for i, name in enumerate(controller_links(b)):
+                self.proxies.add(name, "127.0.0.1", base.controller_port(i))
+        self.proxies.start()
+        self.layout = ProxiedLayout(
+            base.data_dir, base.base_port, base.overrides,
+            inbound={b: self.proxies.port(inbound_link(b)) for b in BROKER_IDS},
+            to_controller={(b, i): self.proxies.port(name) for b in BROKER_IDS
+                           for i, name in enumerate(controller_links(b))},
+            controller_overrides=dict(controller_overrides or {}))
+
+    def isolate_broker(self, broker_id: int) -> None:
+        """Cut the broker off from the controllers and from its peers (who reach it only
+        through its advertised proxy). Clients using its real port still reach it."""
+        self.proxies.cut(inbound_link(broker_id), *controller_links(broker_id))
+
+    def fence_broker(self, broker_id: int) -> None:
+        """Cut only the broker's controller links: it stops heartbeating and gets fenced."""
+        self.proxies.cut(*controller_links(broker_id))
+
+    def heal(self) -> None:
+        self.proxies.heal()
+
+    def stop(self) -> None:
+        try:
+            super().stop()
+        finally:
+            self.proxies.stop()

@@ -1,0 +1,222 @@
+"""Workloads for live chaos tests; each records what it saw into a `History`.
+
+- `RawProducer`: acks=all Produce requests straight to one broker address on the wire codecs
+  (no client library, no retries, no metadata: it keeps writing to a zombie leader after the
+  cluster moved on). Every attempt is one record with a unique value; the send and completion
+  times are kept so a test can ask what was acknowledged after a given moment.
+- `Writer`: an idempotent acks=all confluent-kafka producer with retries.
+- `Reader`: a confluent-kafka consumer reading committed records from offset 0 as they come.
+- `final_read`: the verification pass after healing (Consume(final=True) records).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import trio
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from chaos_tests.checkers import FAIL, OK, UNKNOWN, History
+from clients.connection import BrokerConnection, ConnectionClosed
+from wire.errors import DecodeError, ErrorCode
+from wire.messages.index_generated import REQUESTS
+from wire.records.batch import build_batch
+
+PRODUCE_VERSION = 9
+# refused before anything was appended: the write certainly did not happen
+DEFINITE = {ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.KAFKA_STORAGE_ERROR,
+            ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
+            ErrorCode.INVALID_REQUIRED_ACKS, ErrorCode.CORRUPT_MESSAGE}
+
+
+@dataclasses.dataclass
+class Attempt:
+    value: str
+    sent_at: float
+    done_at: float
+    outcome: str
+    offset: int | None
+    error: str | None
+
+
+class RawProducer:
+    def __init__(self, host: str, port: int, topic: str, partition: int, history: History,
+                 name: str = "raw", concurrency: int = 4, timeout_ms: int = 2000):
+        self.addr = (host, port)
+        self.topic, self.partition = topic, partition
+        self.history = history
+        self.name = name
+        self.concurrency = concurrency
+        self.timeout_ms = timeout_ms
+        self.attempts: list[Attempt] = []
+        self._n = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "RawProducer":
+        self._thread = threading.Thread(target=lambda: trio.run(self._main), daemon=True,
+                                        name=f"raw-producer-{self.name}")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.timeout_ms / 1000 + 15)
+
+    async def _main(self) -> None:
+        async with trio.open_nursery() as nursery:
+            for i in range(self.concurrency):
+                nursery.start_soon(self._loop, i)
+
+    def _next_value(self) -> str:
+        with self._lock:
+            self._n += 1
+            return f"{self.name}-{self._n}"
+
+    async def _loop(self, worker: int) -> None:
+        conn = None
+        while not self._stop.is_set():
+            if conn is None:
+                conn = BrokerConnection(*self.addr, client_id=f"{self.name}-{worker}")
+                try:
+                    await conn.connect(timeout_s=2)
+                except (ConnectionClosed, OSError, trio.TooSlowError, DecodeError):
+                    conn = None
+                    await trio.sleep(0.2)
+                    continue
+            value = self._next_value()
+            cls = REQUESTS[0]
+            req = cls(transactional_id=None, acks=-1, timeout_ms=self.timeout_ms,
+                      topic_data=[cls.TopicProduceData(name=self.topic, partition_data=[
+                          cls.PartitionProduceData(index=self.partition, records=build_batch(
+                              [(None, value.encode(), None, None)]))])])
+            sent = time.monotonic()
+            offset, error = None, None
+            try:
+                resp = await conn.request(req, PRODUCE_VERSION, timeout_s=self.timeout_ms / 1000 + 3)
+                p = resp.responses[0].partition_responses[0]
+                code = ErrorCode(p.error_code)
+                if code == ErrorCode.NONE:
+                    outcome, offset = OK, p.base_offset
+                else:
+                    outcome, error = (FAIL if code in DEFINITE else UNKNOWN), code.name
+            except (ConnectionClosed, OSError, trio.TooSlowError, DecodeError) as exc:
+                outcome, error = UNKNOWN, type(exc).__name__
+                with trio.CancelScope(shield=True):
+                    await conn.aclose()
+                conn = None
+            done = time.monotonic()
+            with self._lock:
+                self.attempts.append(Attempt(value, sent, done, outcome, offset, error))
+                # each worker is one sequential process (order is judged per process)
+                self.history.produce(value, self.partition, outcome, offset,
+                                     process=f"{self.name}-{worker}", time=done, error=error)
+            if outcome != OK:
+                await trio.sleep(0.05)
+        if conn is not None:
+            await conn.aclose()
+
+
+class Writer:
+    """Idempotent acks=all producer; every value's outcome lands in the history (a delivery
+    failure after librdkafka's retries is in doubt: UNKNOWN)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, history: History,
+                 name: str = "writer"):
+        self.topic, self.partitions = topic, partitions
+        self.history = history
+        self.name = name
+        self.n = 0
+        self.acked = 0
+        self._lock = threading.Lock()
+        self.p = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                           "enable.idempotence": True, "linger.ms": 2,
+                           "message.timeout.ms": 120000})
+
+    def _cb(self, err, msg):
+        with self._lock:
+            value = msg.value().decode()
+            if err is None:
+                self.acked += 1
+                self.history.produce(value, msg.partition(), OK, msg.offset(),
+                                     process=f"{self.name}-{msg.partition()}", time=time.monotonic())
+            else:
+                self.history.produce(value, msg.partition(), UNKNOWN, process=f"{self.name}-"
+                                     f"{msg.partition()}", time=time.monotonic(), error=err.name())
+
+    def write_for(self, seconds: float, rate_per_s: float = 300) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.n += 1
+            self.p.produce(self.topic, f"{self.name}-{self.n}".encode(),
+                           partition=self.n % self.partitions, on_delivery=self._cb)
+            self.p.poll(1 / rate_per_s)
+
+    def flush(self, timeout_s: float = 150) -> int:
+        return self.p.flush(timeout_s)
+
+
+class Reader:
+    """Reads committed records from offset 0 of each partition on a thread, recording them."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, history: History,
+                 name: str = "reader"):
+        self.history = history
+        self.name = name
+        self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{name}-{topic}",
+                           "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        self.c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=name)
+        self.count = 0
+
+    def start(self) -> "Reader":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            m = self.c.poll(0.2)
+            if m is None or m.error():
+                continue
+            self.count += 1
+            self.history.consume(m.value().decode(), m.partition(), m.offset(),
+                                 process=f"{self.name}-{m.partition()}", time=time.monotonic())
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.c.close()
+
+
+def final_read(bootstrap: str, topic: str, partitions: int, history: History,
+               timeout_s: float = 60) -> int:
+    """Record every committed record of the topic as the final log; returns how many."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"final-{topic}",
+                  "enable.auto.commit": False})
+    total = 0
+    try:
+        for p in range(partitions):
+            tp = TopicPartition(topic, p, 0)
+            _, high = c.get_watermark_offsets(tp, timeout=15)
+            c.assign([tp])
+            seen = 0
+            deadline = time.monotonic() + timeout_s
+            while seen < high and time.monotonic() < deadline:
+                m = c.poll(0.5)
+                if m is None or m.error():
+                    continue
+                history.consume(m.value().decode(), p, m.offset(), final=True, process="final",
+                                time=time.monotonic())
+                seen = m.offset() + 1
+                total += 1
+            if seen < high:
+                raise AssertionError(f"final read of {topic}-{p} stopped at {seen} of {high}")
+    finally:
+        c.close()
+    return total
