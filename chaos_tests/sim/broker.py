@@ -20,6 +20,7 @@ import types
 from metadata_quorum.image import MetadataImage
 from partition_server.replica_manager import FetchResult, ReplicaManager
 from partition_server.replication.fetcher import FetcherManager
+from partition_server.replication.isr import NOT_APPLIED
 from partition_server.replication.partition import Role
 from chaos_tests.sim.storage import Disk
 from wire.errors import ErrorCode, KafkaError
@@ -283,16 +284,20 @@ class SimBroker:
 
     def _alter_timeout(self, req) -> None:
         for hosted, _ in self.alter_inflight.pop(req, ()):
-            hosted.state.isr_change_failed()          # ControllerUnavailable in isr.py
+            hosted.state.isr_change_uncertain()       # ControllerUnavailable in isr.py
 
     def _on_alter_partition(self, req, results) -> None:
         changes = self.alter_inflight.pop(req, None)
         if changes is None:
             return                                    # timed out already (a late answer)
         for (hosted, change), res in zip(changes, results):
-            # as replication/isr.py: refused → forget the proposal; accepted → apply at once
+            # as replication/isr.py: refused against our partition epoch → forget the proposal;
+            # other refusals → keep it pending and send again; accepted → apply at once
             if res.error != ErrorCode.NONE:
-                hosted.state.isr_change_failed()
+                if res.error in NOT_APPLIED:
+                    hosted.state.isr_change_failed()
+                else:
+                    hosted.state.isr_change_uncertain()
                 continue
             hosted.state.become_leader(res.leader_epoch, res.partition_epoch,
                                        list(hosted.state.replicas), list(res.isr), 0)

@@ -2,8 +2,12 @@
 
 The partition state machine proposes one change at a time (`isr_change_needed`); we send them in
 one AlterPartition with the partition epoch we know. On success the controller's committed record
-reaches us through the metadata stream, which re-applies leadership with the new ISR; on any
-error the pending change is dropped and proposed again on a later tick if still needed.
+reaches us through the metadata stream, which re-applies leadership with the new ISR. Only
+INELIGIBLE_REPLICA and INVALID_REQUEST prove the change was not applied (the controller checked
+them after matching our partition epoch): the pending change is dropped. A timeout or any other
+error leaves it pending and it is sent again — a timed-out earlier attempt may have been
+committed, and forgetting it would let the high watermark move without a replica the controller
+already counts in the ISR (found by the seeded simulation, chaos_tests/sim).
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ from wire.errors import ErrorCode
 from wire.messages.index_generated import REQUESTS
 
 log = logging.getLogger(__name__)
+
+# refusals the controller makes only after our partition epoch matched its own
+NOT_APPLIED = (ErrorCode.INELIGIBLE_REPLICA, ErrorCode.INVALID_REQUEST)
 
 
 async def send_alter_partition(broker, changes) -> None:
@@ -35,7 +42,7 @@ async def send_alter_partition(broker, changes) -> None:
             error_of=lambda r: next((p.error_code for t in r.topics for p in t.partitions), 0))
     except ControllerUnavailable:
         for hosted, _ in changes:
-            hosted.state.isr_change_failed()
+            hosted.state.isr_change_uncertain()
         return
     results = {(t.topic_id, p.partition_index): p for t in resp.topics for p in t.partitions}
     for hosted, change in changes:
@@ -44,7 +51,10 @@ async def send_alter_partition(broker, changes) -> None:
             code = res.error_code if res is not None else -1
             log.info("AlterPartition %s-%d → %s refused: %s", hosted.topic, change.partition,
                      list(change.new_isr), ErrorCode(code).name if code in ErrorCode._value2member_map_ else code)
-            hosted.state.isr_change_failed()
+            if code in NOT_APPLIED:
+                hosted.state.isr_change_failed()
+            else:
+                hosted.state.isr_change_uncertain()
         else:
             log.info("ISR of %s-%d is now %s", hosted.topic, change.partition, list(res.isr))
             # Apply at once (same leader epoch); the metadata stream will confirm it.

@@ -6,7 +6,8 @@ States and transitions (driven by the metadata image, never by peers):
     NONE ──become_follower(epoch)──▶ FOLLOWER(epoch, leader_id) ──become_leader(epoch' ≥ epoch)──▶ LEADER
     any  ──stop_replica()──▶ NONE            (partition deleted or this broker removed)
 
-A change carrying a leader epoch lower than the current one is stale metadata and is ignored.
+A change older than the current (leader epoch, partition epoch) is stale and ignored; one equal
+to it is already applied and changes nothing (each metadata image re-applies every partition).
 
 Leader side, as Kafka's `Partition` (KIP-101 leader epochs, KIP-497 AlterPartition, KIP-841):
 - each follower's log end offset is the fetch offset it last sent; its `last_caught_up_ms` moves
@@ -16,7 +17,11 @@ Leader side, as Kafka's `Partition` (KIP-101 leader epochs, KIP-497 AlterPartiti
   pending, the high watermark is computed over the *maximal* ISR (current ∪ pending additions):
   an expansion counts the new member at once, a shrink counts the leaving member until the
   controller has committed the change, so the high watermark never gets ahead of what the
-  committed ISR holds. `min.insync.replicas` is judged on the committed ISR;
+  committed ISR holds. A pending change is dropped only when the controller refuses it against
+  the current partition epoch (`isr_change_failed`) or the metadata stream brings a newer
+  partition state; with no answer or an ambiguous one it stays pending and is sent again
+  (`isr_change_uncertain`) — an earlier attempt may have been committed. `min.insync.replicas`
+  is judged on the committed ISR;
 - the high watermark is the minimum log end offset over the maximal ISR and only moves forward;
   after become_leader every follower's offset is unknown, so the high watermark waits for every
   ISR member to fetch in the new epoch.
@@ -82,6 +87,7 @@ class PartitionState:
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()
         self.pending_isr: tuple[int, ...] | None = None
+        self._resend_isr = False
         self.followers: dict[int, FollowerState] = {}
         # A restarted broker only knows the high watermark it checkpointed (or 0); it is never
         # above the local log end offset.
@@ -97,8 +103,12 @@ class PartitionState:
 
     def become_leader(self, leader_epoch: int, partition_epoch: int, replicas: list[int],
                       isr: list[int], now_ms: int) -> bool:
-        """Apply a metadata change naming this broker leader; False if it is stale."""
-        if self._stale(leader_epoch, partition_epoch):
+        """Apply a metadata change naming this broker leader; False if it is stale or already
+        applied (every metadata image re-applies every partition: an unchanged one must not
+        drop an AlterPartition in flight)."""
+        if self._stale(leader_epoch, partition_epoch) or (
+                self.role is Role.LEADER and
+                (leader_epoch, partition_epoch) == (self.leader_epoch, self.partition_epoch)):
             return False
         new_epoch = leader_epoch > self.leader_epoch or self.role is not Role.LEADER
         self.role = Role.LEADER
@@ -108,6 +118,7 @@ class PartitionState:
         self.replicas = tuple(replicas)
         self.isr = tuple(isr)
         self.pending_isr = None
+        self._resend_isr = False
         if new_epoch:
             # Followers' positions from an older epoch say nothing about the new one.
             self.followers = {r: FollowerState(last_caught_up_ms=now_ms)
@@ -122,6 +133,9 @@ class PartitionState:
                         replicas: list[int], isr: list[int]) -> bool:
         if self._stale(leader_epoch, partition_epoch):
             return False
+        if self.role is Role.FOLLOWER and leader_id == self.leader_id and \
+                (leader_epoch, partition_epoch) == (self.leader_epoch, self.partition_epoch):
+            return False
         self.role = Role.FOLLOWER
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
@@ -129,6 +143,7 @@ class PartitionState:
         self.replicas = tuple(replicas)
         self.isr = tuple(isr)
         self.pending_isr = None
+        self._resend_isr = False
         self.followers = {}
         return True
 
@@ -197,9 +212,16 @@ class PartitionState:
         return self.maybe_advance_high_watermark()
 
     def isr_change_needed(self, now_ms: int, replica_lag_time_max_ms: int) -> IsrChange | None:
-        """Propose one ISR shrink (laggards) or expansion (caught-up replicas), if any."""
-        if self.role is not Role.LEADER or self.pending_isr is not None:
+        """Propose one ISR shrink (laggards) or expansion (caught-up replicas), if any; or the
+        pending one again when its outcome was left uncertain."""
+        if self.role is not Role.LEADER:
             return None
+        if self.pending_isr is not None:
+            if not self._resend_isr:
+                return None
+            self._resend_isr = False
+            return IsrChange(self.topic, self.partition, self.leader_epoch, self.partition_epoch,
+                             self.pending_isr)
         lagging = [r for r in self.isr if r != self.broker_id and r in self.followers
                    and now_ms - self.followers[r].last_caught_up_ms > replica_lag_time_max_ms]
         if lagging:
@@ -217,8 +239,18 @@ class PartitionState:
                          new_isr)
 
     def isr_change_failed(self) -> None:
-        """AlterPartition was rejected or lost: forget it; the next tick may propose again."""
+        """The controller refused the change against our current partition epoch (so neither
+        this nor an earlier attempt was applied): forget it; the next tick may propose again."""
         self.pending_isr = None
+        self._resend_isr = False
+
+    def isr_change_uncertain(self) -> None:
+        """No answer, or an answer that does not prove the change was not applied (an earlier
+        attempt may have been committed: the controller's ISR may already include a replica we
+        would leave out). Keep the pending ISR — the high watermark stays computed over the
+        union, as Kafka's pending ISR states do — and send it again on the next tick; the
+        metadata stream settles it either way."""
+        self._resend_isr = True
 
     # -- follower side -------------------------------------------------------------------------
 

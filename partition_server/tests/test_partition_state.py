@@ -118,3 +118,38 @@ def test_older_partition_epoch_of_the_same_leader_epoch_is_ignored():
     assert not p.become_follower(2, 1, 2, [0, 1, 2], [0, 1, 2])
     assert p.become_follower(2, 2, 0, [0, 1, 2], [2])             # a newer leader epoch wins
     assert p.role is Role.FOLLOWER and p.isr == (2,)
+
+
+def test_uncertain_isr_expansion_stays_pending_and_is_sent_again():
+    """Seed 30 of the simulation: an expansion to {0,1,2} timed out but the controller had
+    committed it. Forgetting it let the high watermark pass replica 2's end while the
+    controller counted 2 in the ISR (and could elect it)."""
+    p, log = leader(leo=155, isr=(0, 1))
+    p.update_follower_fetch(1, 155, now_ms=1)
+    p.update_follower_fetch(2, 155, now_ms=1)
+    assert p.high_watermark == 155
+    change = p.isr_change_needed(now_ms=2, replica_lag_time_max_ms=1000)
+    assert change.new_isr == (0, 1, 2)
+    assert p.isr_change_needed(now_ms=3, replica_lag_time_max_ms=1000) is None     # in flight
+    p.isr_change_uncertain()                                # the request timed out
+    log.log_end_offset = 156
+    p.update_follower_fetch(1, 156, now_ms=4)
+    assert p.high_watermark == 155                          # still waits for replica 2
+    again = p.isr_change_needed(now_ms=5, replica_lag_time_max_ms=1000)
+    assert again == change                                  # the same change, sent again
+    assert p.isr_change_needed(now_ms=6, replica_lag_time_max_ms=1000) is None
+    # every metadata image re-applies every partition: the unchanged state keeps the proposal
+    assert not p.become_leader(1, 1, [0, 1, 2], [0, 1], 7)
+    assert p.pending_isr == (0, 1, 2) and p.high_watermark == 155
+    assert p.become_leader(1, 2, [0, 1, 2], [0, 1, 2], 8)   # the committed change arrives
+    assert p.pending_isr is None and p.isr == (0, 1, 2)
+
+
+def test_definite_refusal_forgets_the_pending_change():
+    p, _ = leader(leo=10, isr=(0, 1))
+    p.update_follower_fetch(1, 10, now_ms=1)
+    p.update_follower_fetch(2, 10, now_ms=1)
+    assert p.isr_change_needed(now_ms=2, replica_lag_time_max_ms=1000).new_isr == (0, 1, 2)
+    p.isr_change_failed()
+    assert p.pending_isr is None
+    assert p.isr_change_needed(now_ms=3, replica_lag_time_max_ms=1000).new_isr == (0, 1, 2)
