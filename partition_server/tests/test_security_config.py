@@ -1,0 +1,90 @@
+"""Listener parsing and TLS contexts from a generated dev CA."""
+
+import ssl
+import socket
+import threading
+
+import pytest
+
+from partition_server.security import listeners as L
+from partition_server.security import tls
+
+
+def test_listener_set_defaults_and_map():
+    ls = L.resolve("SASL_SSL://0.0.0.0:9093,INTERNAL://127.0.0.1:9094",
+                   "SASL_SSL://broker1.example:9093", "INTERNAL:SASL_PLAINTEXT", "INTERNAL")
+    assert [x.protocol for x in ls.bound] == ["SASL_SSL", "SASL_PLAINTEXT"]
+    assert ls.advertised_for("SASL_SSL").host == "broker1.example"
+    assert ls.advertised_for("INTERNAL").port == 9094          # not advertised → bound one
+    assert ls.inter_broker == "INTERNAL"
+    assert ls.bound[0].uses_tls and ls.bound[0].uses_sasl and not ls.bound[1].uses_tls
+    plain = L.resolve(["PLAINTEXT://127.0.0.1:9092", "CONTROLLER://127.0.0.1:9093"])
+    assert [x.name for x in plain.bound] == ["PLAINTEXT"] and plain.inter_broker == "PLAINTEXT"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("FOO://h:1",), "protocol.map"),
+    (("PLAINTEXT://h:1,PLAINTEXT://h:2",), "twice"),
+    (("PLAINTEXT://h",), "NAME://host:port"),
+    (("PLAINTEXT://h:1", "SSL://h:2"), "not bound"),
+    (("PLAINTEXT://h:1", None, "X:TLS"), "PROTOCOL"),
+    (("PLAINTEXT://h:1", None, None, "SSL"), "inter.broker.listener.name"),
+])
+def test_listener_errors_are_clear(args, needle):
+    with pytest.raises(L.ListenerConfigError, match=needle):
+        L.resolve(*args)
+
+
+def test_listener_setting_prefix():
+    props = {"sasl.enabled.mechanisms": "PLAIN",
+             "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-512"}
+    assert L.listener_setting(props, "SASL_SSL", "sasl.enabled.mechanisms") == "SCRAM-SHA-512"
+    assert L.listener_setting(props, "OTHER", "sasl.enabled.mechanisms") == "PLAIN"
+
+
+def _handshake(server_ctx, client_ctx):
+    a, b = socket.socketpair()
+    result = {}
+
+    def serve():
+        try:
+            with server_ctx.wrap_socket(a, server_side=True) as s:
+                result["principal"] = tls.peer_principal(s)
+                s.sendall(b"ok")
+        except (ssl.SSLError, OSError) as exc:
+            result["error"] = exc
+
+    t = threading.Thread(target=serve)
+    t.start()
+    try:
+        with client_ctx.wrap_socket(b, server_hostname="127.0.0.1") as c:
+            c.recv(2)
+    finally:
+        t.join(5)
+    return result
+
+
+def test_dev_ca_server_and_client_certificates(tmp_path):
+    paths = tls.generate_dev_ca(tmp_path, clients=["alice"])
+    assert (tmp_path / "server.pem").stat().st_mode & 0o077 == 0        # key not world-readable
+    server = tls.server_context(str(paths["server"]))
+    assert "principal" in _handshake(server, tls.client_context(str(paths["ca"])))
+    # a client that does not trust the CA refuses the server
+    with pytest.raises(ssl.SSLError):
+        _handshake(server, ssl.create_default_context())
+    # client certificate required: its subject becomes the principal
+    mtls = tls.server_context(str(paths["server"]), truststore=str(paths["ca"]), client_auth="required")
+    client = tls.client_context(str(paths["ca"]), str(paths["client:alice"]))
+    assert _handshake(mtls, client)["principal"] == "User:CN=alice"
+
+
+def test_tls_config_errors(tmp_path):
+    with pytest.raises(tls.TlsConfigError, match="keystore"):
+        tls.server_context("")
+    with pytest.raises(tls.TlsConfigError, match="keystore.location"):
+        tls.server_context(str(tmp_path / "missing.pem"))
+    paths = tls.generate_dev_ca(tmp_path)
+    with pytest.raises(tls.TlsConfigError, match="truststore"):
+        tls.server_context(str(paths["server"]), client_auth="required")
+    with pytest.raises(tls.TlsConfigError, match="client.auth"):
+        tls.server_context(str(paths["server"]), client_auth="maybe")
