@@ -14,10 +14,23 @@ batches. On the leader, before a batch is appended:
 
 Followers and a restarted broker rebuild the same state by feeding every batch header of the log
 to `update`, so the window survives leader failover and restarts.
+
+Transactions (KIP-98) on the partition: a transactional batch of a producer with no open
+transaction here opens one at its base offset; a COMMIT/ABORT control batch (transaction marker,
+written by the coordinator) closes it. From that:
+- the last stable offset (LSO) = min(first offset of every open transaction, high watermark):
+  read_committed consumers never read at or past it;
+- aborted transactions (producer id, first offset, marker offset), which read_committed Fetch
+  returns so the consumer drops those producers' records between first offset and the marker.
+A marker with a newer producer epoch (the coordinator bumped it to fence a producer) moves the
+producer to that epoch, so the fenced producer's late writes get INVALID_PRODUCER_EPOCH.
+The same rules run on followers and on recovery (the whole log replayed), so leaders elected
+later agree.
 """
 
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
 
@@ -59,9 +72,23 @@ def _next_seq(seq: int) -> int:
     return 0 if seq == INT32_MAX else seq + 1
 
 
+@dataclasses.dataclass(frozen=True, order=True)
+class FinishedTxn:
+    marker_offset: int          # sort key: the offset of the COMMIT/ABORT marker
+    producer_id: int
+    first_offset: int
+    aborted: bool
+
+
+MAX_FINISHED = 100_000          # finished transactions kept (committed ones only for truncation)
+
+
 class ProducerStateManager:
     def __init__(self):
         self.producers: dict[int, ProducerEntry] = {}
+        self.ongoing: dict[int, int] = {}                 # producer id → first offset
+        self.aborted: list[FinishedTxn] = []              # ordered by marker offset
+        self.committed: collections.deque = collections.deque(maxlen=MAX_FINISHED)
 
     def check(self, producer_id: int, epoch: int, base_seq: int, last_seq: int) -> Verdict:
         if producer_id < 0:
@@ -92,14 +119,87 @@ class ProducerStateManager:
             return
         entry.batches.append(CachedBatch(base_seq, last_seq, first_offset, last_offset))
 
-    def update_from_header(self, h) -> None:
+    def update_from_header(self, h, control_type=None) -> None:
+        """Every batch with a producer id, in log order (followers' appends, recovery): the
+        sequence window and the transaction tracking below."""
+        self.observe(h, control_type)
+
+    def _update_sequences(self, h) -> None:
         last_seq = (h.base_sequence + h.last_offset_delta) % (INT32_MAX + 1) \
             if h.base_sequence >= 0 else -1
         self.update(h.producer_id, h.producer_epoch, h.base_sequence, last_seq, h.base_offset,
                     h.last_offset)
 
+    # -- transactions --------------------------------------------------------------------------
+
+    def begin_txn(self, producer_id: int, offset: int) -> None:
+        """A transactional data batch at `offset`: opens the producer's transaction if none."""
+        if producer_id >= 0 and producer_id not in self.ongoing:
+            self.ongoing[producer_id] = offset
+
+    def in_transaction(self, producer_id: int) -> bool:
+        return producer_id in self.ongoing
+
+    def end_txn(self, producer_id: int, producer_epoch: int, commit: bool,
+                marker_offset: int) -> None:
+        """A COMMIT/ABORT marker was appended at `marker_offset`."""
+        entry = self.producers.get(producer_id)
+        if entry is None or producer_epoch > entry.epoch:
+            self.producers[producer_id] = ProducerEntry(producer_epoch)
+        first = self.ongoing.pop(producer_id, None)
+        if first is None:
+            return                      # no data of that transaction here (e.g. a retried marker)
+        done = FinishedTxn(marker_offset, producer_id, first, not commit)
+        if commit:
+            self.committed.append(done)
+        else:
+            self.aborted.append(done)
+
+    def observe(self, h, control_type=None) -> None:
+        """Every batch with a producer id, in log order (leader after append, followers, and
+        recovery). `control_type`: 0 ABORT / 1 COMMIT for a transaction marker (else parsed from
+        the batch bytes when they are at hand)."""
+        if h.producer_id < 0:
+            return
+        if h.is_control:
+            if control_type is None:
+                control_type = control_type_of(h.bytes())
+            if control_type in (0, 1):
+                self.end_txn(h.producer_id, h.producer_epoch, control_type == 1, h.base_offset)
+            return
+        self._update_sequences(h)
+        if h.is_transactional:
+            self.begin_txn(h.producer_id, h.base_offset)
+
+    def first_unstable_offset(self) -> int | None:
+        return min(self.ongoing.values()) if self.ongoing else None
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        first = self.first_unstable_offset()
+        return high_watermark if first is None else min(first, high_watermark)
+
+    def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of aborted transactions with data in [start, end): what
+        a read_committed Fetch returning that range must report."""
+        i = bisect.bisect_left(self.aborted, FinishedTxn(start, -1, -1, True))
+        return [(t.producer_id, t.first_offset) for t in self.aborted[i:] if t.first_offset < end]
+
+    def forget_aborted_before(self, log_start_offset: int) -> None:
+        """Retention removed the log below `log_start_offset`: drop entries wholly below it."""
+        i = bisect.bisect_left(self.aborted, FinishedTxn(log_start_offset, -1, -1, True))
+        if i:
+            del self.aborted[:i]
+
     def truncate_after(self, end_offset: int) -> None:
         """The log was truncated: forget batches at or after `end_offset`."""
+        for table in (self.aborted, self.committed):
+            kept = [t for t in table if t.marker_offset < end_offset]
+            for t in table:
+                if t.marker_offset >= end_offset and t.first_offset < end_offset:
+                    self.ongoing[t.producer_id] = t.first_offset     # its marker was cut
+            table.clear()
+            table.extend(kept)
+        self.ongoing = {pid: first for pid, first in self.ongoing.items() if first < end_offset}
         for pid in list(self.producers):
             entry = self.producers[pid]
             kept = [b for b in entry.batches if b.last_offset < end_offset]
@@ -107,3 +207,29 @@ class ProducerStateManager:
             entry.batches.extend(kept)
             if not kept:
                 del self.producers[pid]
+
+
+def control_type_of(batch) -> int | None:
+    """The control record type (0 ABORT, 1 COMMIT, ...) of a control batch's bytes."""
+    from wire.errors import DecodeError
+    from wire.records.batch import decode_batch, parse_control_key
+    try:
+        recs = decode_batch(batch).records
+        return parse_control_key(recs[0].key)[1] if recs else None
+    except (DecodeError, ValueError, IndexError):
+        return None
+
+
+def rebuild_from_segments(segments) -> ProducerStateManager:
+    """Replay every batch with a producer id of a log (restart, leader change)."""
+    import os
+    state = ProducerStateManager()
+    for seg in segments:
+        for h in seg.iter_headers(0):
+            if h.producer_id < 0:
+                continue
+            control = None
+            if h.is_control:
+                control = control_type_of(os.pread(seg.fd, h.size_in_bytes, h.pos))
+            state.observe(h, control)
+    return state

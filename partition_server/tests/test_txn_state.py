@@ -1,0 +1,144 @@
+"""Pure transaction state machine (txn/state.py) and the partition-side transaction tracking
+(last stable offset, aborted transactions) of txn/producer_state.py."""
+
+import pytest
+
+from partition_server.txn import state as S
+from partition_server.txn.producer_state import ProducerStateManager
+from wire.errors import ErrorCode
+from wire.records.batch import build_batch, build_end_txn_marker, iter_batches
+
+TP1, TP2 = ("t", 0), ("t", 1)
+
+
+def fresh(now=1000):
+    r = S.init_producer_id(None, "tx", 60000, -1, -1, None, now)
+    assert r.needs_new_producer_id
+    r = S.init_producer_id(None, "tx", 60000, -1, -1, 42, now)
+    assert r.error == ErrorCode.NONE
+    return r.metadata
+
+
+def test_happy_commit_path_and_record_round_trip():
+    m = fresh()
+    assert (m.producer_id, m.producer_epoch, m.state) == (42, 0, S.TxnState.EMPTY)
+    err, m2 = S.add_partitions(m, 42, 0, [TP1], 2000)
+    assert err == ErrorCode.NONE and m2.state is S.TxnState.ONGOING and m2.txn_start_ms == 2000
+    err, m3 = S.add_partitions(m2, 42, 0, [TP2], 2500)
+    assert m3.partitions == {TP1, TP2} and m3.txn_start_ms == 2000
+    assert S.add_partitions(m3, 42, 0, [TP1], 2600) == (ErrorCode.NONE, None)   # nothing new
+    err, p = S.end_txn(m3, 42, 0, True, 3000)
+    assert err == ErrorCode.NONE and p.state is S.TxnState.PREPARE_COMMIT
+    assert S.TransactionMetadata.from_record("tx", p.to_record()) == p
+    # while markers are written: retries and new work wait
+    assert S.end_txn(p, 42, 0, True, 3001)[0] == ErrorCode.CONCURRENT_TRANSACTIONS
+    assert S.add_partitions(p, 42, 0, [TP1], 3001)[0] == ErrorCode.CONCURRENT_TRANSACTIONS
+    assert S.init_producer_id(p, "tx", 60000, -1, -1, None, 3001).error == \
+        ErrorCode.CONCURRENT_TRANSACTIONS
+    c = S.complete(p, 4000)
+    assert c.state is S.TxnState.COMPLETE_COMMIT and not c.partitions
+    assert S.end_txn(c, 42, 0, True, 4001) == (ErrorCode.NONE, None)          # retried EndTxn
+    assert S.end_txn(c, 42, 0, False, 4001)[0] == ErrorCode.INVALID_TXN_STATE
+    err, again = S.add_partitions(c, 42, 0, [TP2], 5000)
+    assert again.state is S.TxnState.ONGOING and again.partitions == {TP2}
+
+
+def test_fencing_by_a_newer_producer_and_kip360_recovery():
+    m = fresh()
+    _, m = S.add_partitions(m, 42, 0, [TP1], 2000)
+    r = S.init_producer_id(m, "tx", 60000, -1, -1, None, 2100)     # a second instance starts
+    assert r.error == ErrorCode.CONCURRENT_TRANSACTIONS and r.abort_first
+    aborting = S.fence_and_abort(m, 2100)
+    assert aborting.state is S.TxnState.PREPARE_ABORT and aborting.producer_epoch == 1
+    # the old producer (epoch 0) is fenced everywhere
+    assert S.end_txn(aborting, 42, 0, True, 2200)[0] == ErrorCode.PRODUCER_FENCED
+    assert S.add_partitions(aborting, 42, 0, [TP2], 2200)[0] == ErrorCode.PRODUCER_FENCED
+    done = S.complete(aborting, 2300)
+    r = S.init_producer_id(done, "tx", 60000, -1, -1, None, 2400)  # the new instance retries
+    assert r.metadata.producer_epoch == 2 and r.metadata.state is S.TxnState.EMPTY
+    new = r.metadata
+    assert S.add_partitions(new, 42, 1, [TP1], 2500)[0] == ErrorCode.PRODUCER_FENCED
+    # KIP-360: only the current (pid, epoch) may ask for a bump
+    assert S.init_producer_id(new, "tx", 60000, 42, 0, None, 2600).error == ErrorCode.PRODUCER_FENCED
+    ok = S.init_producer_id(new, "tx", 60000, 42, 2, None, 2600)
+    assert ok.error == ErrorCode.NONE and ok.metadata.producer_epoch == 3
+
+
+def test_timeout_abort_lets_the_timed_out_producer_recover():
+    m = fresh()
+    _, m = S.add_partitions(m, 42, 0, [TP1], 2000)
+    assert not S.timed_out(m, 2000 + 60000)
+    assert S.timed_out(m, 2000 + 60001)
+    done = S.complete(S.fence_and_abort(m, 70000), 70100)
+    assert done.state is S.TxnState.COMPLETE_ABORT and done.producer_epoch == 1
+    assert S.end_txn(done, 42, 0, True, 70200)[0] == ErrorCode.PRODUCER_FENCED
+    r = S.init_producer_id(done, "tx", 60000, 42, 0, None, 70300)   # KIP-360 with its old epoch
+    assert r.error == ErrorCode.NONE and r.metadata.producer_epoch == 2
+
+
+def test_epoch_overflow_takes_a_new_producer_id():
+    m = S.TransactionMetadata("tx", 42, S.MAX_EPOCH, 1000)
+    r = S.init_producer_id(m, "tx", 1000, -1, -1, None, 1)
+    assert r.needs_new_producer_id
+    r = S.init_producer_id(m, "tx", 1000, -1, -1, 77, 1)
+    assert (r.metadata.producer_id, r.metadata.producer_epoch) == (77, 0)
+    assert r.metadata.last_producer_id == 42
+
+
+def test_errors_and_invalid_transitions():
+    m = fresh()
+    assert S.add_partitions(m, 7, 0, [TP1], 1)[0] == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    assert S.add_partitions(None, 7, 0, [TP1], 1)[0] == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    assert S.end_txn(m, 42, 0, True, 1)[0] == ErrorCode.INVALID_TXN_STATE        # nothing open
+    assert S.validate_timeout(0, 900000) == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+    assert S.validate_timeout(900001, 900000) == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+    with pytest.raises(S.InvalidTransition):
+        m.transition(S.TxnState.COMPLETE_COMMIT, 1)
+    _, on = S.add_partitions(m, 42, 0, [TP1], 2)
+    assert S.verify_partitions(on, 42, 0, [TP1, TP2]) == {TP1: ErrorCode.NONE,
+                                                         TP2: ErrorCode.INVALID_TXN_STATE}
+    assert S.verify_partitions(on, 42, 1, [TP1]) == {TP1: ErrorCode.PRODUCER_FENCED}
+    assert S.verify_partitions(m, 42, 0, [TP1]) == {TP1: ErrorCode.INVALID_TXN_STATE}
+
+
+# -- partition side ---------------------------------------------------------------------------------
+
+def _header(data):
+    return next(iter_batches(memoryview(data)))
+
+
+def _data(pid, epoch, seq, offset, n=2, txn=True):
+    return _header(build_batch([(b"k", b"v", [], 0)] * n, base_offset=offset, producer_id=pid,
+                               producer_epoch=epoch, base_sequence=seq, is_transactional=txn))
+
+
+def _marker(pid, epoch, commit, offset):
+    return _header(build_end_txn_marker(commit, pid, epoch, 0, base_offset=offset))
+
+
+def test_last_stable_offset_and_aborted_ranges():
+    s = ProducerStateManager()
+    s.update_from_header(_data(1, 0, 0, 0))            # pid 1: 0-1
+    s.update_from_header(_data(2, 0, 0, 2))            # pid 2: 2-3
+    assert s.last_stable_offset(4) == 0
+    s.update_from_header(_marker(1, 0, False, 4))      # abort pid 1
+    assert s.last_stable_offset(5) == 2
+    s.update_from_header(_data(3, 0, 0, 5, txn=False))  # idempotent only: never unstable
+    s.update_from_header(_marker(2, 0, True, 7))       # commit pid 2
+    assert s.last_stable_offset(8) == 8 and s.last_stable_offset(6) == 6
+    assert s.aborted_between(0, 8) == [(1, 0)]
+    assert s.aborted_between(5, 8) == []               # its marker is before 5
+    assert s.aborted_between(3, 8) == [(1, 0)]
+    # truncating the abort marker away reopens the transaction
+    s.truncate_after(4)
+    assert s.aborted_between(0, 8) == [] and s.ongoing == {1: 0, 2: 2}
+    s.truncate_after(2)
+    assert s.ongoing == {1: 0}
+
+
+def test_marker_with_a_newer_epoch_fences_late_writes():
+    s = ProducerStateManager()
+    s.update_from_header(_data(1, 0, 0, 0))
+    s.update_from_header(_marker(1, 1, False, 2))      # coordinator aborted under epoch 1
+    assert s.check(1, 0, 2, 3).error == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert s.check(1, 1, 0, 0).error == ErrorCode.NONE
