@@ -1,0 +1,595 @@
+"""Our consumer: trio-native (`Consumer`), with a blocking facade in `consumer_sync.py`.
+
+    async with Consumer("127.0.0.1:9092", {"group.id": "g", "auto.offset.reset": "earliest"}) as c:
+        c.subscribe(["orders"])                 # or c.subscribe("^orders-.*") / c.assign([...])
+        while True:
+            for record in await c.poll(1000):
+                ...
+            await c.commit()
+
+Like Kafka's consumer, group work happens inside `poll`: joining (and so the rebalance
+listeners) runs in the caller's task, while heartbeats run in a background task of the
+consumer's own nursery. A member that stops polling for longer than `max.poll.interval.ms` (the
+rebalance timeout) is dropped from the group when the group next rebalances.
+
+Positions: each assigned partition has a position (the offset of the next record `poll` returns).
+A partition without one gets its committed offset, else `auto.offset.reset` (earliest, latest,
+or none: raise). `seek*` replace the position and drop anything buffered for the partition.
+
+Config keys are Kafka's (bootstrap.servers, group.id, group.instance.id, client.id,
+auto.offset.reset, enable.auto.commit, auto.commit.interval.ms, isolation.level,
+max.poll.records, fetch.min.bytes, fetch.max.wait.ms, fetch.max.bytes,
+max.partition.fetch.bytes, session.timeout.ms, heartbeat.interval.ms, max.poll.interval.ms,
+partition.assignment.strategy, request.timeout.ms, retry.backoff.ms, metadata.max.age.ms);
+keyword arguments with underscores (group_id=...) work too.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import inspect
+import logging
+import re
+from typing import Callable, Iterable
+
+import trio
+
+from clients.assignors import RebalanceProtocol, get_assignor
+from clients.cluster import Cluster
+from clients.consumer_offsets import EARLIEST, LATEST, list_offsets
+from clients.errors import KafkaConnectionError, KafkaTimeoutError, Retry, check, classify
+from clients.fetcher import (READ_COMMITTED, READ_UNCOMMITTED, ConsumerRecord, TopicPartition,
+                             parse_partition)
+from clients.group_member import CommitFailedError, GroupMember
+from wire.errors import DecodeError, ErrorCode, KafkaError
+from wire.messages.index_generated import REQUESTS
+
+log = logging.getLogger("raftka.consumer")
+
+DEFAULTS: dict[str, object] = {
+    "bootstrap.servers": None, "group.id": None, "group.instance.id": None,
+    "client.id": "raftka-consumer", "auto.offset.reset": "latest", "enable.auto.commit": True,
+    "auto.commit.interval.ms": 5000, "isolation.level": "read_uncommitted",
+    "max.poll.records": 500, "fetch.min.bytes": 1, "fetch.max.wait.ms": 500,
+    "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 1_048_576,
+    "session.timeout.ms": 45_000, "heartbeat.interval.ms": 3000, "max.poll.interval.ms": 300_000,
+    "partition.assignment.strategy": "range,cooperative-sticky", "request.timeout.ms": 30_000,
+    "retry.backoff.ms": 100, "metadata.max.age.ms": 300_000,
+}
+LEADER_ERRORS = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                 ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.FENCED_LEADER_EPOCH,
+                 ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.REPLICA_NOT_AVAILABLE,
+                 ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.OFFSET_NOT_AVAILABLE}
+
+
+class NoOffsetForPartitionError(KafkaError):
+    """auto.offset.reset=none and the partition has no committed offset (or it is out of
+    range)."""
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+def parse_config(config: dict | None, kwargs: dict) -> dict[str, object]:
+    """Merge Kafka-style keys and keyword arguments over the defaults, coercing strings (from a
+    properties file) to the defaults' types; unknown keys are kept (and ignored)."""
+    merged = dict(DEFAULTS)
+    for key, value in list((config or {}).items()) + [(k.replace("_", "."), v)
+                                                      for k, v in kwargs.items()]:
+        default = DEFAULTS.get(key)
+        if isinstance(value, str) and isinstance(default, bool):
+            if value.lower() not in ("true", "false"):
+                raise ValueError(f"{key} must be true or false, got {value!r}")
+            value = value.lower() == "true"
+        elif isinstance(value, str) and isinstance(default, int):
+            try:
+                value = int(value)
+            except ValueError:
+                raise ValueError(f"{key} must be an integer, got {value!r}") from None
+        merged[key] = value
+    if merged["auto.offset.reset"] not in ("earliest", "latest", "none"):
+        raise ValueError(f"auto.offset.reset must be earliest, latest or none, got "
+                         f"{merged['auto.offset.reset']!r}")
+    if merged["isolation.level"] not in ("read_uncommitted", "read_committed"):
+        raise ValueError(f"isolation.level must be read_uncommitted or read_committed, got "
+                         f"{merged['isolation.level']!r}")
+    return merged
+
+
+async def _call_listener(fn, tps: list[TopicPartition]) -> None:
+    if fn is None:
+        return
+    result = fn(tps)
+    if inspect.isawaitable(result):
+        await result
+
+
+class Consumer:
+    def __init__(self, bootstrap_servers: str | None = None, config: dict | None = None,
+                 **kwargs):
+        cfg = parse_config(config, kwargs)
+        if bootstrap_servers is not None:
+            cfg["bootstrap.servers"] = bootstrap_servers
+        if not cfg["bootstrap.servers"]:
+            raise ValueError("bootstrap.servers is required")
+        self.config = cfg
+        self.group_id: str | None = cfg["group.id"] or None
+        self.isolation_level = (READ_COMMITTED if cfg["isolation.level"] == "read_committed"
+                                else READ_UNCOMMITTED)
+        self.cluster = Cluster(cfg["bootstrap.servers"], client_id=str(cfg["client.id"]),
+                               request_timeout_ms=int(cfg["request.timeout.ms"]),
+                               retry_backoff_ms=int(cfg["retry.backoff.ms"]),
+                               metadata_max_age_ms=int(cfg["metadata.max.age.ms"]))
+        strategies = cfg["partition.assignment.strategy"]
+        if isinstance(strategies, str):
+            strategies = [s for s in strategies.split(",") if s.strip()]
+        self.assignors = [s if not isinstance(s, str) else get_assignor(s) for s in strategies]
+        self.member: GroupMember | None = None
+        if self.group_id:
+            self.member = GroupMember(
+                self.cluster, self.group_id, self.assignors,
+                session_timeout_ms=int(cfg["session.timeout.ms"]),
+                rebalance_timeout_ms=int(cfg["max.poll.interval.ms"]),
+                heartbeat_interval_ms=int(cfg["heartbeat.interval.ms"]),
+                group_instance_id=cfg["group.instance.id"],
+                retry_backoff_ms=int(cfg["retry.backoff.ms"]))
+        self._topics: list[str] = []            # subscribed topics (resolved from a pattern)
+        self._pattern: re.Pattern | None = None
+        self._pattern_checked = float("-inf")
+        self._on_assigned: Callable | None = None
+        self._on_revoked: Callable | None = None
+        self._manual = False
+        self._assigned: list[TopicPartition] = []
+        self._positions: dict[TopicPartition, int] = {}
+        self._epochs: dict[TopicPartition, int] = {}
+        self._resets: dict[TopicPartition, int] = {}       # tp -> EARLIEST / LATEST
+        self._buffer: dict[TopicPartition, tuple[collections.deque, int]] = {}
+        self._paused: set[TopicPartition] = set()
+        self._next_auto_commit = 0.0
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._nursery: trio.Nursery | None = None
+        self._rr = 0
+        self.closed = False
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> "Consumer":
+        await self.cluster.start()
+        self._stack = contextlib.AsyncExitStack()
+        self._nursery = await self._stack.enter_async_context(trio.open_nursery())
+        if self.member is not None:
+            self._nursery.start_soon(self.member.heartbeat_loop)
+        self._next_auto_commit = trio.current_time() + self._auto_commit_interval
+        return self
+
+    async def __aenter__(self) -> "Consumer":
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def close(self, commit: bool = True) -> None:
+        """Commit (with auto commit), call on_revoked, leave the group, stop background work."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            with trio.move_on_after(15):
+                if self.member is not None and not self._manual and self._assigned:
+                    if commit and self.config["enable.auto.commit"] and self.member.stable:
+                        with contextlib.suppress(KafkaError):
+                            await self.commit()
+                    await _call_listener(self._on_revoked, list(self._assigned))
+                if self.member is not None and self.member.member_id:
+                    await self.member.leave()
+        finally:
+            if self._nursery is not None:
+                self._nursery.cancel_scope.cancel()
+                await self._stack.aclose()
+                self._nursery = None
+            await self.cluster.aclose()
+
+    @property
+    def _auto_commit_interval(self) -> float:
+        return int(self.config["auto.commit.interval.ms"]) / 1000
+
+    # -- subscription / assignment ---------------------------------------------------------------
+
+    def subscribe(self, topics: Iterable[str] | str | re.Pattern, *,
+                  on_assigned: Callable | None = None, on_revoked: Callable | None = None,
+                  listener=None) -> None:
+        """Join the group for `topics` (a list), or for every topic matching a pattern (a
+        compiled regex, or a string starting with "^" as librdkafka spells it). Listeners get
+        lists of TopicPartition and may be sync or async."""
+        if self.member is None:
+            raise ValueError("subscribe needs group.id (use assign() without a group)")
+        if self._manual:
+            raise ValueError("subscribe after assign: call unsubscribe() first")
+        if isinstance(topics, re.Pattern) or (isinstance(topics, str) and topics.startswith("^")):
+            self._pattern = re.compile(topics) if isinstance(topics, str) else topics
+            self._topics = []
+            self._pattern_checked = float("-inf")
+            self.cluster.want_all_topics(True)
+        else:
+            names = [topics] if isinstance(topics, str) else list(topics)
+            if not names or any(not isinstance(t, str) or not t for t in names):
+                raise ValueError("subscribe needs a non-empty list of topic names")
+            self._pattern = None
+            self._topics = sorted(set(names))
+            self.cluster.add_topics(self._topics)
+        if listener is not None:
+            on_assigned = getattr(listener, "on_partitions_assigned", on_assigned)
+            on_revoked = getattr(listener, "on_partitions_revoked", on_revoked)
+        self._on_assigned, self._on_revoked = on_assigned, on_revoked
+        self.member.rejoin_needed = True
+
+    def subscription(self) -> list[str]:
+        return list(self._topics)
+
+    def assign(self, partitions: Iterable) -> None:
+        """Manual assignment: no group membership, no rebalances (commits still go to group.id
+        if one is set)."""
+        if self._topics or self._pattern is not None:
+            raise ValueError("assign after subscribe: call unsubscribe() first")
+        tps = [TopicPartition(*tp) for tp in partitions]
+        self._manual = True
+        self._set_assignment(tps)
+        self.cluster.add_topics({tp.topic for tp in tps})
+
+    async def unsubscribe(self) -> None:
+        if self.member is not None and not self._manual and self.member.member_id:
+            await _call_listener(self._on_revoked, list(self._assigned))
+            await self.member.leave()
+        self._topics, self._pattern, self._manual = [], None, False
+        self._set_assignment([])
+
+    def assignment(self) -> list[TopicPartition]:
+        return list(self._assigned)
+
+    def _set_assignment(self, tps: list[TopicPartition]) -> None:
+        keep = set(tps)
+        self._assigned = sorted(keep)
+        for d in (self._positions, self._epochs, self._resets, self._buffer):
+            for tp in [tp for tp in d if tp not in keep]:
+                del d[tp]
+        self._paused &= keep
+
+    # -- positions -------------------------------------------------------------------------------
+
+    def seek(self, tp, offset: int) -> None:
+        tp = self._owned(tp)
+        if offset < 0:
+            raise ValueError(f"seek offset must be >= 0, got {offset}")
+        self._positions[tp] = offset
+        self._resets.pop(tp, None)
+        self._buffer.pop(tp, None)
+
+    def seek_to_beginning(self, tps: Iterable | None = None) -> None:
+        self._seek_to(tps, EARLIEST)
+
+    def seek_to_end(self, tps: Iterable | None = None) -> None:
+        self._seek_to(tps, LATEST)
+
+    def _seek_to(self, tps, spec: int) -> None:
+        for tp in (self._assigned if tps is None else [self._owned(t) for t in tps]):
+            self._positions.pop(tp, None)
+            self._buffer.pop(tp, None)
+            self._resets[tp] = spec
+
+    def _owned(self, tp) -> TopicPartition:
+        tp = TopicPartition(*tp)
+        if tp not in self._assigned:
+            raise ValueError(f"{tp.topic}-{tp.partition} is not assigned to this consumer")
+        return tp
+
+    async def position(self, tp) -> int:
+        tp = self._owned(tp)
+        if tp not in self._positions:
+            await self._resolve_positions()
+        return self._positions[tp]
+
+    async def committed(self, tps: Iterable) -> dict[TopicPartition, int | None]:
+        if self.member is None:
+            raise ValueError("committed offsets need group.id")
+        tps = [TopicPartition(*tp) for tp in tps]
+        got = await self.member.fetch_committed(tps)
+        return {TopicPartition(*tp): (v[0] if v else None) for tp, v in got.items()}
+
+    async def offsets_for_times(self, timestamps: dict) -> dict[TopicPartition, tuple[int, int] | None]:
+        """{tp: timestamp ms} -> {tp: (offset, timestamp)} of the first record at or after it,
+        or None when there is none."""
+        specs = {tuple(tp): ts for tp, ts in timestamps.items()}
+        if any(ts < 0 for ts in specs.values()):
+            raise ValueError("timestamps must be >= 0")
+        got = await list_offsets(self.cluster, specs, self.isolation_level)
+        return {TopicPartition(*tp): v for tp, v in got.items()}
+
+    async def beginning_offsets(self, tps: Iterable) -> dict[TopicPartition, int]:
+        got = await list_offsets(self.cluster, {tuple(tp): EARLIEST for tp in tps},
+                                 self.isolation_level)
+        return {TopicPartition(*tp): v[0] for tp, v in got.items() if v}
+
+    async def end_offsets(self, tps: Iterable) -> dict[TopicPartition, int]:
+        got = await list_offsets(self.cluster, {tuple(tp): LATEST for tp in tps},
+                                 self.isolation_level)
+        return {TopicPartition(*tp): v[0] for tp, v in got.items() if v}
+
+    def pause(self, tps: Iterable) -> None:
+        self._paused.update(self._owned(tp) for tp in tps)
+
+    def resume(self, tps: Iterable) -> None:
+        self._paused.difference_update(TopicPartition(*tp) for tp in tps)
+
+    def paused(self) -> list[TopicPartition]:
+        return sorted(self._paused)
+
+    async def _resolve_positions(self) -> None:
+        missing = [tp for tp in self._assigned if tp not in self._positions
+                   and tp not in self._resets]
+        if missing and self.member is not None:
+            got = await self.member.fetch_committed(missing)
+            for tp in missing:
+                if got.get(tp):
+                    self._positions[tp] = got[tp][0]
+        for tp in missing:
+            if tp not in self._positions:
+                self._reset_by_policy(tp)
+        if self._resets:
+            specs = dict(self._resets)
+            got = await list_offsets(self.cluster, specs, self.isolation_level)
+            for tp, spec in specs.items():
+                if self._resets.get(tp) == spec and got.get(tp):
+                    self._positions[tp] = got[tp][0]
+                    del self._resets[tp]
+
+    def _reset_by_policy(self, tp: TopicPartition) -> None:
+        policy = self.config["auto.offset.reset"]
+        if policy == "none":
+            raise NoOffsetForPartitionError(
+                f"{tp.topic}-{tp.partition}: no committed offset and auto.offset.reset=none")
+        self._resets[tp] = EARLIEST if policy == "earliest" else LATEST
+        self._buffer.pop(tp, None)
+        self._positions.pop(tp, None)
+
+    # -- commits ---------------------------------------------------------------------------------
+
+    def _current_offsets(self) -> dict:
+        return {tp: (pos, self._epochs.get(tp, -1), None) for tp, pos in self._positions.items()
+                if tp in self._assigned}
+
+    async def commit(self, offsets: dict | None = None, *, asynchronous: bool = False,
+                     callback: Callable | None = None) -> None:
+        """Commit `offsets` ({tp: next offset to read}) or every current position. Sync raises
+        CommitFailedError after a rebalance; async hands (offsets, error or None) to
+        `callback`."""
+        if self.member is None:
+            raise ValueError("commit needs group.id")
+        if offsets is None:
+            commit = self._current_offsets()
+        else:
+            commit = {TopicPartition(*tp): (int(off), -1, None) for tp, off in offsets.items()}
+        if not commit:
+            return
+        use_generation = not self._manual
+        if not asynchronous:
+            await self.member.commit(commit, use_generation)
+            return
+
+        async def run() -> None:
+            err = None
+            try:
+                await self.member.commit(commit, use_generation)
+            except KafkaError as exc:
+                err = exc
+                log.info("async commit for group %s failed: %s", self.group_id, exc)
+            if callback is not None:
+                await _call_listener(lambda _: callback({tp: o for tp, (o, _, _) in commit.items()},
+                                                        err), [])
+        self._nursery.start_soon(run)
+
+    async def _maybe_auto_commit(self) -> None:
+        if (self.member is None or not self.config["enable.auto.commit"]
+                or trio.current_time() < self._next_auto_commit):
+            return
+        self._next_auto_commit = trio.current_time() + self._auto_commit_interval
+        if self._manual or self.member.stable:
+            await self.commit(asynchronous=True)
+
+    # -- group -----------------------------------------------------------------------------------
+
+    async def _check_pattern(self) -> None:
+        if self._pattern is None:
+            return
+        now = trio.current_time()
+        if now - self._pattern_checked < min(self.cluster.metadata_max_age_s, 5.0) \
+                and self._topics:
+            return
+        self._pattern_checked = now
+        md = await self.cluster.refresh_metadata(all_topics=True)
+        matched = sorted(t for t, info in md.topics.items()
+                         if not info.is_internal and self._pattern.search(t))
+        if matched != self._topics:
+            self._topics = matched
+            self.member.rejoin_needed = True
+
+    async def _ensure_group(self) -> None:
+        member = self.member
+        if member is None or self._manual or (not self._topics and self._pattern is None):
+            return
+        await self._check_pattern()
+        if not member.rejoin_needed and member.stable:
+            return
+        deadline = trio.current_time() + member.rebalance_timeout_ms / 1000 + 60
+        while member.rejoin_needed or not member.stable:
+            owned = list(self._assigned)
+            cooperative = member.rebalance_protocol is RebalanceProtocol.COOPERATIVE
+            if owned and not cooperative:
+                # eager: give everything back before joining (commit what we consumed first)
+                if self.config["enable.auto.commit"] and member.generation >= 0:
+                    with contextlib.suppress(KafkaError):
+                        await self.commit()
+                await _call_listener(self._on_revoked, owned)
+                self._set_assignment([])
+                owned = []
+            new = await member.join(self._topics, owned, deadline)
+            if new is None:
+                await trio.sleep(member.retry_backoff_s)
+                continue
+            new_set = {TopicPartition(*tp) for tp in new}
+            if member.rebalance_protocol is RebalanceProtocol.COOPERATIVE:
+                revoked = [tp for tp in owned if tp not in new_set]
+                added = sorted(tp for tp in new_set if tp not in set(owned))
+                if revoked:
+                    if self.config["enable.auto.commit"]:
+                        with contextlib.suppress(KafkaError):
+                            await self.commit({tp: self._positions[tp] for tp in revoked
+                                               if tp in self._positions})
+                    await _call_listener(self._on_revoked, revoked)
+                    member.rejoin_needed = True      # KIP-429: rejoin so they can move
+                self._set_assignment(sorted(new_set))
+                await _call_listener(self._on_assigned, added)
+            else:
+                if owned:                    # a cooperative->eager switch: revoke all first
+                    await _call_listener(self._on_revoked, owned)
+                self._set_assignment(sorted(new_set))
+                await _call_listener(self._on_assigned, sorted(new_set))
+            log.info("group %s generation %d: assigned %s", self.group_id, member.generation,
+                     [f"{t}-{p}" for t, p in self._assigned])
+
+    # -- poll ------------------------------------------------------------------------------------
+
+    async def poll(self, timeout_ms: int = 1000) -> list[ConsumerRecord]:
+        """Up to max.poll.records records, waiting at most about `timeout_ms` for some (a
+        rebalance in progress may take longer, as in Kafka)."""
+        if self.closed or self._nursery is None:
+            raise RuntimeError("consumer is not started (use `async with` or start())")
+        deadline = trio.current_time() + max(0, timeout_ms) / 1000
+        while True:
+            await self._ensure_group()
+            await self._maybe_auto_commit()
+            await self._resolve_positions()
+            records = self._drain()
+            if records:
+                return records
+            remaining = deadline - trio.current_time()
+            if remaining <= 0:
+                return []
+            if not self._fetchable():
+                await trio.sleep(min(remaining, 0.05))
+                continue
+            await self._fetch(remaining)
+
+    def _fetchable(self) -> list[TopicPartition]:
+        return [tp for tp in self._assigned if tp in self._positions and tp not in self._paused
+                and tp not in self._buffer]
+
+    def _drain(self) -> list[ConsumerRecord]:
+        limit = int(self.config["max.poll.records"])
+        out: list[ConsumerRecord] = []
+        ready = [tp for tp in self._assigned if tp in self._buffer and tp not in self._paused]
+        if not ready:
+            return out
+        self._rr = (self._rr + 1) % len(ready)      # rotate so no partition starves
+        for tp in ready[self._rr:] + ready[:self._rr]:
+            queue, next_offset = self._buffer[tp]
+            while queue and len(out) < limit:
+                record = queue.popleft()
+                out.append(record)
+                self._positions[tp] = record.offset + 1
+                self._epochs[tp] = record.leader_epoch
+            if not queue:
+                del self._buffer[tp]
+                self._positions[tp] = max(self._positions[tp], next_offset)
+            if len(out) >= limit:
+                break
+        return out
+
+    async def _fetch(self, remaining_s: float) -> None:
+        by_node: dict[int, list[TopicPartition]] = {}
+        unknown = False
+        for tp in self._fetchable():
+            leader = self.cluster.leader_for(*tp)
+            if leader is None:
+                unknown = True
+            else:
+                by_node.setdefault(leader, []).append(tp)
+        if unknown:
+            await self.cluster.refresh_metadata({tp.topic for tp in self._assigned})
+        if not by_node:
+            await trio.sleep(min(remaining_s, self.cluster.retry_backoff_s))
+            return
+        max_wait_ms = int(min(int(self.config["fetch.max.wait.ms"]), remaining_s * 1000))
+        refresh = False
+
+        async def one(node: int, tps: list[TopicPartition]) -> None:
+            nonlocal refresh
+            try:
+                refresh |= await self._fetch_node(node, tps, max_wait_ms)
+            except (KafkaConnectionError, KafkaTimeoutError) as exc:
+                log.info("fetch from node %d failed: %s", node, exc)
+                refresh = True
+
+        async with trio.open_nursery() as nursery:
+            for node, tps in by_node.items():
+                nursery.start_soon(one, node, tps)
+        if refresh:
+            await trio.sleep(self.cluster.retry_backoff_s)
+            await self.cluster.refresh_metadata({tp.topic for tp in self._assigned}, force=True)
+
+    async def _fetch_node(self, node: int, tps: list[TopicPartition], max_wait_ms: int) -> bool:
+        """One Fetch to one leader; buffers what came back. True if metadata needs a refresh."""
+        fr = REQUESTS[1]
+        asked = {tp: self._positions[tp] for tp in tps}
+        by_topic: dict[str, list] = {}
+        for tp, offset in asked.items():
+            by_topic.setdefault(tp.topic, []).append(fr.FetchPartition(
+                partition=tp.partition, current_leader_epoch=-1, fetch_offset=offset,
+                last_fetched_epoch=-1, log_start_offset=-1,
+                partition_max_bytes=int(self.config["max.partition.fetch.bytes"])))
+        req = fr(replica_id=-1, max_wait_ms=max_wait_ms,
+                 min_bytes=int(self.config["fetch.min.bytes"]),
+                 max_bytes=int(self.config["fetch.max.bytes"]),
+                 isolation_level=self.isolation_level, session_id=0, session_epoch=-1,
+                 topics=[fr.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
+                 forgotten_topics_data=[], rack_id="")
+        resp = await self.cluster.call(node, req, channel="fetch", max_version=12, min_version=4,
+                                       timeout_s=max_wait_ms / 1000 + self.cluster.request_timeout_s)
+        if resp.error_code:
+            check(resp.error_code, None, "fetch")
+        refresh = False
+        for topic in resp.responses:
+            for part in topic.partitions:
+                tp = TopicPartition(topic.topic, part.partition_index)
+                offset = asked.get(tp)
+                if offset is None or self._positions.get(tp) != offset or tp in self._buffer:
+                    continue          # seeked, revoked or reset while the fetch was out
+                refresh |= self._handle_partition(tp, offset, part)
+        return refresh
+
+    def _handle_partition(self, tp: TopicPartition, offset: int, part) -> bool:
+        code = part.error_code
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            log.info("%s-%d: offset %d out of range; applying auto.offset.reset", tp.topic,
+                     tp.partition, offset)
+            self._reset_by_policy(tp)
+            return False
+        if code in LEADER_ERRORS:
+            return True
+        if code:
+            if classify(code) is Retry.NO:
+                check(code, None, f"fetch {tp.topic}-{tp.partition}")
+            return True
+        try:
+            got = parse_partition(tp.topic, tp.partition, part.records, offset,
+                                  self.isolation_level, part.aborted_transactions)
+        except DecodeError as exc:
+            raise KafkaError(f"{tp.topic}-{tp.partition} at offset {offset}: {exc}",
+                             ErrorCode.CORRUPT_MESSAGE) from None
+        if got.records:
+            self._buffer[tp] = (collections.deque(got.records), got.next_offset)
+        elif got.next_offset > offset:
+            self._positions[tp] = got.next_offset     # only markers / aborted records
+        return False
+
+
+__all__ = ["CommitFailedError", "Consumer", "ConsumerRecord", "NoOffsetForPartitionError",
+           "TopicPartition", "parse_config"]
