@@ -71,6 +71,8 @@ class Broker:
         self.fetchers = FetcherManager(self)
         from partition_server.group.coordinator import GroupCoordinator
         self.groups = GroupCoordinator(self)
+        from partition_server.txn.coordinator import TransactionCoordinator
+        self.txn = TransactionCoordinator(self)
         from partition_server.handlers.producer_id import ProducerIdBlock
         self.producer_ids = ProducerIdBlock()
         self.image = MetadataImage()
@@ -136,6 +138,7 @@ class Broker:
                 self.fetchers.unfollow(*key)
                 self.replicas.remove_partition(*key, delete=True)
         self.groups.on_image()
+        self.txn.on_image()
         self.purgatory.notify_all()
 
     def on_heartbeat_state(self) -> None:
@@ -217,6 +220,7 @@ class Broker:
             nursery.start_soon(self._isr_loop)
             nursery.start_soon(self._housekeeping_loop)
             nursery.start_soon(self.groups.tick_loop)
+            nursery.start_soon(self.txn.run)
             nursery.start_soon(self.groups.lag.run)
             if self.config["raftka.metrics.listener"]:
                 from partition_server.metrics import serve_metrics

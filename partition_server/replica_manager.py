@@ -23,7 +23,7 @@ import os
 from typing import Iterable
 
 from partition_server.replication.partition import PartitionState, Role
-from partition_server.txn.producer_state import ProducerStateManager
+from partition_server.txn.producer_state import ProducerStateManager, rebuild_from_segments
 from wire.errors import DecodeError, ErrorCode, KafkaError
 from wire.records.batch import iter_batches
 
@@ -45,12 +45,11 @@ class HostedPartition:
     cleaner: object = None          # LogCleaner, created by the broker for compacted topics
 
     def rebuild_producer_state(self) -> None:
-        """Replay every idempotent batch header of the log (restart, new leader)."""
-        self.producers = ProducerStateManager()
-        for seg in self.log.segments:
-            for h in seg.iter_headers(0):
-                if h.producer_id >= 0:
-                    self.producers.update_from_header(h)
+        """Replay every idempotent/transactional batch of the log (restart, new leader)."""
+        self.producers = rebuild_from_segments(self.log.segments)
+
+    def last_stable_offset(self) -> int:
+        return self.producers.last_stable_offset(self.state.high_watermark)
 
 
 @dataclasses.dataclass
@@ -72,6 +71,7 @@ class FetchResult:
     records: list = dataclasses.field(default_factory=list)   # bytes or FileRange chunks
     size: int = 0
     diverging_epoch: tuple[int, int] | None = None
+    aborted_transactions: list | None = None                   # read_committed: [(pid, first)]
     leader: tuple[int, int] = (-1, -1)                         # (leader_id, leader_epoch)
 
 
@@ -222,9 +222,41 @@ class ReplicaManager:
             count = h.last_offset_delta + 1
             hosted.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, last_seq,
                                     first, first + count - 1)
+            if h.is_transactional:
+                hosted.producers.begin_txn(h.producer_id, first)
             first += count
         return ProduceResult(ErrorCode.NONE, info.first_offset, info.last_offset,
                              getattr(info, "log_append_time", -1), hosted.log.log_start_offset)
+
+    def append_as_coordinator(self, topic: str, partition: int, batch: bytes, now_ms: int,
+                              control_type: int | None = None) -> ProduceResult:
+        """One batch from a coordinator on this leader: a transaction marker (`control_type` 0
+        ABORT / 1 COMMIT) or a transactional offset commit. No sequence checks (these batches
+        carry none); control batches are allowed (Kafka's AppendOrigin.COORDINATOR)."""
+        hosted = self.partitions.get((topic, partition))
+        if hosted is None or hosted.state.role is not Role.LEADER:
+            return ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if hosted.offline:
+            return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR)
+        try:
+            self.check_storage()
+            info = hosted.log.append_as_leader(batch, hosted.state.leader_epoch, now_ms,
+                                               origin="coordinator")
+        except KafkaError as exc:
+            return ProduceResult(ErrorCode(exc.code), message=str(exc))
+        except OSError as exc:
+            self.storage_failed(hosted, exc)
+            return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR)
+        hosted.state.after_local_append()
+        h = next(iter_batches(memoryview(batch)))
+        if h.producer_id >= 0:
+            if control_type is not None:
+                hosted.producers.end_txn(h.producer_id, h.producer_epoch, control_type == 1,
+                                         info.first_offset)
+            elif h.is_transactional:
+                hosted.producers.begin_txn(h.producer_id, info.first_offset)
+        return ProduceResult(ErrorCode.NONE, info.first_offset, info.last_offset, -1,
+                             hosted.log.log_start_offset)
 
     def produce_completion(self, topic: str, partition: int, last_offset: int) -> ErrorCode | None:
         """For an acks=all append waiting in purgatory: None while waiting, else its outcome."""
@@ -241,7 +273,7 @@ class ReplicaManager:
 
     def read(self, topic: str, partition: int, fetch_offset: int, max_bytes: int,
              current_leader_epoch: int, replica_id: int, last_fetched_epoch: int,
-             now_ms: int, min_one: bool) -> FetchResult:
+             now_ms: int, min_one: bool, isolation_level: int = 0) -> FetchResult:
         hosted = self.partitions.get((topic, partition))
         if hosted is None:
             return FetchResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
@@ -266,10 +298,17 @@ class ReplicaManager:
         if fetch_offset < plog.log_start_offset or fetch_offset > plog.log_end_offset:
             return FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, state.high_watermark,
                                state.high_watermark, plog.log_start_offset)
-        max_offset = None if is_follower else state.high_watermark
+        lso = hosted.last_stable_offset()
+        # read_committed consumers stop at the last stable offset (first open transaction)
+        max_offset = None if is_follower else lso if isolation_level == 1 else state.high_watermark
         data = plog.read(fetch_offset, max_bytes, max_offset=max_offset, min_one=min_one)
-        return FetchResult(ErrorCode.NONE, state.high_watermark, state.high_watermark,
-                           plog.log_start_offset, list(data.ranges), data.size)
+        aborted = None
+        if isolation_level == 1 and not is_follower:
+            end = data.next_offset if data.size else fetch_offset
+            aborted = hosted.producers.aborted_between(fetch_offset, end) if data.size else []
+        return FetchResult(ErrorCode.NONE, state.high_watermark, lso,
+                           plog.log_start_offset, list(data.ranges), data.size,
+                           aborted_transactions=aborted)
 
     @staticmethod
     def _diverging_epoch(plog, fetch_offset: int, last_fetched_epoch: int):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from partition_server.handlers import (admin, cluster, consumer_group, fetch, group, produce,
-                                       producer_id)
+                                       producer_id, txn)
 
 log = logging.getLogger(__name__)
 
@@ -17,7 +17,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     3: (0, 12),      # Metadata
     8: (0, 9),       # OffsetCommit (v9: KIP-848 member epochs)
     9: (0, 9),       # OffsetFetch
-    10: (0, 4),      # FindCoordinator (groups; transactions answer COORDINATOR_NOT_AVAILABLE)
+    10: (0, 4),      # FindCoordinator (groups and transactions)
     11: (0, 9),      # JoinGroup
     12: (0, 4),      # Heartbeat
     13: (0, 5),      # LeaveGroup
@@ -29,7 +29,14 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     68: (0, 1),      # ConsumerGroupHeartbeat (KIP-848)
     69: (0, 0),      # ConsumerGroupDescribe
     18: (0, 3),      # ApiVersions
-    22: (0, 4),      # InitProducerId (idempotent producers; transactional ids not yet)
+    22: (0, 4),      # InitProducerId (idempotent and transactional producers)
+    24: (0, 4),      # AddPartitionsToTxn (v4: batches, KIP-890 verify-only; broker to broker)
+    25: (0, 3),      # AddOffsetsToTxn
+    26: (0, 3),      # EndTxn
+    27: (0, 1),      # WriteTxnMarkers (coordinator to partition leaders)
+    28: (0, 3),      # TxnOffsetCommit
+    65: (0, 0),      # DescribeTransactions
+    66: (0, 1),      # ListTransactions
     19: (2, 7),      # CreateTopics        → forwarded to the active controller
     20: (1, 6),      # DeleteTopics        → forwarded
     21: (0, 2),      # DeleteRecords
@@ -52,7 +59,7 @@ HANDLERS = {
     3: cluster.handle_metadata,
     18: cluster.handle_api_versions,
     8: group.handle_offset_commit, 9: group.handle_offset_fetch,
-    10: group.handle_find_coordinator, 11: group.handle_join_group, 12: group.handle_heartbeat,
+    10: txn.handle_find_coordinator, 11: group.handle_join_group, 12: group.handle_heartbeat,
     13: group.handle_leave_group, 14: group.handle_sync_group, 15: group.handle_describe_groups,
     16: group.handle_list_groups, 42: group.handle_delete_groups, 47: group.handle_offset_delete,
     68: consumer_group.handle_consumer_group_heartbeat,
@@ -60,7 +67,10 @@ HANDLERS = {
     19: admin.forward, 20: admin.forward, 33: admin.forward, 37: admin.forward,
     43: admin.forward, 44: admin.forward, 55: admin.forward, 30: admin.forward, 31: admin.forward,
     21: fetch.handle_delete_records,
-    22: producer_id.handle_init_producer_id,
+    22: txn.handle_init_producer_id,
+    24: txn.handle_add_partitions_to_txn, 25: txn.handle_add_offsets_to_txn,
+    26: txn.handle_end_txn, 27: txn.handle_write_txn_markers, 28: txn.handle_txn_offset_commit,
+    65: txn.handle_describe_transactions, 66: txn.handle_list_transactions,
     23: fetch.handle_offset_for_leader_epoch,
     32: cluster.handle_describe_configs,
     60: cluster.handle_describe_cluster,

@@ -43,11 +43,12 @@ def _name(broker, req, key):
     return key[0] if req.api_version < 13 else broker.image.topic_names.get(key[0])
 
 
-def _available(broker, topic, p, replica_id) -> bool:
+def _available(broker, topic, p, replica_id, isolation_level=0) -> bool:
     hosted = broker.replicas.get(topic, p.partition)
     if hosted is None or hosted.state.role is not Role.LEADER:
         return True                         # an error answer is ready now
-    limit = hosted.log.log_end_offset if replica_id >= 0 else hosted.state.high_watermark
+    limit = hosted.log.log_end_offset if replica_id >= 0 else hosted.last_stable_offset() \
+        if isolation_level == 1 else hosted.state.high_watermark
     return limit != p.fetch_offset
 
 
@@ -66,6 +67,9 @@ async def handle_fetch(broker, req):
     unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if req.api_version < 13 else \
         ErrorCode.UNKNOWN_TOPIC_ID
 
+    # read_committed (1): bounded by the last stable offset, with the aborted transactions
+    isolation = body.isolation_level if req.api_version >= 4 else 0
+
     def gather():
         remaining = body.max_bytes
         results = []
@@ -78,7 +82,8 @@ async def handle_fetch(broker, req):
                 res = broker.replicas.read(topic, p.partition, p.fetch_offset, limit,
                                            p.current_leader_epoch, replica_id,
                                            p.last_fetched_epoch, now,
-                                           min_one=remaining == body.max_bytes)
+                                           min_one=remaining == body.max_bytes,
+                                           isolation_level=isolation)
             except KafkaError as exc:
                 res = FetchResult(exc.error_code)
             remaining -= res.size
@@ -94,7 +99,7 @@ async def handle_fetch(broker, req):
     if total < body.min_bytes and not errors and body.max_wait_ms > 0:
         keys = [(t, p.partition) for t, _, p in parts]
         await broker.purgatory.wait_until(
-            keys, lambda: any(_available(broker, t, p, replica_id) for t, _, p in parts),
+            keys, lambda: any(_available(broker, t, p, replica_id, isolation) for t, _, p in parts),
             body.max_wait_ms / 1000)
         now = int(time.time() * 1000)
         results = gather()
@@ -113,7 +118,10 @@ def _response(req, results, session_id: int):
                                high_watermark=r.high_watermark,
                                last_stable_offset=r.last_stable_offset,
                                log_start_offset=r.log_start_offset,
-                               aborted_transactions=[] if read_committed else None,
+                               aborted_transactions=[
+                                   cls.AbortedTransaction(producer_id=pid, first_offset=first)
+                                   for pid, first in r.aborted_transactions or ()]
+                               if read_committed else None,
                                preferred_read_replica=-1,
                                records=(r.records[0] if len(r.records) == 1 else
                                         b"".join(x.read() for x in r.records)) if r.records else b"")
@@ -150,14 +158,17 @@ async def handle_list_offsets(broker, req):
             elif (code := check_leader_epoch(hosted.state, p.current_leader_epoch)) != ErrorCode.NONE:
                 out.error_code = code
             else:
-                _lookup(hosted, p.timestamp, out, req.api_version)
+                # read_committed (v2+): "latest" is the last stable offset, as in Kafka
+                committed = req.api_version >= 2 and req.body.isolation_level == 1
+                _lookup(hosted, p.timestamp, out, req.api_version,
+                        hosted.last_stable_offset() if committed else None)
             parts.append(out)
         topics.append(cls.ListOffsetsTopicResponse(name=t.name, partitions=parts))
     return cls(topics=topics)
 
 
-def _lookup(hosted, timestamp, out, version) -> None:
-    plog, hw = hosted.log, hosted.state.high_watermark
+def _lookup(hosted, timestamp, out, version, bound=None) -> None:
+    plog, hw = hosted.log, hosted.state.high_watermark if bound is None else bound
     out.leader_epoch = hosted.state.leader_epoch
     if timestamp == -1:
         found = (hw, -1)

@@ -1,0 +1,210 @@
+"""Transaction APIs: FindCoordinator(key_type=1), InitProducerId (transactional),
+AddPartitionsToTxn (v4+: batches and KIP-890 verify-only), AddOffsetsToTxn, TxnOffsetCommit,
+EndTxn, WriteTxnMarkers, DescribeTransactions, ListTransactions.
+
+Every coordinator API first checks ownership of the transactional id (NOT_COORDINATOR,
+COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE); then `txn/state.py` decides
+(INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED, CONCURRENT_TRANSACTIONS, INVALID_TXN_STATE,
+INVALID_TRANSACTION_TIMEOUT — see its header). AddPartitionsToTxn also answers
+UNKNOWN_TOPIC_OR_PARTITION for partitions not in the metadata (and OPERATION_NOT_ATTEMPTED for
+the others of that request, as Kafka). TxnOffsetCommit checks the *group* coordinator
+(NOT_COORDINATOR...) and, when a generation is given, the member (ILLEGAL_GENERATION,
+UNKNOWN_MEMBER_ID). WriteTxnMarkers: see `txn/markers.py`.
+"""
+
+from __future__ import annotations
+
+from partition_server.handlers import group, producer_id
+from partition_server.txn.markers import append_marker_locally
+from partition_server.txn.state import TxnState
+from wire.errors import ErrorCode
+from wire.messages.index_generated import RESPONSES
+
+
+async def handle_find_coordinator(broker, req):
+    body = req.body
+    if body.key_type == 0:
+        return await group.handle_find_coordinator(broker, req)
+    cls = RESPONSES[10]
+    if body.key_type != 1:
+        err = ErrorCode.INVALID_REQUEST
+        if req.api_version >= 4:
+            return cls(coordinators=[cls.Coordinator(key=k, node_id=-1, host="", port=-1,
+                                                     error_code=err)
+                                     for k in body.coordinator_keys])
+        return cls(error_code=err, node_id=-1, host="", port=-1)
+    keys = list(body.coordinator_keys) if req.api_version >= 4 else [body.key]
+    results = [(k, *(await broker.txn.find(k))) for k in keys]
+    if req.api_version >= 4:
+        return cls(coordinators=[cls.Coordinator(key=k, node_id=n, host=h, port=p, error_code=e)
+                                 for k, e, n, h, p in results])
+    _, e, n, h, p = results[0]
+    return cls(error_code=e, node_id=n, host=h, port=p)
+
+
+async def handle_init_producer_id(broker, req):
+    b = req.body
+    if b.transactional_id is None:
+        return await producer_id.handle_init_producer_id(broker, req)
+    cls = RESPONSES[22]
+    expected_pid = b.producer_id if req.api_version >= 3 else -1
+    expected_epoch = b.producer_epoch if req.api_version >= 3 else -1
+    err, pid, epoch = await broker.txn.init_producer_id(b.transactional_id, b.transaction_timeout_ms,
+                                                        expected_pid, expected_epoch)
+    if err == ErrorCode.PRODUCER_FENCED and req.api_version < 4:
+        err = ErrorCode.INVALID_PRODUCER_EPOCH          # PRODUCER_FENCED is new in v4 (KIP-588)
+    return cls(error_code=err, producer_id=pid, producer_epoch=epoch)
+
+
+def _old_fenced(err, version: int, new_from: int):
+    return ErrorCode.INVALID_PRODUCER_EPOCH if err == ErrorCode.PRODUCER_FENCED and \
+        version < new_from else err
+
+
+async def _add_one(broker, tid, pid, epoch, topics, verify_only: bool, version: int) -> dict:
+    """{(topic, partition): error} for one transaction of AddPartitionsToTxn."""
+    wanted = [(t.name, p) for t in topics for p in t.partitions]
+    unknown = {tp for tp in wanted if broker.image.partition(*tp) is None}
+    if unknown:
+        return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
+                else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in wanted}
+    if verify_only:
+        return broker.txn.verify(tid, pid, epoch, wanted)
+    err = await broker.txn.add_partitions(tid, pid, epoch, wanted)
+    err = _old_fenced(err, version, 4)
+    return {tp: err for tp in wanted}
+
+
+async def handle_add_partitions_to_txn(broker, req):
+    cls = RESPONSES[24]
+    b = req.body
+
+    def topic_results(errors: dict):
+        by_topic: dict = {}
+        for (t, p), e in errors.items():
+            by_topic.setdefault(t, []).append(cls.AddPartitionsToTxnPartitionResult(
+                partition_index=p, partition_error_code=e))
+        return [cls.AddPartitionsToTxnTopicResult(name=t, results_by_partition=ps)
+                for t, ps in by_topic.items()]
+
+    if req.api_version < 4:
+        errors = await _add_one(broker, b.v3_and_below_transactional_id, b.v3_and_below_producer_id,
+                                b.v3_and_below_producer_epoch, b.v3_and_below_topics, False,
+                                req.api_version)
+        return cls(results_by_topic_v3_and_below=topic_results(errors))
+    out = []
+    for txn in b.transactions:
+        errors = await _add_one(broker, txn.transactional_id, txn.producer_id, txn.producer_epoch,
+                                txn.topics, txn.verify_only, req.api_version)
+        out.append(cls.AddPartitionsToTxnResult(transactional_id=txn.transactional_id,
+                                                topic_results=topic_results(errors)))
+    return cls(error_code=0, results_by_transaction=out)
+
+
+async def handle_add_offsets_to_txn(broker, req):
+    cls = RESPONSES[25]
+    b = req.body
+    from partition_server.group.coordinator import OFFSETS_TOPIC
+    if OFFSETS_TOPIC not in broker.image.topics:
+        await broker.groups.find(b.group_id)          # creates it
+        return cls(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    tp = (OFFSETS_TOPIC, broker.groups.partition_of(b.group_id))
+    err = await broker.txn.add_partitions(b.transactional_id, b.producer_id, b.producer_epoch, [tp])
+    return cls(error_code=_old_fenced(err, req.api_version, 2))
+
+
+async def handle_txn_offset_commit(broker, req):
+    cls = RESPONSES[28]
+    b = req.body
+    err = broker.groups.owns(b.group_id)
+    if err == ErrorCode.NONE and req.api_version >= 3 and b.generation_id >= 0:
+        if b.group_id in broker.groups.consumer.groups:
+            err = broker.groups.consumer.can_commit(b.group_id, b.member_id, b.generation_id)
+        else:
+            err = broker.groups.state.can_commit(b.group_id, b.generation_id, b.member_id)
+    entries = [(t.name, p.partition_index, p.committed_offset,
+                p.committed_leader_epoch if req.api_version >= 2 else -1, p.committed_metadata)
+               for t in b.topics for p in t.partitions]
+    if err == ErrorCode.NONE:
+        err = await broker.txn.offsets.commit(b.group_id, b.producer_id, b.producer_epoch, entries)
+    by_topic: dict = {}
+    for t, p, *_ in entries:
+        by_topic.setdefault(t, []).append(cls.TxnOffsetCommitResponsePartition(partition_index=p,
+                                                                             error_code=err))
+    return cls(topics=[cls.TxnOffsetCommitResponseTopic(name=t, partitions=ps)
+                       for t, ps in by_topic.items()])
+
+
+async def handle_end_txn(broker, req):
+    cls = RESPONSES[26]
+    b = req.body
+    err = await broker.txn.end_txn(b.transactional_id, b.producer_id, b.producer_epoch, b.committed)
+    return cls(error_code=_old_fenced(err, req.api_version, 2))
+
+
+async def handle_write_txn_markers(broker, req):
+    cls = RESPONSES[27]
+    out = []
+    for m in req.body.markers:
+        topics = []
+        for t in m.topics:
+            parts = []
+            for p in t.partition_indexes:
+                if broker.image.partition(t.name, p) is None:
+                    err = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    err = await append_marker_locally(broker, t.name, p, m.producer_id,
+                                                      m.producer_epoch, m.transaction_result,
+                                                      m.coordinator_epoch)
+                parts.append(cls.WritableTxnMarkerPartitionResult(partition_index=p, error_code=err))
+            topics.append(cls.WritableTxnMarkerTopicResult(name=t.name, partitions=parts))
+        out.append(cls.WritableTxnMarkerResult(producer_id=m.producer_id, topics=topics))
+    return cls(markers=out)
+
+
+async def handle_describe_transactions(broker, req):
+    cls = RESPONSES[65]
+    out = []
+    for tid in req.body.transactional_ids:
+        err = broker.txn.owns(tid)
+        meta = broker.txn.txns.get(tid) if err == ErrorCode.NONE else None
+        if err == ErrorCode.NONE and meta is None:
+            err = ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+        if err != ErrorCode.NONE:
+            out.append(cls.TransactionState(error_code=err, transactional_id=tid,
+                                            transaction_state="", transaction_timeout_ms=0,
+                                            transaction_start_time_ms=-1, producer_id=-1,
+                                            producer_epoch=-1, topics=[]))
+            continue
+        by_topic: dict = {}
+        for t, p in sorted(meta.partitions):
+            by_topic.setdefault(t, []).append(p)
+        out.append(cls.TransactionState(
+            error_code=0, transactional_id=tid, transaction_state=meta.state.value,
+            transaction_timeout_ms=meta.timeout_ms, transaction_start_time_ms=meta.txn_start_ms,
+            producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
+            topics=[cls.TopicData(topic=t, partitions=ps) for t, ps in by_topic.items()]))
+    return cls(transaction_states=out)
+
+
+async def handle_list_transactions(broker, req):
+    cls = RESPONSES[66]
+    b = req.body
+    known = {s.value for s in TxnState}
+    states = set(b.state_filters or ())
+    pids = set(b.producer_id_filters or ())
+    duration = b.duration_filter if req.api_version >= 1 else -1
+    import time
+    now = int(time.time() * 1000)
+    out = []
+    for meta in broker.txn.owned_transactions():
+        if states and meta.state.value not in states:
+            continue
+        if pids and meta.producer_id not in pids:
+            continue
+        if duration >= 0 and (meta.txn_start_ms < 0 or now - meta.txn_start_ms < duration):
+            continue
+        out.append(cls.TransactionState(transactional_id=meta.transactional_id,
+                                        producer_id=meta.producer_id,
+                                        transaction_state=meta.state.value))
+    return cls(error_code=0, unknown_state_filters=sorted(states - known), transaction_states=out)

@@ -1,0 +1,389 @@
+"""The transaction coordinator's edge (trio): ownership, persistence in `__transaction_state`,
+markers, timeouts, failover. Decisions are in the pure `state.py`.
+
+- transactional.id → partition of `__transaction_state` by Kafka's rule (`abs(java hashCode) %
+  partitions`, as groups); that partition's leader coordinates it. Other brokers answer
+  NOT_COORDINATOR; while a newly led partition is replayed, COORDINATOR_LOAD_IN_PROGRESS.
+- Each state change is a record — key `[0, transactional_id]`, value `TransactionMetadata.to_record`
+  (msgpack) — appended with acks=all semantics *before* the new state is installed, so a new
+  coordinator rebuilds every transaction by replaying the compacted partition.
+- EndTxn logs PrepareCommit/PrepareAbort and answers; a background task then writes the markers
+  (`markers.py`, retried until every partition has one) and logs CompleteCommit/CompleteAbort.
+  Meanwhile the transactional id answers CONCURRENT_TRANSACTIONS (clients retry).
+- Failover: a coordinator that loads a partition resumes every PrepareCommit/PrepareAbort
+  (and PrepareEpochFence: aborted) transaction — the decision was logged, only markers may be
+  missing; Ongoing ones go on and abort at their timeout like any other.
+- Timeouts: an Ongoing transaction older than its `transaction.timeout.ms` is aborted with a
+  bumped epoch (the producer is fenced), checked every
+  `transaction.abort.timed.out.transaction.cleanup.interval.ms`.
+- The coordinator epoch sent with markers is the leader epoch of the `__transaction_state`
+  partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import msgpack
+import trio
+
+from partition_server.group.coordinator import java_string_hash
+from partition_server.replication.partition import Role
+from partition_server.txn import state as S
+from partition_server.txn.markers import MarkerSender
+from partition_server.txn.offsets import TxnOffsetStore
+from wire.errors import ErrorCode
+from wire.messages.index_generated import REQUESTS
+from wire.records.batch import build_batch, decode_batch, iter_batches
+
+log = logging.getLogger(__name__)
+
+TXN_TOPIC = "__transaction_state"
+TXN_KEY = 0
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def partition_for(transactional_id: str, partitions: int) -> int:
+    return (java_string_hash(transactional_id) & 0x7FFFFFFF) % partitions
+
+
+class TransactionCoordinator:
+    def __init__(self, broker):
+        self.broker = broker
+        cfg = broker.config
+        self.max_timeout_ms = cfg["transaction.max.timeout.ms"]
+        self.check_interval_ms = cfg["transaction.abort.timed.out.transaction.cleanup.interval.ms"]
+        self.txns: dict[str, S.TransactionMetadata] = {}
+        self.loaded: dict[int, int] = {}          # partition → coordinator epoch it was loaded in
+        self.locks: dict[str, trio.Lock] = {}
+        self.completing: set[str] = set()
+        self.markers = MarkerSender(broker)
+        self.offsets = TxnOffsetStore(broker)
+        self._nursery: trio.Nursery | None = None
+        self._creating = False
+
+    # -- ownership --------------------------------------------------------------------------------
+
+    def num_partitions(self) -> int:
+        topic = self.broker.image.topics.get(TXN_TOPIC)
+        return len(topic.partitions) if topic else \
+            self.broker.config["transaction.state.log.num.partitions"]
+
+    def partition_of(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.num_partitions())
+
+    def owns(self, transactional_id: str) -> ErrorCode:
+        if TXN_TOPIC not in self.broker.image.topics:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        p = self.partition_of(transactional_id)
+        hosted = self.broker.replicas.get(TXN_TOPIC, p)
+        if hosted is None or hosted.state.role is not Role.LEADER:
+            return ErrorCode.NOT_COORDINATOR
+        if self.loaded.get(p) != hosted.state.leader_epoch:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def coordinator_epoch(self, transactional_id: str) -> int:
+        return self.loaded.get(self.partition_of(transactional_id), -1)
+
+    async def find(self, key: str):
+        """(error, node_id, host, port) of the coordinator for transactional id `key`."""
+        image = self.broker.image
+        if TXN_TOPIC not in image.topics:
+            await self._create_topic()
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        p = image.partition(TXN_TOPIC, self.partition_of(key))
+        b = image.brokers.get(p.leader) if p else None
+        if b is None or b.fenced:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        return ErrorCode.NONE, b.broker_id, b.host, b.port
+
+    async def _create_topic(self) -> None:
+        if self._creating:
+            return
+        self._creating = True
+        try:
+            cfg = self.broker.config
+            live = sum(1 for b in self.broker.image.brokers.values() if not b.fenced)
+            rf = max(1, min(cfg["transaction.state.log.replication.factor"], live))
+            cls = REQUESTS[19]
+            req = cls(topics=[cls.CreatableTopic(
+                name=TXN_TOPIC, num_partitions=cfg["transaction.state.log.num.partitions"],
+                replication_factor=rf, configs=[
+                    cls.CreatableTopicConfig(name="cleanup.policy", value="compact"),
+                    cls.CreatableTopicConfig(name="min.insync.replicas",
+                                             value=str(min(rf, cfg["transaction.state.log.min.isr"])))])],
+                timeout_ms=10000)
+            try:
+                await self.broker.client.call_active(req, timeout_s=10, version=7,
+                                                     error_of=lambda r: r.topics[0].error_code)
+            except Exception as exc:  # noqa: BLE001 - the client asks again
+                log.info("creating %s failed: %s", TXN_TOPIC, exc)
+        finally:
+            self._creating = False
+
+    # -- loading (failover) -----------------------------------------------------------------------
+
+    def on_image(self) -> None:
+        topic = self.broker.image.topics.get(TXN_TOPIC)
+        if topic is None:
+            return
+        for pid in topic.partitions:
+            hosted = self.broker.replicas.get(TXN_TOPIC, pid)
+            leading = hosted is not None and hosted.state.role is Role.LEADER
+            if leading and self.loaded.get(pid) != hosted.state.leader_epoch:
+                self._load(pid, hosted)
+            elif not leading and pid in self.loaded:
+                self._unload(pid)
+
+    def _load(self, pid: int, hosted) -> None:
+        self._unload(pid)
+        plog = hosted.log
+        offset = plog.log_start_offset
+        found: dict[str, list | None] = {}
+        while offset < plog.log_end_offset:
+            data = plog.read(offset, 8 << 20).read_bytes()
+            if not data:
+                break
+            for h in iter_batches(data):
+                offset = h.next_offset
+                if h.is_control:
+                    continue
+                for rec in decode_batch(h.bytes()).records:
+                    try:
+                        k = msgpack.unpackb(rec.key)
+                        if k[0] == TXN_KEY:
+                            found[k[1]] = None if rec.value is None else msgpack.unpackb(rec.value)
+                    except (ValueError, TypeError, IndexError, msgpack.UnpackException):
+                        log.warning("skipping an unreadable %s record", TXN_TOPIC)
+        for tid, value in found.items():
+            if value is None:
+                continue
+            try:
+                self.txns[tid] = S.TransactionMetadata.from_record(tid, value)
+            except (ValueError, TypeError, KeyError):
+                log.warning("skipping an unreadable transaction record for %s", tid)
+        self.loaded[pid] = hosted.state.leader_epoch
+        resumed = 0
+        for tid, meta in list(self.txns.items()):
+            if self.partition_of(tid) != pid:
+                continue
+            if meta.state in (S.TxnState.PREPARE_COMMIT, S.TxnState.PREPARE_ABORT):
+                self._start_completion(tid)
+                resumed += 1
+            elif meta.state is S.TxnState.PREPARE_EPOCH_FENCE:
+                self._spawn(self._abort, tid, False)
+                resumed += 1
+        log.info("loaded %d transactional ids from %s-%d (epoch %d), %d to complete",
+                 sum(1 for t in self.txns if self.partition_of(t) == pid), TXN_TOPIC, pid,
+                 hosted.state.leader_epoch, resumed)
+
+    def _unload(self, pid: int) -> None:
+        self.loaded.pop(pid, None)
+        for tid in list(self.txns):
+            if self.partition_of(tid) == pid:
+                del self.txns[tid]
+
+    # -- persistence ------------------------------------------------------------------------------
+
+    def _lock(self, tid: str) -> trio.Lock:
+        lock = self.locks.get(tid)
+        if lock is None:
+            lock = self.locks[tid] = trio.Lock()
+        return lock
+
+    async def _persist(self, meta: S.TransactionMetadata, timeout_s: float = 10.0) -> ErrorCode:
+        """Log `meta` (acks=all) and install it; NOT_COORDINATOR if we lost the partition."""
+        tid = meta.transactional_id
+        p = self.partition_of(tid)
+        epoch = self.loaded.get(p)
+        ts = now_ms()
+        batch = build_batch([(msgpack.packb([TXN_KEY, tid]), msgpack.packb(meta.to_record()),
+                              [], ts)])
+        res = self.broker.replicas.append_as_coordinator(TXN_TOPIC, p, batch, ts)
+        if res.error != ErrorCode.NONE:
+            return ErrorCode.NOT_COORDINATOR if res.error in (
+                ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR) else res.error
+        key = (TXN_TOPIC, p)
+        self.broker.purgatory.notify(key)
+
+        def done():
+            return self.broker.replicas.produce_completion(*key, res.last_offset) is not None
+        await self.broker.purgatory.wait_until([key], done, timeout_s)
+        outcome = self.broker.replicas.produce_completion(*key, res.last_offset)
+        if outcome is None:
+            return ErrorCode.REQUEST_TIMED_OUT
+        if outcome != ErrorCode.NONE:
+            return ErrorCode.NOT_COORDINATOR if outcome == ErrorCode.NOT_LEADER_OR_FOLLOWER \
+                else ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if self.loaded.get(p) != epoch:
+            return ErrorCode.NOT_COORDINATOR          # lost (and maybe regained) meanwhile
+        self.txns[tid] = meta
+        return ErrorCode.NONE
+
+    # -- client APIs ------------------------------------------------------------------------------
+
+    async def init_producer_id(self, tid: str, timeout_ms: int, expected_pid: int,
+                               expected_epoch: int) -> tuple[ErrorCode, int, int]:
+        err = self.owns(tid)
+        if err == ErrorCode.NONE:
+            err = S.validate_timeout(timeout_ms, self.max_timeout_ms)
+        if err != ErrorCode.NONE:
+            return err, -1, -1
+        async with self._lock(tid):
+            fresh = None
+            for _ in range(2):
+                result = S.init_producer_id(self.txns.get(tid), tid, timeout_ms, expected_pid,
+                                            expected_epoch, fresh, now_ms())
+                if not result.needs_new_producer_id:
+                    break
+                fresh = await self.broker.producer_ids.allocate(self.broker)
+                if fresh is None:
+                    return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1
+            if result.abort_first:
+                err = await self._fence_and_abort(tid)
+                return (err if err != ErrorCode.NONE else ErrorCode.CONCURRENT_TRANSACTIONS), -1, -1
+            if result.error != ErrorCode.NONE:
+                return result.error, -1, -1
+            if result.metadata is not self.txns.get(tid):
+                err = await self._persist(result.metadata)
+                if err != ErrorCode.NONE:
+                    return err, -1, -1
+            return ErrorCode.NONE, result.metadata.producer_id, result.metadata.producer_epoch
+
+    async def add_partitions(self, tid: str, pid: int, epoch: int, partitions) -> ErrorCode:
+        err = self.owns(tid)
+        if err != ErrorCode.NONE:
+            return err
+        async with self._lock(tid):
+            err, new = S.add_partitions(self.txns.get(tid), pid, epoch, partitions, now_ms())
+            if err == ErrorCode.NONE and new is not None:
+                err = await self._persist(new)
+            return err
+
+    def verify(self, tid: str, pid: int, epoch: int, partitions) -> dict:
+        err = self.owns(tid)
+        if err != ErrorCode.NONE:
+            return {tp: err for tp in partitions}
+        return S.verify_partitions(self.txns.get(tid), pid, epoch, partitions)
+
+    async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> ErrorCode:
+        err = self.owns(tid)
+        if err != ErrorCode.NONE:
+            return err
+        async with self._lock(tid):
+            err, new = S.end_txn(self.txns.get(tid), pid, epoch, commit, now_ms())
+            if err != ErrorCode.NONE or new is None:
+                return err
+            err = await self._persist(new)
+            if err != ErrorCode.NONE:
+                return err
+        self._start_completion(tid)
+        return ErrorCode.NONE
+
+    async def abort(self, tid: str) -> ErrorCode:
+        """An operator aborts a hanging transaction (`raftka transactions abort`)."""
+        err = self.owns(tid)
+        if err != ErrorCode.NONE:
+            return err
+        meta = self.txns.get(tid)
+        if meta is None:
+            return ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+        if meta.state is not S.TxnState.ONGOING:
+            return ErrorCode.INVALID_TXN_STATE
+        return await self._abort(tid, True)
+
+    async def _abort(self, tid: str, needs_lock: bool) -> ErrorCode:
+        if needs_lock:
+            async with self._lock(tid):
+                return await self._fence_and_abort(tid)
+        return await self._fence_and_abort(tid)
+
+    async def _fence_and_abort(self, tid: str) -> ErrorCode:
+        """Ongoing (or PrepareEpochFence after a failover) → PrepareAbort with a bumped epoch;
+        markers follow in the background. Caller holds the lock or is the only writer."""
+        meta = self.txns.get(tid)
+        if meta is None:
+            return ErrorCode.NONE
+        now = now_ms()
+        if meta.state is S.TxnState.ONGOING:
+            new = S.fence_and_abort(meta, now)
+        elif meta.state is S.TxnState.PREPARE_EPOCH_FENCE:
+            new = meta.transition(S.TxnState.PREPARE_ABORT, now,
+                                  producer_epoch=min(meta.producer_epoch + 1, S.MAX_EPOCH + 1),
+                                  last_producer_epoch=meta.producer_epoch)
+        else:
+            return ErrorCode.NONE
+        err = await self._persist(new)
+        if err == ErrorCode.NONE:
+            log.info("transaction %s (producer %d): aborting under epoch %d", tid,
+                     new.producer_id, new.producer_epoch)
+            self._start_completion(tid)
+        return err
+
+    # -- completion: markers ----------------------------------------------------------------------
+
+    def _spawn(self, fn, *args) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(fn, *args)
+
+    def _start_completion(self, tid: str) -> None:
+        if tid not in self.completing:
+            self.completing.add(tid)
+            self._spawn(self._complete, tid)
+
+    async def _complete(self, tid: str) -> None:
+        """Write the markers of a PrepareCommit/PrepareAbort transaction, then log Complete*."""
+        try:
+            delay = 0.05
+            while True:
+                meta = self.txns.get(tid)
+                if meta is None or meta.state not in (S.TxnState.PREPARE_COMMIT,
+                                                      S.TxnState.PREPARE_ABORT):
+                    return
+                if self.owns(tid) != ErrorCode.NONE:
+                    return                         # the next coordinator resumes it
+                commit = meta.state is S.TxnState.PREPARE_COMMIT
+                left = await self.markers.write_markers(
+                    meta.producer_id, meta.producer_epoch, commit, self.coordinator_epoch(tid),
+                    meta.partitions)
+                if not left:
+                    async with self._lock(tid):
+                        current = self.txns.get(tid)
+                        if current is not meta:
+                            continue
+                        err = await self._persist(S.complete(meta, now_ms()))
+                    if err == ErrorCode.NONE:
+                        return
+                else:
+                    log.info("transaction %s: markers pending for %s", tid, sorted(left))
+                await trio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        finally:
+            self.completing.discard(tid)
+
+    # -- timeouts ---------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._timeout_loop)
+
+    async def _timeout_loop(self) -> None:
+        while True:
+            await trio.sleep(self.check_interval_ms / 1000)
+            now = now_ms()
+            for tid, meta in list(self.txns.items()):
+                if S.timed_out(meta, now) and self.owns(tid) == ErrorCode.NONE:
+                    log.info("transaction %s timed out after %d ms: aborting", tid,
+                             now - meta.txn_start_ms)
+                    self._spawn(self._abort, tid, True)
+
+    # -- listing (DescribeTransactions / ListTransactions) ----------------------------------------
+
+    def owned_transactions(self) -> list[S.TransactionMetadata]:
+        return [m for tid, m in sorted(self.txns.items()) if self.owns(tid) == ErrorCode.NONE]

@@ -1,0 +1,158 @@
+"""Writing transaction markers (COMMIT/ABORT control batches) to the partitions of a transaction.
+
+The coordinator groups the partitions by their leader: partitions led here are appended
+directly, the others through WriteTxnMarkers to their leader; either way a marker counts as
+written once the partition's high watermark passes it (acks=all, as Kafka's
+WriteTxnMarkers). `write_markers` returns the partitions still to be done (leader unknown or
+unreachable, errors); the coordinator retries them until all are written — a transaction in
+PrepareCommit/PrepareAbort is decided, only its markers are late.
+
+WriteTxnMarkers (the partition leader's side, `handle_marker`): codes per partition
+NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, KAFKA_STORAGE_ERROR, REQUEST_TIMED_OUT
+(not replicated in time), TRANSACTION_COORDINATOR_FENCED (an older coordinator epoch than one
+already seen for that producer on this partition).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import trio
+
+from clients.connection import BrokerConnection, ConnectionClosed
+from partition_server.group.coordinator import OFFSETS_TOPIC
+from wire.errors import DecodeError, ErrorCode
+from wire.messages.index_generated import REQUESTS
+from wire.records.batch import build_end_txn_marker
+
+log = logging.getLogger(__name__)
+
+MARKER_TIMEOUT_S = 10.0
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def append_marker_locally(broker, topic: str, partition: int, producer_id: int,
+                                producer_epoch: int, commit: bool, coordinator_epoch: int,
+                                timeout_s: float = MARKER_TIMEOUT_S) -> ErrorCode:
+    """Append one marker on this leader and wait until it is replicated (high watermark)."""
+    if topic == OFFSETS_TOPIC and commit:
+        # transactional offset commits become ordinary committed offsets before the marker:
+        # redone if the marker is retried, so a crash in between loses nothing
+        err = await broker.txn.offsets.materialize(partition, producer_id, timeout_s)
+        if err != ErrorCode.NONE:
+            return err
+    ts = now_ms()
+    batch = build_end_txn_marker(commit, producer_id, producer_epoch, coordinator_epoch,
+                                 timestamp_ms=ts)
+    res = broker.replicas.append_as_coordinator(topic, partition, batch, ts,
+                                                control_type=1 if commit else 0)
+    if res.error != ErrorCode.NONE:
+        return res.error
+    if topic == OFFSETS_TOPIC:
+        broker.txn.offsets.forget(partition, producer_id)
+    key = (topic, partition)
+    broker.purgatory.notify(key)
+
+    def done():
+        return broker.replicas.produce_completion(topic, partition, res.last_offset) is not None
+    await broker.purgatory.wait_until([key], done, timeout_s)
+    outcome = broker.replicas.produce_completion(topic, partition, res.last_offset)
+    if outcome is None:
+        return ErrorCode.REQUEST_TIMED_OUT
+    return outcome
+
+
+class MarkerSender:
+    def __init__(self, broker):
+        self.broker = broker
+        self._conns: dict[int, BrokerConnection] = {}
+
+    async def _conn(self, node: int) -> BrokerConnection:
+        conn = self._conns.get(node)
+        if conn is None:
+            b = self.broker.image.brokers.get(node)
+            if b is None:
+                raise ConnectionClosed(f"broker {node} unknown")
+            conn = BrokerConnection(b.host, b.port, client_id=f"raftka-txn-{self.broker.broker_id}")
+            await conn.connect()
+            self._conns[node] = conn
+        return conn
+
+    async def _drop(self, node: int) -> None:
+        conn = self._conns.pop(node, None)
+        if conn is not None:
+            with trio.CancelScope(shield=True):
+                await conn.aclose()
+
+    async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool,
+                            coordinator_epoch: int, partitions) -> set:
+        """Write the markers; returns the partitions not (yet) written."""
+        image = self.broker.image
+        by_leader: dict[int, list] = {}
+        left = set()
+        for topic, partition in partitions:
+            if topic not in image.topics:
+                continue                      # deleted topic: nothing to mark
+            p = image.partition(topic, partition)
+            if p is None:
+                continue
+            if p.leader < 0:
+                left.add((topic, partition))
+                continue
+            by_leader.setdefault(p.leader, []).append((topic, partition))
+        results: dict = {}
+
+        async def local(tps):
+            for tp in tps:
+                results[tp] = await append_marker_locally(
+                    self.broker, tp[0], tp[1], producer_id, producer_epoch, commit,
+                    coordinator_epoch)
+
+        async def remote(node, tps):
+            try:
+                with trio.fail_after(MARKER_TIMEOUT_S + 5):
+                    got = await self._send(node, producer_id, producer_epoch, commit,
+                                           coordinator_epoch, tps)
+                results.update(got)
+            except (ConnectionClosed, OSError, DecodeError, ValueError, trio.TooSlowError) as exc:
+                log.info("markers to broker %d: %s", node, exc)
+                await self._drop(node)
+
+        async with trio.open_nursery() as nursery:
+            for node, tps in by_leader.items():
+                if node == self.broker.broker_id:
+                    nursery.start_soon(local, tps)
+                else:
+                    nursery.start_soon(remote, node, tps)
+        for tps in by_leader.values():
+            for tp in tps:
+                if results.get(tp) != ErrorCode.NONE:
+                    left.add(tp)
+        return left
+
+    async def _send(self, node, producer_id, producer_epoch, commit, coordinator_epoch, tps):
+        cls = REQUESTS[27]
+        topics: dict[str, list[int]] = {}
+        for t, p in tps:
+            topics.setdefault(t, []).append(p)
+        req = cls(markers=[cls.WritableTxnMarker(
+            producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
+            coordinator_epoch=coordinator_epoch,
+            topics=[cls.WritableTxnMarkerTopic(name=t, partition_indexes=ps)
+                    for t, ps in topics.items()])])
+        conn = await self._conn(node)
+        resp = await conn.request(req, 1, timeout_s=MARKER_TIMEOUT_S + 2)
+        out = {}
+        for m in resp.markers:
+            for t in m.topics:
+                for p in t.partitions:
+                    out[(t.name, p.partition_index)] = ErrorCode(p.error_code)
+        return out
+
+    async def aclose(self) -> None:
+        for node in list(self._conns):
+            await self._drop(node)
