@@ -149,3 +149,68 @@ def test_transaction_timeout_aborts(cluster):
     assert read_all(cluster, topic, "read_committed", partitions=1, idle_s=1) == []
     with pytest.raises(KafkaException):
         p.commit_transaction(10)
+
+
+def test_kafka_python_transactions(cluster):
+    from kafka import KafkaConsumer, KafkaProducer
+    topic = "txn-kp"
+    create_topic(cluster, topic)
+    p = KafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id="tx-kp")
+    p.init_transactions()
+    p.begin_transaction()
+    for i in range(20):
+        p.send(topic, f"kc-{i}".encode(), partition=i % 3)
+    p.commit_transaction()
+    p.begin_transaction()
+    for i in range(20):
+        p.send(topic, f"ka-{i}".encode(), partition=i % 3)
+    p.flush()
+    p.abort_transaction()
+    p.close()
+
+    def consume(isolation):
+        c = KafkaConsumer(bootstrap_servers=cluster.bootstrap, isolation_level=isolation,
+                          auto_offset_reset="earliest", enable_auto_commit=False,
+                          consumer_timeout_ms=3000)
+        c.assign([__import__("kafka").TopicPartition(topic, i) for i in range(3)])
+        c.seek_to_beginning()
+        got = [m.value.decode() for m in c]
+        c.close()
+        return got
+
+    assert sorted(consume("read_committed")) == sorted(f"kc-{i}" for i in range(20))
+    assert {f"ka-{i}" for i in range(20)} <= set(consume("read_uncommitted"))
+    # librdkafka reads what kafka-python wrote transactionally, too
+    assert sorted(v for _, v in read_all(cluster, topic, "read_committed")) == \
+        sorted(f"kc-{i}" for i in range(20))
+
+
+async def test_describe_and_list_transactions(cluster):
+    from clients.connection import BrokerConnection
+    from wire.messages.index_generated import REQUESTS
+    p = txn_producer(cluster, "tx-describe")
+    create_topic(cluster, "txn-describe")
+    p.begin_transaction()
+    p.produce("txn-describe", b"x", partition=1)
+    p.flush(30)
+    host, port = cluster.bootstrap.split(",")[0].split(":")
+    conn = BrokerConnection(host, int(port))
+    await conn.connect()
+    fc = REQUESTS[10]
+    found = await conn.request(fc(key_type=1, coordinator_keys=["tx-describe"]), 4)
+    c = found.coordinators[0]
+    assert c.error_code == 0
+    coord = BrokerConnection(c.host, c.port)
+    await coord.connect()
+    desc = await coord.request(REQUESTS[65](transactional_ids=["tx-describe", "nope"]), 0)
+    st = {s.transactional_id: s for s in desc.transaction_states}
+    assert st["tx-describe"].transaction_state == "Ongoing"
+    assert [(t.topic, list(t.partitions)) for t in st["tx-describe"].topics] == [("txn-describe", [1])]
+    assert st["nope"].error_code in (105, 16)      # TRANSACTIONAL_ID_NOT_FOUND or NOT_COORDINATOR
+    listed = await coord.request(REQUESTS[66](state_filters=["Ongoing"], producer_id_filters=[],
+                                              duration_filter=-1), 1)
+    assert "tx-describe" in {s.transactional_id for s in listed.transaction_states}
+    assert all(s.transaction_state == "Ongoing" for s in listed.transaction_states)
+    await conn.aclose()
+    await coord.aclose()
+    p.abort_transaction(30)
