@@ -519,6 +519,7 @@ class Consumer:
             return
         max_wait_ms = int(min(int(self.config["fetch.max.wait.ms"]), remaining_s * 1000))
         refresh = False
+        errors: list[Exception] = []
 
         async def one(node: int, tps: list[TopicPartition]) -> None:
             nonlocal refresh
@@ -527,10 +528,14 @@ class Consumer:
             except (KafkaConnectionError, KafkaTimeoutError) as exc:
                 log.info("fetch from node %d failed: %s", node, exc)
                 refresh = True
+            except KafkaError as exc:          # raised to the caller as itself, not a group
+                errors.append(exc)
 
         async with trio.open_nursery() as nursery:
             for node, tps in by_node.items():
                 nursery.start_soon(one, node, tps)
+        if errors:
+            raise errors[0]
         if refresh:
             await trio.sleep(self.cluster.retry_backoff_s)
             await self.cluster.refresh_metadata({tp.topic for tp in self._assigned}, force=True)

@@ -7,7 +7,7 @@ import trio
 
 from clients.cluster import Cluster
 from clients.errors import KafkaConnectionError, KafkaTimeoutError, check, classify, Retry
-from wire.errors import ErrorCode
+from wire.errors import ErrorCode, KafkaError
 from wire.messages.index_generated import REQUESTS
 
 EARLIEST = -2
@@ -42,7 +42,7 @@ async def list_offsets(cluster: Cluster, specs: dict[TP, int], isolation_level: 
                     else:
                         out[tp] = result
                         pending.pop(tp, None)
-            except (KafkaConnectionError, KafkaTimeoutError) as exc:
+            except KafkaError as exc:        # judged below, outside the nursery
                 failed.append(exc)
 
         async with trio.open_nursery() as nursery:

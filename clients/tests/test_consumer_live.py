@@ -1,0 +1,355 @@
+"""Our consumer against a live cluster (one module-scoped cluster; records produced with
+confluent-kafka so these tests do not depend on our producer).
+
+- ordered, complete delivery per partition with every codec (manual assign and group);
+- a group of our consumers plus confluent-kafka consumers with the same assignor shares the
+  partitions (one owner per partition once settled, every record consumed);
+- a restarted group member resumes from committed offsets;
+- seek / seek_to_* / offsets_for_times / pause / resume / position / committed,
+  auto.offset.reset, pattern subscription, listeners, read_committed over real transactions.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+import trio
+from confluent_kafka import Consumer as CKConsumer
+from confluent_kafka import Producer as CKProducer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from clients.consumer import Consumer, NoOffsetForPartitionError, TopicPartition
+from partition_server.testing import LiveCluster
+
+pytestmark = pytest.mark.live
+
+FAST_GROUP = {"session.timeout.ms": 10000, "heartbeat.interval.ms": 500,
+              "max.poll.interval.ms": 30000}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LiveCluster(tmp_path_factory.mktemp("consumer"),
+                    {"transaction.state.log.num.partitions": "3",
+                     "group.initial.rebalance.delay.ms": "500"})
+    c.start()
+    yield c
+    c.stop()
+
+
+def create_topic(cluster, name: str, partitions: int, rf: int = 3) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for f in admin.create_topics([NewTopic(name, partitions, rf)]).values():
+        f.result(30)
+
+
+def produce(cluster, topic: str, n: int, partitions: int, codec: str = "none",
+            prefix: str = "v") -> dict[int, list[bytes]]:
+    """n records spread round the partitions; returns the values sent per partition, in order."""
+    p = CKProducer({"bootstrap.servers": cluster.bootstrap, "compression.type": codec,
+                    "linger.ms": 5, "enable.idempotence": True})
+    sent: dict[int, list[bytes]] = {i: [] for i in range(partitions)}
+    for i in range(n):
+        value = f"{prefix}-{i}".encode()
+        p.produce(topic, value=value, key=str(i).encode(), partition=i % partitions,
+                  headers=[("n", str(i).encode())])
+        sent[i % partitions].append(value)
+    assert p.flush(30) == 0
+    return sent
+
+
+async def consume_until(consumer: Consumer, n: int, timeout_s: float = 30) -> list:
+    got: list = []
+    with trio.move_on_after(timeout_s):
+        while len(got) < n:
+            got += await consumer.poll(500)
+    return got
+
+
+def by_partition(records) -> dict[int, list]:
+    out: dict[int, list] = {}
+    for r in records:
+        out.setdefault(r.partition, []).append(r)
+    return out
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+async def test_ordered_complete_delivery_every_codec(cluster, codec):
+    topic = f"codec-{codec}"
+    create_topic(cluster, topic, 3)
+    sent = produce(cluster, topic, 900, 3, codec)
+    async with Consumer(cluster.bootstrap, {"auto.offset.reset": "earliest",
+                                            "max.poll.records": 100}) as c:
+        c.assign([(topic, p) for p in range(3)])
+        got = await consume_until(c, 900)
+    assert len(got) == 900
+    for p, records in by_partition(got).items():
+        assert [r.offset for r in records] == list(range(len(sent[p])))      # no gap, no dup
+        assert [r.value for r in records] == sent[p]
+        assert all(r.topic == topic and r.headers[0][0] == "n" for r in records)
+
+
+async def test_group_delivery_and_restart_resumes_from_commits(cluster):
+    topic, group = "resume", f"g-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster, topic, 4)
+    sent = produce(cluster, topic, 400, 4)
+    conf = {"group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False,
+            "max.poll.records": 50, **FAST_GROUP}
+    first: list = []
+    async with Consumer(cluster.bootstrap, conf) as c:
+        c.subscribe([topic])
+        while len(first) < 150:
+            batch = await c.poll(1000)
+            first += batch
+            await c.commit()                       # commit after processing
+        committed = await c.committed([(topic, p) for p in range(4)])
+        positions = {p: await c.position((topic, p)) for p in range(4)}
+    assert {TopicPartition(topic, p): positions[p] for p in range(4)} == committed
+    async with Consumer(cluster.bootstrap, conf) as c:
+        c.subscribe([topic])
+        rest = await consume_until(c, 400 - len(first))
+        await c.commit()
+    assert len(first) + len(rest) == 400             # nothing skipped, nothing twice
+    for p, records in by_partition(rest).items():
+        assert records[0].offset == committed[TopicPartition(topic, p)]
+    everything = by_partition(first + rest)
+    for p in range(4):
+        assert [r.value for r in everything[p]] == sent[p]
+
+
+class CKMember:
+    """A confluent-kafka group member in a thread, recording what it consumed and owns."""
+
+    def __init__(self, cluster, group: str, topic: str, strategy: str, name: str):
+        self.values: list[bytes] = []
+        self.owned: set[int] = set()
+        self.name = name
+        self.stop = threading.Event()
+        self.error: Exception | None = None
+        self.c = CKConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                             "partition.assignment.strategy": strategy,
+                             "auto.offset.reset": "earliest", "enable.auto.commit": True,
+                             "auto.commit.interval.ms": 200,
+                             "session.timeout.ms": 10000, "heartbeat.interval.ms": 500,
+                             "max.poll.interval.ms": 30000, "client.id": name})
+        self.cooperative = strategy == "cooperative-sticky"
+        self.c.subscribe([topic], on_assign=self._assign, on_revoke=self._revoke)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _assign(self, consumer, parts):
+        if self.cooperative:
+            consumer.incremental_assign(parts)
+            self.owned |= {p.partition for p in parts}
+        else:
+            consumer.assign(parts)
+            self.owned = {p.partition for p in parts}
+
+    def _revoke(self, consumer, parts):
+        if self.cooperative:
+            consumer.incremental_unassign(parts)
+            self.owned -= {p.partition for p in parts}
+        else:
+            consumer.unassign()
+            self.owned = set()
+
+    def _run(self):
+        try:
+            while not self.stop.is_set():
+                m = self.c.poll(0.2)
+                if m is not None and not m.error():
+                    self.values.append(m.value())
+        except Exception as exc:      # noqa: BLE001 - reported by the test
+            self.error = exc
+        finally:
+            self.c.close()
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+async def test_mixed_group_with_confluent_kafka(cluster, strategy):
+    topic, group = f"mixed-{strategy}", f"mixed-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster, topic, 6)
+    sent = produce(cluster, topic, 1200, 6)
+    ck = [CKMember(cluster, group, topic, strategy, f"ck{i}") for i in range(2)]
+    ours_values: list[list[bytes]] = [[], []]
+    ours: list[Consumer] = []
+    settled = None
+    try:
+        async with Consumer(cluster.bootstrap, {"group.id": group,
+                                                "partition.assignment.strategy": strategy,
+                                                "auto.offset.reset": "earliest",
+                                                "auto.commit.interval.ms": 200,
+                                                **FAST_GROUP}) as a, \
+                Consumer(cluster.bootstrap, {"group.id": group,
+                                             "partition.assignment.strategy": strategy,
+                                             "auto.offset.reset": "earliest",
+                                             "auto.commit.interval.ms": 200,
+                                             **FAST_GROUP}) as b:
+            ours = [a, b]
+            for c in ours:
+                c.subscribe([topic])
+
+            async def run(i, c):
+                while True:
+                    ours_values[i] += [r.value for r in await c.poll(200)]
+
+            async with trio.open_nursery() as nursery:
+                for i, c in enumerate(ours):
+                    nursery.start_soon(run, i, c)
+                deadline = trio.current_time() + 60
+                stable_since = None
+                while trio.current_time() < deadline:
+                    await trio.sleep(0.25)
+                    owners = [{tp.partition for tp in c.assignment()} for c in ours] + \
+                             [set(m.owned) for m in ck]
+                    flat = [p for o in owners for p in o]
+                    consumed = sum(len(v) for v in ours_values) + sum(len(m.values) for m in ck)
+                    ok = sorted(flat) == list(range(6)) and consumed >= 1200 and all(owners[:2])
+                    if ok and stable_since is None:
+                        stable_since, settled = trio.current_time(), owners
+                    elif not ok or owners != settled:
+                        stable_since = None
+                    if stable_since is not None and trio.current_time() - stable_since > 2:
+                        break
+                nursery.cancel_scope.cancel()
+    finally:
+        for m in ck:
+            m.stop.set()
+        for m in ck:
+            m.thread.join(15)
+    assert all(m.error is None for m in ck), [m.error for m in ck]
+    assert stable_since is not None, f"group never settled: {settled}"
+    flat = [p for o in settled for p in o]
+    assert sorted(flat) == list(range(6)), settled     # each partition exactly one owner
+    assert all(settled), f"some member owns nothing: {settled}"
+    everything = set(ours_values[0]) | set(ours_values[1]) | set(ck[0].values) | set(ck[1].values)
+    assert everything == {v for vs in sent.values() for v in vs}
+
+
+async def test_seek_positions_pause_and_times(cluster):
+    topic = "seeking"
+    create_topic(cluster, topic, 2)
+    before = int(time.time() * 1000) - 1
+    produce(cluster, topic, 100, 2)
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    async with Consumer(cluster.bootstrap, {"auto.offset.reset": "latest"}) as c:
+        c.assign([tp0, tp1])
+        assert await c.position(tp0) == 50                 # latest
+        c.seek_to_beginning([tp0])
+        assert await c.position(tp0) == 0
+        c.seek(tp1, 45)
+        c.pause([tp0])
+        got = await consume_until(c, 5, 10)
+        assert [(r.partition, r.offset) for r in got] == [(1, o) for o in range(45, 50)]
+        assert c.paused() == [tp0]
+        assert await c.poll(300) == []                     # tp0 paused, tp1 at the end
+        c.resume([tp0])
+        got = await consume_until(c, 50, 10)
+        assert [r.offset for r in got] == list(range(50))
+        c.seek_to_end()
+        assert await c.position(tp0) == 50 and await c.position(tp1) == 50
+        times = await c.offsets_for_times({tp0: before, tp1: int(time.time() * 1000) + 60_000})
+        assert times[tp0][0] == 0 and times[tp1] is None
+        assert await c.beginning_offsets([tp0]) == {tp0: 0}
+        assert await c.end_offsets([tp1]) == {tp1: 50}
+        with pytest.raises(ValueError):
+            c.seek(("other", 0), 1)
+
+
+async def test_offset_reset_none_and_latest(cluster):
+    topic = "resets"
+    create_topic(cluster, topic, 1)
+    produce(cluster, topic, 10, 1)
+    group = f"none-{uuid.uuid4().hex[:6]}"
+    async with Consumer(cluster.bootstrap, {"group.id": group, "auto.offset.reset": "none",
+                                            **FAST_GROUP}) as c:
+        c.assign([(topic, 0)])
+        with pytest.raises(NoOffsetForPartitionError):
+            await c.poll(500)
+        await c.commit({(topic, 0): 4})                    # manual-assign commit
+        c.assign([(topic, 0)])
+        got = await consume_until(c, 6, 10)
+        assert [r.offset for r in got] == list(range(4, 10))
+        assert await c.committed([(topic, 0)]) == {TopicPartition(topic, 0): 4}
+        c.seek((topic, 0), 1000)                           # out of range -> reset: none raises
+        with pytest.raises(NoOffsetForPartitionError):
+            await c.poll(2000)
+
+
+async def test_pattern_subscription_listeners_and_eager_rebalance(cluster):
+    for name in ("pat-a", "pat-b", "other-c"):
+        create_topic(cluster, name, 2)
+    group = f"pat-{uuid.uuid4().hex[:6]}"
+    events: list[tuple[str, str, list]] = []
+
+    def listener(name):
+        class L:
+            def on_partitions_assigned(self, tps):
+                events.append((name, "assigned", sorted(tps)))
+
+            async def on_partitions_revoked(self, tps):
+                events.append((name, "revoked", sorted(tps)))
+        return L()
+
+    conf = {"group.id": group, "partition.assignment.strategy": "roundrobin", **FAST_GROUP}
+    async with Consumer(cluster.bootstrap, conf) as a:
+        a.subscribe("^pat-.*", listener=listener("a"))
+        await a.poll(200)
+        while not a.assignment():
+            await a.poll(200)
+        assert sorted(a.subscription()) == ["pat-a", "pat-b"]
+        assert len(a.assignment()) == 4
+        async with Consumer(cluster.bootstrap, conf) as b:
+            b.subscribe("^pat-.*", listener=listener("b"))
+
+            async def keep_polling(c):
+                # each member polls in its own task: a join waits for every member to rejoin
+                while True:
+                    await c.poll(100)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(keep_polling, a)
+                nursery.start_soon(keep_polling, b)
+                with trio.fail_after(30):
+                    while len(a.assignment()) != 2 or len(b.assignment()) != 2:
+                        await trio.sleep(0.05)
+                nursery.cancel_scope.cancel()
+            assert set(a.assignment()) | set(b.assignment()) == {
+                TopicPartition(t, p) for t in ("pat-a", "pat-b") for p in range(2)}
+        with trio.fail_after(30):            # b left: a gets everything back
+            while len(a.assignment()) != 4:
+                await a.poll(100)
+    a_events = [e for e in events if e[0] == "a"]
+    assert a_events[0][1] == "assigned" and len(a_events[0][2]) == 4
+    assert ("a", "revoked", a_events[0][2]) in a_events        # eager: revoke all, then assign
+    assert a_events[-1][1] == "revoked"                        # close revokes
+
+
+async def test_read_committed_over_real_transactions(cluster):
+    topic = "txn-read"
+    create_topic(cluster, topic, 1)
+    p = CKProducer({"bootstrap.servers": cluster.bootstrap,
+                    "transactional.id": f"tx-{uuid.uuid4().hex[:6]}"})
+    p.init_transactions(60)
+    p.begin_transaction()
+    for i in range(5):
+        p.produce(topic, value=f"aborted-{i}".encode(), partition=0)
+    assert p.flush(30) == 0            # on the broker before the abort, or librdkafka drops them
+    p.abort_transaction(30)
+    p.begin_transaction()
+    for i in range(5):
+        p.produce(topic, value=f"committed-{i}".encode(), partition=0)
+    p.commit_transaction(30)
+    values = {}
+    for level in ("read_committed", "read_uncommitted"):
+        async with Consumer(cluster.bootstrap, {"isolation.level": level,
+                                                "auto.offset.reset": "earliest"}) as c:
+            c.assign([(topic, 0)])
+            got = await consume_until(c, 10 if level == "read_uncommitted" else 5, 15)
+            values[level] = [r.value.decode() for r in got]
+    assert values["read_committed"] == [f"committed-{i}" for i in range(5)]
+    assert values["read_uncommitted"] == [f"aborted-{i}" for i in range(5)] + \
+        [f"committed-{i}" for i in range(5)]
