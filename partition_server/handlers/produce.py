@@ -5,7 +5,9 @@ leader here), INVALID_REQUIRED_ACKS (acks not in 0/1/-1), UNSUPPORTED_FOR_MESSAG
 only magic v2 is stored), NOT_ENOUGH_REPLICAS (acks=all with ISR < min.insync.replicas, checked
 before append), NOT_ENOUGH_REPLICAS_AFTER_APPEND (ISR shrank below it while waiting),
 REQUEST_TIMED_OUT (acks=all not replicated within timeout_ms), CORRUPT_MESSAGE / INVALID_RECORD /
-MESSAGE_TOO_LARGE / RECORD_LIST_TOO_LARGE (the log's validation), KAFKA_STORAGE_ERROR.
+MESSAGE_TOO_LARGE / RECORD_LIST_TOO_LARGE (the log's validation), KAFKA_STORAGE_ERROR;
+transactional writes the coordinator does not confirm (KIP-890, txn/verify.py): INVALID_TXN_STATE,
+INVALID_PRODUCER_EPOCH, or NOT_ENOUGH_REPLICAS while it cannot be asked.
 acks=0 gets no response at all.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import time
 
 from partition_server.replica_manager import ProduceResult
+from partition_server.txn.verify import verify_produce
 from wire.errors import ErrorCode
 from wire.messages.index_generated import RESPONSES
 
@@ -23,6 +26,8 @@ async def handle_produce(broker, req):
     acks = body.acks
     results: dict[tuple[str, int], ProduceResult] = {}
     now = int(time.time() * 1000)
+    # KIP-890: transactional writes need the coordinator's word first (txn/verify.py)
+    refused = await verify_produce(broker, body) if req.api_version >= 3 else {}
     for t in body.topic_data:
         topic_known = t.name in broker.image.topics
         for p in t.partition_data:
@@ -33,6 +38,8 @@ async def handle_produce(broker, req):
                 results[key] = ProduceResult(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT)
             elif not topic_known or broker.image.partition(t.name, p.index) is None:
                 results[key] = ProduceResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            elif key in refused:
+                results[key] = ProduceResult(refused[key])
             else:
                 res = broker.replicas.append_records(t.name, p.index, p.records, acks, now)
                 results[key] = res

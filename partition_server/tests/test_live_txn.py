@@ -10,6 +10,7 @@ import time
 import uuid
 
 import pytest
+import trio
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -214,3 +215,84 @@ async def test_describe_and_list_transactions(cluster):
     await conn.aclose()
     await coord.aclose()
     p.abort_transaction(30)
+
+
+async def _leader_conn(cluster, topic, partition):
+    from clients.connection import BrokerConnection
+    from wire.messages.index_generated import REQUESTS
+    host, port = cluster.bootstrap.split(",")[0].split(":")
+    boot = BrokerConnection(host, int(port))
+    await boot.connect()
+    md = REQUESTS[3]
+    r = await boot.request(md(topics=[md.MetadataRequestTopic(name=topic)]), 9)
+    await boot.aclose()
+    leader = next(p.leader_id for t in r.topics for p in t.partitions if p.partition_index == partition)
+    b = next(b for b in r.brokers if b.node_id == leader)
+    conn = BrokerConnection(b.host, b.port)
+    await conn.connect()
+    return conn
+
+
+async def test_kip890_leader_refuses_writes_outside_the_transaction(cluster):
+    """A transactional batch to a partition never added to the transaction is refused
+    (INVALID_TXN_STATE) — it would otherwise open a hanging transaction; once added, it is
+    accepted and holds the last stable offset until EndTxn's marker."""
+    from clients.connection import BrokerConnection
+    from wire.messages.index_generated import REQUESTS
+    from wire.records.batch import build_batch
+    topic, tid = "txn-verify", "tx-verify"
+    create_topic(cluster, topic, partitions=1)
+    host, port = cluster.bootstrap.split(",")[0].split(":")
+    boot = BrokerConnection(host, int(port))
+    await boot.connect()
+    for _ in range(50):
+        c = (await boot.request(REQUESTS[10](key_type=1, coordinator_keys=[tid]), 4)).coordinators[0]
+        if c.error_code == 0:
+            break
+        await trio.sleep(0.2)
+    await boot.aclose()
+    coord = BrokerConnection(c.host, c.port)
+    await coord.connect()
+    for _ in range(50):
+        init = await coord.request(REQUESTS[22](transactional_id=tid, transaction_timeout_ms=30000,
+                                                producer_id=-1, producer_epoch=-1), 4)
+        if init.error_code == 0:
+            break
+        await trio.sleep(0.2)
+    pid, epoch = init.producer_id, init.producer_epoch
+    leader = await _leader_conn(cluster, topic, 0)
+    pr = REQUESTS[0]
+
+    async def produce(seq):
+        batch = build_batch([(b"k", b"v", [], None)], producer_id=pid, producer_epoch=epoch,
+                            base_sequence=seq, is_transactional=True)
+        r = await leader.request(pr(transactional_id=tid, acks=-1, timeout_ms=10000, topic_data=[
+            pr.TopicProduceData(name=topic, partition_data=[
+                pr.PartitionProduceData(index=0, records=batch)])]), 9)
+        return r.responses[0].partition_responses[0].error_code
+
+    async def lso():
+        lo = REQUESTS[2]
+        r = await leader.request(lo(replica_id=-1, isolation_level=1, topics=[lo.ListOffsetsTopic(
+            name=topic, partitions=[lo.ListOffsetsPartition(partition_index=0, timestamp=-1)])]), 5)
+        return r.topics[0].partitions[0].offset
+
+    assert await produce(0) == 48                   # INVALID_TXN_STATE: not in the transaction
+    assert await lso() == 0
+    ap = REQUESTS[24]
+    added = await coord.request(ap(v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+                                   v3_and_below_producer_epoch=epoch, v3_and_below_topics=[
+                                       ap.AddPartitionsToTxnTopic(name=topic, partitions=[0])]), 3)
+    assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+    assert await produce(0) == 0
+    assert await lso() == 0                         # the open transaction holds the LSO
+    end = await coord.request(REQUESTS[26](transactional_id=tid, producer_id=pid,
+                                           producer_epoch=epoch, committed=True), 3)
+    assert end.error_code == 0
+    for _ in range(50):
+        if await lso() == 2:                        # the record and the COMMIT marker
+            break
+        await trio.sleep(0.1)
+    assert await lso() == 2
+    await leader.aclose()
+    await coord.aclose()

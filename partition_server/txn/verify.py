@@ -1,0 +1,114 @@
+"""KIP-890 (part 1) server-side transaction verification, on the partition leader.
+
+A transactional batch from a producer with no open transaction on this partition is appended
+only if the transaction coordinator confirms the partition is part of that producer's ongoing
+transaction (AddPartitionsToTxn v4 with verify_only). Without it, a write delayed past its
+transaction's abort would open a "hanging" transaction — or be read as committed later — which
+is what Jepsen found in Kafka's protocol. Once a transaction is open here, later batches need
+no check (the marker closes it).
+
+Answers per partition: NONE (append), INVALID_TXN_STATE (not in the transaction),
+INVALID_PRODUCER_EPOCH (fenced producer), NOT_ENOUGH_REPLICAS (coordinator unreachable or
+loading: retriable, as Kafka maps it for Produce).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from clients.connection import ConnectionClosed
+from partition_server.replication.partition import Role
+from wire.errors import DecodeError, ErrorCode
+from wire.messages.index_generated import REQUESTS
+from wire.records.batch import iter_batches
+
+log = logging.getLogger(__name__)
+
+RETRIABLE = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+             ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.CONCURRENT_TRANSACTIONS,
+             ErrorCode.REQUEST_TIMED_OUT)
+
+
+def _first_transactional(records):
+    """(producer id, epoch) of the first transactional data batch, or None."""
+    try:
+        for h in iter_batches(memoryview(records)):
+            if h.is_transactional and not h.is_control and h.producer_id >= 0:
+                return h.producer_id, h.producer_epoch
+    except DecodeError:
+        return None                 # the log's validation reports it
+    return None
+
+
+def _map(err: ErrorCode) -> ErrorCode:
+    if err == ErrorCode.NONE:
+        return err
+    if err in RETRIABLE:
+        return ErrorCode.NOT_ENOUGH_REPLICAS
+    if err in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return ErrorCode.INVALID_TXN_STATE
+
+
+async def verify_produce(broker, body) -> dict:
+    """{(topic, partition): error} for the partitions of a Produce request that fail
+    verification; partitions not listed go ahead."""
+    tid = getattr(body, "transactional_id", None)
+    needed: dict[tuple, list] = {}          # (pid, epoch) → partitions to verify
+    for t in body.topic_data:
+        for p in t.partition_data:
+            hosted = broker.replicas.get(t.name, p.index)
+            if hosted is None or hosted.state.role is not Role.LEADER or p.records is None \
+                    or not len(p.records):
+                continue
+            found = _first_transactional(p.records)
+            if found is None or hosted.producers.in_transaction(found[0]):
+                continue
+            needed.setdefault(found, []).append((t.name, p.index))
+    if not needed:
+        return {}
+    if tid is None:
+        return {tp: ErrorCode.INVALID_TXN_STATE for tps in needed.values() for tp in tps}
+    refused = {}
+    for (pid, epoch), tps in needed.items():
+        for tp, err in (await verify(broker, tid, pid, epoch, tps)).items():
+            if err != ErrorCode.NONE:
+                log.info("refusing a transactional write of %s (producer %d epoch %d) to %s-%d: %s",
+                         tid, pid, epoch, tp[0], tp[1], err.name)
+                refused[tp] = _map(err)
+    return refused
+
+
+async def verify(broker, tid: str, pid: int, epoch: int, tps: list) -> dict:
+    """Ask the coordinator of `tid` (ourselves or over the wire)."""
+    txn = broker.txn
+    if txn.owns(tid) == ErrorCode.NONE:
+        return txn.verify(tid, pid, epoch, tps)
+    p = broker.image.partition("__transaction_state", txn.partition_of(tid)) \
+        if "__transaction_state" in broker.image.topics else None
+    if p is None or p.leader < 0 or p.leader == broker.broker_id:
+        return {tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in tps}
+    cls = REQUESTS[24]
+    topics: dict[str, list[int]] = {}
+    for t, part in tps:
+        topics.setdefault(t, []).append(part)
+    req = cls(transactions=[cls.AddPartitionsToTxnTransaction(
+        transactional_id=tid, producer_id=pid, producer_epoch=epoch, verify_only=True,
+        topics=[cls.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in topics.items()])])
+    try:
+        with trio.fail_after(5):
+            conn = await txn.markers._conn(p.leader)
+            resp = await conn.request(req, 4, timeout_s=5)
+    except (ConnectionClosed, OSError, DecodeError, ValueError, trio.TooSlowError) as exc:
+        log.info("verification with broker %d failed: %s", p.leader, exc)
+        await txn.markers._drop(p.leader)
+        return {tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in tps}
+    out = {tp: ErrorCode(resp.error_code) if resp.error_code else ErrorCode.INVALID_TXN_STATE
+           for tp in tps}
+    for r in resp.results_by_transaction:
+        for t in r.topic_results:
+            for pr in t.results_by_partition:
+                out[(t.name, pr.partition_index)] = ErrorCode(pr.partition_error_code)
+    return out
