@@ -215,3 +215,39 @@ async def test_live_leader_killed_idempotent_no_loss_no_dup(live):
             assert [f.result().offset for f in futs] == list(range(3000))
         finally:
             live.restart_broker(leader)
+
+
+@pytest.mark.live
+def test_live_sync_facade_from_threads(live):
+    """The blocking facade: several threads share one SyncProducer; SyncAdmin reads back."""
+    import threading
+
+    from clients.sync import SyncAdmin, SyncProducer
+    from clients.admin import NewTopic, LATEST
+    topic = f"p-sync-{uuid.uuid4().hex[:6]}"
+    with SyncAdmin(live.bootstrap) as admin:
+        assert admin.create_topics([NewTopic(topic, 2, 3)]) == {topic: None}
+        with SyncProducer(live.bootstrap, {"linger.ms": 2, "max.block.ms": 3000},
+                          max_queued=1000) as p:
+            futs: list = []
+            calls = []
+
+            def work(t):
+                for i in range(2000):
+                    futs.append(p.send(topic, f"{t}-{i}".encode(), key=str(t).encode(),
+                                       on_delivery=lambda m, e: calls.append(e)))
+            threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            p.flush()
+            assert all(f.done() and f.exception() is None for f in futs)
+            assert len(calls) == 8000 and not any(calls)
+            unknown = p.send("no-such-topic-sync", b"x")
+            with pytest.raises(UnknownTopicError):
+                unknown.result(timeout=30)
+        ends = admin.list_offsets({TopicPartition(topic, 0): LATEST,
+                                   TopicPartition(topic, 1): LATEST})
+        assert sum(o for o, _ in ends.values()) == 8000
+        assert topic in admin.list_topics()
