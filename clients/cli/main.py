@@ -113,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     qd.add_argument("--bootstrap-controller", help="ask a controller directly (host:port)")
     qd.add_argument("--output", choices=["table", "json"], default="table")
     q.set_defaults(func=cmd_quorum)
+    from clients.cli import consume, groups  # noqa: E402 - consumer CLI registers itself
+    consume.register(sub)
+    groups.register(sub)
     return parser
 
 
