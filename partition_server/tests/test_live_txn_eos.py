@@ -171,3 +171,100 @@ def test_consume_transform_produce_survives_coordinator_sigkill(cluster):
     offsets = c.committed([TopicPartition(src, i) for i in range(3)], timeout=30)
     c.close()
     assert [tp.offset for tp in offsets] == [n // 3] * 3
+
+
+def _f12_rounds(cluster, topic, tid, rounds, seed):
+    """Run `rounds` transactions, SIGKILLing the coordinator around each commit; returns the
+    history {round: 'ok' | 'aborted' | 'unknown'} and the values each round wrote."""
+    import random
+    rng = random.Random(seed)
+    history, written = {}, {}
+
+    def new_producer():
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": tid,
+                      "transaction.timeout.ms": 30000, "linger.ms": 2})
+        p.init_transactions(90)
+        return p
+
+    producer = new_producer()
+    for r in range(rounds):
+        values = [f"r{r}-{i}" for i in range(9)]
+        written[r] = values
+        victim = coordinator_of(cluster, tid)
+        producer.begin_transaction()
+        for i, v in enumerate(values):
+            producer.produce(topic, v.encode(), partition=i % 3)
+        producer.flush(30)
+        outcome = {}
+
+        def commit():
+            try:
+                producer.commit_transaction(90)
+                outcome["r"] = "ok"
+            except KafkaException as exc:
+                outcome["r"] = exc.args[0]
+        t = threading.Thread(target=commit)
+        t.start()
+        time.sleep(rng.uniform(0, 0.05))
+        cluster.kill(f"broker-{victim}")
+        t.join(120)
+        cluster.restart_broker(victim)
+        got = outcome.get("r", "unknown")
+        if got == "ok":
+            history[r] = "ok"
+            continue
+        history[r] = "unknown"
+        if isinstance(got, KafkaError) and got.txn_requires_abort() and not got.fatal():
+            try:
+                producer.abort_transaction(90)
+                history[r] = "aborted"
+                continue
+            except KafkaException:
+                pass
+        producer = new_producer()            # fatal: a new instance completes or aborts it
+    return history, written
+
+
+def check_history(history, written, seen):
+    """No aborted read, no lost committed transaction, each transaction all-or-nothing, no
+    duplicate."""
+    assert len(seen) == len(set(seen)), "duplicate reads"
+    seen = set(seen)
+    for r, outcome in history.items():
+        visible = [v in seen for v in written[r]]
+        assert all(visible) or not any(visible), f"round {r} ({outcome}) partially visible"
+        if outcome == "ok":
+            assert all(visible), f"committed round {r} lost"
+        if outcome == "aborted":
+            assert not any(visible), f"aborted round {r} read"
+    known = {v for vs in written.values() for v in vs}
+    assert seen <= known
+
+
+@pytest.mark.parametrize("rounds", [2])
+def test_f12_coordinator_sigkill_mid_commit(cluster, rounds):
+    topic, tid = "f12", "tx-f12"
+    create_topic(cluster, topic)
+    history, written = _f12_rounds(cluster, topic, tid, rounds, seed=12)
+    print("F12 history:", history)
+    check_history(history, written, read_committed(cluster, topic))
+    assert "ok" in history.values() or "unknown" in history.values()
+
+
+@pytest.mark.slow
+def test_f12_coordinator_sigkill_mid_commit_soak(cluster):
+    topic, tid = "f12-soak", "tx-f12-soak"
+    create_topic(cluster, topic)
+    history, written = _f12_rounds(cluster, topic, tid, 10, seed=1212)
+    check_history(history, written, read_committed(cluster, topic))
+
+
+def test_f12_checker_catches_bad_histories():
+    written = {0: ["a", "b"], 1: ["c", "d"]}
+    check_history({0: "ok", 1: "aborted"}, written, ["a", "b"])
+    check_history({0: "unknown", 1: "unknown"}, written, ["c", "d"])
+    for history, seen in [({0: "ok", 1: "aborted"}, ["a"]),              # partial
+                          ({0: "ok", 1: "aborted"}, ["c", "d"]),         # lost + aborted read
+                          ({0: "ok", 1: "unknown"}, ["a", "b", "b"])]:   # duplicate
+        with pytest.raises(AssertionError):
+            check_history(history, written, seen)
