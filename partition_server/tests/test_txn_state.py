@@ -142,3 +142,45 @@ def test_marker_with_a_newer_epoch_fences_late_writes():
     s.update_from_header(_marker(1, 1, False, 2))      # coordinator aborted under epoch 1
     assert s.check(1, 0, 2, 3).error == ErrorCode.INVALID_PRODUCER_EPOCH
     assert s.check(1, 1, 0, 0).error == ErrorCode.NONE
+
+
+def test_transaction_state_is_rebuilt_from_the_log_after_a_restart(tmp_path):
+    """Open and aborted transactions spread over several segments come back from a reopened
+    log exactly as they were tracked on append (the producer state replay of recovery)."""
+    from partition_server.log import LogConfig, PartitionLog
+    from partition_server.txn.producer_state import rebuild_from_segments
+
+    plog = PartitionLog(str(tmp_path / "t-0"), LogConfig(segment_bytes=300))
+    live = ProducerStateManager()
+
+    def data(pid, seq, txn=True):
+        info = plog.append_as_leader(build_batch([(b"k", b"v" * 20, [], 0)] * 2, producer_id=pid,
+                                                 producer_epoch=0, base_sequence=seq,
+                                                 is_transactional=txn), 0, 0)
+        live.update(pid, 0, seq, seq + 1, info.first_offset, info.last_offset)
+        if txn:
+            live.begin_txn(pid, info.first_offset)
+
+    def marker(pid, commit):
+        info = plog.append_as_leader(build_end_txn_marker(commit, pid, 0, 0), 0, 0,
+                                     origin="coordinator")
+        live.end_txn(pid, 0, commit, info.first_offset)
+
+    data(1, 0)
+    data(2, 0)
+    data(1, 2)
+    marker(1, False)          # pid 1 aborted: offsets 0-1 and 4-5
+    data(3, 0, txn=False)
+    marker(2, True)
+    data(1, 4)                # pid 1 again: open
+    assert len(plog.segments) > 2
+    plog.close()
+    reopened = PartitionLog(str(tmp_path / "t-0"), LogConfig(segment_bytes=300))
+    rebuilt = rebuild_from_segments(reopened.segments)
+    assert rebuilt.ongoing == live.ongoing == {1: 10}
+    assert rebuilt.aborted == live.aborted
+    assert rebuilt.aborted_between(0, 20) == [(1, 0)]
+    assert rebuilt.last_stable_offset(100) == 10
+    assert {p: e.last_seq for p, e in rebuilt.producers.items()} == \
+        {p: e.last_seq for p, e in live.producers.items()}
+    reopened.close()
