@@ -1,0 +1,15 @@
+"""Raftka's PySpark connector: `format("raftka")` for read, readStream, write and writeStream.
+
+    from spark_connector import register
+    register(spark)                         # once per SparkSession
+    df = spark.readStream.format("raftka").option("kafka.bootstrap.servers", ...) ...
+
+See spark_connector/README.md. Needs pyspark >= 4.2 and pyarrow (the `spark` extra), and the
+executors' PYSPARK_PYTHON must be an interpreter where Raftka is installed.
+"""
+
+
+def register(spark) -> None:
+    """Make `format("raftka")` available in `spark` (a SparkSession)."""
+    from spark_connector.source import RaftkaDataSource
+    spark.dataSource.register(RaftkaDataSource)

@@ -1,0 +1,72 @@
+"""Shared by the live Spark tests: topic admin over our own blocking client, a Spark session."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from spark_connector import kafka_io
+from wire.messages.index_generated import REQUESTS
+
+
+def client(bootstrap: str, client_id: str = "raftka-spark-tests") -> kafka_io.KafkaClient:
+    return kafka_io.get_client(kafka_io.ClientConfig(bootstrap, client_id=client_id))
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, rf: int = 1,
+                 configs: dict | None = None, timeout_s: float = 60) -> None:
+    c = client(bootstrap)
+    ct = REQUESTS[19]
+    sock = c._any_socket()
+    resp = sock.request(ct(topics=[ct.CreatableTopic(
+        name=name, num_partitions=partitions, replication_factor=rf,
+        configs=[ct.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()])],
+        timeout_ms=30000), 5)
+    assert resp.topics[0].error_code == 0, resp.topics[0]
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        md = c.refresh_metadata([name]).get(name, {})
+        if len(md) == partitions and all(p.leader >= 0 for p in md.values()):
+            try:
+                c.list_offsets({(name, p): kafka_io.LATEST for p in md})
+                return
+            except Exception:      # noqa: BLE001 - leaders may still be loading the partition
+                pass
+        time.sleep(0.2)
+    raise TimeoutError(f"topic {name} has no leaders after {timeout_s}s")
+
+
+def delete_records(bootstrap: str, topic: str, partition: int, before_offset: int) -> int:
+    """DeleteRecords: the partition's log start moves to `before_offset`; returns it."""
+    c = client(bootstrap)
+    sock = c._leader_socket(topic, partition)
+    dr = REQUESTS[21]
+    resp = sock.request(dr(topics=[dr.DeleteRecordsTopic(name=topic, partitions=[
+        dr.DeleteRecordsPartition(partition_index=partition, offset=before_offset)])],
+        timeout_ms=30000), 2)
+    res = resp.topics[0].partitions[0]
+    assert res.error_code == 0, res
+    return res.low_watermark
+
+
+def spark_session(local_dir: str, cores: int = 2):
+    # executors must run the interpreter that has Raftka installed
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from spark_connector import register
+    spark = (SparkSession.builder.master(f"local[{cores}]").appName("raftka-spark-tests")
+             .config("spark.ui.enabled", "false")
+             .config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.local.dir", local_dir)
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.streaming.stopTimeout", "60s")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
