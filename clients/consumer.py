@@ -147,19 +147,29 @@ class Consumer:
         self._next_auto_commit = 0.0
         self._stack: contextlib.AsyncExitStack | None = None
         self._nursery: trio.Nursery | None = None
+        self._scope = trio.CancelScope()        # our background tasks, cancelled by close()
         self._rr = 0
         self.closed = False
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    async def start(self) -> "Consumer":
+    async def start(self, nursery: trio.Nursery | None = None) -> "Consumer":
+        """Connect and start background work (heartbeats, async commits) in `nursery`, or in
+        a nursery of our own when None (then start and close must run in the same task, as
+        `async with` does; the blocking facade passes its loop's nursery)."""
         await self.cluster.start()
-        self._stack = contextlib.AsyncExitStack()
-        self._nursery = await self._stack.enter_async_context(trio.open_nursery())
+        if nursery is None:
+            self._stack = contextlib.AsyncExitStack()
+            nursery = await self._stack.enter_async_context(trio.open_nursery())
+        self._nursery = nursery
         if self.member is not None:
-            self._nursery.start_soon(self.member.heartbeat_loop)
+            nursery.start_soon(self._in_scope, self.member.heartbeat_loop)
         self._next_auto_commit = trio.current_time() + self._auto_commit_interval
         return self
+
+    async def _in_scope(self, fn, *args) -> None:
+        with self._scope:
+            await fn(*args)
 
     async def __aenter__(self) -> "Consumer":
         return await self.start()
@@ -182,10 +192,12 @@ class Consumer:
                 if self.member is not None and self.member.member_id:
                     await self.member.leave()
         finally:
-            if self._nursery is not None:
+            self._scope.cancel()
+            if self._stack is not None:
                 self._nursery.cancel_scope.cancel()
                 await self._stack.aclose()
-                self._nursery = None
+                self._stack = None
+            self._nursery = None
             await self.cluster.aclose()
 
     @property
@@ -384,7 +396,7 @@ class Consumer:
             if callback is not None:
                 await _call_listener(lambda _: callback({tp: o for tp, (o, _, _) in commit.items()},
                                                         err), [])
-        self._nursery.start_soon(run)
+        self._nursery.start_soon(self._in_scope, run)
 
     async def _maybe_auto_commit(self) -> None:
         if (self.member is None or not self.config["enable.auto.commit"]

@@ -74,7 +74,7 @@ class GroupMember:
         self.stable = False          # joined and synced, heartbeats flowing
         self.rejoin_needed = True
         self.coordinator: int | None = None
-        self.last_heartbeat_ok = trio.current_time()
+        self.last_heartbeat_ok = 0.0            # trio time of the last good heartbeat
 
     # -- coordinator -----------------------------------------------------------------------------
 

@@ -353,3 +353,26 @@ async def test_read_committed_over_real_transactions(cluster):
     assert values["read_committed"] == [f"committed-{i}" for i in range(5)]
     assert values["read_uncommitted"] == [f"aborted-{i}" for i in range(5)] + \
         [f"committed-{i}" for i in range(5)]
+
+
+def test_blocking_facade(cluster):
+    from clients.consumer_sync import SyncConsumer
+    topic = "sync-facade"
+    create_topic(cluster, topic, 2)
+    sent = produce(cluster, topic, 60, 2)
+    group = f"sync-{uuid.uuid4().hex[:6]}"
+    assigned = []
+    with SyncConsumer(cluster.bootstrap, {"group.id": group, "auto.offset.reset": "earliest",
+                                          "enable.auto.commit": False, **FAST_GROUP}) as c:
+        c.subscribe([topic], on_assigned=assigned.extend)
+        got = []
+        deadline = time.time() + 30
+        while len(got) < 60 and time.time() < deadline:
+            got += c.poll(500)
+        c.commit()
+        assert c.committed([(topic, 0), (topic, 1)]) == {TopicPartition(topic, 0): 30,
+                                                         TopicPartition(topic, 1): 30}
+        assert c.position((topic, 1)) == 30
+    assert sorted(assigned) == [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    for p, records in by_partition(got).items():
+        assert [r.value for r in records] == sent[p]
