@@ -29,10 +29,16 @@ class BrokerConnection:
         self._lock = trio.Lock()
         self.api_versions: dict[int, tuple[int, int]] = {}
 
+    # async hook(conn) run right after the TCP connect: a secured node process sets it to wrap
+    # its inter-node links in TLS and authenticate them (partition_server/security/setup.py)
+    connect_hook = None
+
     async def connect(self, timeout_s: float = 5.0) -> None:
         with trio.fail_after(timeout_s):
             try:
                 self._stream = await trio.open_tcp_stream(self.host, self.port)
+                if BrokerConnection.connect_hook is not None:
+                    await BrokerConnection.connect_hook(self)
             except OSError as exc:
                 raise ConnectionClosed(f"cannot reach {self.host}:{self.port}: {exc}") from None
         req_cls = api_keys.request_class(18)

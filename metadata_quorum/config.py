@@ -73,6 +73,9 @@ class ControllerConfig:
     num_partitions: int = 1
     default_replication_factor: int = 1
     stream_tail_records: int = 50_000
+    # the raw properties, for the listener's security settings (same keys as a broker's:
+    # listener.security.protocol.map's CONTROLLER entry, ssl.*, sasl.*, raftka.inter.node.*)
+    props: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> "ControllerConfig":
@@ -121,4 +124,4 @@ class ControllerConfig:
         return cls(node_id, voters, peers, listener,
                    props.get("metadata.log.dir", f"./raftka-data/controller-{node_id}"),
                    props.get("raftka.controller.raft.password", "raftka-dev-only-password"),
-                   *numbers)
+                   *numbers, props=dict(props))

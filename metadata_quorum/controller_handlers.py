@@ -36,6 +36,7 @@ SUPPORTED = {
     62: (0, 4),      # BrokerRegistration
     63: (0, 1),      # BrokerHeartbeat
     67: (0, 0),      # AllocateProducerIds
+    51: (0, 0),      # AlterUserScramCredentials (forwarded by brokers)
 }
 
 
@@ -246,6 +247,24 @@ async def handle_delete_acls(svc, req):
         for x in results])
 
 
+async def handle_alter_user_scram_credentials(svc, req):
+    """Only salted keys reach the log (feature_control turns salted passwords into keys)."""
+    from metadata_quorum.controller.feature_control import ScramUpsertion
+    cls = RESPONSES[51]
+    b = req.body
+    deletions = [(d.name, d.mechanism) for d in b.deletions]
+    upsertions = [ScramUpsertion(u.name, u.mechanism, u.iterations, bytes(u.salt),
+                                 bytes(u.salted_password)) for u in b.upsertions]
+    users = list(dict.fromkeys([n for n, _ in deletions] + [u.name for u in upsertions]))
+    results, err = await _mutate(svc, lambda now: svc.controller.alter_user_scram_credentials(
+        deletions, upsertions))
+    if err:
+        return cls(results=[cls.AlterUserScramCredentialsResult(user=u, error_code=err)
+                            for u in users])
+    return cls(results=[cls.AlterUserScramCredentialsResult(
+        user=u, error_code=results[u][0], error_message=results[u][1]) for u in users])
+
+
 async def handle_allocate_producer_ids(svc, req):
     res, err = await _mutate(svc, lambda now: svc.controller.allocate_producer_ids(
         req.body.broker_id, req.body.broker_epoch))
@@ -327,7 +346,7 @@ HANDLERS = {
     33: handle_alter_configs, 37: handle_create_partitions, 43: handle_elect_leaders,
     44: handle_incremental_alter_configs, 55: handle_describe_quorum, 56: handle_alter_partition,
     59: handle_fetch_snapshot, 62: handle_broker_registration, 63: handle_broker_heartbeat,
-    67: handle_allocate_producer_ids,
+    67: handle_allocate_producer_ids, 51: handle_alter_user_scram_credentials,
 }
 assert set(HANDLERS) == set(SUPPORTED)
 assert all(REQUESTS[k].VALID_VERSIONS[0] <= lo and hi <= REQUESTS[k].VALID_VERSIONS[1]

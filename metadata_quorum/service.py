@@ -18,6 +18,7 @@ pysyncobj's thread never blocks on us: its callbacks hop onto the trio loop with
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
@@ -157,8 +158,11 @@ class ControllerService:
         self.next_offset, self.tail_start, self.tail = next_offset, tail_start, tail
         host, port = self.config.listener
         async with trio.open_nursery() as nursery:
-            listeners = await nursery.start(serve_listener, host, port, self._dispatch_wire,
-                                            "CONTROLLER", 100 * 1024 * 1024, SUPPORTED)
+            from partition_server.security.setup import controller_listener_security
+            listeners = await nursery.start(functools.partial(
+                serve_listener, host, port, self._dispatch_wire, "CONTROLLER", 100 * 1024 * 1024,
+                SUPPORTED, security=controller_listener_security(self.config.props,
+                                                                 lambda: self.controller.image)))
             nursery.start_soon(self._leadership_loop)
             nursery.start_soon(self._tick_loop)
             bound = listeners[0].socket.getsockname()

@@ -76,6 +76,13 @@ class Broker:
         from partition_server.handlers.producer_id import ProducerIdBlock
         self.producer_ids = ProducerIdBlock()
         self.image = MetadataImage()
+        # security: credentials (inter-node user + metadata SCRAM records) and the authorizer,
+        # rebuilt from every image (None: no authorizer configured, everything allowed)
+        from partition_server.security import setup as security
+        self.credentials = security.credential_lookup(
+            lambda: self.image, security.static_credentials(
+                config["raftka.inter.node.sasl.username"], config["raftka.inter.node.sasl.password"]))
+        self.authorizer = security.build_authorizer(self.image, config.values.get)
         self.unfenced_once = trio.Event()
         self.stopping = False
 
@@ -113,6 +120,9 @@ class Broker:
     async def on_image(self, image: MetadataImage) -> None:
         """Make local replicas match the new image: leadership, new and deleted partitions."""
         self.image = image
+        if self.authorizer is not None:
+            from partition_server.security.setup import build_authorizer
+            self.authorizer = build_authorizer(image, self.config.values.get)
         now = now_ms()
         wanted = set()
         for topic in image.topics.values():
@@ -207,12 +217,18 @@ class Broker:
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         from partition_server.handlers import SUPPORTED, dispatch
-        host, port = self.config.client_endpoint
+        from partition_server.security import setup as security
+        listeners = security.broker_listeners(self.config, self.credentials)
+        inter = next(sec for x, sec in listeners if x.name == self._inter_broker_listener())
+        security.install_inter_node_client(self.config.values.get, set(self.config.voters.values()),
+                                           inter.protocol)
         async with trio.open_nursery() as nursery:
-            await nursery.start(functools.partial(
-                serve_listener, host, port, lambda ctx, req: dispatch(self, ctx, req), "PLAINTEXT",
-                self.config["socket.request.max.bytes"], SUPPORTED,
-                idle_timeout_s=self.config["connections.max.idle.ms"] / 1000))
+            for listener, sec in listeners:
+                await nursery.start(functools.partial(
+                    serve_listener, listener.host, listener.port,
+                    lambda ctx, req: dispatch(self, ctx, req), listener.name,
+                    self.config["socket.request.max.bytes"], SUPPORTED,
+                    idle_timeout_s=self.config["connections.max.idle.ms"] / 1000, security=sec))
             await self.client.register()
             nursery.start_soon(self.client.follow_metadata, self.on_image)
             nursery.start_soon(self.client.heartbeat_loop, self.on_heartbeat_state)
@@ -226,6 +242,12 @@ class Broker:
                 from partition_server.metrics import serve_metrics
                 await nursery.start(serve_metrics, self, self.config["raftka.metrics.listener"])
             task_status.started()
+
+    def _inter_broker_listener(self) -> str:
+        from partition_server.security.listeners import resolve
+        c = self.config
+        return resolve(c["listeners"], c["advertised.listeners"], c["listener.security.protocol.map"],
+                       c["inter.broker.listener.name"]).inter_broker
 
     async def controlled_shutdown(self, timeout_s: float = 10.0) -> None:
         """Ask the controller to move our leaderships away, wait until told to stop."""

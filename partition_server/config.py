@@ -124,6 +124,48 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("connections.max.idle.ms", "long", 600000, "Close idle client connections after (ms).",
               _at_least(1)),
     ConfigDef("metadata.log.dir", "string", None, "Where the metadata image cache is kept."),
+    # -- security (partition_server/security, configs/secure/README.md) --
+    ConfigDef("listener.security.protocol.map", "list", None,
+              "NAME:PROTOCOL pairs (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL); listeners named "
+              "like a protocol use it."),
+    ConfigDef("inter.broker.listener.name", "string", None,
+              "Listener other brokers use to reach this one (default: the first)."),
+    ConfigDef("sasl.enabled.mechanisms", "list", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"],
+              "SASL mechanisms offered on SASL listeners."),
+    ConfigDef("sasl.server.max.receive.size", "int", 524288,
+              "Largest frame (bytes) accepted before a connection has authenticated.", _at_least(64)),
+    ConfigDef("connections.max.reauth.ms", "long", 0,
+              "SASL session lifetime (ms): clients must re-authenticate before it ends; 0 = never.",
+              _at_least(0)),
+    ConfigDef("max.connections", "int", 2147483647, "Connections accepted by this broker in total.",
+              _at_least(1)),
+    ConfigDef("max.connections.per.ip", "int", 2147483647, "Connections accepted per client IP.",
+              _at_least(1)),
+    ConfigDef("ssl.keystore.location", "string", None,
+              "PEM file with the server certificate chain and private key (SSL listeners)."),
+    ConfigDef("ssl.keystore.type", "string", "PEM", "Only PEM.", _one_of("PEM")),
+    ConfigDef("ssl.key.password", "string", None, "Password of an encrypted private key."),
+    ConfigDef("ssl.truststore.location", "string", None,
+              "PEM CA bundle: verifies client certificates, and other nodes on inter-node TLS links."),
+    ConfigDef("ssl.truststore.type", "string", "PEM", "Only PEM.", _one_of("PEM")),
+    ConfigDef("ssl.client.auth", "string", "none", "none, requested or required.",
+              _one_of("none", "requested", "required")),
+    ConfigDef("authorizer.class.name", "string", None,
+              "Set (to any value, e.g. org.apache.kafka.metadata.authorizer.StandardAuthorizer) "
+              "to enforce ACLs on every API; unset = no authorization, as in Kafka."),
+    ConfigDef("super.users", "string", None, "Principals allowed everything: User:a;User:b."),
+    ConfigDef("allow.everyone.if.no.acl.found", "bool", False,
+              "With an authorizer: allow access to resources no ACL names."),
+    ConfigDef("raftka.inter.node.sasl.mechanism", "string", "SCRAM-SHA-512",
+              "SASL mechanism this node uses towards controllers and other brokers.",
+              _one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
+    ConfigDef("raftka.inter.node.sasl.username", "string", None,
+              "Inter-node user: authenticates brokers to controllers and followers to leaders; "
+              "a super user. Every node of a cluster shares it."),
+    ConfigDef("raftka.inter.node.sasl.password", "string", None, "Password of the inter-node user."),
+    ConfigDef("raftka.controller.security.protocol", "string", "PLAINTEXT",
+              "How to reach the controllers' listener.",
+              _one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
 ]}
 
 
@@ -190,6 +232,17 @@ class BrokerConfig:
                 parse_endpoint(listener)
             except ConfigError as exc:
                 problems.append(str(exc))
+        if not problems:
+            try:
+                from partition_server.security.listeners import ListenerConfigError, resolve
+                resolve(values["listeners"], values["advertised.listeners"],
+                        values["listener.security.protocol.map"],
+                        values["inter.broker.listener.name"])
+            except ListenerConfigError as exc:
+                problems.append(str(exc))
+        if bool(values["raftka.inter.node.sasl.username"]) != \
+                bool(values["raftka.inter.node.sasl.password"]):
+            problems.append("raftka.inter.node.sasl.username and .password go together")
         if problems:
             raise ConfigError("; ".join(problems))
         return cls(values)

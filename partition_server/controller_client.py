@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 METADATA_TOPIC = "__cluster_metadata"
 VERSIONS = {1: 12, 19: 7, 20: 6, 30: 3, 31: 3, 33: 2, 37: 3, 43: 2, 44: 1, 55: 2, 56: 3, 59: 1, 62: 4, 63: 1,
-            67: 0}
+            67: 0, 51: 0}
 
 
 class ControllerUnavailable(Exception):

@@ -28,6 +28,8 @@ class DevLayout:
     data_dir: Path
     base_port: int = 9092
     overrides: dict[str, str] = field(default_factory=dict)
+    # --secure: SASL_SSL listeners (SCRAM), a generated CA, ACLs enforced (clients/cli/secure_dev.py)
+    secure: bool = False
 
     def log_path(self, process_name: str) -> Path:
         return self.data_dir / "logs" / f"{process_name}.log"
@@ -53,6 +55,10 @@ class DevLayout:
     def bootstrap_servers(self) -> str:
         return ",".join(f"127.0.0.1:{self.broker_port(b)}" for b in BROKER_IDS)
 
+    def _secure(self):
+        from clients.cli.secure_dev import SecureDev
+        return SecureDev(self)
+
     def controller_properties(self, index: int) -> dict[str, str]:
         cid = CONTROLLER_IDS[index]
         return {
@@ -63,7 +69,7 @@ class DevLayout:
             "raftka.controller.raft.peers": ",".join(
                 f"{c}@127.0.0.1:{self.raft_port(i)}" for i, c in enumerate(CONTROLLER_IDS)),
             "metadata.log.dir": str(self.data_dir / f"controller-{cid}"),
-        }
+        } | (self._secure().controller_properties() if self.secure else {})
 
     def broker_properties(self, broker_id: int) -> dict[str, str]:
         props = {
@@ -82,6 +88,8 @@ class DevLayout:
             "group.initial.rebalance.delay.ms": "300",
             "raftka.metrics.listener": f"127.0.0.1:{self.metrics_port(broker_id)}",
         }
+        if self.secure:
+            props.update(self._secure().broker_properties(broker_id))
         props.update(self.overrides)
         return props
 
@@ -176,8 +184,8 @@ def stop_cluster(procs: list[ManagedProcess]) -> None:
 
 
 def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool,
-            quiet: bool, ready_timeout_s: float = 60.0) -> int:
-    layout = DevLayout(Path(data_dir).resolve(), base_port, overrides)
+            quiet: bool, ready_timeout_s: float = 60.0, secure: bool = False) -> int:
+    layout = DevLayout(Path(data_dir).resolve(), base_port, overrides, secure)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -187,7 +195,12 @@ def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool
         if problem:
             print(f"raftka dev: {problem}", file=sys.stderr)
             return 1
+        if secure:
+            from clients.cli.secure_dev import SecureDev
+            properties = SecureDev(layout).bootstrap_super_user()
         print(f"bootstrap.servers={layout.bootstrap_servers}", flush=True)
+        if secure:
+            print(f"client.properties={properties}", flush=True)
         if demo:
             from clients.cli.demo import run_demo
             run_demo(layout.bootstrap_servers)

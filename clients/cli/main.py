@@ -27,7 +27,8 @@ def _parse_sets(items: list[str]) -> dict[str, str]:
 
 def cmd_dev(args: argparse.Namespace) -> int:
     from clients.cli.dev import run_dev
-    return run_dev(args.data_dir, args.base_port, _parse_sets(args.set), args.demo, args.quiet)
+    return run_dev(args.data_dir, args.base_port, _parse_sets(args.set), args.demo, args.quiet,
+                   secure=args.secure)
 
 
 def cmd_controller(args: argparse.Namespace) -> int:
@@ -74,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--demo", action="store_true",
                      help="once ready, create a topic, produce and consume a few records")
     dev.add_argument("--quiet", action="store_true", help="do not echo process logs")
+    dev.add_argument("--secure", action="store_true",
+                     help="SASL_SSL listeners (SCRAM-SHA-512), a generated CA, ACLs enforced, a "
+                          "super user; prints client.properties=PATH")
     dev.set_defaults(func=cmd_dev)
 
     ctl = sub.add_parser("controller", help="run one metadata-quorum controller")
@@ -113,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     qd.add_argument("--bootstrap-controller", help="ask a controller directly (host:port)")
     qd.add_argument("--output", choices=["table", "json"], default="table")
     q.set_defaults(func=cmd_quorum)
+    from clients.cli import users  # noqa: E402 - `raftka users scram ...`
+    users.register(sub)
     from clients.cli import consume, groups  # noqa: E402 - consumer CLI registers itself
     consume.register(sub)
     groups.register(sub)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from partition_server.handlers import (admin, cluster, consumer_group, fetch, group, produce,
-                                       producer_id, txn)
+                                       producer_id, security, txn)
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,9 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     44: (0, 1),      # IncrementalAlterConfigs → forwarded
     55: (0, 2),      # DescribeQuorum      → forwarded
     60: (0, 1),      # DescribeCluster
+    29: (1, 3),      # DescribeAcls        (from the metadata image)
+    50: (0, 0),      # DescribeUserScramCredentials (from the metadata image)
+    51: (0, 0),      # AlterUserScramCredentials → forwarded
 }
 
 HANDLERS = {
@@ -74,9 +77,18 @@ HANDLERS = {
     23: fetch.handle_offset_for_leader_epoch,
     32: cluster.handle_describe_configs,
     60: cluster.handle_describe_cluster,
+    29: security.handle_describe_acls, 50: security.handle_describe_user_scram_credentials,
+    51: admin.forward,
 }
 assert set(HANDLERS) == set(SUPPORTED)
 
 
 async def dispatch(broker, ctx, request):
-    return await HANDLERS[request.api_key](broker, request)
+    handler = HANDLERS[request.api_key]
+    if getattr(broker, "authorizer", None) is None:
+        return await handler(broker, request)
+    # ACLs (partition_server/security/enforce.py): one rule per API, checked here so the
+    # handlers stay unaware of principals
+    from partition_server.security.enforce import authorize_and_call
+    return await authorize_and_call(broker.authorizer, ctx, request,
+                                    lambda req: handler(broker, req))
