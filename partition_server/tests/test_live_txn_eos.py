@@ -268,3 +268,43 @@ def test_f12_checker_catches_bad_histories():
                           ({0: "ok", 1: "unknown"}, ["a", "b", "b"])]:   # duplicate
         with pytest.raises(AssertionError):
             check_history(history, written, seen)
+
+
+def test_new_leader_knows_open_and_aborted_transactions(cluster):
+    """Followers track transactions from the batches they replicate: after the partition
+    leader is SIGKILLed, the new leader still hides aborted data from read_committed readers
+    and holds the last stable offset at a still-open transaction until it commits."""
+    topic = "txn-failover"
+    create_topic(cluster, topic, partitions=1)
+    a = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "tx-fo-a"})
+    a.init_transactions(60)
+    a.begin_transaction()
+    a.produce(topic, b"c1", partition=0)
+    a.commit_transaction(30)
+    a.begin_transaction()
+    a.produce(topic, b"a1", partition=0)
+    a.flush(30)
+    a.abort_transaction(30)
+    b = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "tx-fo-b",
+                  "transaction.timeout.ms": 60000})
+    b.init_transactions(60)
+    b.begin_transaction()
+    b.produce(topic, b"open", partition=0)
+    b.flush(30)
+    a.begin_transaction()
+    a.produce(topic, b"c2", partition=0)       # committed, but behind the open transaction
+    a.commit_transaction(30)
+    md = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(topic, timeout=30)
+    leader = md.topics[topic].partitions[0].leader
+    cluster.kill(f"broker-{leader}")
+    try:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        deadline = time.time() + 30
+        while admin.list_topics(topic, timeout=30).topics[topic].partitions[0].leader in \
+                (leader, -1) and time.time() < deadline:
+            time.sleep(0.5)
+        assert read_committed(cluster, topic, partitions=1, idle_s=5) == ["c1"]
+        b.commit_transaction(60)
+        assert read_committed(cluster, topic, partitions=1) == ["c1", "open", "c2"]
+    finally:
+        cluster.restart_broker(leader)
