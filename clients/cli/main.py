@@ -1,12 +1,15 @@
 """The `raftka` command: one entry point, one subcommand per job.
 
 Errors a user can cause (bad flags, unreachable cluster, bad config) print one line on stderr
-and exit non-zero; tracebacks are for bugs only.
+and exit non-zero; tracebacks are for bugs only. Client commands share their exit codes
+(clients/cli/output.py): 0 ok, 1 the cluster refused or failed the operation, 2 usage or
+configuration error, 3 cluster unreachable or not answering.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
@@ -58,6 +61,11 @@ def cmd_quorum(args: argparse.Namespace) -> int:
     return quorum.main(args)
 
 
+def _register(sub, module: str) -> None:
+    """clients/cli/<module>.py adds its own subcommands (one line per module below)."""
+    importlib.import_module(f"clients.cli.{module}").register(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raftka", description="Raftka: Kafka-compatible streaming "
                                      "with a Raft metadata quorum.")
@@ -96,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = perf_sub.add_parser(name, help=f"measure {name} throughput")
         p.add_argument("--bootstrap-server", default=os.environ.get("RAFTKA_BOOTSTRAP",
                                                                     "127.0.0.1:9092"))
+        p.add_argument("--command-config", metavar="FILE", help="client properties file")
         p.add_argument("--topic", default="perf")
         p.add_argument("--num-records", type=int, default=100_000)
         p.add_argument("--output", choices=["table", "json"], default="table")
@@ -107,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--linger-ms", type=int, default=5)
             p.add_argument("--partitions", type=int, default=6)
             p.add_argument("--replication-factor", type=int, default=1)
+            p.add_argument("--batch-size", type=int, default=1 << 18)
+            p.add_argument("--client", choices=["raftka", "confluent"], default="raftka",
+                           help="load from our producer (default) or confluent-kafka")
     perf.set_defaults(func=cmd_perf)
 
     q = sub.add_parser("quorum", help="metadata quorum status: quorum describe")
@@ -122,6 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     from clients.cli import consume, groups  # noqa: E402 - consumer CLI registers itself
     consume.register(sub)
     groups.register(sub)
+    _register(sub, "topics")
+    _register(sub, "configs")
+    _register(sub, "acls")
+    _register(sub, "produce")
     return parser
 
 

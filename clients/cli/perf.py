@@ -1,9 +1,10 @@
 """`raftka perf produce|consume`: load generators in the spirit of Kafka's perf-test tools.
 
-The load comes from confluent-kafka (librdkafka), the fastest Python-reachable client, so the
-figures measure the broker rather than our own (future) client; install it with
-`pip install confluent-kafka`. Output: a final table of records/s, MB/s and, for produce, the
-p50/p99/max delivery latency (send → acknowledgement). `--output json` prints one JSON object.
+`perf produce` drives our own producer (clients/producer.py) by default, with a live progress
+line on stderr; `--client confluent` uses confluent-kafka (librdkafka) instead, to measure the
+broker rather than our client. `perf consume` uses confluent-kafka. Output: a final table of
+records/s, MB/s and, for produce, the p50/p99/max delivery latency (send → acknowledgement).
+`--output json` prints one JSON object.
 """
 
 from __future__ import annotations
@@ -124,7 +125,106 @@ def print_table(title: str, result: dict) -> None:
         print(f"  {k:>14}: {v}")
 
 
+async def _produce_raftka(bootstrap: str, topic: str, num_records: int, record_size: int,
+                          acks: str, compression: str, linger_ms: int, batch_size: int,
+                          partitions: int, replication_factor: int, progress: bool,
+                          extra: dict | None = None) -> dict:
+    import trio
+
+    from clients.admin import AdminClient, NewTopic
+    from clients.producer import Producer
+    from wire.errors import TopicAlreadyExistsError
+    cfg = {"bootstrap.servers": bootstrap, "acks": acks, "compression.type": compression,
+           "linger.ms": linger_ms, "batch.size": batch_size, "buffer.memory": 64 << 20,
+           "client.id": "raftka-perf", **(extra or {})}
+    async with AdminClient(config={k: v for k, v in cfg.items()
+                                   if k in ("bootstrap.servers", "client.id")}) as admin:
+        if topic not in await admin.list_topics():
+            err = (await admin.create_topics([NewTopic(topic, partitions,
+                                                       replication_factor)]))[topic]
+            if err is not None and not isinstance(err, TopicAlreadyExistsError):
+                raise err
+    payload = b"x" * record_size
+    latencies: list[float] = []
+    errors = [0]
+    sample_every = max(1, num_records // 100_000)
+    done = [0]
+
+    def on_delivery(meta, exc):
+        done[0] += 1
+        if exc is not None:
+            errors[0] += 1
+
+    async with Producer(config=cfg) as producer:
+        await producer.cluster.wait_for_topic(topic)
+        start = time.perf_counter()
+
+        async def report():
+            while True:
+                await trio.sleep(0.5)
+                el = time.perf_counter() - start
+                print(f"\r  sent {done[0]:,}/{num_records:,} acknowledged, "
+                      f"{done[0] / el:,.0f} records/s", end="", file=sys.stderr, flush=True)
+
+        async with trio.open_nursery() as nursery:
+            if progress:
+                nursery.start_soon(report)
+            send_nowait = producer.send_nowait
+            for i in range(num_records):
+                if i % sample_every == 0:
+                    sent = time.perf_counter()
+                    cb = (lambda m, e, s=sent: (latencies.append(time.perf_counter() - s),
+                                                on_delivery(m, e)))
+                else:
+                    cb = on_delivery
+                if send_nowait(topic, payload, on_delivery=cb) is None:
+                    await producer.send(topic, payload, on_delivery=cb)
+                if i % 2000 == 0:
+                    await trio.sleep(0)     # let the sender run between bursts
+            await producer.flush()
+            elapsed = time.perf_counter() - start
+            nursery.cancel_scope.cancel()
+    if progress:
+        print(file=sys.stderr)
+    latencies.sort()
+    return {"client": "raftka", "records": num_records, "errors": errors[0],
+            "seconds": round(elapsed, 3), "records_per_s": round(num_records / elapsed),
+            "mb_per_s": round(num_records * record_size / elapsed / 1e6, 2),
+            "p50_ms": round(_pct(latencies, 0.5) * 1000, 2),
+            "p99_ms": round(_pct(latencies, 0.99) * 1000, 2),
+            "max_ms": round(latencies[-1] * 1000, 2) if latencies else None}
+
+
+def produce_raftka(bootstrap: str, topic: str, num_records: int, record_size: int,
+                   acks: str = "1", compression: str = "none", linger_ms: int = 5,
+                   batch_size: int = 1 << 18, partitions: int = 6, replication_factor: int = 1,
+                   progress: bool = True, extra: dict | None = None) -> dict:
+    """Our producer's throughput (blocking; runs its own trio loop)."""
+    import trio
+    return trio.run(_produce_raftka, bootstrap, topic, num_records, record_size, acks,
+                    compression, linger_ms, batch_size, partitions, replication_factor, progress,
+                    extra)
+
+
 def main(args) -> int:
+    if args.perf_command == "produce" and getattr(args, "client", "confluent") == "raftka":
+        from clients.cli.output import client_config, run
+        extra = client_config(args) if getattr(args, "command_config", None) else {}
+        extra.pop("bootstrap.servers", None)
+        rc = [1]
+
+        async def go():
+            result = await _produce_raftka(
+                args.bootstrap_server, args.topic, args.num_records, args.record_size, args.acks,
+                args.compression, args.linger_ms, args.batch_size, args.partitions,
+                args.replication_factor, args.output != "json", extra)
+            if args.output == "json":
+                print(json.dumps(result))
+            else:
+                print_table(f"perf produce {args.topic} (raftka producer)", result)
+            rc[0] = 0 if result["errors"] == 0 else 1
+            return rc[0]
+        return run("raftka perf produce", args, go)
     if args.perf_command == "produce":
         result = produce(args.bootstrap_server, args.topic, args.num_records, args.record_size,
                          args.acks, args.compression, args.linger_ms, partitions=args.partitions,
