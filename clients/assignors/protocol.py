@@ -134,32 +134,49 @@ def encode_sticky_user_data(owned: list[TopicPartition], generation: int) -> byt
 
 def decode_sticky_user_data(data: bytes | None) -> tuple[list[TopicPartition], int]:
     """(previous assignment, generation) from either sticky flavour; a peer's garbage yields
-    nothing rather than failing the whole rebalance (stickiness is a preference, not a rule)."""
+    nothing rather than failing the whole rebalance (stickiness is a preference, not a rule).
+
+    Java and librdkafka write the struct bare; kafka-python 3.x puts an int16 version in front.
+    The bare form is tried first and must account for every byte, then the prefixed one."""
     if not data:
         return [], NO_GENERATION
+    data = bytes(data)
     if len(data) == 4:                                  # cooperative-sticky: generation only
         return [], struct.unpack(">i", data)[0]
+    for start in (0, 2):
+        parsed = _parse_sticky(data, start)
+        if parsed is not None:
+            return parsed
+    return [], NO_GENERATION
+
+
+def _parse_sticky(data: bytes, pos: int) -> tuple[list[TopicPartition], int] | None:
     try:
-        pos = 0
         (n_topics,) = struct.unpack_from(">i", data, pos)
         pos += 4
+        if n_topics < 0 or n_topics > len(data):
+            return None
         owned: list[TopicPartition] = []
-        for _ in range(max(n_topics, 0)):
+        for _ in range(n_topics):
             (slen,) = struct.unpack_from(">h", data, pos)
             pos += 2
-            topic = bytes(data[pos:pos + slen]).decode()
+            if slen < 0 or pos + slen > len(data):
+                return None
+            topic = data[pos:pos + slen].decode()
             pos += slen
             (n_parts,) = struct.unpack_from(">i", data, pos)
             pos += 4
-            for _ in range(max(n_parts, 0)):
-                owned.append((topic, struct.unpack_from(">i", data, pos)[0]))
-                pos += 4
-        generation = NO_GENERATION
-        if len(data) - pos >= 4:
-            (generation,) = struct.unpack_from(">i", data, pos)
-        return owned, generation
+            if n_parts < 0 or pos + 4 * n_parts > len(data):
+                return None
+            owned += [(topic, p) for p in struct.unpack_from(f">{n_parts}i", data, pos)]
+            pos += 4 * n_parts
+        if pos == len(data):                            # V0: no generation
+            return owned, NO_GENERATION
+        if pos + 4 == len(data):
+            return owned, struct.unpack_from(">i", data, pos)[0]
+        return None
     except (struct.error, UnicodeDecodeError):
-        return [], NO_GENERATION
+        return None
 
 
 def encode_generation_user_data(generation: int) -> bytes:

@@ -90,6 +90,15 @@ def test_sticky_user_data_round_trip_and_garbage():
     assert decode_sticky_user_data(data[:-4]) == ([("a", 0), ("b", 1)], -1)
 
 
+def test_sticky_user_data_from_kafka_python():
+    """kafka-python 3.x prefixes its StickyAssignorUserData with an int16 version (Java and
+    librdkafka do not); we read both."""
+    from kafka.coordinator.assignors.sticky.user_data import StickyAssignorUserData
+    theirs = StickyAssignorUserData([("t", [0, 1]), ("a", [3])], 5).encode()
+    assert sorted(decode_sticky_user_data(theirs)[0]) == [("a", 3), ("t", 0), ("t", 1)]
+    assert decode_sticky_user_data(theirs)[1] == 5
+
+
 def test_names_and_java_class_names():
     for name in NAMES:
         assert get_assignor(name).name == name
