@@ -14,6 +14,8 @@ UNKNOWN_MEMBER_ID). WriteTxnMarkers: see `txn/markers.py`.
 
 from __future__ import annotations
 
+import trio
+
 from partition_server.handlers import group, producer_id
 from partition_server.txn.markers import append_marker_locally
 from partition_server.txn.state import TxnState
@@ -144,22 +146,27 @@ async def handle_end_txn(broker, req):
 
 async def handle_write_txn_markers(broker, req):
     cls = RESPONSES[27]
-    out = []
-    for m in req.body.markers:
-        topics = []
-        for t in m.topics:
-            parts = []
-            for p in t.partition_indexes:
-                if broker.image.partition(t.name, p) is None:
-                    err = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                else:
-                    err = await append_marker_locally(broker, t.name, p, m.producer_id,
-                                                      m.producer_epoch, m.transaction_result,
-                                                      m.coordinator_epoch)
-                parts.append(cls.WritableTxnMarkerPartitionResult(partition_index=p, error_code=err))
-            topics.append(cls.WritableTxnMarkerTopicResult(name=t.name, partitions=parts))
-        out.append(cls.WritableTxnMarkerResult(producer_id=m.producer_id, topics=topics))
-    return cls(markers=out)
+    results: dict = {}
+
+    async def one(i, m, topic, p):
+        if broker.image.partition(topic, p) is None:
+            results[(i, topic, p)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            return
+        results[(i, topic, p)] = await append_marker_locally(
+            broker, topic, p, m.producer_id, m.producer_epoch, m.transaction_result,
+            m.coordinator_epoch)
+
+    # every marker is appended at once and they replicate together (acks=all each)
+    async with trio.open_nursery() as nursery:
+        for i, m in enumerate(req.body.markers):
+            for t in m.topics:
+                for p in t.partition_indexes:
+                    nursery.start_soon(one, i, m, t.name, p)
+    return cls(markers=[cls.WritableTxnMarkerResult(producer_id=m.producer_id, topics=[
+        cls.WritableTxnMarkerTopicResult(name=t.name, partitions=[
+            cls.WritableTxnMarkerPartitionResult(partition_index=p, error_code=results[(i, t.name, p)])
+            for p in t.partition_indexes]) for t in m.topics])
+        for i, m in enumerate(req.body.markers)])
 
 
 async def handle_describe_transactions(broker, req):

@@ -106,11 +106,9 @@ class MarkerSender:
             by_leader.setdefault(p.leader, []).append((topic, partition))
         results: dict = {}
 
-        async def local(tps):
-            for tp in tps:
-                results[tp] = await append_marker_locally(
-                    self.broker, tp[0], tp[1], producer_id, producer_epoch, commit,
-                    coordinator_epoch)
+        async def local(tp):
+            results[tp] = await append_marker_locally(
+                self.broker, tp[0], tp[1], producer_id, producer_epoch, commit, coordinator_epoch)
 
         async def remote(node, tps):
             try:
@@ -125,7 +123,8 @@ class MarkerSender:
         async with trio.open_nursery() as nursery:
             for node, tps in by_leader.items():
                 if node == self.broker.broker_id:
-                    nursery.start_soon(local, tps)
+                    for tp in tps:        # appended at once, replicated together
+                        nursery.start_soon(local, tp)
                 else:
                     nursery.start_soon(remote, node, tps)
         for tps in by_leader.values():
