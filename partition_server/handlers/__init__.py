@@ -37,6 +37,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     28: (0, 3),      # TxnOffsetCommit
     65: (0, 0),      # DescribeTransactions
     66: (0, 1),      # ListTransactions
+    61: (0, 0),      # DescribeProducers (KIP-664: finding hanging transactions)
     19: (2, 7),      # CreateTopics        → forwarded to the active controller
     20: (1, 6),      # DeleteTopics        → forwarded
     21: (0, 2),      # DeleteRecords
@@ -74,6 +75,7 @@ HANDLERS = {
     24: txn.handle_add_partitions_to_txn, 25: txn.handle_add_offsets_to_txn,
     26: txn.handle_end_txn, 27: txn.handle_write_txn_markers, 28: txn.handle_txn_offset_commit,
     65: txn.handle_describe_transactions, 66: txn.handle_list_transactions,
+    61: txn.handle_describe_producers,
     23: fetch.handle_offset_for_leader_epoch,
     32: cluster.handle_describe_configs,
     60: cluster.handle_describe_cluster,

@@ -215,3 +215,33 @@ async def handle_list_transactions(broker, req):
                                         producer_id=meta.producer_id,
                                         transaction_state=meta.state.value))
     return cls(error_code=0, unknown_state_filters=sorted(states - known), transaction_states=out)
+
+
+async def handle_describe_producers(broker, req):
+    """DescribeProducers (KIP-664): the producers of each partition led here, with the start
+    offset of their open transaction — what `raftka transactions` needs to find and abort a
+    hanging transaction (then WriteTxnMarkers(abort) to the leader).
+    Codes per partition: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER."""
+    from partition_server.replication.partition import Role
+    cls = RESPONSES[61]
+    topics = []
+    for t in req.body.topics:
+        parts = []
+        for p in t.partition_indexes:
+            out = cls.PartitionResponse(partition_index=p, error_code=0, active_producers=[])
+            hosted = broker.replicas.get(t.name, p)
+            if broker.image.partition(t.name, p) is None:
+                out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif hosted is None or hosted.state.role is not Role.LEADER:
+                out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            else:
+                ps = hosted.producers
+                for pid in sorted(set(ps.producers) | set(ps.ongoing)):
+                    entry = ps.producers.get(pid)
+                    out.active_producers.append(cls.ProducerState(
+                        producer_id=pid, producer_epoch=entry.epoch if entry else -1,
+                        last_sequence=entry.last_seq if entry else -1, last_timestamp=-1,
+                        coordinator_epoch=-1, current_txn_start_offset=ps.ongoing.get(pid, -1)))
+            parts.append(out)
+        topics.append(cls.TopicResponse(name=t.name, partitions=parts))
+    return cls(topics=topics)

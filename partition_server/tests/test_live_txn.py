@@ -296,3 +296,39 @@ async def test_kip890_leader_refuses_writes_outside_the_transaction(cluster):
     assert await lso() == 2
     await leader.aclose()
     await coord.aclose()
+
+
+async def test_hanging_transaction_found_and_aborted_by_an_operator(cluster):
+    """KIP-664's path for `raftka transactions abort`: DescribeProducers on the leader shows the
+    open transaction's start offset; WriteTxnMarkers(abort) for that producer closes it, the
+    last stable offset moves past it, and read_committed readers never see its data."""
+    from wire.messages.index_generated import REQUESTS
+    topic = "txn-hanging"
+    create_topic(cluster, topic, partitions=1)
+    p = txn_producer(cluster, "tx-hanging", **{"transaction.timeout.ms": 600000})
+    p.begin_transaction()
+    p.produce(topic, b"stuck", partition=0)
+    p.flush(30)
+    leader = await _leader_conn(cluster, topic, 0)
+    dp = REQUESTS[61]
+    desc = await leader.request(dp(topics=[dp.TopicRequest(name=topic, partition_indexes=[0])]), 0)
+    part = desc.topics[0].partitions[0]
+    assert part.error_code == 0
+    open_txns = [s for s in part.active_producers if s.current_txn_start_offset >= 0]
+    assert [s.current_txn_start_offset for s in open_txns] == [0]
+    victim = open_txns[0]
+    wm = REQUESTS[27]
+    r = await leader.request(wm(markers=[wm.WritableTxnMarker(
+        producer_id=victim.producer_id, producer_epoch=victim.producer_epoch,
+        transaction_result=False, coordinator_epoch=-1,
+        topics=[wm.WritableTxnMarkerTopic(name=topic, partition_indexes=[0])])]), 1)
+    assert r.markers[0].topics[0].partitions[0].error_code == 0
+    lo = REQUESTS[2]
+    got = await leader.request(lo(replica_id=-1, isolation_level=1, topics=[lo.ListOffsetsTopic(
+        name=topic, partitions=[lo.ListOffsetsPartition(partition_index=0, timestamp=-1)])]), 5)
+    assert got.topics[0].partitions[0].offset == 2
+    desc = await leader.request(dp(topics=[dp.TopicRequest(name=topic, partition_indexes=[0])]), 0)
+    assert all(s.current_txn_start_offset == -1 for s in desc.topics[0].partitions[0].active_producers)
+    await leader.aclose()
+    assert read_all(cluster, topic, "read_committed", partitions=1, idle_s=1) == []
+    p.abort_transaction(30)
