@@ -122,6 +122,38 @@ class RawProducer:
             await conn.aclose()
 
 
+@dataclasses.dataclass(frozen=True)
+class PartitionView:
+    leader: int
+    leader_epoch: int
+    isr: tuple
+
+
+def partition_view(host: str, port: int, topic: str, partition: int = 0,
+                   timeout_s: float = 5) -> PartitionView | None:
+    """What ONE broker's metadata says about a partition (a Metadata request to exactly that
+    address; client libraries would ask whichever broker they like, a zombie included)."""
+    async def ask():
+        conn = BrokerConnection(host, port, client_id="chaos-metadata")
+        try:
+            await conn.connect(timeout_s=timeout_s)
+            cls = REQUESTS[3]
+            resp = await conn.request(cls(topics=[cls.MetadataRequestTopic(name=topic)],
+                                          allow_auto_topic_creation=False), 9,
+                                      timeout_s=timeout_s)
+        finally:
+            await conn.aclose()
+        for t in resp.topics:
+            for p in t.partitions:
+                if t.name == topic and p.partition_index == partition and p.error_code == 0:
+                    return PartitionView(p.leader_id, p.leader_epoch, tuple(p.isr_nodes))
+        return None
+    try:
+        return trio.run(ask)
+    except (ConnectionClosed, OSError, trio.TooSlowError, DecodeError):
+        return None
+
+
 class Writer:
     """Idempotent acks=all producer; every value's outcome lands in the history (a delivery
     failure after librdkafka's retries is in doubt: UNKNOWN)."""

@@ -3,6 +3,8 @@
 (c) the partition leader is cut off from the controllers and its peers by the fault proxy while
     a raw producer keeps writing to it directly: once cut (and so once fenced) it acknowledges
     nothing; the cluster elects another leader and an idempotent producer carries on there.
+    Variant: cut from the controllers only (followers still reach it until they hear of the new
+    leader): nothing acknowledged once the cluster has moved on.
 (e) every process (3 controllers, 3 brokers) is SIGKILLed during acks=all writes, then
     restarted: nothing acknowledged is lost, order is kept, no offset holds two records.
 After each the history checkers run (lost-write, inconsistent-offsets, order, duplicate,
@@ -18,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from chaos_tests.checkers import History, assert_valid
 from chaos_tests.live.cluster import ProxiedCluster
 from chaos_tests.live.faults import FAULTS
-from chaos_tests.live.workload import RawProducer, Reader, Writer, final_read
+from chaos_tests.live.workload import RawProducer, Reader, Writer, final_read, partition_view
 from clients.cli.dev import BROKER_IDS, CONTROLLER_IDS
 from partition_server.testing import LiveCluster
 
@@ -38,7 +40,7 @@ def partition_meta(bootstrap: str, topic: str, partition: int = 0):
     return admin.list_topics(topic, timeout=10).topics[topic].partitions[partition]
 
 
-def wait_for(predicate, timeout_s: float, what: str, step_s: float = 0.2):
+def wait_for(predicate, timeout_s: float, what: str, step_s: float = 0.2, describe=None):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -48,7 +50,18 @@ def wait_for(predicate, timeout_s: float, what: str, step_s: float = 0.2):
         if got:
             return got
         time.sleep(step_s)
-    raise AssertionError(f"{what} within {timeout_s}s")
+    state = ""
+    if describe is not None:
+        try:
+            state = f" (now: {describe()})"
+        except Exception as exc:       # noqa: BLE001
+            state = f" (state unknown: {exc})"
+    raise AssertionError(f"{what} within {timeout_s}s{state}")
+
+
+def describe_partition(bootstrap: str, topic: str) -> str:
+    p = partition_meta(bootstrap, topic)
+    return f"leader {p.leader} replicas {p.replicas} isr {p.isrs}"
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +76,33 @@ def proxied(tmp_path_factory):
         c.stop()
 
 
-def isolated_leader_round(cluster: ProxiedCluster, topic: str, tmp_path, write_s: float):
+def isolated_leader_round(cluster: ProxiedCluster, topic: str, tmp_path, write_s: float,
+                          fault: str = "partition"):
+    """`partition`: the leader loses controllers and peers, so from the cut on it cannot commit
+    anything. `fence`: it loses only the controllers; followers may fetch from it until they
+    learn the new leader, so the promise starts once the cluster has moved on (plus 1 s for the
+    last follower to hear of it)."""
     create_topic(cluster.bootstrap, topic, 1)
-    leader = partition_meta(cluster.bootstrap, topic).leader
+    def agreed():
+        views = [partition_view("127.0.0.1", cluster.layout.broker_port(b), topic)
+                 for b in BROKER_IDS]
+        if all(v is not None and v.leader >= 0 and len(v.isr) == 3 for v in views) and \
+                len({(v.leader, v.leader_epoch) for v in views}) == 1:
+            return views[0]
+        return None
+    before = wait_for(agreed, 30, "every broker names the same leader with a full ISR")
+    leader = before.leader
     others = [b for b in BROKER_IDS if b != leader]
-    # metadata from a broker that stays connected (its real port)
-    other_bootstrap = ",".join(f"127.0.0.1:{cluster.layout.broker_port(b)}" for b in others)
+
+    def moved_on():
+        """Every other broker's metadata names a new leader in a newer epoch (asked at their
+        real ports: the old leader's own stale view must not answer)."""
+        views = [partition_view("127.0.0.1", cluster.layout.broker_port(b), topic)
+                 for b in others]
+        if all(v is not None and v.leader not in (-1, leader)
+               and v.leader_epoch > before.leader_epoch for v in views):
+            return views[0]             # (a view, not the leader id: broker 0 is falsy)
+        return None
     history = History()
     raw = RawProducer("127.0.0.1", cluster.layout.broker_port(leader), topic, 0, history).start()
     writer = Writer(cluster.bootstrap, topic, 1, history)
@@ -78,18 +112,19 @@ def isolated_leader_round(cluster: ProxiedCluster, topic: str, tmp_path, write_s
         assert raw.attempts and any(a.outcome == "ok" for a in raw.attempts), \
             "the raw producer got nothing acknowledged before the fault"
         t_cut = time.monotonic()
-        FAULTS["partition"].inject(cluster, f"broker-{leader}")
+        FAULTS[fault].inject(cluster, f"broker-{leader}")
         new_leader = wait_for(
-            lambda: (lambda p: p.leader if p.leader not in (-1, leader) else None)(
-                partition_meta(other_bootstrap, topic)),
-            SESSION_MS / 1000 + 20, "another broker leads the partition")
+            moved_on, SESSION_MS / 1000 + 60, "another broker leads the partition",
+            describe=lambda: [partition_view("127.0.0.1", cluster.layout.broker_port(b), topic)
+                              for b in BROKER_IDS]).leader
         t_fenced = time.monotonic()
         writer.write_for(write_s)             # the cluster goes on with the new leader
         time.sleep(1.0)                       # and the zombie keeps being written to
         t_heal = time.monotonic()
-        FAULTS["partition"].heal(cluster, f"broker-{leader}")
+        FAULTS[fault].heal(cluster, f"broker-{leader}")
         wait_for(lambda: leader in partition_meta(cluster.bootstrap, topic).isrs, 60,
-                 "the old leader rejoins the ISR")
+                 "the old leader rejoins the ISR",
+                 describe=lambda: describe_partition(cluster.bootstrap, topic))
         writer.write_for(1.0)
     finally:
         raw.stop()
@@ -99,7 +134,8 @@ def isolated_leader_round(cluster: ProxiedCluster, topic: str, tmp_path, write_s
     # Written while cut off: nothing may be acknowledged. (After healing the old leader may lead
     # again, in a new epoch, e.g. by preferred-leader rebalance: those acks are legitimate and
     # the checkers judge them with everything else.)
-    during = [a for a in raw.attempts if t_cut <= a.sent_at < t_heal]
+    start = t_cut if fault == "partition" else t_fenced + 1.0
+    during = [a for a in raw.attempts if start <= a.sent_at < t_heal]
     after_fence = [a for a in during if a.sent_at >= t_fenced]
     assert after_fence, "the raw producer did not keep writing to the fenced leader"
     acked = [a for a in during if a.outcome == "ok"]
@@ -113,10 +149,16 @@ def test_isolated_leader_acknowledges_nothing_after_it_is_cut_off(proxied, tmp_p
     isolated_leader_round(proxied, "chaos-zombie", tmp_path, write_s=2.0)
 
 
+def test_leader_cut_from_controllers_only_acknowledges_nothing_once_fenced(proxied, tmp_path):
+    isolated_leader_round(proxied, "chaos-fenced", tmp_path, write_s=2.0, fault="fence")
+
+
 @pytest.mark.slow
 def test_isolated_leader_rounds_soak(proxied, tmp_path):
-    for i in range(5):
-        isolated_leader_round(proxied, f"chaos-zombie-soak-{i}", tmp_path, write_s=5.0)
+    for i in range(int(os.environ.get("RAFTKA_CHAOS_ROUNDS", "5"))):
+        for fault in ("partition", "fence"):
+            isolated_leader_round(proxied, f"chaos-{fault}-soak-{i}", tmp_path, write_s=5.0,
+                                  fault=fault)
 
 
 def full_cluster_kill(tmp_path, rounds: int) -> None:
