@@ -147,7 +147,7 @@ class Consumer:
         self._next_auto_commit = 0.0
         self._stack: contextlib.AsyncExitStack | None = None
         self._nursery: trio.Nursery | None = None
-        self._scope = trio.CancelScope()        # our background tasks, cancelled by close()
+        self._scopes: set[trio.CancelScope] = set()     # background tasks close() cancels
         self._rr = 0
         self.closed = False
 
@@ -168,8 +168,15 @@ class Consumer:
         return self
 
     async def _in_scope(self, fn, *args) -> None:
-        with self._scope:
-            await fn(*args)
+        """Run a background task that close() can cancel even in a caller's nursery."""
+        if self.closed:
+            return
+        with trio.CancelScope() as scope:
+            self._scopes.add(scope)
+            try:
+                await fn(*args)
+            finally:
+                self._scopes.discard(scope)
 
     async def __aenter__(self) -> "Consumer":
         return await self.start()
@@ -192,7 +199,8 @@ class Consumer:
                 if self.member is not None and self.member.member_id:
                     await self.member.leave()
         finally:
-            self._scope.cancel()
+            for scope in list(self._scopes):
+                scope.cancel()
             if self._stack is not None:
                 self._nursery.cancel_scope.cancel()
                 await self._stack.aclose()

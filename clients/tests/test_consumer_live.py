@@ -376,3 +376,66 @@ def test_blocking_facade(cluster):
     assert sorted(assigned) == [TopicPartition(topic, 0), TopicPartition(topic, 1)]
     for p, records in by_partition(got).items():
         assert [r.value for r in records] == sent[p]
+
+
+@pytest.mark.slow
+async def test_group_survives_coordinator_sigkill(cluster):
+    """SIGKILL the broker coordinating our group (and leading some partitions) while two of our
+    consumers read and a producer writes: both keep consuming, every acknowledged record is
+    consumed at least once, and committed offsets survive."""
+    from clients.admin import AdminClient
+    topic, group = "failover", f"fo-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster, topic, 4)
+    conf = {"group.id": group, "auto.offset.reset": "earliest", "auto.commit.interval.ms": 300,
+            "partition.assignment.strategy": "cooperative-sticky", **FAST_GROUP}
+    seen: set[bytes] = set()
+    acked: set[bytes] = set()
+    stop_producing = threading.Event()
+
+    def producer():
+        p = CKProducer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5, "acks": "all"})
+        i = 0
+        while not stop_producing.is_set():
+            value = f"fo-{i}".encode()
+            p.produce(topic, value=value, partition=i % 4,
+                      on_delivery=lambda err, msg: err is None and acked.add(msg.value()))
+            p.poll(0.002)
+            i += 1
+        p.flush(30)
+
+    thread = threading.Thread(target=producer, daemon=True)
+    thread.start()
+    victim = None
+    try:
+        async with Consumer(cluster.bootstrap, conf) as a, Consumer(cluster.bootstrap, conf) as b:
+            for c in (a, b):
+                c.subscribe([topic])
+
+            async def run(c):
+                while True:
+                    seen.update(r.value for r in await c.poll(200))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(run, a)
+                nursery.start_soon(run, b)
+                with trio.fail_after(30):
+                    while len(seen) < 200 or not a.assignment() or not b.assignment():
+                        await trio.sleep(0.1)
+                async with AdminClient(cluster.bootstrap) as admin:
+                    victim = (await admin.describe_groups([group]))[group].coordinator
+                cluster.kill(f"broker-{victim}")
+                await trio.sleep(3)
+                stop_producing.set()
+                await trio.to_thread.run_sync(thread.join, 60)
+                with trio.fail_after(45):
+                    while not acked <= seen:
+                        await trio.sleep(0.2)
+                await trio.sleep(1)          # an auto commit after the last records
+                nursery.cancel_scope.cancel()
+            committed = await a.committed([(topic, p) for p in range(4)])
+            assert sum(v for v in committed.values() if v is not None) >= len(acked) - 50
+    finally:
+        stop_producing.set()
+        if victim is not None:
+            cluster.restart_broker(victim)
+    assert acked <= seen and len(acked) > 200
