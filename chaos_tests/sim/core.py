@@ -60,6 +60,7 @@ class Network:
         self.nodes: dict = {}
         self.faults = LinkFaults()
         self.cut: set[tuple] = set()      # (src, dst) pairs that lose every message
+        self.slow: dict = {}              # node → extra delay (ms) on everything it sends/gets
         self.sent = 0
         self.delivered = 0
 
@@ -75,8 +76,10 @@ class Network:
         if f.drop and rng.random() < f.drop:
             return
         copies = 2 if f.duplicate and rng.random() < f.duplicate else 1
+        extra = self.slow.get(src, 0) + self.slow.get(dst, 0)
         for _ in range(copies):
-            self.sched.after(rng.randint(f.min_delay_ms, f.max_delay_ms), self._deliver, src, dst, msg)
+            self.sched.after(rng.randint(f.min_delay_ms, f.max_delay_ms) + extra, self._deliver,
+                             src, dst, msg)
 
     def _deliver(self, src, dst, msg) -> None:
         if (src, dst) in self.cut:

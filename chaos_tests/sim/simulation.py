@@ -13,6 +13,8 @@ Faults (the nemesis picks among them at random times, at most two at once):
   fence       cut a broker off from the controller only (it keeps serving as a zombie)
   zombie      cut the partition leader off from the controller and its peers, clients still
               reach it (F3)
+  slow        one broker's messages (both ways) take 50-800 ms longer for a while (a slow
+              follower or leader: ISR shrink and expansion under load, F5)
   flaky       drop, duplicate and delay (hence reorder) messages for a while
 """
 
@@ -195,7 +197,7 @@ class Simulation:
         rng = self.sched.rng
         self.sched.after(rng.randint(200, 1500), self._nemesis)
         choice = rng.choice(["kill", "power", "pause", "isolate", "fence", "zombie", "flaky",
-                             "kill", "pause"])
+                             "kill", "pause", "slow"])
         if choice == "flaky":
             if self.network_fault is None:
                 self.network_fault = choice
@@ -232,6 +234,8 @@ class Simulation:
             self.net.isolate(b.name, ["controller"])
         elif choice == "zombie":
             self.net.isolate(b.name, ["controller"] + [o.name for o in self.brokers])
+        elif choice == "slow":
+            self.net.slow[b.name] = rng.choice([50, 200, 800])
         self.sched.after(duration, self._end_fault, b)
 
     def _count(self, name: str) -> None:
@@ -249,12 +253,15 @@ class Simulation:
             b.resume()
         elif kind in ("isolate", "fence", "zombie"):
             self.net.cut = {(s, d) for s, d in self.net.cut if b.name not in (s, d)}
+        elif kind == "slow":
+            self.net.slow.pop(b.name, None)
 
     # -- the end ---------------------------------------------------------------------------------
 
     def _heal_and_settle(self, require_convergence: bool) -> str | None:
         self.nemesis_on = False
         self.net.heal()
+        self.net.slow.clear()
         self._end_flaky()
         for b in self.brokers:
             self._end_fault(b) if b.broker_id in self.active else None
