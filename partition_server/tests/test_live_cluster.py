@@ -262,33 +262,6 @@ def test_acls_are_stored_by_the_controller(cluster):
     assert list(admin.delete_acls([flt]).values())[0].result(20) == []   # gone
 
 
-def test_quorum_loss_keeps_the_data_plane_serving(cluster):
-    """F9: with 2 of 3 controllers down, metadata changes are refused with a clear error while
-    brokers keep serving existing partitions from their last image; all recovers afterwards."""
-    topic = "quorum-loss"
-    admin = _admin(cluster)
-    for fut in admin.create_topics([NewTopic(topic, 1, 3)]).values():
-        fut.result(30)
-    assert len(_produce(cluster, topic, 10)) == 10
-    cluster.kill("controller-3000")
-    cluster.kill("controller-3001")
-    try:
-        fut = admin.create_topics([NewTopic("not-now", 1, 1)], request_timeout=20)["not-now"]
-        with pytest.raises(Exception) as refused:
-            fut.result(40)
-        # the broker answers REQUEST_TIMED_OUT after 15 s; a loaded client may give up first
-        assert any(s in str(refused.value) for s in ("REQUEST_TIMED_OUT", "NOT_CONTROLLER",
-                                                     "_TRANSPORT", "_TIMED_OUT")), refused.value
-        assert len(_produce(cluster, topic, 10, start=10)) == 10     # data plane still works
-        assert _consume_all(cluster, topic, 20) == list(range(20))
-    finally:
-        cluster.restart_controller(0)
-        cluster.restart_controller(1)
-    for fut in admin.create_topics([NewTopic("after-quorum", 1, 1)]).values():
-        fut.result(40)
-    assert "not-now" not in admin.list_topics(timeout=20).topics     # refused means refused
-
-
 def test_incremental_fetch_sessions(cluster):
     """KIP-227 on the wire: a full fetch opens a session; incremental fetches carry only what
     changed both ways; wrong epochs and unknown sessions get their top-level errors; then
@@ -380,3 +353,30 @@ def test_incremental_fetch_sessions(cluster):
     assert sessions >= len(leaders)
     for q in range(4):
         assert got[q] == list(range(q, 2000, 4)), f"partition {q}"
+
+
+def test_quorum_loss_keeps_the_data_plane_serving(cluster):
+    """F9: with 2 of 3 controllers down, metadata changes are refused with a clear error while
+    brokers keep serving existing partitions from their last image; all recovers afterwards."""
+    topic = "quorum-loss"
+    admin = _admin(cluster)
+    for fut in admin.create_topics([NewTopic(topic, 1, 3)]).values():
+        fut.result(30)
+    assert len(_produce(cluster, topic, 10)) == 10
+    cluster.kill("controller-3000")
+    cluster.kill("controller-3001")
+    try:
+        fut = admin.create_topics([NewTopic("not-now", 1, 1)], request_timeout=20)["not-now"]
+        with pytest.raises(Exception) as refused:
+            fut.result(40)
+        # the broker answers REQUEST_TIMED_OUT after 15 s; a loaded client may give up first
+        assert any(s in str(refused.value) for s in ("REQUEST_TIMED_OUT", "NOT_CONTROLLER",
+                                                     "_TRANSPORT", "_TIMED_OUT")), refused.value
+        assert len(_produce(cluster, topic, 10, start=10)) == 10     # data plane still works
+        assert _consume_all(cluster, topic, 20) == list(range(20))
+    finally:
+        cluster.restart_controller(0)
+        cluster.restart_controller(1)
+    for fut in admin.create_topics([NewTopic("after-quorum", 1, 1)]).values():
+        fut.result(40)
+    assert "not-now" not in admin.list_topics(timeout=20).topics     # refused means refused
