@@ -64,8 +64,9 @@ async def handle_broker_registration(svc, req):
     host, port = "127.0.0.1", 0
     if b.listeners:
         host, port = b.listeners[0].host, b.listeners[0].port
+    listeners = tuple((x.name, x.host, x.port, x.security_protocol) for x in b.listeners)
     result, err = await _mutate(svc, lambda now: svc.controller.register_broker(
-        b.broker_id, str(b.incarnation_id), host, port, b.rack or None, now))
+        b.broker_id, str(b.incarnation_id), host, port, b.rack or None, now, listeners))
     if err:
         return _resp(62, error_code=err, broker_epoch=-1)
     return _resp(62, error_code=result.error, broker_epoch=result.broker_epoch)

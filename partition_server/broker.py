@@ -55,7 +55,12 @@ class Broker:
         self.broker_id = config.node_id
         self.log_dir = os.path.abspath(config["log.dirs"][0])
         os.makedirs(self.log_dir, exist_ok=True)
-        _, self.host, self.port = config.advertised_endpoint
+        from partition_server.security.listeners import resolve
+        self.listener_set = resolve(config["listeners"], config["advertised.listeners"],
+                                    config["listener.security.protocol.map"],
+                                    config["inter.broker.listener.name"])
+        inter = self.listener_set.advertised_for(self.listener_set.inter_broker)
+        self.host, self.port = inter.host, inter.port
         self.replicas = ReplicaManager(self.broker_id, self._open_log)
         self.replicas.on_log_dir_failure = self._on_log_dir_failure
         self.hw_checkpoint_path = os.path.join(self.log_dir, HIGH_WATERMARK_FILE)
@@ -68,6 +73,10 @@ class Broker:
                                                 config["min.incremental.fetch.session.eviction.ms"])
         self.client = ControllerClient(self.broker_id, config.voters, self.host, self.port,
                                        config["broker.rack"], config["broker.heartbeat.interval.ms"])
+        from partition_server.security.endpoints import SECURITY_PROTOCOL_IDS
+        self.client.listeners = [(x.name, x.host, x.port, SECURITY_PROTOCOL_IDS[x.protocol])
+                                 for x in sorted(self.listener_set.advertised,
+                                                 key=lambda x: x.name != inter.name)]
         self.fetchers = FetcherManager(self)
         from partition_server.group.coordinator import GroupCoordinator
         self.groups = GroupCoordinator(self)
@@ -218,15 +227,23 @@ class Broker:
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         from partition_server.handlers import SUPPORTED, dispatch
         from partition_server.security import setup as security
+        from partition_server.security.endpoints import rewrite
         listeners = security.broker_listeners(self.config, self.credentials)
-        inter = next(sec for x, sec in listeners if x.name == self._inter_broker_listener())
+        inter_name = self.listener_set.inter_broker
+        inter = next(sec for x, sec in listeners if x.name == inter_name)
         security.install_inter_node_client(self.config.values.get, set(self.config.voters.values()),
                                            inter.protocol)
+
+        async def dispatch_on(ctx, req):
+            response = await dispatch(self, ctx, req)
+            if ctx.listener != inter_name and response is not None:
+                rewrite(self.image, ctx.listener, req.api_key, response)   # per-listener addresses
+            return response
+
         async with trio.open_nursery() as nursery:
             for listener, sec in listeners:
                 await nursery.start(functools.partial(
-                    serve_listener, listener.host, listener.port,
-                    lambda ctx, req: dispatch(self, ctx, req), listener.name,
+                    serve_listener, listener.host, listener.port, dispatch_on, listener.name,
                     self.config["socket.request.max.bytes"], SUPPORTED,
                     idle_timeout_s=self.config["connections.max.idle.ms"] / 1000, security=sec))
             await self.client.register()
@@ -242,12 +259,6 @@ class Broker:
                 from partition_server.metrics import serve_metrics
                 await nursery.start(serve_metrics, self, self.config["raftka.metrics.listener"])
             task_status.started()
-
-    def _inter_broker_listener(self) -> str:
-        from partition_server.security.listeners import resolve
-        c = self.config
-        return resolve(c["listeners"], c["advertised.listeners"], c["listener.security.protocol.map"],
-                       c["inter.broker.listener.name"]).inter_broker
 
     async def controlled_shutdown(self, timeout_s: float = 10.0) -> None:
         """Ask the controller to move our leaderships away, wait until told to stop."""

@@ -40,6 +40,8 @@ class ControllerClient:
         self.broker_id = broker_id
         self.voters = dict(sorted(voters.items()))
         self.host, self.port, self.rack = host, port, rack
+        # advertised listeners (name, host, port, protocol id), the inter-broker one first
+        self.listeners = [("PLAINTEXT", host, port, 0)]
         self.heartbeat_interval_s = heartbeat_interval_ms / 1000
         self.incarnation_id = uuid.uuid4()
         self.broker_epoch = -1
@@ -99,7 +101,8 @@ class ControllerClient:
         req_cls = REQUESTS[62]
         req = req_cls(broker_id=self.broker_id, cluster_id="raftka",
                       incarnation_id=self.incarnation_id,
-                      listeners=[req_cls.Listener(name="PLAINTEXT", host=self.host, port=self.port)],
+                      listeners=[req_cls.Listener(name=n, host=h, port=p, security_protocol=sp)
+                                 for n, h, p, sp in self.listeners],
                       rack=self.rack)
         while True:
             try:

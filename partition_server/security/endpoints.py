@@ -1,0 +1,40 @@
+"""Answer each listener with that listener's addresses (Kafka's per-listener metadata).
+
+Brokers register every advertised listener (name, host, port, protocol) with the controller; the
+registration's plain host:port is the inter-broker listener's, which the brokers' own links use.
+A client connected to listener X must be told the X addresses of every broker — else a client
+on a SASL_PLAINTEXT port would be sent to the SASL_SSL one. `rewrite(image, listener, response)`
+rewrites Metadata, DescribeCluster and FindCoordinator answers in place; a broker that did not
+register X keeps its inter-broker address.
+"""
+
+from __future__ import annotations
+
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+
+
+def _endpoint(image, node_id: int, listener: str):
+    b = image.brokers.get(node_id)
+    if b is None:
+        return None
+    for entry in b.listeners:
+        if entry[0] == listener:
+            return entry[1], entry[2]
+    return None
+
+
+def rewrite(image, listener: str, api_key: int, response) -> None:
+    if api_key == 3:
+        nodes = [(b, "node_id") for b in response.brokers]
+    elif api_key == 60:
+        nodes = [(b, "broker_id") for b in response.brokers]
+    elif api_key == 10:
+        nodes = [(c, "node_id") for c in getattr(response, "coordinators", None) or []]
+        if getattr(response, "node_id", -1) is not None and getattr(response, "node_id", -1) >= 0:
+            nodes.append((response, "node_id"))
+    else:
+        return
+    for obj, id_field in nodes:
+        found = _endpoint(image, getattr(obj, id_field), listener)
+        if found is not None:
+            obj.host, obj.port = found
