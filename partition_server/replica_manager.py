@@ -23,7 +23,8 @@ import os
 from typing import Iterable
 
 from partition_server.replication.partition import PartitionState, Role
-from partition_server.txn.producer_state import ProducerStateManager, rebuild_from_segments
+from partition_server.txn import snapshot as producer_snapshot
+from partition_server.txn.producer_state import ProducerStateManager
 from wire.errors import DecodeError, ErrorCode, KafkaError
 from wire.records.batch import iter_batches
 
@@ -45,8 +46,9 @@ class HostedPartition:
     cleaner: object = None          # LogCleaner, created by the broker for compacted topics
 
     def rebuild_producer_state(self) -> None:
-        """Replay every idempotent/transactional batch of the log (restart, new leader)."""
-        self.producers = rebuild_from_segments(self.log.segments)
+        """The newest producer-state snapshot plus the idempotent/transactional batches after it
+        (restart, new leader)."""
+        self.producers = producer_snapshot.rebuild(self.log)
 
     def last_stable_offset(self) -> int:
         return self.producers.last_stable_offset(self.state.high_watermark)
@@ -164,6 +166,8 @@ class ReplicaManager:
             if delete:
                 hosted.log.delete()
             else:
+                if not hosted.offline:
+                    producer_snapshot.maybe_snapshot(hosted, {})
                 hosted.log.close()
         except OSError as exc:
             log.warning("closing %s-%d: %s", topic, partition, exc)

@@ -6,7 +6,9 @@ Files in the directory:
 - `log-start-offset` — raised by DeleteRecords and retention;
 - `recovery-point` — every offset below it was fsynced; recovery after a crash re-validates
   the segments from the one holding it onward;
-- `.clean-shutdown` — written by `close()`, removed on open: present ⇒ skip the recovery scan.
+- `.clean-shutdown` — written by `close()`, removed on open: present ⇒ skip the recovery scan;
+- `<offset>.producer-snapshot` — producer state as of that offset (partition_server/txn/snapshot.py);
+  any past the log end is deleted on truncation and after recovery (it covers records gone).
 
 Appends go to the last (active) segment, rolled by size, age, or index size. The leader path
 assigns offsets by patching each batch's base offset and partition leader epoch (outside the CRC);
@@ -35,6 +37,7 @@ from wire.records.crc32c import crc32c
 log = logging.getLogger(__name__)
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+PRODUCER_SNAPSHOT_SUFFIX = ".producer-snapshot"
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -116,6 +119,7 @@ class PartitionLog:
         if not self.epoch_cache.epochs and leo > self.log_start_offset:
             self._rebuild_epoch_cache()
         self.recovery_point = min(self.recovery_point, leo) if not clean else leo
+        drop_producer_snapshots_after(self.directory, leo)
 
     def _rebuild_epoch_cache(self) -> None:
         for seg in self.segments:
@@ -325,6 +329,7 @@ class PartitionLog:
         while len(self.segments) > 1 and self.active.base_offset >= offset:
             self._delete_segment(self.segments.pop(), now_ms=None)
         self.active.truncate_to(offset)
+        drop_producer_snapshots_after(self.directory, self.log_end_offset)
         self.epoch_cache.truncate_from_end(self.log_end_offset)
         self._lower_first_dirty_offset(self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
@@ -335,6 +340,7 @@ class PartitionLog:
         for seg in self.segments:
             self._delete_segment(seg, now_ms=None)
         self.segments = [LogSegment(self.directory, offset, self.config.index_interval_bytes)]
+        drop_producer_snapshots_after(self.directory, -1)
         self.log_start_offset = offset
         self.recovery_point = offset
         self._lower_first_dirty_offset(offset)
@@ -449,6 +455,18 @@ class PartitionLog:
         for _, seg in self._graveyard:
             seg.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def drop_producer_snapshots_after(directory: str, offset: int) -> None:
+    """Delete producer-state snapshots taken past `offset` (their records are gone)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        stem = name[:-len(PRODUCER_SNAPSHOT_SUFFIX)]
+        if name.endswith(PRODUCER_SNAPSHOT_SUFFIX) and stem.isdigit() and int(stem) > offset:
+            os.unlink(os.path.join(directory, name))
 
 
 def _fsync_dir(directory: str) -> None:

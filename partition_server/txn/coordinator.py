@@ -372,6 +372,21 @@ class TransactionCoordinator:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._timeout_loop)
+            nursery.start_soon(self._snapshot_loop)
+
+    async def _snapshot_loop(self) -> None:
+        """Producer-state snapshots of every hosted partition that changed (txn/snapshot.py);
+        they bound how much log a restart replays. Lives here as the broker's txn machinery."""
+        from partition_server.txn.snapshot import SNAPSHOT_INTERVAL_S, maybe_snapshot
+        last: dict = {}
+        while True:
+            await trio.sleep(SNAPSHOT_INTERVAL_S)
+            for hosted in list(self.broker.replicas.partitions.values()):
+                try:
+                    maybe_snapshot(hosted, last)
+                except OSError as exc:
+                    log.warning("producer snapshot of %s-%d failed: %s", hosted.topic,
+                                hosted.partition, exc)
 
     async def _timeout_loop(self) -> None:
         while True:

@@ -1,0 +1,138 @@
+"""Producer-state snapshots: `<log dir>/<offset, 20 digits>.producer-snapshot` (msgpack).
+
+A snapshot holds the whole `ProducerStateManager` (sequence windows, open and aborted
+transactions, recent committed ones) as of `offset`, a batch boundary of the log. Opening a
+partition loads the newest snapshot at or below the log end offset and replays only the batches
+from there (Kafka's ProducerStateManager does the same), instead of the whole log.
+
+Written on clean shutdown and every `SNAPSHOT_INTERVAL_S` for partitions that changed; written
+to a temporary file, fsynced and renamed, so a crash leaves the previous one. A snapshot past the
+log end is worthless — the log lost or truncated what it covered — so the log deletes those on
+truncation and after recovery (`partition_log.drop_producer_snapshots_after`), and loading
+ignores them anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import msgpack
+
+from partition_server.log.partition_log import PRODUCER_SNAPSHOT_SUFFIX, drop_producer_snapshots_after
+from partition_server.txn.producer_state import (CachedBatch, FinishedTxn, ProducerEntry,
+                                                 ProducerStateManager, control_type_of)
+
+log = logging.getLogger(__name__)
+
+VERSION = 1
+KEEP = 2
+SNAPSHOT_INTERVAL_S = 30.0
+COMMITTED_KEPT = 1000          # committed transactions kept (only truncation looks at them)
+
+
+def snapshot_offsets(directory: str) -> list[int]:
+    out = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return out
+    for n in names:
+        stem = n[:-len(PRODUCER_SNAPSHOT_SUFFIX)]
+        if n.endswith(PRODUCER_SNAPSHOT_SUFFIX) and stem.isdigit():
+            out.append(int(stem))
+    return sorted(out)
+
+
+def _path(directory: str, offset: int) -> str:
+    return os.path.join(directory, f"{offset:020d}{PRODUCER_SNAPSHOT_SUFFIX}")
+
+
+def encode(state: ProducerStateManager, offset: int) -> bytes:
+    return msgpack.packb({
+        "v": VERSION, "offset": offset,
+        "producers": [[pid, e.epoch, [[b.first_seq, b.last_seq, b.first_offset, b.last_offset]
+                                      for b in e.batches]]
+                      for pid, e in state.producers.items()],
+        "ongoing": [[pid, first] for pid, first in state.ongoing.items()],
+        "aborted": [[t.marker_offset, t.producer_id, t.first_offset] for t in state.aborted],
+        "committed": [[t.marker_offset, t.producer_id, t.first_offset]
+                      for t in list(state.committed)[-COMMITTED_KEPT:]],
+    })
+
+
+def decode(data: bytes) -> tuple[int, ProducerStateManager]:
+    d = msgpack.unpackb(data)
+    if d.get("v") != VERSION:
+        raise ValueError(f"unknown producer snapshot version {d.get('v')}")
+    state = ProducerStateManager()
+    for pid, epoch, batches in d["producers"]:
+        entry = ProducerEntry(epoch)
+        entry.batches.extend(CachedBatch(*b) for b in batches)
+        state.producers[pid] = entry
+    state.ongoing = {pid: first for pid, first in d["ongoing"]}
+    state.aborted = [FinishedTxn(m, pid, first, True) for m, pid, first in d["aborted"]]
+    state.committed.extend(FinishedTxn(m, pid, first, False) for m, pid, first in d["committed"])
+    return d["offset"], state
+
+
+def write_snapshot(directory: str, state: ProducerStateManager, offset: int) -> None:
+    path = _path(directory, offset)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(encode(state, offset))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    for old in snapshot_offsets(directory)[:-KEEP]:
+        try:
+            os.unlink(_path(directory, old))
+        except OSError:
+            pass
+
+
+def load_latest(directory: str, log_end_offset: int) -> tuple[int, ProducerStateManager] | None:
+    """The newest readable snapshot at or below the log end offset."""
+    drop_producer_snapshots_after(directory, log_end_offset)
+    for offset in reversed(snapshot_offsets(directory)):
+        try:
+            with open(_path(directory, offset), "rb") as f:
+                got_offset, state = decode(f.read())
+            if got_offset == offset:
+                return offset, state
+        except (OSError, ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:
+            log.warning("%s: ignoring producer snapshot %d: %s", directory, offset, exc)
+    return None
+
+
+def rebuild(plog) -> ProducerStateManager:
+    """Producer state of a log: the newest snapshot plus the batches after it (or everything)."""
+    found = load_latest(plog.directory, plog.log_end_offset)
+    start, state = found if found is not None else (0, ProducerStateManager())
+    for seg in plog.segments:
+        if seg.next_offset <= start:
+            continue
+        pos = seg.index_lookup(start) if seg.base_offset < start else 0
+        for h in seg.iter_headers(pos):
+            if h.producer_id < 0 or h.last_offset < start:
+                continue
+            control = None
+            if h.is_control:
+                control = control_type_of(os.pread(seg.fd, h.size_in_bytes, h.pos))
+            state.observe(h, control)
+    return state
+
+
+def maybe_snapshot(hosted, last: dict) -> None:
+    """Snapshot a partition whose log moved since its last snapshot (`last`: key → offset)."""
+    plog = hosted.log
+    key = (hosted.topic, hosted.partition)
+    offset = plog.log_end_offset
+    if last.get(key) == offset or plog.closed or hosted.offline:
+        return
+    if not hosted.producers.producers and not hosted.producers.ongoing and \
+            not hosted.producers.aborted:
+        last[key] = offset
+        return                       # nothing to remember: replay is free
+    write_snapshot(plog.directory, hosted.producers, offset)
+    last[key] = offset
