@@ -439,3 +439,98 @@ async def test_group_survives_coordinator_sigkill(cluster):
         if victim is not None:
             cluster.restart_broker(victim)
     assert acked <= seen and len(acked) > 200
+
+
+async def test_cooperative_members_never_share_a_partition(cluster):
+    """Three of our cooperative-sticky consumers join one by one, then one leaves; a watcher
+    checks at every scheduling point that no partition is held by two members, and listeners see
+    only increments (on_assigned: what was added; on_revoked: what moved away)."""
+    topic, group = "coop-own", f"coop-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster, topic, 6)
+    conf = {"group.id": group, "partition.assignment.strategy": "cooperative-sticky",
+            **FAST_GROUP}
+    consumers: list[Consumer] = []
+    log: dict[int, list] = {0: [], 1: [], 2: []}
+    violations: list = []
+
+    def listeners(i):
+        return dict(on_assigned=lambda tps: log[i].append(("+", sorted(tps))),
+                    on_revoked=lambda tps: log[i].append(("-", sorted(tps))))
+
+    async def watch():
+        while True:
+            held = [tp for c in consumers if not c.closed for tp in c.assignment()]
+            if len(held) != len(set(held)):
+                violations.append(held)
+            await trio.sleep(0)
+
+    async def run(c):
+        while not c.closed:
+            await c.poll(100)
+
+    def settled(n):
+        live = [c for c in consumers if not c.closed]
+        held = [tp.partition for c in live for tp in c.assignment()]
+        return len(live) == n and sorted(held) == list(range(6)) and \
+            all(len(c.assignment()) == 6 // n for c in live)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch)
+        for i in range(3):
+            c = Consumer(cluster.bootstrap, conf)
+            await c.start(nursery)
+            c.subscribe([topic], **listeners(i))
+            consumers.append(c)
+            nursery.start_soon(run, c)
+            with trio.fail_after(30):
+                while not settled(i + 1):
+                    await trio.sleep(0.05)
+        before = {tp for c in consumers[:2] for tp in c.assignment()}
+        await consumers[2].close()
+        with trio.fail_after(30):
+            while not settled(2):
+                await trio.sleep(0.05)
+        after = {tp for c in consumers[:2] for tp in c.assignment()}
+        before_close = {i: list(entries) for i, entries in log.items()}
+        for c in consumers[:2]:
+            await c.close()
+        nursery.cancel_scope.cancel()
+    assert violations == []
+    assert before < after                      # the survivors kept theirs and took the rest
+    # only what had to move moved: consumer 0 went 6 -> 3 -> 2 (gave away 4), consumer 1
+    # went 3 -> 2 (gave away 1)
+    log0 = before_close[0]
+    assert log0[0] == ("+", [TopicPartition(topic, p) for p in range(6)])
+    gave = [tp for sign, tps in log0 if sign == "-" for tp in tps]
+    assert len(gave) == len(set(gave)) == 4
+    assert len([tp for sign, tps in before_close[1] if sign == "-" for tp in tps]) == 1
+
+
+async def test_static_member_restart_keeps_assignment_and_pattern_sees_new_topic(cluster):
+    create_topic(cluster, "static-1", 2)
+    group = f"static-{uuid.uuid4().hex[:6]}"
+    conf = {"group.id": group, "group.instance.id": "instance-a", "metadata.max.age.ms": 1000,
+            **FAST_GROUP}
+    async with Consumer(cluster.bootstrap, conf) as c:
+        c.subscribe("^static-.*")
+        with trio.fail_after(30):
+            while len(c.assignment()) != 2:
+                await c.poll(100)
+        first_member_id = c.member.member_id
+    # a static member does not leave on close (KIP-345): the coordinator still counts it, and
+    # its replacement with the same group.instance.id takes its place and partitions
+    from clients.admin import AdminClient as OurAdmin
+    async with OurAdmin(cluster.bootstrap) as admin:
+        members = (await admin.describe_groups([group]))[group].members
+    assert [(m.member_id, m.group_instance_id) for m in members] == [(first_member_id,
+                                                                       "instance-a")]
+    async with Consumer(cluster.bootstrap, conf) as c:
+        c.subscribe("^static-.*")
+        with trio.fail_after(20):
+            while len(c.assignment()) != 2:
+                await c.poll(100)
+        create_topic(cluster, "static-2", 1)          # the pattern picks it up and rejoins
+        with trio.fail_after(30):
+            while len(c.assignment()) != 3:
+                await c.poll(100)
+        assert c.subscription() == ["static-1", "static-2"]
