@@ -332,3 +332,55 @@ async def test_hanging_transaction_found_and_aborted_by_an_operator(cluster):
     await leader.aclose()
     assert read_all(cluster, topic, "read_committed", partitions=1, idle_s=1) == []
     p.abort_transaction(30)
+
+
+def test_kafka_python_consume_transform_produce(cluster):
+    """kafka-python's transactional loop: read_committed consumer, send_offsets_to_transaction,
+    one aborted round that is redone; each output once, offsets committed with the outputs."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition as KTP
+    from kafka.structs import OffsetAndMetadata
+    src, dst, group = "kp-eos-in", "kp-eos-out", "g-kp-eos"
+    create_topic(cluster, src)
+    create_topic(cluster, dst)
+    feed = Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(60):
+        feed.produce(src, str(i).encode(), partition=i % 3)
+    assert feed.flush(30) == 0
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id=group,
+                             isolation_level="read_committed", enable_auto_commit=False,
+                             auto_offset_reset="earliest")
+    parts = [KTP(src, i) for i in range(3)]
+    consumer.assign(parts)
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id="tx-kp-eos")
+    producer.init_transactions()
+    done, rounds, aborted_once = 0, 0, False
+    deadline = time.time() + 60
+    while done < 60 and time.time() < deadline:
+        batch = consumer.poll(timeout_ms=1000, max_records=15)
+        records = [r for rs in batch.values() for r in rs]
+        if not records:
+            continue
+        producer.begin_transaction()
+        for r in records:
+            producer.send(dst, b"out-" + r.value, partition=r.partition)
+        offsets = {tp: OffsetAndMetadata(consumer.position(tp), "", -1) for tp in parts}
+        producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+        rounds += 1
+        if rounds == 2 and not aborted_once:
+            aborted_once = True
+            producer.abort_transaction()
+            for tp in parts:                       # redo from the committed offsets
+                committed = consumer.committed(tp)
+                consumer.seek(tp, committed if committed is not None else 0)
+            continue
+        producer.commit_transaction()
+        done += len(records)
+    producer.close()
+    consumer.close()
+    assert done == 60
+    out = [v for _, v in read_all(cluster, dst, "read_committed")]
+    assert sorted(out) == sorted(f"out-{i}" for i in range(60))
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    got = c.committed([TopicPartition(src, i) for i in range(3)], timeout=30)
+    c.close()
+    assert [tp.offset for tp in got] == [20, 20, 20]
