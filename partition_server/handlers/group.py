@@ -138,8 +138,10 @@ async def handle_offset_commit(broker, req):
                        for t, ps in by_topic.items()])
 
 
-def _fetch_group(broker, group_id, topics):
-    """[(topic, [(partition, offset, epoch, metadata, error)])], group error."""
+def _fetch_group(broker, group_id, topics, require_stable=False):
+    """[(topic, [(partition, offset, epoch, metadata, error)])], group error. `require_stable`
+    (v7+, KIP-447): a partition with a pending transactional commit answers
+    UNSTABLE_OFFSET_COMMIT (retriable) instead of an offset that is about to change."""
     err = broker.groups.owns(group_id)
     if err != ErrorCode.NONE:
         return [], err
@@ -153,6 +155,9 @@ def _fetch_group(broker, group_id, topics):
         parts = []
         for p in partitions:
             c = broker.groups.committed(group_id, name, p)
+            if require_stable and broker.txn.offsets.has_pending(group_id, name, p):
+                parts.append((p, -1, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT))
+                continue
             parts.append((p, c[0], c[1], c[2], 0) if c else (p, -1, -1, "", 0))
         out.append((name, parts))
     return out, ErrorCode.NONE
@@ -163,7 +168,7 @@ async def handle_offset_fetch(broker, req):
     b = req.body
     if req.api_version < 8:
         topics = None if b.topics is None else [(t.name, list(t.partition_indexes)) for t in b.topics]
-        out, err = _fetch_group(broker, b.group_id, topics)
+        out, err = _fetch_group(broker, b.group_id, topics, req.api_version >= 7 and b.require_stable)
         return cls(error_code=err, topics=[cls.OffsetFetchResponseTopic(name=n, partitions=[
             cls.OffsetFetchResponsePartition(partition_index=p, committed_offset=o,
                                              committed_leader_epoch=e, metadata=m, error_code=x)
@@ -171,7 +176,7 @@ async def handle_offset_fetch(broker, req):
     groups = []
     for g in b.groups:
         topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
-        out, err = _fetch_group(broker, g.group_id, topics)
+        out, err = _fetch_group(broker, g.group_id, topics, b.require_stable)
         groups.append(cls.OffsetFetchResponseGroup(group_id=g.group_id, error_code=err, topics=[
             cls.OffsetFetchResponseTopics(name=n, partitions=[cls.OffsetFetchResponsePartitions(
                 partition_index=p, committed_offset=o, committed_leader_epoch=e, metadata=m,

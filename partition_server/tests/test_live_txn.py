@@ -384,3 +384,73 @@ def test_kafka_python_consume_transform_produce(cluster):
     got = c.committed([TopicPartition(src, i) for i in range(3)], timeout=30)
     c.close()
     assert [tp.offset for tp in got] == [20, 20, 20]
+
+
+async def _coordinator_conn(cluster, key, key_type):
+    from clients.connection import BrokerConnection
+    from wire.messages.index_generated import REQUESTS
+    host, port = cluster.bootstrap.split(",")[0].split(":")
+    boot = BrokerConnection(host, int(port))
+    await boot.connect()
+    for _ in range(100):
+        c = (await boot.request(REQUESTS[10](key_type=key_type, coordinator_keys=[key]), 4)).coordinators[0]
+        if c.error_code == 0:
+            break
+        await trio.sleep(0.2)
+    await boot.aclose()
+    conn = BrokerConnection(c.host, c.port)
+    await conn.connect()
+    return conn
+
+
+async def test_txn_offset_commit_is_unstable_until_the_commit_lands(cluster):
+    """TxnOffsetCommit: invisible (UNSTABLE_OFFSET_COMMIT to require_stable fetchers, the old
+    offset to others) until the transaction commits; then the committed offset."""
+    from wire.messages.index_generated import REQUESTS
+    tid, group, topic = "tx-offsets", "g-offsets", "txn-offsets"
+    create_topic(cluster, topic, partitions=1)
+    coord = await _coordinator_conn(cluster, tid, 1)
+    gc = await _coordinator_conn(cluster, group, 0)
+    for _ in range(100):
+        init = await coord.request(REQUESTS[22](transactional_id=tid, transaction_timeout_ms=30000,
+                                                producer_id=-1, producer_epoch=-1), 4)
+        if init.error_code == 0:
+            break
+        await trio.sleep(0.2)
+    pid, epoch = init.producer_id, init.producer_epoch
+    for _ in range(100):
+        add = await coord.request(REQUESTS[25](transactional_id=tid, producer_id=pid,
+                                               producer_epoch=epoch, group_id=group), 3)
+        if add.error_code == 0:
+            break
+        await trio.sleep(0.2)
+    assert add.error_code == 0
+    tc = REQUESTS[28]
+    r = await gc.request(tc(transactional_id=tid, group_id=group, producer_id=pid,
+                            producer_epoch=epoch, generation_id=-1, member_id="",
+                            group_instance_id=None, topics=[tc.TxnOffsetCommitRequestTopic(
+                                name=topic, partitions=[tc.TxnOffsetCommitRequestPartition(
+                                    partition_index=0, committed_offset=42,
+                                    committed_leader_epoch=-1, committed_metadata="m")])]), 3)
+    assert r.topics[0].partitions[0].error_code == 0
+    of = REQUESTS[9]
+
+    async def fetch(stable):
+        got = await gc.request(of(groups=[of.OffsetFetchRequestGroup(
+            group_id=group, topics=[of.OffsetFetchRequestTopics(name=topic, partition_indexes=[0])])],
+            require_stable=stable), 8)
+        p = got.groups[0].topics[0].partitions[0]
+        return p.error_code, p.committed_offset
+
+    assert await fetch(True) == (88, -1)           # UNSTABLE_OFFSET_COMMIT
+    assert await fetch(False) == (0, -1)           # not committed yet
+    end = await coord.request(REQUESTS[26](transactional_id=tid, producer_id=pid,
+                                           producer_epoch=epoch, committed=True), 3)
+    assert end.error_code == 0
+    for _ in range(100):
+        if await fetch(True) == (0, 42):
+            break
+        await trio.sleep(0.1)
+    assert await fetch(True) == (0, 42)
+    await coord.aclose()
+    await gc.aclose()
