@@ -534,3 +534,37 @@ async def test_static_member_restart_keeps_assignment_and_pattern_sees_new_topic
             while len(c.assignment()) != 3:
                 await c.poll(100)
         assert c.subscription() == ["static-1", "static-2"]
+
+
+async def test_async_commit_callback_auto_commit_and_commit_on_close(cluster):
+    topic = "commits"
+    create_topic(cluster, topic, 1)
+    produce(cluster, topic, 30, 1)
+    tp = TopicPartition(topic, 0)
+    group = f"ac-{uuid.uuid4().hex[:6]}"
+    conf = {"group.id": group, "auto.offset.reset": "earliest", "max.poll.records": 10,
+            "auto.commit.interval.ms": 200, **FAST_GROUP}
+    done = trio.Event()
+    results = []
+
+    def callback(offsets, err):
+        results.append((offsets, err))
+        done.set()
+
+    async with Consumer(cluster.bootstrap, conf) as c:
+        c.subscribe([topic])
+        got = await consume_until(c, 10)
+        assert len(got) == 10
+        await c.commit(asynchronous=True, callback=callback)
+        with trio.fail_after(10):
+            await done.wait()
+        assert results == [({tp: 10}, None)]
+        got = await consume_until(c, 10)            # auto commit follows the position
+        with trio.fail_after(10):
+            while (await c.committed([tp]))[tp] < 20:
+                got += await c.poll(100)
+        await consume_until(c, 20 - len(got))
+        assert await c.position(tp) == 30
+    # close committed the last position (auto commit on)
+    async with Consumer(cluster.bootstrap, conf) as c:
+        assert (await c.committed([tp]))[tp] == 30
