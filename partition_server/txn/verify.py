@@ -22,7 +22,7 @@ from clients.connection import ConnectionClosed
 from partition_server.replication.partition import Role
 from wire.errors import DecodeError, ErrorCode
 from wire.messages.index_generated import REQUESTS
-from wire.records.batch import iter_batches
+from wire.records.batch import RecordBatchHeader
 
 log = logging.getLogger(__name__)
 
@@ -32,13 +32,16 @@ RETRIABLE = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
 
 
 def _first_transactional(records):
-    """(producer id, epoch) of the first transactional data batch, or None."""
+    """(producer id, epoch) if the partition's records are a transactional data batch, else None.
+    Only the first batch is looked at: a producer sends one partition's batches under one
+    producer id and transactional flag (a mixed request still goes through the log's
+    validation and the sequence checks), and this runs on every Produce."""
     try:
-        for h in iter_batches(memoryview(records)):
-            if h.is_transactional and not h.is_control and h.producer_id >= 0:
-                return h.producer_id, h.producer_epoch
+        h = RecordBatchHeader(memoryview(records), 0)
     except DecodeError:
         return None                 # the log's validation reports it
+    if h.is_transactional and not h.is_control and h.producer_id >= 0:
+        return h.producer_id, h.producer_epoch
     return None
 
 
