@@ -110,3 +110,12 @@ def check(code: int, message: str | None = None, what: str = "") -> None:
         text = message or (ErrorCode(code).message if code in ErrorCode._value2member_map_ else "")
         detail = f"{name}: {text}" if text else name
         raise error_for_code(code)(f"{what}: {detail}" if what else detail, code)
+
+
+def error(code: int, message: str | None = None, what: str = "") -> KafkaError:
+    """The typed error for `code`, its text led by the code's name (what users grep for)."""
+    try:
+        check(code, message, what)
+    except KafkaError as exc:
+        return exc
+    return KafkaError(f"{what}: no error" if what else "no error", 0)

@@ -45,7 +45,7 @@ import trio
 
 from clients.cluster import Cluster, TopicPartition
 from clients.config import COMPRESSION, PRODUCER, ConfigError, resolve
-from clients.errors import (KafkaTimeoutError, Retry, UnknownTopicError, classify)
+from clients.errors import KafkaTimeoutError, Retry, UnknownTopicError, classify, error
 from clients.partitioner import StickyPartitioner, partition_for_key
 from wire.errors import ErrorCode, KafkaError, MessageTooLargeError
 from wire.messages.index_generated import REQUESTS
@@ -132,7 +132,7 @@ def _record_size(key, value, headers) -> int:
 
 class ProducerBatch:
     __slots__ = ("tp", "builder", "futures", "created", "alloc", "attempts", "retry_at",
-                 "data", "sealed", "record_count", "first_ts")
+                 "data", "sealed", "record_count", "last_error")
 
     def __init__(self, tp: TopicPartition, compression: int, created: float, alloc: int):
         self.tp = tp
@@ -145,6 +145,7 @@ class ProducerBatch:
         self.data: bytes | None = None      # built once, resent unchanged
         self.sealed = False                 # drained at least once: no more appends
         self.record_count = 0
+        self.last_error: Exception | None = None    # the latest retriable failure, for timeouts
 
     def seal(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
         if self.data is None:
@@ -504,8 +505,10 @@ class Producer:
         while True:
             now = trio.current_time()
             for b in self._acc.expired(now, self._delivery_timeout_s):
+                last = f" (last error: {b.last_error})" if b.last_error is not None else ""
                 self._fail_batch(b, KafkaTimeoutError(
-                    f"{b.tp.topic}-{b.tp.partition}: not delivered within delivery.timeout.ms"))
+                    f"{b.tp.topic}-{b.tp.partition}: not delivered within "
+                    f"delivery.timeout.ms{last}"))
             if self._need_new_pid and not self._inflight:
                 try:
                     await self._init_producer_id()
@@ -610,8 +613,7 @@ class Producer:
                 elif p.error_code in (0, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
                     self._complete_batch(b, p.base_offset, p.log_append_time_ms)
                 else:
-                    msg = p.error_message or None
-                    self._retry_or_fail(b, KafkaError.from_code(p.error_code, msg))
+                    self._retry_or_fail(b, error(p.error_code, p.error_message or None))
         finally:
             self._inflight.discard(node)
             self._wake()
@@ -622,6 +624,7 @@ class Producer:
         if action is not Retry.NO and b.attempts < self.config["retries"] and \
                 now - b.created < self._delivery_timeout_s and not self._closed:
             b.attempts += 1
+            b.last_error = exc
             b.retry_at = now + self._backoff_s * min(2 ** (b.attempts - 1), 10)
             if action is Retry.REFRESH_AND_RETRY:
                 self._refresh_wanted = True

@@ -74,7 +74,8 @@ async def _lines(f):
 
 async def _run(args) -> int:
     headers = _headers(args.header)
-    extra = {"acks": args.acks, "compression.type": args.compression,
+    # a console user should hear about an unwritable topic in seconds, not Kafka's 2 minutes
+    extra = {"delivery.timeout.ms": "30000", "acks": args.acks, "compression.type": args.compression,
              "linger.ms": str(args.linger_ms), "batch.size": str(args.batch_size)}
     for item in args.property:
         k, sep, v = item.partition("=")
