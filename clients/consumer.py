@@ -37,7 +37,7 @@ import trio
 
 from clients.assignors import RebalanceProtocol, get_assignor
 from clients.cluster import Cluster
-from clients.consumer_offsets import EARLIEST, LATEST, list_offsets
+from clients.consumer_offsets import EARLIEST, LATEST, drop_on_cancel, list_offsets
 from clients.errors import KafkaConnectionError, KafkaTimeoutError, Retry, check, classify
 from clients.fetcher import (READ_COMMITTED, READ_UNCOMMITTED, ConsumerRecord, TopicPartition,
                              parse_partition)
@@ -145,6 +145,7 @@ class Consumer:
         self._buffer: dict[TopicPartition, tuple[collections.deque, int]] = {}
         self._paused: set[TopicPartition] = set()
         self._next_auto_commit = 0.0
+        self._last_poll = 0.0
         self._stack: contextlib.AsyncExitStack | None = None
         self._nursery: trio.Nursery | None = None
         self._scopes: set[trio.CancelScope] = set()     # background tasks close() cancels
@@ -164,6 +165,7 @@ class Consumer:
         self._nursery = nursery
         if self.member is not None:
             nursery.start_soon(self._in_scope, self.member.heartbeat_loop)
+            nursery.start_soon(self._in_scope, self._poll_interval_watchdog)
         self._next_auto_commit = trio.current_time() + self._auto_commit_interval
         return self
 
@@ -207,6 +209,19 @@ class Consumer:
                 self._stack = None
             self._nursery = None
             await self.cluster.aclose()
+
+    async def _poll_interval_watchdog(self) -> None:
+        """Leave the group when the application has not called poll for max.poll.interval.ms
+        (Kafka's heartbeat thread does the same): heartbeats alone must not keep a stuck
+        consumer's partitions from the rest of the group. The next poll rejoins."""
+        limit = int(self.config["max.poll.interval.ms"]) / 1000
+        while True:
+            await trio.sleep(min(1.0, limit / 4))
+            member = self.member
+            if member.stable and trio.current_time() - self._last_poll > limit:
+                log.warning("group %s: poll not called for %.1f s (max.poll.interval.ms); "
+                            "leaving the group", self.group_id, limit)
+                await member.leave()
 
     @property
     def _auto_commit_interval(self) -> float:
@@ -431,15 +446,40 @@ class Consumer:
             self._topics = matched
             self.member.rejoin_needed = True
 
+    async def _check_partition_counts(self) -> None:
+        """The leader rejoins when a subscribed topic's partition count changed since it
+        assigned (new partitions would otherwise go unread), like Kafka's ConsumerCoordinator."""
+        member = self.member
+        if not member.is_leader or not member.stable or member.assigned_partition_counts is None:
+            return
+        if self.cluster.metadata_stale():
+            await self.cluster.refresh_metadata(self._topics)
+        md = self.cluster.metadata
+        counts = {t: len(md.topics[t].partitions) for t in member.assigned_partition_counts
+                  if t in md.topics}
+        if counts != member.assigned_partition_counts:
+            log.info("group %s: partition counts changed %s -> %s; rebalancing", self.group_id,
+                     member.assigned_partition_counts, counts)
+            member.rejoin_needed = True
+
     async def _ensure_group(self) -> None:
         member = self.member
         if member is None or self._manual or (not self._topics and self._pattern is None):
             return
         await self._check_pattern()
+        await self._check_partition_counts()
         if not member.rejoin_needed and member.stable:
             return
         deadline = trio.current_time() + member.rebalance_timeout_ms / 1000 + 60
         while member.rejoin_needed or not member.stable:
+            if not member.member_id and self._assigned:
+                # we were removed from the group (session expired, poll interval exceeded,
+                # fenced): our partitions are someone else's already, so they are lost, not
+                # revoked - no commit, and we do not claim them when rejoining (Kafka's
+                # onPartitionsLost; we report them through on_revoked)
+                lost = list(self._assigned)
+                self._set_assignment([])
+                await _call_listener(self._on_revoked, lost)
             owned = list(self._assigned)
             cooperative = member.rebalance_protocol is RebalanceProtocol.COOPERATIVE
             if owned and not cooperative:
@@ -484,6 +524,7 @@ class Consumer:
             raise RuntimeError("consumer is not started (use `async with` or start())")
         deadline = trio.current_time() + max(0, timeout_ms) / 1000
         while True:
+            self._last_poll = trio.current_time()     # a long join inside poll is not idling
             await self._ensure_group()
             await self._maybe_auto_commit()
             await self._resolve_positions()
@@ -576,8 +617,10 @@ class Consumer:
                  isolation_level=self.isolation_level, session_id=0, session_epoch=-1,
                  topics=[fr.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
                  forgotten_topics_data=[], rack_id="")
-        resp = await self.cluster.call(node, req, channel="fetch", max_version=12, min_version=4,
-                                       timeout_s=max_wait_ms / 1000 + self.cluster.request_timeout_s)
+        async with drop_on_cancel(self.cluster, node, "fetch"):
+            resp = await self.cluster.call(node, req, channel="fetch", max_version=12,
+                                           min_version=4, timeout_s=max_wait_ms / 1000
+                                           + self.cluster.request_timeout_s)
         if resp.error_code:
             check(resp.error_code, None, "fetch")
         refresh = False

@@ -3,6 +3,8 @@ one request per partition leader, retrying leader moves after a metadata refresh
 
 from __future__ import annotations
 
+import contextlib
+
 import trio
 
 from clients.cluster import Cluster
@@ -66,6 +68,19 @@ async def list_offsets(cluster: Cluster, specs: dict[TP, int], isolation_level: 
     return out
 
 
+@contextlib.asynccontextmanager
+async def drop_on_cancel(cluster: Cluster, node: int, channel: str = "default"):
+    """A request cancelled after it was sent would leave its answer on the connection, to be
+    read as the answer to the next request there: drop the connection instead. (Callers cancel
+    polls and commits with timeouts all the time.)"""
+    try:
+        yield
+    except trio.Cancelled:
+        with trio.CancelScope(shield=True):
+            await cluster.drop_connection(node, channel)
+        raise
+
+
 def check_error(code: int, tp: TP) -> Exception:
     try:
         check(code, None, f"offsets of {tp[0]}-{tp[1]}")
@@ -82,7 +97,8 @@ async def _ask_node(cluster: Cluster, node: int, part: dict[TP, int], isolation_
             partition_index=p, current_leader_epoch=-1, timestamp=ts, max_num_offsets=1))
     req = lo(replica_id=-1, isolation_level=isolation_level, timeout_ms=10_000,
              topics=[lo.ListOffsetsTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
-    resp = await cluster.call(node, req, max_version=7, min_version=1)
+    async with drop_on_cancel(cluster, node):
+        resp = await cluster.call(node, req, max_version=7, min_version=1)
     result: dict[TP, tuple[int, int] | None | int] = {}
     for t in resp.topics:
         for p in t.partitions:

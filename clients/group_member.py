@@ -27,6 +27,7 @@ from clients.assignors import (PROTOCOL_TYPE, PartitionAssignor, RebalanceProtoc
                                decode_assignment, decode_subscription, encode_assignment,
                                encode_subscription)
 from clients.cluster import Cluster
+from clients.consumer_offsets import drop_on_cancel
 from clients.errors import KafkaConnectionError, KafkaTimeoutError, check
 from wire.errors import ErrorCode, KafkaError
 from wire.messages.index_generated import REQUESTS
@@ -75,6 +76,8 @@ class GroupMember:
         self.rejoin_needed = True
         self.coordinator: int | None = None
         self.last_heartbeat_ok = 0.0            # trio time of the last good heartbeat
+        # as leader: partition counts the last assignment was computed on (a change -> rejoin)
+        self.assigned_partition_counts: dict[str, int] | None = None
 
     # -- coordinator -----------------------------------------------------------------------------
 
@@ -90,7 +93,8 @@ class GroupMember:
     async def _call(self, message, channel: str = "group", **kw):
         node = await self.ensure_coordinator()
         try:
-            return await self.cluster.call(node, message, channel=channel, **kw)
+            async with drop_on_cancel(self.cluster, node, channel):
+                return await self.cluster.call(node, message, channel=channel, **kw)
         except (KafkaConnectionError, KafkaTimeoutError):
             self.coordinator_dead()
             raise
@@ -98,7 +102,9 @@ class GroupMember:
     async def _call_versioned(self, build, api_key: int, channel: str = "group", **kw):
         node = await self.ensure_coordinator()
         try:
-            return await self.cluster.call_versioned(node, build, api_key, channel=channel, **kw)
+            async with drop_on_cancel(self.cluster, node, channel):
+                return await self.cluster.call_versioned(node, build, api_key, channel=channel,
+                                                         **kw)
         except (KafkaConnectionError, KafkaTimeoutError):
             self.coordinator_dead()
             raise
@@ -158,6 +164,7 @@ class GroupMember:
         self.member_id = resp.member_id
         self.generation = resp.generation_id
         self.is_leader = resp.leader == resp.member_id
+        self.assigned_partition_counts = None
         self.protocol = next((a for a in self.assignors if a.name == resp.protocol_name),
                              self.assignors[0])
         assignments = []
@@ -180,6 +187,7 @@ class GroupMember:
         topics = sorted({t for s in subs.values() for t in s.topics})
         md = await self.cluster.refresh_metadata(topics, force=True)
         ppt = {t: len(md.topics[t].partitions) for t in topics if t in md.topics}
+        self.assigned_partition_counts = ppt
         result = self.protocol.assign(ppt, subs)
         sg = REQUESTS[14]
         return [sg.SyncGroupRequestAssignment(member_id=m, assignment=encode_assignment(a))

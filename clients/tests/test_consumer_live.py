@@ -568,3 +568,50 @@ async def test_async_commit_callback_auto_commit_and_commit_on_close(cluster):
     # close committed the last position (auto commit on)
     async with Consumer(cluster.bootstrap, conf) as c:
         assert (await c.committed([tp]))[tp] == 30
+
+
+async def test_leader_rebalances_on_new_partitions_and_idle_member_leaves(cluster):
+    topic, group = "grows", f"grow-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster, topic, 2)
+    lost: list = []
+    conf = {"group.id": group, "metadata.max.age.ms": 1000, "session.timeout.ms": 10000,
+            "heartbeat.interval.ms": 300, "max.poll.interval.ms": 2000}
+    async with Consumer(cluster.bootstrap, conf) as a, Consumer(cluster.bootstrap, conf) as b:
+        a.subscribe([topic])
+        b.subscribe([topic], on_revoked=lambda tps: lost.append(sorted(tps)))
+
+        async def poll_forever(c):
+            while True:
+                await c.poll(100)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poll_forever, a)
+            b_scope = trio.CancelScope()
+
+            async def poll_b():
+                with b_scope:
+                    await poll_forever(b)
+            nursery.start_soon(poll_b)
+            with trio.fail_after(30):
+                while len(a.assignment()) + len(b.assignment()) != 2 or not b.assignment():
+                    await trio.sleep(0.05)
+            admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+            from confluent_kafka.admin import NewPartitions
+            for f in admin.create_partitions([NewPartitions(topic, 4)]).values():
+                f.result(30)
+            with trio.fail_after(30):       # the leader notices and the group takes all four
+                while len(a.assignment()) + len(b.assignment()) != 4 or not b.assignment():
+                    await trio.sleep(0.05)
+            held_by_b = sorted(b.assignment())
+            revocations_before = len(lost)
+            b_scope.cancel()                # b stops polling: after max.poll.interval.ms it
+            with trio.fail_after(30):       # leaves and a takes everything
+                while len(a.assignment()) != 4:
+                    await trio.sleep(0.05)
+            nursery.start_soon(poll_forever, b)    # b comes back and rejoins
+            with trio.fail_after(30):
+                while len(a.assignment()) != 2 or len(b.assignment()) != 2:
+                    await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+    # what b held when it went idle was reported lost (through on_revoked) when it came back
+    assert lost[revocations_before] == held_by_b
