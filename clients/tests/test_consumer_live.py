@@ -615,3 +615,56 @@ async def test_leader_rebalances_on_new_partitions_and_idle_member_leaves(cluste
             nursery.cancel_scope.cancel()
     # what b held when it went idle was reported lost (through on_revoked) when it came back
     assert lost[revocations_before] == held_by_b
+
+
+async def test_mixed_sticky_group_with_kafka_python(cluster):
+    """Eager "sticky" with kafka-python 3.x members (librdkafka has no eager sticky): the
+    group shares the partitions, one owner each, every record consumed."""
+    from kafka import KafkaConsumer
+    from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+    topic, group = "mixed-sticky", f"kps-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster, topic, 4)
+    sent = produce(cluster, topic, 400, 4)
+    theirs: list[bytes] = []
+    their_owned: set[int] = set()
+    stop = threading.Event()
+    errors: list = []
+
+    def kafka_python_member():
+        try:
+            c = KafkaConsumer(topic, bootstrap_servers=cluster.bootstrap, group_id=group,
+                              auto_offset_reset="earliest", session_timeout_ms=10000,
+                              heartbeat_interval_ms=500, max_poll_interval_ms=30000,
+                              partition_assignment_strategy=[StickyPartitionAssignor])
+            while not stop.is_set():
+                for records in c.poll(200).values():
+                    theirs.extend(r.value for r in records)
+                their_owned.clear()
+                their_owned.update(tp.partition for tp in c.assignment())
+            c.close()
+        except Exception as exc:      # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=kafka_python_member, daemon=True)
+    thread.start()
+    ours: list[bytes] = []
+    try:
+        async with Consumer(cluster.bootstrap, {"group.id": group, "auto.offset.reset": "earliest",
+                                                "partition.assignment.strategy": "sticky",
+                                                **FAST_GROUP}) as c:
+            c.subscribe([topic])
+            stable_for = 0
+            with trio.fail_after(60):
+                while stable_for < 10:
+                    ours += [r.value for r in await c.poll(200)]
+                    mine = {tp.partition for tp in c.assignment()}
+                    settled = (mine and their_owned and not mine & their_owned
+                               and mine | their_owned == set(range(4))
+                               and len(ours) + len(theirs) >= 400)
+                    stable_for = stable_for + 1 if settled else 0
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not errors, errors
+    assert c.member.protocol.name == "sticky"
+    assert set(ours) | set(theirs) == {v for vs in sent.values() for v in vs}
