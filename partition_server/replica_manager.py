@@ -225,7 +225,7 @@ class ReplicaManager:
         for h, last_seq in headers:
             count = h.last_offset_delta + 1
             hosted.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, last_seq,
-                                    first, first + count - 1)
+                                    first, first + count - 1, max(h.max_timestamp, now_ms))
             if h.is_transactional:
                 hosted.producers.begin_txn(h.producer_id, first)
             first += count

@@ -19,7 +19,9 @@ from partition_server.testing import LiveCluster
 pytestmark = pytest.mark.live
 
 TXN_OVERRIDES = {"transaction.state.log.num.partitions": "3",
-                 "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
+                 "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
+                 # long enough for every test's idle pauses, short enough to watch one expire
+                 "transactional.id.expiration.ms": "8000"}
 
 
 @pytest.fixture(scope="module")
@@ -454,3 +456,33 @@ async def test_txn_offset_commit_is_unstable_until_the_commit_lands(cluster):
     assert await fetch(True) == (0, 42)
     await coord.aclose()
     await gc.aclose()
+
+
+async def test_idle_transactional_id_expires(cluster):
+    """transactional.id.expiration.ms: an idle transactional id is forgotten (tombstone); its
+    next InitProducerId starts again with a fresh producer id."""
+    from wire.messages.index_generated import REQUESTS
+    tid = "tx-expire"
+    coord = await _coordinator_conn(cluster, tid, 1)
+
+    async def init():
+        for _ in range(100):
+            r = await coord.request(REQUESTS[22](transactional_id=tid, transaction_timeout_ms=30000,
+                                                 producer_id=-1, producer_epoch=-1), 4)
+            if r.error_code == 0:
+                return r.producer_id, r.producer_epoch
+            await trio.sleep(0.2)
+        raise AssertionError("InitProducerId kept failing")
+
+    first = await init()
+    desc = await coord.request(REQUESTS[65](transactional_ids=[tid]), 0)
+    assert desc.transaction_states[0].error_code == 0
+    for _ in range(60):
+        await trio.sleep(0.5)
+        desc = await coord.request(REQUESTS[65](transactional_ids=[tid]), 0)
+        if desc.transaction_states[0].error_code == 105:       # TRANSACTIONAL_ID_NOT_FOUND
+            break
+    assert desc.transaction_states[0].error_code == 105
+    second = await init()
+    assert second[0] != first[0] and second[1] == 0
+    await coord.aclose()

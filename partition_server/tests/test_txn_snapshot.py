@@ -80,3 +80,13 @@ def test_unreadable_snapshot_falls_back_to_replay(tmp_path):
         f.write(b"\x93garbage")
     _same(snap.rebuild(plog), rebuild_from_segments(plog.segments))
     plog.close()
+
+
+def test_snapshot_keeps_producer_timestamps(tmp_path):
+    plog = _open(tmp_path)
+    _data(plog, 1, 0)
+    state = snap.rebuild(plog)
+    state.producers[1].last_ms = 1234
+    _, back = snap.decode(snap.encode(state, plog.log_end_offset))
+    assert back.producers[1].last_ms == 1234
+    plog.close()

@@ -184,3 +184,14 @@ def test_transaction_state_is_rebuilt_from_the_log_after_a_restart(tmp_path):
     assert {p: e.last_seq for p, e in rebuilt.producers.items()} == \
         {p: e.last_seq for p, e in live.producers.items()}
     reopened.close()
+
+
+def test_idle_producers_expire_unless_in_a_transaction():
+    s = ProducerStateManager()
+    s.update(1, 0, 0, 0, 0, 0, timestamp_ms=1000)
+    s.update(2, 0, 0, 0, 1, 1, timestamp_ms=1000)
+    s.begin_txn(2, 1)
+    s.update(3, 0, 0, 0, 2, 2, timestamp_ms=5000)
+    assert s.expire_producers(now_ms=7000, expiration_ms=3000) == [1]
+    assert set(s.producers) == {2, 3}                 # 2 has an open transaction
+    assert s.check(1, 0, 1, 1).error == ErrorCode.UNKNOWN_PRODUCER_ID

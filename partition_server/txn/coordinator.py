@@ -18,6 +18,9 @@ markers, timeouts, failover. Decisions are in the pure `state.py`.
   `transaction.abort.timed.out.transaction.cleanup.interval.ms`.
 - The coordinator epoch sent with markers is the leader epoch of the `__transaction_state`
   partition.
+- Expiration: a transactional id idle (Empty/Complete*) for `transactional.id.expiration.ms` gets
+  a tombstone and is forgotten; partitions forget producers idle for `producer.id.expiration.ms`
+  (the snapshot loop below, which also writes producer-state snapshots).
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ class TransactionCoordinator:
         self.txns: dict[str, S.TransactionMetadata] = {}
         self.loaded: dict[int, int] = {}          # partition → coordinator epoch it was loaded in
         self.locks: dict[str, trio.Lock] = {}
-        self.completing: set[str] = set()
+        self.completing: dict[str, trio.Event] = {}   # set when the markers task ends
         self.markers = MarkerSender(broker)
         self.offsets = TxnOffsetStore(broker)
         self._nursery: trio.Nursery | None = None
@@ -204,6 +207,15 @@ class TransactionCoordinator:
         ts = now_ms()
         batch = build_batch([(msgpack.packb([TXN_KEY, tid]), msgpack.packb(meta.to_record()),
                               [], ts)])
+        err = await self._append_and_wait(p, batch, ts, timeout_s)
+        if err != ErrorCode.NONE:
+            return err
+        if self.loaded.get(p) != epoch:
+            return ErrorCode.NOT_COORDINATOR          # lost (and maybe regained) meanwhile
+        self.txns[tid] = meta
+        return ErrorCode.NONE
+
+    async def _append_and_wait(self, p: int, batch: bytes, ts: int, timeout_s: float) -> ErrorCode:
         res = self.broker.replicas.append_as_coordinator(TXN_TOPIC, p, batch, ts)
         if res.error != ErrorCode.NONE:
             return ErrorCode.NOT_COORDINATOR if res.error in (
@@ -220,9 +232,6 @@ class TransactionCoordinator:
         if outcome != ErrorCode.NONE:
             return ErrorCode.NOT_COORDINATOR if outcome == ErrorCode.NOT_LEADER_OR_FOLLOWER \
                 else ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if self.loaded.get(p) != epoch:
-            return ErrorCode.NOT_COORDINATOR          # lost (and maybe regained) meanwhile
-        self.txns[tid] = meta
         return ErrorCode.NONE
 
     # -- client APIs ------------------------------------------------------------------------------
@@ -234,6 +243,7 @@ class TransactionCoordinator:
             err = S.validate_timeout(timeout_ms, self.max_timeout_ms)
         if err != ErrorCode.NONE:
             return err, -1, -1
+        await self._wait_completion(tid)
         async with self._lock(tid):
             fresh = None
             for _ in range(2):
@@ -259,6 +269,7 @@ class TransactionCoordinator:
         err = self.owns(tid)
         if err != ErrorCode.NONE:
             return err
+        await self._wait_completion(tid)
         async with self._lock(tid):
             err, new = S.add_partitions(self.txns.get(tid), pid, epoch, partitions, now_ms())
             if err == ErrorCode.NONE and new is not None:
@@ -332,9 +343,18 @@ class TransactionCoordinator:
             self._nursery.start_soon(fn, *args)
 
     def _start_completion(self, tid: str) -> None:
-        if tid not in self.completing:
-            self.completing.add(tid)
+        if tid not in self.completing and self._nursery is not None:
+            self.completing[tid] = trio.Event()
             self._spawn(self._complete, tid)
+
+    async def _wait_completion(self, tid: str, timeout_s: float = 2.0) -> None:
+        """Let a request that would get CONCURRENT_TRANSACTIONS wait (bounded) for the previous
+        transaction's markers instead: clients back off ~100 ms on that error, which would cap
+        a producer at a few transactions per second."""
+        event = self.completing.get(tid)
+        if event is not None:
+            with trio.move_on_after(timeout_s):
+                await event.wait()
 
     async def _complete(self, tid: str) -> None:
         """Write the markers of a PrepareCommit/PrepareAbort transaction, then log Complete*."""
@@ -364,13 +384,18 @@ class TransactionCoordinator:
                 await trio.sleep(delay)
                 delay = min(delay * 2, 1.0)
         finally:
-            self.completing.discard(tid)
+            event = self.completing.pop(tid, None)
+            if event is not None:
+                event.set()
 
     # -- timeouts ---------------------------------------------------------------------------------
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            for tid, meta in list(self.txns.items()):     # loaded before we could spawn
+                if meta.state in (S.TxnState.PREPARE_COMMIT, S.TxnState.PREPARE_ABORT):
+                    self._start_completion(tid)
             nursery.start_soon(self._timeout_loop)
             nursery.start_soon(self._snapshot_loop)
 
@@ -379,9 +404,16 @@ class TransactionCoordinator:
         they bound how much log a restart replays. Lives here as the broker's txn machinery."""
         from partition_server.txn.snapshot import SNAPSHOT_INTERVAL_S, maybe_snapshot
         last: dict = {}
+        expiration_ms = self.broker.config["producer.id.expiration.ms"]
         while True:
             await trio.sleep(SNAPSHOT_INTERVAL_S)
+            now = now_ms()
             for hosted in list(self.broker.replicas.partitions.values()):
+                gone = hosted.producers.expire_producers(now, expiration_ms)
+                if gone:
+                    log.info("%s-%d: %d idle producer(s) expired", hosted.topic, hosted.partition,
+                             len(gone))
+                    last.pop((hosted.topic, hosted.partition), None)
                 try:
                     maybe_snapshot(hosted, last)
                 except OSError as exc:
@@ -389,14 +421,41 @@ class TransactionCoordinator:
                                 hosted.partition, exc)
 
     async def _timeout_loop(self) -> None:
+        expiration_ms = self.broker.config["transactional.id.expiration.ms"]
         while True:
             await trio.sleep(self.check_interval_ms / 1000)
             now = now_ms()
             for tid, meta in list(self.txns.items()):
-                if S.timed_out(meta, now) and self.owns(tid) == ErrorCode.NONE:
+                if self.owns(tid) != ErrorCode.NONE:
+                    continue
+                if S.timed_out(meta, now):
                     log.info("transaction %s timed out after %d ms: aborting", tid,
                              now - meta.txn_start_ms)
                     self._spawn(self._abort, tid, True)
+                elif meta.state in S.IDLE and now - meta.last_update_ms > expiration_ms:
+                    self._spawn(self._expire, tid, expiration_ms)
+
+    async def _expire(self, tid: str, expiration_ms: int) -> None:
+        """transactional.id.expiration.ms: an idle transactional id is forgotten (a tombstone
+        in `__transaction_state`); its next InitProducerId starts afresh with a new id."""
+        async with self._lock(tid):
+            meta = self.txns.get(tid)
+            if meta is None or meta.state not in S.IDLE or \
+                    now_ms() - meta.last_update_ms <= expiration_ms:
+                return
+            err = await self._persist_tombstone(tid)
+            if err == ErrorCode.NONE:
+                log.info("transactional id %s expired", tid)
+
+    async def _persist_tombstone(self, tid: str, timeout_s: float = 10.0) -> ErrorCode:
+        p = self.partition_of(tid)
+        epoch = self.loaded.get(p)
+        ts = now_ms()
+        batch = build_batch([(msgpack.packb([TXN_KEY, tid]), None, [], ts)])
+        err = await self._append_and_wait(p, batch, ts, timeout_s)
+        if err == ErrorCode.NONE and self.loaded.get(p) == epoch:
+            self.txns.pop(tid, None)
+        return err
 
     # -- listing (DescribeTransactions / ListTransactions) ----------------------------------------
 

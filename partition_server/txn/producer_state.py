@@ -53,6 +53,7 @@ class ProducerEntry:
     epoch: int
     batches: collections.deque = dataclasses.field(
         default_factory=lambda: collections.deque(maxlen=WINDOW))
+    last_ms: int = -1            # last append (batch max timestamp): producer.id.expiration.ms
 
     @property
     def last_seq(self) -> int:
@@ -108,7 +109,7 @@ class ProducerStateManager:
         return OK
 
     def update(self, producer_id: int, epoch: int, base_seq: int, last_seq: int,
-               first_offset: int, last_offset: int) -> None:
+               first_offset: int, last_offset: int, timestamp_ms: int = -1) -> None:
         """Record an appended batch (leader after append; followers and recovery for all)."""
         if producer_id < 0 or base_seq < 0:
             return
@@ -118,6 +119,18 @@ class ProducerStateManager:
         elif epoch < entry.epoch:
             return
         entry.batches.append(CachedBatch(base_seq, last_seq, first_offset, last_offset))
+        entry.last_ms = max(entry.last_ms, timestamp_ms)
+
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """producer.id.expiration.ms: forget producers idle that long with no open transaction
+        (kafka-python makes every client idempotent, each with a new id: without this the state
+        and its snapshots only grow). A producer that comes back gets UNKNOWN_PRODUCER_ID or
+        starts again at sequence 0, as in Kafka."""
+        gone = [pid for pid, e in self.producers.items()
+                if e.last_ms >= 0 and now_ms - e.last_ms > expiration_ms and pid not in self.ongoing]
+        for pid in gone:
+            del self.producers[pid]
+        return gone
 
     def update_from_header(self, h, control_type=None) -> None:
         """Every batch with a producer id, in log order (followers' appends, recovery): the
@@ -128,7 +141,7 @@ class ProducerStateManager:
         last_seq = (h.base_sequence + h.last_offset_delta) % (INT32_MAX + 1) \
             if h.base_sequence >= 0 else -1
         self.update(h.producer_id, h.producer_epoch, h.base_sequence, last_seq, h.base_offset,
-                    h.last_offset)
+                    h.last_offset, h.max_timestamp)
 
     # -- transactions --------------------------------------------------------------------------
 

@@ -52,7 +52,7 @@ def encode(state: ProducerStateManager, offset: int) -> bytes:
     return msgpack.packb({
         "v": VERSION, "offset": offset,
         "producers": [[pid, e.epoch, [[b.first_seq, b.last_seq, b.first_offset, b.last_offset]
-                                      for b in e.batches]]
+                                      for b in e.batches], e.last_ms]
                       for pid, e in state.producers.items()],
         "ongoing": [[pid, first] for pid, first in state.ongoing.items()],
         "aborted": [[t.marker_offset, t.producer_id, t.first_offset] for t in state.aborted],
@@ -66,8 +66,8 @@ def decode(data: bytes) -> tuple[int, ProducerStateManager]:
     if d.get("v") != VERSION:
         raise ValueError(f"unknown producer snapshot version {d.get('v')}")
     state = ProducerStateManager()
-    for pid, epoch, batches in d["producers"]:
-        entry = ProducerEntry(epoch)
+    for pid, epoch, batches, *rest in d["producers"]:
+        entry = ProducerEntry(epoch, last_ms=rest[0] if rest else -1)
         entry.batches.extend(CachedBatch(*b) for b in batches)
         state.producers[pid] = entry
     state.ongoing = {pid: first for pid, first in d["ongoing"]}
