@@ -49,7 +49,9 @@ from clients.errors import KafkaTimeoutError, Retry, UnknownTopicError, classify
 from clients.partitioner import StickyPartitioner, partition_for_key
 from wire.errors import ErrorCode, KafkaError, MessageTooLargeError
 from wire.messages.index_generated import REQUESTS
-from wire.records.batch import BATCH_HEADER_SIZE, RecordBatchBuilder
+from wire.records import compression as codecs
+from wire.records.batch import BATCH_HEADER_SIZE, HEADER, MAGIC
+from wire.records.crc32c import crc32c
 
 NO_SEQUENCE = -1
 PRODUCE = REQUESTS[0]
@@ -130,13 +132,41 @@ def _record_size(key, value, headers) -> int:
     return size
 
 
+_VARINT1 = [bytes([z]) for z in range(0x80)]
+
+
+def _varint(n: int) -> bytes:
+    """Zig-zag varint (Kafka's record encoding); one- and two-byte values take a fast path."""
+    z = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
+    if z < 0x80:
+        return _VARINT1[z]
+    if z < 0x4000:
+        return bytes(((z & 0x7F) | 0x80, z >> 7))
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+_NULL = _varint(-1)
+
+
 class ProducerBatch:
-    __slots__ = ("tp", "builder", "futures", "created", "alloc", "attempts", "retry_at",
-                 "data", "sealed", "record_count", "last_error")
+    """One v2 record batch being filled. Records are encoded as they are appended (the producer
+    hot path; the generic RecordBatchBuilder keeps Record objects and encodes at build time,
+    which costs twice as much per record); `seal` adds the header once, and the same bytes are
+    resent on every retry."""
+
+    __slots__ = ("tp", "compression", "body", "futures", "created", "alloc", "attempts",
+                 "retry_at", "data", "sealed", "record_count", "last_error", "base_ts", "max_ts",
+                 "size")
 
     def __init__(self, tp: TopicPartition, compression: int, created: float, alloc: int):
         self.tp = tp
-        self.builder = RecordBatchBuilder(compression=compression)
+        self.compression = compression
+        self.body: list[bytes] = []
         self.futures: list[DeliveryFuture] = []
         self.created = created
         self.alloc = alloc
@@ -146,14 +176,55 @@ class ProducerBatch:
         self.sealed = False                 # drained at least once: no more appends
         self.record_count = 0
         self.last_error: Exception | None = None    # the latest retriable failure, for timeouts
+        self.base_ts = -1
+        self.max_ts = -1
+        self.size = BATCH_HEADER_SIZE       # bytes so far (uncompressed)
+
+    def append(self, key, value, headers, ts: int) -> None:
+        if self.record_count == 0:
+            self.base_ts = self.max_ts = ts
+        elif ts > self.max_ts:
+            self.max_ts = ts
+        parts = [b"\x00", _varint(ts - self.base_ts), _varint(self.record_count)]
+        if key is None:
+            parts.append(_NULL)
+        else:
+            parts += (_varint(len(key)), key)
+        if value is None:
+            parts.append(_NULL)
+        else:
+            parts += (_varint(len(value)), value)
+        if headers:
+            parts.append(_varint(len(headers)))
+            for hk, hv in headers:
+                hk = hk.encode() if isinstance(hk, str) else hk
+                parts += (_varint(len(hk)), hk)
+                if hv is None:
+                    parts.append(_NULL)
+                else:
+                    parts += (_varint(len(hv)), hv)
+        else:
+            parts.append(b"\x00")
+        rec = b"".join(parts)
+        length = _varint(len(rec))
+        self.body.append(length)
+        self.body.append(rec)
+        self.size += len(length) + len(rec)
+        self.record_count += 1
 
     def seal(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
         if self.data is None:
-            b = self.builder
-            b.producer_id, b.producer_epoch, b.base_sequence = (producer_id, producer_epoch,
-                                                                base_sequence)
-            self.data = b.build()
-            self.builder = None
+            body = b"".join(self.body)
+            if self.compression:
+                body = codecs.compress(self.compression, body)
+            out = bytearray(HEADER.pack(0, BATCH_HEADER_SIZE - 12 + len(body), -1, MAGIC, 0,
+                                        self.compression, self.record_count - 1, self.base_ts,
+                                        self.max_ts, producer_id, producer_epoch, base_sequence,
+                                        self.record_count))
+            out += body
+            out[17:21] = crc32c(memoryview(out)[21:]).to_bytes(4, "big")
+            self.data = bytes(out)
+            self.body = None
             self.sealed = True
         return self.data
 
@@ -174,26 +245,28 @@ class RecordAccumulator:
         if not dq:
             return False
         last = dq[-1]
-        return not last.sealed and (last.builder.estimated_size + size <= self.batch_size)
+        return not last.sealed and (last.size + size <= self.batch_size)
 
     def append(self, tp: TopicPartition, key, value, headers, timestamp_ms: int,
-               now: float) -> tuple[DeliveryFuture | None, bool]:
-        """(future, created_new_batch); (None, False) when buffer.memory has no room."""
-        size = _record_size(key, value, headers)
+               now, size: int | None = None) -> tuple[DeliveryFuture | None, bool]:
+        """(future, created_new_batch); (None, False) when buffer.memory has no room.
+        `now`: the time, or a function returning it (called only for a new batch)."""
+        if size is None:
+            size = _record_size(key, value, headers)
         dq = self.batches.get(tp)
         if dq is None:
             dq = self.batches[tp] = collections.deque()
         new = False
-        if not dq or dq[-1].sealed or dq[-1].builder.estimated_size + size > self.batch_size:
+        if not dq or dq[-1].sealed or dq[-1].size + size > self.batch_size:
             alloc = max(self.batch_size, size + BATCH_HEADER_SIZE)
             if self.used + alloc > self.buffer_memory and self.used > 0:
                 return None, False
-            dq.append(ProducerBatch(tp, self.compression, now, alloc))
+            dq.append(ProducerBatch(tp, self.compression, now() if callable(now) else now,
+                                    alloc))
             self.used += alloc
             new = True
         batch = dq[-1]
-        batch.builder.append(key, value, headers, timestamp_ms)
-        batch.record_count += 1
+        batch.append(key, value, headers, timestamp_ms)
         fut = DeliveryFuture(tp.topic, tp.partition, timestamp_ms)
         batch.futures.append(fut)
         return fut, new
@@ -215,7 +288,7 @@ class RecordAccumulator:
             if leader is None:
                 unknown_leader = True
                 continue
-            full = len(dq) > 1 or b.sealed or b.builder.estimated_size >= self.batch_size
+            full = len(dq) > 1 or b.sealed or b.size >= self.batch_size
             due = b.created + self.linger_s
             if full or flushing or due <= now:
                 nodes.setdefault(leader, []).append(tp)
@@ -231,7 +304,7 @@ class RecordAccumulator:
             if not dq:
                 continue
             b = dq[0]
-            est = len(b.data) if b.data is not None else b.builder.estimated_size
+            est = len(b.data) if b.data is not None else b.size
             if out and size + est > max_bytes:
                 break
             dq.popleft()
@@ -315,6 +388,9 @@ class Producer:
         self._need_new_pid = False
         self._refresh_wanted = False
         self._started = False
+        self._available_cache: dict[str, tuple[int, list[int] | None]] = {}
+        self._max_request_size = cfg["max.request.size"]
+        self._ignore_keys = cfg["partitioner.ignore.keys"]
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -437,32 +513,38 @@ class Producer:
         if headers:
             headers = [(k, v.encode() if isinstance(v, str) else v) for k, v in
                        (headers.items() if isinstance(headers, dict) else headers)]
-        if _record_size(key, value, headers) + BATCH_HEADER_SIZE > self.config["max.request.size"]:
+        size = _record_size(key, value, headers)
+        if size + BATCH_HEADER_SIZE > self._max_request_size:
             return None
         fut = self._append(topic, len(t.partitions), key, value, headers, partition,
-                           int(time.time() * 1000) if timestamp_ms is None else timestamp_ms)
+                           int(time.time() * 1000) if timestamp_ms is None else timestamp_ms,
+                           size)
         if fut is not None and on_delivery is not None:
             fut.add_callback(on_delivery)
         return fut
 
-    def _append(self, topic, n, key, value, headers, partition, ts) -> DeliveryFuture | None:
+    def _append(self, topic, n, key, value, headers, partition, ts,
+                size: int | None = None) -> DeliveryFuture | None:
         sticky = False
+        if size is None:
+            size = _record_size(key, value, headers)
         if partition is None:
-            if key is not None and not self.config["partitioner.ignore.keys"]:
+            if key is not None and not self._ignore_keys:
                 partition = partition_for_key(key, n)
             else:
-                partition = self._partitioner.partition(topic, n, self._available(topic))
+                partition = self._partitioner._current.get(topic)
+                if partition is None or partition >= n:
+                    partition = self._partitioner.partition(topic, n, self._available(topic))
                 sticky = True
         elif not 0 <= partition < n:
             raise KafkaError(f"partition {partition} of topic {topic!r} does not exist "
                              f"({n} partitions)", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         tp = TopicPartition(topic, partition)
-        if sticky and not self._acc.has_room_in_open_batch(tp, _record_size(key, value, headers)) \
-                and self._acc.batches.get(tp):
+        if sticky and not self._acc.has_room_in_open_batch(tp, size) and self._acc.batches.get(tp):
             # this partition's batch is complete: stick to another one (KIP-480)
             partition = self._partitioner.on_new_batch(topic, n, partition, self._available(topic))
             tp = TopicPartition(topic, partition)
-        fut, new_batch = self._acc.append(tp, key, value, headers, ts, trio.current_time())
+        fut, new_batch = self._acc.append(tp, key, value, headers, ts, trio.current_time, size)
         if fut is None:
             return None
         self._incomplete += 1
@@ -471,10 +553,16 @@ class Producer:
         return fut
 
     def _available(self, topic: str) -> list[int] | None:
-        t = self.cluster.metadata.topics.get(topic)
-        if t is None:
-            return None
-        return [p for p, info in t.partitions.items() if info.leader >= 0] or None
+        """Partitions of `topic` with a leader (cached per metadata version)."""
+        md = self.cluster.metadata
+        cached = self._available_cache.get(topic)
+        if cached is not None and cached[0] == md.version:
+            return cached[1]
+        t = md.topics.get(topic)
+        avail = None if t is None else (
+            [p for p, info in t.partitions.items() if info.leader >= 0] or None)
+        self._available_cache[topic] = (md.version, avail)
+        return avail
 
     async def flush(self) -> None:
         """Wait until every record sent so far is acknowledged or failed."""
