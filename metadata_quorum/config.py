@@ -73,6 +73,9 @@ class ControllerConfig:
     num_partitions: int = 1
     default_replication_factor: int = 1
     stream_tail_records: int = 50_000
+    # a broker whose heartbeat connection closes is fenced after this long without a new
+    # heartbeat (0: only its session timeout fences it); see metadata_quorum/service.py
+    disconnect_fence_ms: int = 1000
     # the raw properties, for the listener's security settings (same keys as a broker's:
     # listener.security.protocol.map's CONTROLLER entry, ssl.*, sasl.*, raftka.inter.node.*)
     props: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
@@ -118,7 +121,8 @@ class ControllerConfig:
         # parsed before the check so a bad value is reported instead of silently defaulted
         numbers = (as_int("broker.session.timeout.ms", 9000, 1),
                    as_int("num.partitions", 1, 1), as_int("default.replication.factor", 1, 1),
-                   as_int("raftka.controller.stream.tail.records", 50_000, 2))
+                   as_int("raftka.controller.stream.tail.records", 50_000, 2),
+                   as_int("raftka.controller.disconnect.fence.ms", 1000, 0))
         if problems:
             raise ConfigError("; ".join(problems))
         return cls(node_id, voters, peers, listener,

@@ -53,6 +53,9 @@ class ControllerClient:
         self._active_hint = next(iter(self.voters))
         self._conns: dict[int, BrokerConnection] = {}        # requests to the active controller
         self._fetch_conns: dict[int, BrokerConnection] = {}  # the long-polled metadata stream
+        # heartbeats only: the controller fences a broker soon after this connection closes
+        # (metadata_quorum/service.py), so no other request's timeout may close it
+        self._heartbeat_conns: dict[int, BrokerConnection] = {}
         self.image_changed = trio.Event()
 
     # -- connections ----------------------------------------------------------------------------
@@ -74,7 +77,7 @@ class ControllerClient:
                 await conn.aclose()
 
     async def call_active(self, message, timeout_s: float = 10.0, error_of=None,
-                          version: int | None = None):
+                          version: int | None = None, pool: dict | None = None):
         """Send to the active controller, trying voters in turn on NOT_CONTROLLER/failure."""
         if version is None:
             version = VERSIONS[message.API_KEY]
@@ -83,10 +86,10 @@ class ControllerClient:
             while True:
                 for voter in order:
                     try:
-                        conn = await self._conn(voter)
+                        conn = await self._conn(voter, pool)
                         resp = await conn.request(message, version, timeout_s=5)
                     except (ConnectionClosed, OSError, DecodeError, trio.TooSlowError):
-                        await self._drop(voter)
+                        await self._drop(voter, pool)
                         continue
                     if error_of is not None and error_of(resp) == ErrorCode.NOT_CONTROLLER:
                         continue
@@ -125,7 +128,8 @@ class ControllerClient:
                           want_fence=False, want_shut_down=self.want_shutdown)
             try:
                 resp = await self.call_active(req, timeout_s=self.heartbeat_interval_s * 2,
-                                              error_of=lambda r: r.error_code)
+                                              error_of=lambda r: r.error_code,
+                                              pool=self._heartbeat_conns)
             except ControllerUnavailable:
                 await trio.sleep(0.2)
                 continue
@@ -226,3 +230,5 @@ class ControllerClient:
             await self._drop(voter)
         for voter in list(self._fetch_conns):
             await self._drop(voter, self._fetch_conns)
+        for voter in list(self._heartbeat_conns):
+            await self._drop(voter, self._heartbeat_conns)

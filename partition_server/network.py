@@ -69,6 +69,7 @@ class ClientContext:
         self.host = host                      # the peer's IP, matched against ACL hosts
         self.principal = principal            # "User:name"; User:ANONYMOUS when unauthenticated
         self.mechanism: str | None = None
+        self.on_close: list[Callable[[], None]] = []     # run once the connection is gone
 
 
 class ConnectionLimiter:
@@ -305,6 +306,11 @@ async def serve_connection(stream, dispatch: Dispatch, listener: str,
             await trio.aclose_forcefully(stream)
         if limiter is not None:
             limiter.release(host)
+        for callback in ctx.on_close:
+            try:
+                callback()
+            except Exception:                     # a hook must not break the listener
+                log.exception("connection close hook failed")
 
 
 async def _serve(stream, ctx: ClientContext, dispatch: Dispatch, max_frame_bytes: int,

@@ -51,6 +51,13 @@ class HeartbeatTracker:
         seen = self.last_seen.get(broker_id)
         return seen is not None and now_ms - seen <= self.session_timeout_ms
 
+    def cut_short(self, broker_id: int, now_ms: int, grace_ms: int) -> None:
+        """The broker's heartbeat connection closed: its session ends `grace_ms` from now
+        unless a heartbeat arrives first (a live broker reconnects and heartbeats at once)."""
+        seen = self.last_seen.get(broker_id)
+        if seen is not None:
+            self.last_seen[broker_id] = min(seen, now_ms + grace_ms - self.session_timeout_ms)
+
     def reset_sessions(self, broker_ids, now_ms: int) -> None:
         self.last_seen = {b: now_ms for b in broker_ids}
 

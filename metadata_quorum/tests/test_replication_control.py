@@ -234,3 +234,21 @@ def test_producer_id_blocks_are_monotonic():
     starts = [log.run_pure(lambda: c.allocate_producer_ids(b % 3, ep[b % 3])) for b in range(4)]
     assert [s for _, s, _ in starts] == [0, 1000, 2000, 3000] and all(n == 1000 for *_, n in starts)
     assert c.allocate_producer_ids(0, 12345)[1][0] == E.STALE_BROKER_EPOCH
+
+
+def test_a_closed_heartbeat_connection_cuts_the_session_short():
+    log, c, ep = cluster()                      # session timeout 3000 ms, all seen at 0
+    create(log, name="a", num_partitions=1, replication_factor=3)
+    leader = c.image.partition("a", 0).leader
+    for b in range(3):
+        log.run_pure(lambda: c.broker_heartbeat(b, ep[b], 10**6, False, False, 1000))
+    c.heartbeats.cut_short(leader, 1200, grace_ms=500)
+    assert c.tick(1600) == []                   # within the grace: a live broker heartbeats now
+    log.commit(c.tick(1750))                    # no heartbeat: fenced long before 1000 + 3000
+    assert c.image.brokers[leader].fenced and c.image.partition("a", 0).leader != leader
+    other = (leader + 1) % 3
+    c.heartbeats.cut_short(other, 1800, grace_ms=500)
+    log.run_pure(lambda: c.broker_heartbeat(other, ep[other], 10**6, False, False, 2000))
+    assert c.tick(2400) == [] and not c.image.brokers[other].fenced     # it did heartbeat
+    c.heartbeats.cut_short(other, 2500, grace_ms=10**6)                # never extends a session
+    assert c.heartbeats.last_seen[other] == 2000

@@ -312,3 +312,25 @@ def test_unclean_election_is_off_by_default_and_its_trade_off_when_on(cluster):
     # back to the preferred replica every 5 s) it serves exactly what b served
     assert _wait(lambda: _partition(view, topic).leader == a, 30)
     assert _read_all(cluster, topic) == list(range(20)) + list(range(100, 105))
+
+
+def test_a_crashed_leader_is_replaced_before_its_session_would_expire(cluster):
+    """The kernel closes a SIGKILLed broker's heartbeat connection; the controller fences it
+    raftka.controller.disconnect.fence.ms (1 s) later instead of after broker.session.timeout.ms
+    (9 s), so a new leader takes over in about a second. A paused broker keeps its socket and is
+    judged by its session as before (test_paused_leader_* above)."""
+    topic = "fast-failover"
+    admin = _create(cluster, topic)
+    w = Writer(cluster, topic)
+    w.write_for(0.5)
+    w.flush()
+    old = _partition(admin, topic).leader
+    others = ",".join(f"127.0.0.1:{cluster.layout.broker_port(b)}" for b in (0, 1, 2) if b != old)
+    view = AdminClient({"bootstrap.servers": others})
+    t0 = time.time()
+    cluster.kill(f"broker-{old}")
+    assert _wait(lambda: _partition(view, topic).leader not in (old, -1), 20, step=0.1)
+    moved_s = time.time() - t0
+    cluster.restart_broker(old)
+    assert moved_s < 6, f"leadership moved after {moved_s:.1f} s: the session timeout did it"
+    _check(cluster, topic, w)
