@@ -77,6 +77,24 @@ def test_consume_partition_offset_and_formats(capsys, cluster):
     assert rc == 0 and out == "" and "Processed a total of 0 messages" in err
 
 
+def test_consume_command_config_and_properties(capsys, cluster, tmp_path):
+    conf = tmp_path / "client.properties"
+    conf.write_text(f"# a Kafka-style client config\nbootstrap.servers={cluster.bootstrap}\n"
+                    "max.poll.records=1\nsecurity.protocol=PLAINTEXT\n")
+    rc, out, err = run(capsys, cluster, "consume", "--topic", TOPIC, "--partition", "0",
+                       "--offset", "0", "--max-messages", "2", "--command-config", str(conf),
+                       "--property", "client.id=cli-test", bootstrap=False)
+    assert rc == 0 and out.splitlines() == ["v0", "v2"], err
+    rc, _, err = run(capsys, cluster, "consume", "--topic", TOPIC, "--command-config",
+                     str(tmp_path / "missing.properties"))
+    assert rc == 1 and "cannot read" in err
+    rc, _, err = run(capsys, cluster, "consume", "--topic", TOPIC, "--property", "oops")
+    assert rc == 2 and "key=value" in err
+    rc, _, err = run(capsys, cluster, "consume", "--topic", TOPIC, "--property",
+                     "max.poll.records=lots")
+    assert rc == 1 and "max.poll.records must be an integer" in err
+
+
 def test_consume_errors(capsys, cluster):
     rc, _, err = run(capsys, cluster, "consume", "--topic", "no-such-topic", "--timeout-ms", "100")
     assert rc == 1 and err.count("\n") == 1 and "unknown topic 'no-such-topic'" in err
