@@ -258,6 +258,10 @@ class SimBroker:
             if key not in wanted:
                 self.assignments.pop(key, None)
                 self.replicas.remove_partition(*key, delete=True)
+        # FetcherManager.run cancels the task of a leader we no longer follow anything from:
+        # its in-flight fetch is abandoned and its answer never processed
+        for leader in set(self.fetch_inflight) - set(self.assignments.values()):
+            del self.fetch_inflight[leader]
         self.purgatory.notify_all()
         self._fetch_all()
 

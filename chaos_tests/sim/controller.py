@@ -12,6 +12,7 @@ from metadata_quorum.controller.quorum_controller import QuorumController
 from wire.errors import ErrorCode
 
 TICK_MS = 250
+REBALANCE_EVERY_TICKS = 20        # as metadata_quorum/service.py: preferred leaders every 5 s
 
 
 class SimController:
@@ -40,10 +41,14 @@ class SimController:
             self.sim.net.send(self.name, b.name, ("image", self.qc.image))
 
     def start(self) -> None:
+        self.ticks = 0
         self.sim.sched.after(TICK_MS, self.tick)
 
     def tick(self) -> None:
-        self.commit(self.qc.tick(self.sim.sched.now))
+        """The service's tick: fence lapsed brokers, unclean recoveries, and every 5 s move
+        leadership back to preferred replicas (a leader change with no failure)."""
+        self.ticks += 1
+        self.commit(self.qc.tick(self.sim.sched.now, self.ticks % REBALANCE_EVERY_TICKS == 0))
         self.sim.sched.after(TICK_MS, self.tick)
 
     def receive(self, src, msg) -> None:
