@@ -185,15 +185,21 @@ class ProducerBatch:
             self.base_ts = self.max_ts = ts
         elif ts > self.max_ts:
             self.max_ts = ts
-        parts = [b"\x00", _varint(ts - self.base_ts), _varint(self.record_count)]
+        # zig-zag of a small non-negative n is 2n: the one-byte table covers n < 64
+        d = ts - self.base_ts
+        n = self.record_count
+        parts = [b"\x00", _VARINT1[d << 1] if 0 <= d < 64 else _varint(d),
+                 _VARINT1[n << 1] if n < 64 else _varint(n)]
         if key is None:
             parts.append(_NULL)
         else:
-            parts += (_varint(len(key)), key)
+            k = len(key)
+            parts += (_VARINT1[k << 1] if k < 64 else _varint(k), key)
         if value is None:
             parts.append(_NULL)
         else:
-            parts += (_varint(len(value)), value)
+            v = len(value)
+            parts += (_VARINT1[v << 1] if v < 64 else _varint(v), value)
         if headers:
             parts.append(_varint(len(headers)))
             for hk, hv in headers:
