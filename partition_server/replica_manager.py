@@ -233,7 +233,8 @@ class ReplicaManager:
                              getattr(info, "log_append_time", -1), hosted.log.log_start_offset)
 
     def append_as_coordinator(self, topic: str, partition: int, batch: bytes, now_ms: int,
-                              control_type: int | None = None) -> ProduceResult:
+                              control_type: int | None = None,
+                              coordinator_epoch: int = -1) -> ProduceResult:
         """One batch from a coordinator on this leader: a transaction marker (`control_type` 0
         ABORT / 1 COMMIT) or a transactional offset commit. No sequence checks (these batches
         carry none); control batches are allowed (Kafka's AppendOrigin.COORDINATOR)."""
@@ -256,7 +257,7 @@ class ReplicaManager:
         if h.producer_id >= 0:
             if control_type is not None:
                 hosted.producers.end_txn(h.producer_id, h.producer_epoch, control_type == 1,
-                                         info.first_offset)
+                                         info.first_offset, coordinator_epoch)
             elif h.is_transactional:
                 hosted.producers.begin_txn(h.producer_id, info.first_offset)
         return ProduceResult(ErrorCode.NONE, info.first_offset, info.last_offset, -1,

@@ -241,7 +241,8 @@ async def handle_describe_producers(broker, req):
                     out.active_producers.append(cls.ProducerState(
                         producer_id=pid, producer_epoch=entry.epoch if entry else -1,
                         last_sequence=entry.last_seq if entry else -1, last_timestamp=-1,
-                        coordinator_epoch=-1, current_txn_start_offset=ps.ongoing.get(pid, -1)))
+                        coordinator_epoch=ps.coordinator_epochs.get(pid, -1),
+                        current_txn_start_offset=ps.ongoing.get(pid, -1)))
             parts.append(out)
         topics.append(cls.TopicResponse(name=t.name, partitions=parts))
     return cls(topics=topics)

@@ -322,7 +322,7 @@ async def test_hanging_transaction_found_and_aborted_by_an_operator(cluster):
     wm = REQUESTS[27]
     r = await leader.request(wm(markers=[wm.WritableTxnMarker(
         producer_id=victim.producer_id, producer_epoch=victim.producer_epoch,
-        transaction_result=False, coordinator_epoch=-1,
+        transaction_result=False, coordinator_epoch=victim.coordinator_epoch,
         topics=[wm.WritableTxnMarkerTopic(name=topic, partition_indexes=[0])])]), 1)
     assert r.markers[0].topics[0].partitions[0].error_code == 0
     lo = REQUESTS[2]

@@ -195,3 +195,11 @@ def test_idle_producers_expire_unless_in_a_transaction():
     assert s.expire_producers(now_ms=7000, expiration_ms=3000) == [1]
     assert set(s.producers) == {2, 3}                 # 2 has an open transaction
     assert s.check(1, 0, 1, 1).error == ErrorCode.UNKNOWN_PRODUCER_ID
+
+
+def test_markers_from_an_older_coordinator_are_fenced():
+    s = ProducerStateManager()
+    s.update_from_header(_data(1, 0, 0, 0))
+    s.update_from_header(_header(build_end_txn_marker(True, 1, 0, 5, base_offset=2)))
+    assert s.coordinator_epochs == {1: 5}
+    assert s.marker_fenced(1, 4) and not s.marker_fenced(1, 5) and not s.marker_fenced(2, 0)

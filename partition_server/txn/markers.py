@@ -39,6 +39,9 @@ async def append_marker_locally(broker, topic: str, partition: int, producer_id:
                                 producer_epoch: int, commit: bool, coordinator_epoch: int,
                                 timeout_s: float = MARKER_TIMEOUT_S) -> ErrorCode:
     """Append one marker on this leader and wait until it is replicated (high watermark)."""
+    hosted = broker.replicas.get(topic, partition)
+    if hosted is not None and hosted.producers.marker_fenced(producer_id, coordinator_epoch):
+        return ErrorCode.TRANSACTION_COORDINATOR_FENCED      # a zombie coordinator's late marker
     if topic == OFFSETS_TOPIC and commit:
         # transactional offset commits become ordinary committed offsets before the marker:
         # redone if the marker is retried, so a crash in between loses nothing
@@ -49,7 +52,8 @@ async def append_marker_locally(broker, topic: str, partition: int, producer_id:
     batch = build_end_txn_marker(commit, producer_id, producer_epoch, coordinator_epoch,
                                  timestamp_ms=ts)
     res = broker.replicas.append_as_coordinator(topic, partition, batch, ts,
-                                                control_type=1 if commit else 0)
+                                                control_type=1 if commit else 0,
+                                                coordinator_epoch=coordinator_epoch)
     if res.error != ErrorCode.NONE:
         return res.error
     if topic == OFFSETS_TOPIC:

@@ -90,6 +90,9 @@ class ProducerStateManager:
         self.ongoing: dict[int, int] = {}                 # producer id → first offset
         self.aborted: list[FinishedTxn] = []              # ordered by marker offset
         self.committed: collections.deque = collections.deque(maxlen=MAX_FINISHED)
+        # producer id → newest transaction coordinator epoch seen in its markers: a marker from
+        # an older coordinator (a zombie after failover) is refused (TRANSACTION_COORDINATOR_FENCED)
+        self.coordinator_epochs: dict[int, int] = {}
 
     def check(self, producer_id: int, epoch: int, base_seq: int, last_seq: int) -> Verdict:
         if producer_id < 0:
@@ -132,10 +135,10 @@ class ProducerStateManager:
             del self.producers[pid]
         return gone
 
-    def update_from_header(self, h, control_type=None) -> None:
+    def update_from_header(self, h, marker=None) -> None:
         """Every batch with a producer id, in log order (followers' appends, recovery): the
         sequence window and the transaction tracking below."""
-        self.observe(h, control_type)
+        self.observe(h, marker)
 
     def _update_sequences(self, h) -> None:
         last_seq = (h.base_sequence + h.last_offset_delta) % (INT32_MAX + 1) \
@@ -153,9 +156,14 @@ class ProducerStateManager:
     def in_transaction(self, producer_id: int) -> bool:
         return producer_id in self.ongoing
 
+    def marker_fenced(self, producer_id: int, coordinator_epoch: int) -> bool:
+        return coordinator_epoch < self.coordinator_epochs.get(producer_id, -1)
+
     def end_txn(self, producer_id: int, producer_epoch: int, commit: bool,
-                marker_offset: int) -> None:
+                marker_offset: int, coordinator_epoch: int = -1) -> None:
         """A COMMIT/ABORT marker was appended at `marker_offset`."""
+        if coordinator_epoch > self.coordinator_epochs.get(producer_id, -1):
+            self.coordinator_epochs[producer_id] = coordinator_epoch
         entry = self.producers.get(producer_id)
         if entry is None or producer_epoch > entry.epoch:
             self.producers[producer_id] = ProducerEntry(producer_epoch)
@@ -168,17 +176,18 @@ class ProducerStateManager:
         else:
             self.aborted.append(done)
 
-    def observe(self, h, control_type=None) -> None:
+    def observe(self, h, marker=None) -> None:
         """Every batch with a producer id, in log order (leader after append, followers, and
-        recovery). `control_type`: 0 ABORT / 1 COMMIT for a transaction marker (else parsed from
-        the batch bytes when they are at hand)."""
+        recovery). `marker`: (control type — 0 ABORT / 1 COMMIT —, coordinator epoch) of a
+        transaction marker, else parsed from the batch bytes when they are at hand."""
         if h.producer_id < 0:
             return
         if h.is_control:
-            if control_type is None:
-                control_type = control_type_of(h.bytes())
-            if control_type in (0, 1):
-                self.end_txn(h.producer_id, h.producer_epoch, control_type == 1, h.base_offset)
+            if marker is None:
+                marker = marker_of(h.bytes())
+            if marker is not None and marker[0] in (0, 1):
+                self.end_txn(h.producer_id, h.producer_epoch, marker[0] == 1, h.base_offset,
+                             marker[1])
             return
         self._update_sequences(h)
         if h.is_transactional:
@@ -222,15 +231,23 @@ class ProducerStateManager:
                 del self.producers[pid]
 
 
-def control_type_of(batch) -> int | None:
-    """The control record type (0 ABORT, 1 COMMIT, ...) of a control batch's bytes."""
+def marker_of(batch) -> tuple[int, int] | None:
+    """(control record type — 0 ABORT, 1 COMMIT, ... —, coordinator epoch or -1) of a control
+    batch's bytes; None if unreadable."""
     from wire.errors import DecodeError
-    from wire.records.batch import decode_batch, parse_control_key
+    from wire.records.batch import decode_batch, parse_control_key, parse_end_txn_marker_value
     try:
         recs = decode_batch(batch).records
-        return parse_control_key(recs[0].key)[1] if recs else None
+        if not recs:
+            return None
+        rtype = parse_control_key(recs[0].key)[1]
     except (DecodeError, ValueError, IndexError):
         return None
+    try:
+        coordinator_epoch = parse_end_txn_marker_value(recs[0].value)[1] if rtype in (0, 1) else -1
+    except (DecodeError, ValueError, TypeError):
+        coordinator_epoch = -1
+    return rtype, coordinator_epoch
 
 
 def rebuild_from_segments(segments) -> ProducerStateManager:
@@ -241,8 +258,8 @@ def rebuild_from_segments(segments) -> ProducerStateManager:
         for h in seg.iter_headers(0):
             if h.producer_id < 0:
                 continue
-            control = None
+            marker = None
             if h.is_control:
-                control = control_type_of(os.pread(seg.fd, h.size_in_bytes, h.pos))
-            state.observe(h, control)
+                marker = marker_of(os.pread(seg.fd, h.size_in_bytes, h.pos))
+            state.observe(h, marker)
     return state

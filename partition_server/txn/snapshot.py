@@ -21,7 +21,7 @@ import msgpack
 
 from partition_server.log.partition_log import PRODUCER_SNAPSHOT_SUFFIX, drop_producer_snapshots_after
 from partition_server.txn.producer_state import (CachedBatch, FinishedTxn, ProducerEntry,
-                                                 ProducerStateManager, control_type_of)
+                                                 ProducerStateManager, marker_of)
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,7 @@ def encode(state: ProducerStateManager, offset: int) -> bytes:
         "aborted": [[t.marker_offset, t.producer_id, t.first_offset] for t in state.aborted],
         "committed": [[t.marker_offset, t.producer_id, t.first_offset]
                       for t in list(state.committed)[-COMMITTED_KEPT:]],
+        "coordinator_epochs": [[pid, e] for pid, e in state.coordinator_epochs.items()],
     })
 
 
@@ -73,6 +74,7 @@ def decode(data: bytes) -> tuple[int, ProducerStateManager]:
     state.ongoing = {pid: first for pid, first in d["ongoing"]}
     state.aborted = [FinishedTxn(m, pid, first, True) for m, pid, first in d["aborted"]]
     state.committed.extend(FinishedTxn(m, pid, first, False) for m, pid, first in d["committed"])
+    state.coordinator_epochs = {pid: e for pid, e in d.get("coordinator_epochs", [])}
     return d["offset"], state
 
 
@@ -116,10 +118,10 @@ def rebuild(plog) -> ProducerStateManager:
         for h in seg.iter_headers(pos):
             if h.producer_id < 0 or h.last_offset < start:
                 continue
-            control = None
+            marker = None
             if h.is_control:
-                control = control_type_of(os.pread(seg.fd, h.size_in_bytes, h.pos))
-            state.observe(h, control)
+                marker = marker_of(os.pread(seg.fd, h.size_in_bytes, h.pos))
+            state.observe(h, marker)
     return state
 
 
