@@ -138,3 +138,20 @@ def generate_dev_ca(directory: Path, hosts=("127.0.0.1", "localhost"),
         paths[f"client:{name}"] = directory / f"client-{name}.pem"
         _write_private(paths[f"client:{name}"], key_pem + cert_pem)
     return paths
+
+
+def main(argv=None) -> int:
+    """`python -m partition_server.security.tls DIR [HOST ...]`: a dev CA + server certificate."""
+    import sys
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        print("usage: python -m partition_server.security.tls DIR [HOST ...]", file=sys.stderr)
+        return 2
+    hosts = tuple(args[1:]) or ("127.0.0.1", "localhost")
+    for name, path in generate_dev_ca(Path(args[0]), hosts).items():
+        print(f"{name}={path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

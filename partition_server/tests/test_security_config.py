@@ -88,3 +88,30 @@ def test_tls_config_errors(tmp_path):
         tls.server_context(str(paths["server"]), client_auth="required")
     with pytest.raises(tls.TlsConfigError, match="client.auth"):
         tls.server_context(str(paths["server"]), client_auth="maybe")
+
+
+def test_configs_secure_example_is_valid(tmp_path):
+    """configs/secure/*.properties parse, and their listeners build TLS + SASL security."""
+    from pathlib import Path
+    from metadata_quorum.config import ControllerConfig, load_properties
+    from partition_server.config import BrokerConfig
+    from partition_server.security import setup
+    folder = Path(__file__).resolve().parents[2] / "configs" / "secure"
+    certs = tls.generate_dev_ca(tmp_path)
+
+    def props(name):
+        p = load_properties((folder / name).read_text())
+        p["ssl.keystore.location"], p["ssl.truststore.location"] = str(certs["server"]), str(certs["ca"])
+        return p
+
+    for b in (0, 1, 2):
+        config = BrokerConfig.from_properties(props(f"broker-{b}.properties"))
+        built = setup.broker_listeners(config, lambda u, m: None)
+        assert [(x.name, s.protocol, s.ssl_context is not None) for x, s in built] == [
+            ("SASL_SSL", "SASL_SSL", True), ("INTERNAL", "SASL_PLAINTEXT", False)]
+        assert setup.build_authorizer(type("I", (), {"acls": {}})(), config.values.get) is not None
+    for cid in (3000, 3001, 3002):
+        cfg = ControllerConfig.from_properties(props(f"controller-{cid}.properties"))
+        sec = setup.controller_listener_security(cfg.props, lambda: None)
+        assert sec.protocol == "SASL_SSL" and sec.allowed_principals == {"User:admin",
+                                                                         "User:raftka-inter-node"}
