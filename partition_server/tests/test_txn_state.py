@@ -203,3 +203,12 @@ def test_markers_from_an_older_coordinator_are_fenced():
     s.update_from_header(_header(build_end_txn_marker(True, 1, 0, 5, base_offset=2)))
     assert s.coordinator_epochs == {1: 5}
     assert s.marker_fenced(1, 4) and not s.marker_fenced(1, 5) and not s.marker_fenced(2, 0)
+
+
+def test_aborted_transactions_below_the_log_start_are_forgotten():
+    s = ProducerStateManager()
+    for pid, first, marker in [(1, 0, 3), (2, 4, 8), (3, 9, 12)]:
+        s.begin_txn(pid, first)
+        s.end_txn(pid, 0, False, marker)
+    s.forget_aborted_before(8)
+    assert s.aborted_between(0, 100) == [(2, 4), (3, 9)]
