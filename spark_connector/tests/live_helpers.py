@@ -18,10 +18,12 @@ def create_topic(bootstrap: str, name: str, partitions: int, rf: int = 1,
                  configs: dict | None = None, timeout_s: float = 60) -> None:
     c = client(bootstrap)
     ct = REQUESTS[19]
+    # the dev cluster defaults to min.insync.replicas=2: a one-replica topic needs 1
+    configs = {"min.insync.replicas": str(min(rf, 2)), **(configs or {})}
     sock = c._any_socket()
     resp = sock.request(ct(topics=[ct.CreatableTopic(
         name=name, num_partitions=partitions, replication_factor=rf,
-        configs=[ct.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()])],
+        configs=[ct.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()])],
         timeout_ms=30000), 5)
     assert resp.topics[0].error_code == 0, resp.topics[0]
     deadline = time.time() + timeout_s
@@ -55,6 +57,9 @@ def spark_session(local_dir: str, cores: int = 2):
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # a loaded 2-core CI box can take more than the default 15 s to hand a Python worker its
+    # socket; both sides of that handshake get more time
+    os.environ.setdefault("SPARK_AUTH_SOCKET_TIMEOUT", "120")
     from pyspark.sql import SparkSession
 
     from spark_connector import register
@@ -65,6 +70,7 @@ def spark_session(local_dir: str, cores: int = 2):
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.local.dir", local_dir)
              .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.python.authenticate.socketTimeout", "120s")
              .config("spark.sql.streaming.stopTimeout", "60s")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")

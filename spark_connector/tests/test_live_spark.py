@@ -8,6 +8,7 @@ unread data; startingOffsetsByTimestamp; headers round-trip; sink write + read b
 
 from __future__ import annotations
 
+import datetime
 import json
 import threading
 import time
@@ -164,19 +165,26 @@ def test_max_offsets_per_trigger_caps_batches(spark, cluster, tmp_path):
     assert max(sizes) <= 150 and len(sizes) >= 7
     assert spark.sql("select count(distinct partition, offset) from capped_out").first()[0] == 1000
     # the checkpoint holds Spark's Kafka offsets JSON
-    last = sorted((tmp_path / "ck" / "offsets").iterdir(), key=lambda p: int(p.name))[-1]
+    last = max((p for p in (tmp_path / "ck" / "offsets").iterdir() if p.name.isdigit()),
+               key=lambda p: int(p.name))
     assert json.loads(last.read_text().splitlines()[-1]) == {"capped": {"0": 334, "1": 333,
                                                                         "2": 333}}
 
 
-def _run_available_now(spark, cluster, topic, checkpoint, name, **opts):
-    q = (_stream(spark, cluster, topic, **opts).writeStream.format("memory").queryName(name)
+def _run_available_now(spark, cluster, topic, checkpoint, **opts) -> tuple[object, list]:
+    """Trigger.AvailableNow into foreachBatch (which, unlike the memory sink, restarts from a
+    checkpoint); returns the query and the values it saw."""
+    seen: list[int] = []
+    q = (_stream(spark, cluster, topic, **opts).writeStream
+         .foreachBatch(lambda df, _id: seen.extend(int(r.value) for r in df.collect()))
          .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
     try:
         q.awaitTermination(240)
+    except Exception:           # noqa: BLE001 - a failed query is inspected by the caller
+        pass
     finally:
         q.stop()
-    return q
+    return q, seen
 
 
 def test_fail_on_data_loss(spark, cluster, tmp_path):
@@ -184,19 +192,19 @@ def test_fail_on_data_loss(spark, cluster, tmp_path):
     create_topic(cluster.bootstrap, "lossy", 1)
     _produce(cluster.bootstrap, "lossy", [(0, None, b"%d" % i, (), None) for i in range(100)])
     ck = str(tmp_path / "ck")
-    _run_available_now(spark, cluster, "lossy", ck, "lossy_1", startingOffsets="earliest")
-    assert spark.sql("select count(*) from lossy_1").first()[0] == 100
+    _, seen = _run_available_now(spark, cluster, "lossy", ck, startingOffsets="earliest")
+    assert sorted(seen) == list(range(100))
     _produce(cluster.bootstrap, "lossy", [(0, None, b"%d" % i, (), None) for i in range(100, 200)])
     # offsets 100..149 are deleted before the query read them
     assert delete_records(cluster.bootstrap, "lossy", 0, 150) == 150
     shutil.copytree(ck, str(tmp_path / "ck2"))
-    q = _run_available_now(spark, cluster, "lossy", ck, "lossy_2", failOnDataLoss="true")
-    assert q.exception() is not None and "lost" in str(q.exception())
-    q = _run_available_now(spark, cluster, "lossy", str(tmp_path / "ck2"), "lossy_3",
-                           failOnDataLoss="false")
+    q, seen = _run_available_now(spark, cluster, "lossy", ck, failOnDataLoss="true")
+    assert q.exception() is not None and "deleted before they were read" in str(q.exception())
+    assert seen == []
+    q, seen = _run_available_now(spark, cluster, "lossy", str(tmp_path / "ck2"),
+                                 failOnDataLoss="false")
     assert q.exception() is None
-    got = [int(r.value) for r in spark.sql("select value from lossy_3").collect()]
-    assert sorted(got) == list(range(150, 200))
+    assert sorted(seen) == list(range(150, 200))
 
 
 def test_streaming_100k_six_partitions_restart_exactly_once(spark, cluster, tmp_path):
@@ -254,3 +262,35 @@ def test_streaming_100k_six_partitions_restart_exactly_once(spark, cluster, tmp_
                           "partition").collect()}
     assert per_p == {p: (0, total // 6 + (1 if p < total % 6 else 0) - 1,
                          total // 6 + (1 if p < total % 6 else 0)) for p in range(6)}
+
+
+def test_example_pipeline_windowed_counts_into_a_topic(spark, cluster, tmp_path):
+    """examples/windowed_counts.py end to end: readStream raftka -> windowed counts ->
+    writeStream raftka; the counts in the output topic match a batch computation."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "examples" / "windowed_counts.py"
+    spec = importlib.util.spec_from_file_location("windowed_counts", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    create_topic(cluster.bootstrap, "views", 3)
+    create_topic(cluster.bootstrap, "view-counts", 2)
+    example.generate(cluster.bootstrap, "views", 2000)
+    q = example.build_query(spark, cluster.bootstrap, "views", "view-counts",
+                            str(tmp_path / "ck"), once=True)
+    q.awaitTermination(240)
+    assert q.exception() is None, q.exception()
+    from pyspark.sql import functions as F
+    views = _reader(spark, cluster, "views")
+    watermark = views.agg(F.max("timestamp")).first()[0] - datetime.timedelta(seconds=30)
+    want = {(str(r.start), r.key.decode()): r["count"] for r in
+            views.groupBy(F.window("timestamp", "10 seconds"), "key").count()
+            .select(F.col("window.start").alias("start"), F.col("window.end").alias("end"),
+                    "key", "count").collect() if r.end <= watermark}
+    got: dict = {}
+    for r in _reader(spark, cluster, "view-counts").collect():
+        d = json.loads(r.value)
+        k = (d["window_start"], d["page"])
+        assert r.key.decode() == d["page"] and k not in got      # append: each window once
+        got[k] = d["count"]
+    assert want and got == want
