@@ -151,6 +151,8 @@ def _varint(n: int) -> bytes:
 
 
 _NULL = _varint(-1)
+# zig-zag varints of 0..8191 (offset deltas, lengths and ms deltas of a batch nearly always)
+_SMALL = [_varint(n) for n in range(8192)]
 
 
 class ProducerBatch:
@@ -185,21 +187,21 @@ class ProducerBatch:
             self.base_ts = self.max_ts = ts
         elif ts > self.max_ts:
             self.max_ts = ts
-        # zig-zag of a small non-negative n is 2n: the one-byte table covers n < 64
+        small = _SMALL
         d = ts - self.base_ts
         n = self.record_count
-        parts = [b"\x00", _VARINT1[d << 1] if 0 <= d < 64 else _varint(d),
-                 _VARINT1[n << 1] if n < 64 else _varint(n)]
+        parts = [b"\x00", small[d] if 0 <= d < 8192 else _varint(d),
+                 small[n] if n < 8192 else _varint(n)]
         if key is None:
             parts.append(_NULL)
         else:
             k = len(key)
-            parts += (_VARINT1[k << 1] if k < 64 else _varint(k), key)
+            parts += (small[k] if k < 8192 else _varint(k), key)
         if value is None:
             parts.append(_NULL)
         else:
             v = len(value)
-            parts += (_VARINT1[v << 1] if v < 64 else _varint(v), value)
+            parts += (small[v] if v < 8192 else _varint(v), value)
         if headers:
             parts.append(_varint(len(headers)))
             for hk, hv in headers:
@@ -212,7 +214,8 @@ class ProducerBatch:
         else:
             parts.append(b"\x00")
         rec = b"".join(parts)
-        length = _varint(len(rec))
+        r = len(rec)
+        length = small[r] if r < 8192 else _varint(r)
         self.body.append(length)
         self.body.append(rec)
         self.size += len(length) + len(rec)
