@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 import trio
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
                                    AdminClient, NewTopic, ResourcePatternType, ResourceType)
 
@@ -553,3 +553,43 @@ def test_legacy_unframed_sasl_kafka_python_2(secure, mechanism):
     result = json.loads(lines[-1])
     assert result["ok"], f"{result.get('error')}\n{proc.stderr[-2000:]}"
     assert secure.end_offset(topic) == 1
+
+
+# -- the CLI and `raftka dev --secure` ---------------------------------------------------------------
+
+def _raftka(*args, timeout_s=60):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "clients.cli.main", *args], capture_output=True,
+                          text=True, timeout=timeout_s)
+
+
+def test_users_scram_cli(secure, tmp_path):
+    admin = tmp_path / "admin.properties"
+    admin.write_text("".join(f"{k}={v}\n" for k, v in secure.dev.client_properties().items()))
+    common = ["--bootstrap-server", secure.ssl_bootstrap, "--command-config", str(admin)]
+    out = _raftka("users", "scram", "add", *common, "--user", "carol", "--password", "c-pw")
+    assert out.returncode == 0 and "carol: ok" in out.stdout, out.stderr
+    out = _raftka("users", "scram", "list", *common)
+    assert out.returncode == 0 and "carol\tSCRAM-SHA-512 (iterations=8192)" in out.stdout
+    assert "c-pw" not in out.stdout
+    carol = Wire(secure, "carol", "c-pw")
+    assert isinstance(carol.topics(), list)               # logs in (sees no topics: no ACLs)
+    out = _raftka("users", "scram", "remove", *common, "--user", "carol")
+    assert out.returncode == 0, out.stderr
+    from clients.cli.users import CliError
+    with pytest.raises(CliError):
+        carol.topics()
+    out = _raftka("users", "scram", "list", *common, "--user", "carol")
+    assert out.returncode == 1 and "RESOURCE_NOT_FOUND" in out.stderr
+    # a non-super user may not manage users; bad credentials are a clear one-line error
+    alice = tmp_path / "alice.properties"
+    alice.write_text(f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=alice\n"
+                     f"sasl.password={PASSWORD}\n")
+    out = _raftka("users", "scram", "add", "--bootstrap-server", secure.plain_bootstrap,
+                  "--command-config", str(alice), "--user", "eve", "--password", "x")
+    assert out.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in out.stderr
+    alice.write_text(alice.read_text().replace(PASSWORD, "wrong"))
+    out = _raftka("users", "scram", "list", "--bootstrap-server", secure.plain_bootstrap,
+                  "--command-config", str(alice))
+    assert out.returncode == 2 and "raftka users:" in out.stderr and "Traceback" not in out.stderr

@@ -1,0 +1,54 @@
+"""`raftka dev --secure`: prints bootstrap.servers= and client.properties=PATH, and that file
+works with a librdkafka client (confluent-kafka) while a client without credentials is refused.
+Its own module so the larger secure cluster of test_live_security.py is already stopped."""
+
+import os
+import time
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from partition_server.tests.test_live_security import _confluent_produce
+
+pytestmark = pytest.mark.live
+
+
+def test_dev_secure_prints_usable_client_properties(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    from partition_server.testing import free_base_port
+    proc = subprocess.Popen([sys.executable, "-m", "clients.cli.main", "dev", "--secure", "--quiet",
+                             "--data-dir", str(tmp_path / "dev"), "--base-port", str(free_base_port())],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        lines = {}
+        deadline = time.monotonic() + 90
+        while "client.properties" not in lines and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            key, _, value = line.strip().partition("=")
+            lines[key] = value
+        assert "bootstrap.servers" in lines and "client.properties" in lines, lines
+        from metadata_quorum.config import load_properties
+        props = load_properties(open(lines["client.properties"]).read())
+        assert props["security.protocol"] == "SASL_SSL" and props["sasl.mechanism"] == "SCRAM-SHA-512"
+        assert os.stat(lines["client.properties"]).st_mode & 0o077 == 0
+        conf = {"bootstrap.servers": lines["bootstrap.servers"], **props}
+        admin = AdminClient(conf)
+        for f in admin.create_topics([NewTopic("dev-secure", 1, 3)]).values():
+            f.result(20)
+        assert _confluent_produce(conf, "dev-secure") is None
+        # the same cluster refuses a client without credentials
+        assert _confluent_produce({"bootstrap.servers": lines["bootstrap.servers"],
+                                   "security.protocol": "SSL",
+                                   "ssl.ca.location": props["ssl.ca.location"]},
+                                  "dev-secure", None, 1500) is not None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
