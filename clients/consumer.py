@@ -144,6 +144,11 @@ class Consumer:
         self._resets: dict[TopicPartition, int] = {}       # tp -> EARLIEST / LATEST
         self._buffer: dict[TopicPartition, tuple[collections.deque, int]] = {}
         self._paused: set[TopicPartition] = set()
+        self._in_flight: set[TopicPartition] = set()       # partitions in a Fetch being sent
+        self._in_flight_nodes: set[int] = set()            # leaders with a Fetch in flight
+        self._fetched = trio.Event()                       # set when a Fetch completes
+        self._fetch_errors: list[KafkaError] = []          # from background fetches
+        self._need_refresh = False
         self._next_auto_commit = 0.0
         self._last_poll = 0.0
         self._stack: contextlib.AsyncExitStack | None = None
@@ -519,29 +524,40 @@ class Consumer:
 
     async def poll(self, timeout_ms: int = 1000) -> list[ConsumerRecord]:
         """Up to max.poll.records records, waiting at most about `timeout_ms` for some (a
-        rebalance in progress may take longer, as in Kafka)."""
+        rebalance in progress may take longer, as in Kafka).
+
+        Fetches run in the background, at most one per leader at a time: as soon as a
+        partition's buffered records are handed out its next Fetch is sent, so the broker
+        works on it while the caller processes this batch."""
         if self.closed or self._nursery is None:
             raise RuntimeError("consumer is not started (use `async with` or start())")
         deadline = trio.current_time() + max(0, timeout_ms) / 1000
         while True:
             self._last_poll = trio.current_time()     # a long join inside poll is not idling
+            if self._fetch_errors:
+                raise self._fetch_errors.pop(0)
+            if self._fetched.is_set():
+                self._fetched = trio.Event()
             await self._ensure_group()
             await self._maybe_auto_commit()
             await self._resolve_positions()
+            if self._need_refresh:
+                self._need_refresh = False
+                await self.cluster.refresh_metadata({tp.topic for tp in self._assigned},
+                                                    force=True)
             records = self._drain()
+            in_flight = self._start_fetches()
             if records:
                 return records
             remaining = deadline - trio.current_time()
             if remaining <= 0:
                 return []
-            if not self._fetchable():
-                await trio.sleep(min(remaining, 0.05))
-                continue
-            await self._fetch(remaining)
+            with trio.move_on_after(remaining if in_flight else min(remaining, 0.05)):
+                await self._fetched.wait()
 
     def _fetchable(self) -> list[TopicPartition]:
         return [tp for tp in self._assigned if tp in self._positions and tp not in self._paused
-                and tp not in self._buffer]
+                and tp not in self._buffer and tp not in self._in_flight]
 
     def _drain(self) -> list[ConsumerRecord]:
         limit = int(self.config["max.poll.records"])
@@ -564,47 +580,43 @@ class Consumer:
                 break
         return out
 
-    async def _fetch(self, remaining_s: float) -> None:
+    def _start_fetches(self) -> bool:
+        """Send a Fetch to every leader that has fetchable partitions and no Fetch in flight.
+        True while any Fetch is in flight."""
         by_node: dict[int, list[TopicPartition]] = {}
-        unknown = False
         for tp in self._fetchable():
             leader = self.cluster.leader_for(*tp)
             if leader is None:
-                unknown = True
-            else:
+                self._need_refresh = True
+            elif leader not in self._in_flight_nodes:
                 by_node.setdefault(leader, []).append(tp)
-        if unknown:
-            await self.cluster.refresh_metadata({tp.topic for tp in self._assigned})
-        if not by_node:
-            await trio.sleep(min(remaining_s, self.cluster.retry_backoff_s))
-            return
-        max_wait_ms = int(min(int(self.config["fetch.max.wait.ms"]), remaining_s * 1000))
-        refresh = False
-        errors: list[Exception] = []
+        for node, tps in by_node.items():
+            self._in_flight_nodes.add(node)
+            self._in_flight.update(tps)
+            asked = {tp: self._positions[tp] for tp in tps}     # positions as of now
+            self._nursery.start_soon(self._in_scope, self._fetch_task, node, asked)
+        return bool(self._in_flight_nodes)
 
-        async def one(node: int, tps: list[TopicPartition]) -> None:
-            nonlocal refresh
-            try:
-                refresh |= await self._fetch_node(node, tps, max_wait_ms)
-            except (KafkaConnectionError, KafkaTimeoutError) as exc:
-                log.info("fetch from node %d failed: %s", node, exc)
-                refresh = True
-            except KafkaError as exc:          # raised to the caller as itself, not a group
-                errors.append(exc)
-
-        async with trio.open_nursery() as nursery:
-            for node, tps in by_node.items():
-                nursery.start_soon(one, node, tps)
-        if errors:
-            raise errors[0]
-        if refresh:
+    async def _fetch_task(self, node: int, asked: dict[TopicPartition, int]) -> None:
+        try:
+            if await self._fetch_node(node, asked, int(self.config["fetch.max.wait.ms"])):
+                self._need_refresh = True
+        except (KafkaConnectionError, KafkaTimeoutError) as exc:
+            log.info("fetch from node %d failed: %s", node, exc)
+            self._need_refresh = True
             await trio.sleep(self.cluster.retry_backoff_s)
-            await self.cluster.refresh_metadata({tp.topic for tp in self._assigned}, force=True)
+        except KafkaError as exc:            # handed to the caller by the next poll
+            self._fetch_errors.append(exc)
+        finally:
+            self._in_flight_nodes.discard(node)
+            self._in_flight.difference_update(asked)
+            self._fetched.set()
 
-    async def _fetch_node(self, node: int, tps: list[TopicPartition], max_wait_ms: int) -> bool:
-        """One Fetch to one leader; buffers what came back. True if metadata needs a refresh."""
+    async def _fetch_node(self, node: int, asked: dict[TopicPartition, int],
+                          max_wait_ms: int) -> bool:
+        """One Fetch to one leader for {tp: offset}; buffers what came back (unless the
+        position moved meanwhile). True if metadata needs a refresh."""
         fr = REQUESTS[1]
-        asked = {tp: self._positions[tp] for tp in tps}
         by_topic: dict[str, list] = {}
         for tp, offset in asked.items():
             by_topic.setdefault(tp.topic, []).append(fr.FetchPartition(
