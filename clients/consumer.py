@@ -197,7 +197,10 @@ class Consumer:
             return
         self.closed = True
         try:
-            with trio.move_on_after(15):
+            # shielded: a consumer closed because its task is being cancelled still commits
+            # and leaves (bounded), or the group waits a whole session timeout for it
+            with trio.move_on_after(15) as cleanup:
+                cleanup.shield = True
                 if self.member is not None and not self._manual and self._assigned:
                     if commit and self.config["enable.auto.commit"] and self.member.stable:
                         with contextlib.suppress(KafkaError):

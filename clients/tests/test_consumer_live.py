@@ -668,3 +668,22 @@ async def test_mixed_sticky_group_with_kafka_python(cluster):
     assert not errors, errors
     assert c.member.protocol.name == "sticky"
     assert set(ours) | set(theirs) == {v for vs in sent.values() for v in vs}
+
+
+async def test_cancelled_consumer_still_commits_and_leaves(cluster):
+    from clients.admin import AdminClient as OurAdmin
+    topic, group = "cancelled", f"cx-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster, topic, 1)
+    produce(cluster, topic, 5, 1)
+    with trio.move_on_after(8):               # the caller's deadline cancels everything
+        async with Consumer(cluster.bootstrap, {"group.id": group,
+                                                "auto.offset.reset": "earliest",
+                                                **FAST_GROUP}) as c:
+            c.subscribe([topic])
+            while True:
+                await c.poll(200)
+    async with OurAdmin(cluster.bootstrap) as admin:
+        desc = (await admin.describe_groups([group]))[group]
+        offsets = await admin.list_group_offsets(group)
+    assert desc.state == "Empty" and desc.members == []     # left, not waiting for expiry
+    assert [o.offset for o in offsets.values()] == [5]       # auto commit on close
