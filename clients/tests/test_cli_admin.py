@@ -193,7 +193,6 @@ def test_unreachable_and_usage(cli, tmp_path):
                           env=env, timeout=60)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     for cmd in (["topics"], ["topics", "create", "--help"], ["configs", "alter", "--help"],
-                ["acls", "add", "--help"], ["produce", "--help"]):
-        proc = subprocess.run([sys.executable, "-m", "clients.cli.main", *cmd],
-                              capture_output=True, text=True, timeout=60)
-        assert "usage:" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+                ["acls", "add", "--help"], ["produce", "--help"], ["topics", "list", "--help"]):
+        code, out, err = cli(*cmd, bootstrap=False)
+        assert code in (0, 2) and "usage:" in out + err
