@@ -18,8 +18,10 @@ from typing import Iterator
 
 from spark_connector import kafka_io
 from spark_connector.offsets import DATA_LOSS_HINT, DataLossError, OffsetRange
-from wire.errors import ErrorCode
-from wire.records.batch import decode_batch, iter_batches
+from wire.errors import DecodeError, ErrorCode
+from wire.records import compression as codecs
+from wire.records.batch import (BATCH_HEADER_SIZE, Compression, TimestampType, _varint,
+                                _varlong, iter_batches)
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,104 @@ class _Columns:
         if include_headers:
             arrays.append(pa.array(self.headers, schema.field("headers").type))
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def decode_into(cols: _Columns, h, lo: int, hi: int, include_headers: bool) -> None:
+    """Append the records of batch `h` with offsets in [lo, hi) to `cols`.
+
+    The same format as wire.records.batch.decode_records, decoded straight into column lists:
+    this loop is the connector's hot path, so one- and two-byte varints (nearly every length
+    and delta of a small record) are read inline instead of through a call and no per-record
+    object is built. CRC and structure are checked as decode_batch does."""
+    reason = h.invalid_reason()
+    if reason is not None:
+        raise DecodeError(f"invalid record batch at offset {h.base_offset}: {reason}")
+    body = h.buf[h.pos + BATCH_HEADER_SIZE:h.pos + h.size_in_bytes]
+    if h.compression != Compression.NONE:
+        body = codecs.decompress(h.compression, body)
+    buf = bytes(body)
+    n = len(buf)
+    base, base_ts = h.base_offset, h.base_timestamp
+    lat = h.max_timestamp if h.timestamp_type == TimestampType.LOG_APPEND_TIME else None
+    ts_type = int(h.timestamp_type)
+    keys, values, offsets = cols.keys.append, cols.values.append, cols.offsets.append
+    stamps, types, headers = cols.timestamps.append, cols.ts_types.append, cols.headers.append
+    pos = 0
+    try:
+        for _ in range(h.records_count):
+            b = buf[pos]
+            if b < 0x80:
+                length, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                length, pos = _varint(buf, pos)
+            end = pos + length
+            if length < 1 or end > n:
+                raise DecodeError("record length runs past the end of the batch")
+            p = pos + 1                                   # attributes: unused
+            b = buf[p]
+            if b < 0x80:
+                ts_delta, p = (b >> 1) ^ -(b & 1), p + 1
+            else:
+                ts_delta, p = _varlong(buf, p)
+            b = buf[p]
+            if b < 0x80:
+                o, p = base + ((b >> 1) ^ -(b & 1)), p + 1
+            else:
+                d, p = _varint(buf, p)
+                o = base + d
+            if o < lo or o >= hi:
+                pos = end
+                continue
+            b = buf[p]
+            if b < 0x80:
+                kl, p = (b >> 1) ^ -(b & 1), p + 1
+            else:
+                kl, p = _varint(buf, p)
+            if kl < 0:
+                key = None
+            else:
+                key, p = buf[p:p + kl], p + kl
+            b = buf[p]
+            if b < 0x80:
+                vl, p = (b >> 1) ^ -(b & 1), p + 1
+            else:
+                c = buf[p + 1]
+                if c < 0x80:
+                    v = (b & 0x7F) | c << 7
+                    vl, p = (v >> 1) ^ -(v & 1), p + 2
+                else:
+                    vl, p = _varint(buf, p)
+            if vl < 0:
+                value = None
+            else:
+                value, p = buf[p:p + vl], p + vl
+            nh, p = _varint(buf, p)
+            if include_headers:
+                hs = []
+                for _h in range(nh):
+                    hkl, p = _varint(buf, p)
+                    if hkl < 0:
+                        raise DecodeError("null header key")
+                    hk, p = buf[p:p + hkl].decode("utf-8", "replace"), p + hkl
+                    hvl, p = _varint(buf, p)
+                    if hvl < 0:
+                        hv = None
+                    else:
+                        hv, p = buf[p:p + hvl], p + hvl
+                    hs.append({"key": hk, "value": hv})
+                headers(hs)
+            elif nh:
+                p = end                                   # headers not asked for: skip them
+            if p != end:
+                raise DecodeError("record length does not match its fields")
+            keys(key)
+            values(value)
+            offsets(o)
+            stamps(lat if lat is not None else base_ts + ts_delta)
+            types(ts_type)
+            pos = end
+    except IndexError:
+        raise DecodeError("truncated record") from None
 
 
 def _aborted_filter(aborted: list[tuple[int, int]]):
@@ -113,20 +213,7 @@ def read_range(client_config: kafka_io.ClientConfig, rng: OffsetRange, *,
                 continue
             if h.is_control:
                 continue
-            ts_type = int(h.timestamp_type)
-            for r in decode_batch(h.bytes()).records:
-                o = r.offset
-                if o < offset:
-                    continue
-                if o >= until:
-                    break
-                cols.keys.append(r.key)
-                cols.values.append(r.value)
-                cols.offsets.append(o)
-                cols.timestamps.append(r.timestamp)
-                cols.ts_types.append(ts_type)
-                if include_headers:
-                    cols.headers.append([{"key": k, "value": v} for k, v in r.headers])
+            decode_into(cols, h, offset, until, include_headers)
         if next_offset > offset:
             stalled_since = None
             offset = next_offset

@@ -3,8 +3,8 @@
 Why not `clients/`: Spark calls a data source from short synchronous Python functions (in the
 driver's planner process and in executor workers); a trio event loop per call buys nothing, and
 executors should need nothing but the wire codecs. This module speaks exactly what the connector
-needs: ApiVersions, Metadata, ListOffsets, Fetch, Produce (+ SaslHandshake/SaslAuthenticate when
-`kafka.security.protocol` asks for SASL), over TCP or TLS.
+needs: ApiVersions, Metadata, ListOffsets, Fetch, Produce (+ SaslHandshake/SaslAuthenticate with
+PLAIN or SCRAM-SHA-256/512 when `kafka.security.protocol` asks for SASL), over TCP or TLS.
 
 Connections are cached per Python process (`get_client`), keyed by bootstrap servers and
 security settings, so a reused Spark worker keeps its connection to each partition leader.
@@ -16,7 +16,11 @@ metadata refresh until `request.timeout.ms` runs out.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hashlib
+import hmac
+import os
 import socket
 import ssl
 import threading
@@ -35,6 +39,9 @@ OUR_VERSIONS = {API_PRODUCE: (3, 11), API_FETCH: (4, 12), API_LIST_OFFSETS: (1, 
 
 EARLIEST, LATEST = -2, -1          # ListOffsets special timestamps (also Spark's JSON -2 / -1)
 RECV_BYTES = 1 << 20
+
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 class ConnectionClosed(KafkaError):
@@ -58,7 +65,7 @@ class ClientConfig:
     bootstrap_servers: str
     client_id: str = "raftka-spark"
     security_protocol: str = "PLAINTEXT"       # PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL
-    sasl_mechanism: str = "PLAIN"              # PLAIN (SCRAM needs the security issue's broker)
+    sasl_mechanism: str = "PLAIN"              # PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512
     sasl_username: str | None = None
     sasl_password: str | None = None
     ssl_cafile: str | None = None
@@ -84,8 +91,9 @@ class ClientConfig:
         if jaas and user is None:
             user, password = parse_jaas(jaas)
         if protocol.startswith("SASL"):
-            if mechanism != "PLAIN":
-                raise ValueError(f"kafka.sasl.mechanism {mechanism!r} is not supported (PLAIN is)")
+            if mechanism not in SASL_MECHANISMS:
+                raise ValueError(f"kafka.sasl.mechanism {mechanism!r} is not supported (use one of "
+                                 f"{', '.join(SASL_MECHANISMS)})")
             if user is None or password is None:
                 raise ValueError("SASL needs kafka.sasl.jaas.config (or kafka.sasl.username and "
                                  "kafka.sasl.password)")
@@ -157,19 +165,30 @@ class BrokerSocket:
             raise kafka_error(resp.error_code, "ApiVersions")
         self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
         if self.config.security_protocol.startswith("SASL"):
-            self._sasl_plain()
+            self._sasl()
 
-    def _sasl_plain(self) -> None:
-        hs = self.request(REQUESTS[API_SASL_HANDSHAKE](mechanism="PLAIN"),
+    def _sasl(self) -> None:
+        mechanism = self.config.sasl_mechanism
+        hs = self.request(REQUESTS[API_SASL_HANDSHAKE](mechanism=mechanism),
                           self.version(API_SASL_HANDSHAKE))
         if hs.error_code:
-            raise kafka_error(hs.error_code, f"SASL handshake (broker offers {hs.mechanisms})")
-        token = b"\0" + self.config.sasl_username.encode() + b"\0" + \
-            self.config.sasl_password.encode()
+            raise kafka_error(hs.error_code, f"SASL handshake for {mechanism} (broker offers "
+                              f"{hs.mechanisms})")
+        user, password = self.config.sasl_username, self.config.sasl_password
+        if mechanism == "PLAIN":
+            self._sasl_round(b"\0" + user.encode() + b"\0" + password.encode())
+            return
+        scram = ScramClient(mechanism, user, password)
+        server_first = self._sasl_round(scram.first())
+        server_final = self._sasl_round(scram.final(server_first))
+        scram.verify(server_final)
+
+    def _sasl_round(self, token: bytes) -> bytes:
         auth = self.request(REQUESTS[API_SASL_AUTHENTICATE](auth_bytes=token),
                             self.version(API_SASL_AUTHENTICATE))
         if auth.error_code:
             raise kafka_error(auth.error_code, f"SASL authentication ({auth.error_message})")
+        return bytes(auth.auth_bytes or b"")
 
     def version(self, api_key: int) -> int:
         """Highest version both sides speak."""
@@ -212,6 +231,52 @@ class BrokerSocket:
     @property
     def connected(self) -> bool:
         return self._sock is not None
+
+
+class ScramClient:
+    """The client side of SCRAM (RFC 5802 / 7677) as Kafka uses it: no channel binding."""
+
+    def __init__(self, mechanism: str, user: str, password: str, nonce: str | None = None):
+        self.hash = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}[mechanism]
+        self.password = password.encode()
+        name = user.replace("=", "=3D").replace(",", "=2C")
+        self.nonce = nonce or base64.b64encode(os.urandom(24)).decode()
+        self.first_bare = f"n={name},r={self.nonce}"
+        self._server_key = b""
+        self._auth_message = b""
+
+    def first(self) -> bytes:
+        return ("n,," + self.first_bare).encode()
+
+    def _hmac(self, key: bytes, msg: bytes) -> bytes:
+        return hmac.new(key, msg, self.hash).digest()
+
+    def final(self, server_first: bytes) -> bytes:
+        attrs = dict(kv.split("=", 1) for kv in server_first.decode().split(",") if "=" in kv)
+        if "e" in attrs:
+            raise KafkaError.from_code(ErrorCode.SASL_AUTHENTICATION_FAILED, attrs["e"])
+        nonce = attrs.get("r", "")
+        if not nonce.startswith(self.nonce) or "s" not in attrs or "i" not in attrs:
+            raise KafkaError.from_code(ErrorCode.SASL_AUTHENTICATION_FAILED,
+                                       "malformed SCRAM server-first message")
+        salted = hashlib.pbkdf2_hmac(self.hash().name, self.password,
+                                     base64.b64decode(attrs["s"]), int(attrs["i"]))
+        client_key = self._hmac(salted, b"Client Key")
+        stored_key = self.hash(client_key).digest()
+        without_proof = f"c=biws,r={nonce}"
+        self._auth_message = f"{self.first_bare},{server_first.decode()},{without_proof}".encode()
+        signature = self._hmac(stored_key, self._auth_message)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature))
+        self._server_key = self._hmac(salted, b"Server Key")
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+    def verify(self, server_final: bytes) -> None:
+        """The server proves it knows the credential too (no talking to an impostor)."""
+        attrs = dict(kv.split("=", 1) for kv in server_final.decode().split(",") if "=" in kv)
+        want = base64.b64encode(self._hmac(self._server_key, self._auth_message)).decode()
+        if attrs.get("v") != want:
+            raise KafkaError.from_code(ErrorCode.SASL_AUTHENTICATION_FAILED,
+                                       attrs.get("e", "SCRAM server signature does not match"))
 
 
 @dataclasses.dataclass

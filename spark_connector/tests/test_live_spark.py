@@ -61,6 +61,55 @@ def _reader(spark, cluster, topic, **opts):
     return r.load()
 
 
+# Spark gives a freshly started Python planner process a fixed 10 s to connect back to the JVM;
+# on an overloaded 2-core box that sometimes runs out ("Python worker failed to connect back").
+# That is Spark's process plumbing, not the connector: such attempts are retried, nothing else.
+INFRA = "Python worker failed to connect back"
+
+
+def act(fn, attempts: int = 3):
+    """Run a Spark action, again if it failed only because a Python worker started too slowly."""
+    for i in range(attempts):
+        try:
+            return fn()
+        except Exception as exc:       # noqa: BLE001 - re-raised unless it is the infra failure
+            if INFRA not in str(exc) or i == attempts - 1:
+                raise
+
+
+def run_stream(start, timeout_s: float = 300, attempts: int = 3):
+    """start() -> StreamingQuery; wait for it to end; restart (from its checkpoint) when it
+    died of the infra failure. Returns the last query."""
+    for i in range(attempts):
+        q = start()
+        try:
+            q.awaitTermination(timeout_s)
+        except Exception:              # noqa: BLE001 - inspected through q.exception()
+            pass
+        finally:
+            q.stop()
+        exc = q.exception()
+        if exc is None or INFRA not in str(exc) or i == attempts - 1:
+            return q
+    return q
+
+
+def collect_stream(df_stream, checkpoint: str, timeout_s: float = 300, **trigger):
+    """Run `df_stream` into foreachBatch (restartable from `checkpoint`, unlike the memory
+    sink); returns (query, [rows of each non-empty micro-batch])."""
+    batches: dict[int, list] = {}
+
+    def keep(df, batch_id):
+        rows = df.collect()
+        if rows:
+            batches[batch_id] = rows           # a re-run batch replaces its earlier attempt
+
+    q = run_stream(lambda: df_stream.writeStream.foreachBatch(keep)
+                   .option("checkpointLocation", checkpoint)
+                   .trigger(**(trigger or {"availableNow": True})).start(), timeout_s)
+    return q, [batches[k] for k in sorted(batches)]
+
+
 def _stream(spark, cluster, topic, **opts):
     r = spark.readStream.format("raftka").option("kafka.bootstrap.servers", cluster.bootstrap) \
         .option("subscribe", topic)
@@ -95,9 +144,9 @@ def test_sink_write_then_read_back_with_headers(spark, cluster):
             for i in range(300)]
     df = spark.createDataFrame(
         rows, "key string, value string, headers array<struct<key: string, value: binary>>")
-    (df.write.format("raftka").option("kafka.bootstrap.servers", cluster.bootstrap)
-     .option("topic", "sink").mode("append").save())
-    back = _reader(spark, cluster, "sink", includeHeaders="true").collect()
+    act(lambda: df.write.format("raftka").option("kafka.bootstrap.servers", cluster.bootstrap)
+        .option("topic", "sink").mode("append").save())
+    back = act(lambda: _reader(spark, cluster, "sink", includeHeaders="true").collect())
     assert len(back) == 300
     got = {(r.key.decode(), r.value.decode(), tuple((h.key, h.value) for h in r.headers))
            for r in back}
@@ -117,74 +166,56 @@ def test_min_partitions_and_max_records_per_partition(spark, cluster):
     create_topic(cluster.bootstrap, "split", 3)
     _produce(cluster.bootstrap, "split", [(i % 3, None, b"%d" % i, (), None) for i in range(3000)])
     df = _reader(spark, cluster, "split", minPartitions="8")
-    assert df.rdd.getNumPartitions() >= 8
-    assert df.count() == 3000
-    assert df.select("partition", "offset").distinct().count() == 3000
+    assert act(lambda: df.rdd.getNumPartitions()) >= 8
+    pairs = act(lambda: df.select("partition", "offset").collect())
+    assert len(pairs) == 3000 and len(set(pairs)) == 3000
     df2 = _reader(spark, cluster, "split", maxRecordsPerPartition="250")
-    assert df2.rdd.getNumPartitions() == 12
-    # endingOffsets JSON with -1 (latest) and a fixed offset
+    assert act(lambda: df2.rdd.getNumPartitions()) == 12
+    # JSON offsets with -2 (earliest) / -1 (latest) and fixed offsets
     df3 = _reader(spark, cluster, "split", startingOffsets='{"split":{"0":10,"1":-2,"2":-2}}',
                   endingOffsets='{"split":{"0":20,"1":5,"2":-1}}')
-    assert df3.count() == 10 + 5 + 1000
+    assert act(df3.count) == 10 + 5 + 1000
 
 
-def test_starting_offsets_by_timestamp(spark, cluster):
+def test_starting_offsets_by_timestamp(spark, cluster, tmp_path):
     create_topic(cluster.bootstrap, "ts", 2)
     base = 1_700_000_000_000
     _produce(cluster.bootstrap, "ts", [(p, None, b"%d-%d" % (p, i), (), base + 1000 * i)
                                        for p in (0, 1) for i in range(50)])
     spec = json.dumps({"ts": {"0": base + 10_000, "1": base + 42_500}})
-    rows = _reader(spark, cluster, "ts", startingOffsetsByTimestamp=spec) \
-        .select("partition", "offset", "timestamp").collect()
+    rows = act(lambda: _reader(spark, cluster, "ts", startingOffsetsByTimestamp=spec)
+               .select("partition", "offset").collect())
     first = {p: min(r.offset for r in rows if r.partition == p) for p in (0, 1)}
     assert first == {0: 10, 1: 43}
     assert len(rows) == 40 + 7
-    # startingTimestamp applies to every partition; streaming uses the same resolution
-    q = (_stream(spark, cluster, "ts", startingTimestamp=str(base + 45_000)).writeStream
-         .format("memory").queryName("ts_stream").trigger(availableNow=True).start())
-    q.awaitTermination(180)
-    got = spark.sql("select partition, min(offset) o, count(*) n from ts_stream group by partition"
-                    ).collect()
-    assert {(r.partition, r.o, r.n) for r in got} == {(0, 45, 5), (1, 45, 5)}
+    # streaming resolves the same way; startingTimestamp applies to every partition
+    q, batches = collect_stream(_stream(spark, cluster, "ts", startingTimestamp=str(base + 45_000)),
+                                str(tmp_path / "ck"))
+    assert q.exception() is None, q.exception()
+    got = sorted((r.partition, r.offset) for b in batches for r in b)
+    assert got == [(p, o) for p in (0, 1) for o in range(45, 50)]
     # a timestamp after every record: error by default, latest with the strategy option
     with pytest.raises(Exception, match="No offset matched the timestamp"):
-        _reader(spark, cluster, "ts", startingTimestamp=str(base + 10**9)).count()
-    assert _reader(spark, cluster, "ts", startingTimestamp=str(base + 10**9),
-                   startingOffsetsByTimestampStrategy="latest").count() == 0
+        act(_reader(spark, cluster, "ts", startingTimestamp=str(base + 10**9)).count)
+    assert act(_reader(spark, cluster, "ts", startingTimestamp=str(base + 10**9),
+                       startingOffsetsByTimestampStrategy="latest").count) == 0
 
 
 def test_max_offsets_per_trigger_caps_batches(spark, cluster, tmp_path):
     create_topic(cluster.bootstrap, "capped", 3)
     _produce(cluster.bootstrap, "capped", [(i % 3, None, b"%d" % i, (), None) for i in range(1000)])
-    q = (_stream(spark, cluster, "capped", startingOffsets="earliest", maxOffsetsPerTrigger="150")
-         .writeStream.format("memory").queryName("capped_out")
-         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
-    q.awaitTermination(300)
-    sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
-    assert sum(sizes) == 1000
-    assert max(sizes) <= 150 and len(sizes) >= 7
-    assert spark.sql("select count(distinct partition, offset) from capped_out").first()[0] == 1000
+    ck = tmp_path / "ck"
+    q, batches = collect_stream(_stream(spark, cluster, "capped", startingOffsets="earliest",
+                                        maxOffsetsPerTrigger="150"), str(ck))
+    assert q.exception() is None, q.exception()
+    sizes = [len(b) for b in batches]
+    assert sum(sizes) == 1000 and max(sizes) <= 150 and len(sizes) >= 7
+    assert len({(r.partition, r.offset) for b in batches for r in b}) == 1000
     # the checkpoint holds Spark's Kafka offsets JSON
-    last = max((p for p in (tmp_path / "ck" / "offsets").iterdir() if p.name.isdigit()),
+    last = max((p for p in (ck / "offsets").iterdir() if p.name.isdigit()),
                key=lambda p: int(p.name))
     assert json.loads(last.read_text().splitlines()[-1]) == {"capped": {"0": 334, "1": 333,
                                                                         "2": 333}}
-
-
-def _run_available_now(spark, cluster, topic, checkpoint, **opts) -> tuple[object, list]:
-    """Trigger.AvailableNow into foreachBatch (which, unlike the memory sink, restarts from a
-    checkpoint); returns the query and the values it saw."""
-    seen: list[int] = []
-    q = (_stream(spark, cluster, topic, **opts).writeStream
-         .foreachBatch(lambda df, _id: seen.extend(int(r.value) for r in df.collect()))
-         .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
-    try:
-        q.awaitTermination(240)
-    except Exception:           # noqa: BLE001 - a failed query is inspected by the caller
-        pass
-    finally:
-        q.stop()
-    return q, seen
 
 
 def test_fail_on_data_loss(spark, cluster, tmp_path):
@@ -192,19 +223,23 @@ def test_fail_on_data_loss(spark, cluster, tmp_path):
     create_topic(cluster.bootstrap, "lossy", 1)
     _produce(cluster.bootstrap, "lossy", [(0, None, b"%d" % i, (), None) for i in range(100)])
     ck = str(tmp_path / "ck")
-    _, seen = _run_available_now(spark, cluster, "lossy", ck, startingOffsets="earliest")
-    assert sorted(seen) == list(range(100))
+
+    def values(batches):
+        return sorted(int(r.value) for b in batches for r in b)
+
+    _, batches = collect_stream(_stream(spark, cluster, "lossy", startingOffsets="earliest"), ck)
+    assert values(batches) == list(range(100))
     _produce(cluster.bootstrap, "lossy", [(0, None, b"%d" % i, (), None) for i in range(100, 200)])
     # offsets 100..149 are deleted before the query read them
     assert delete_records(cluster.bootstrap, "lossy", 0, 150) == 150
     shutil.copytree(ck, str(tmp_path / "ck2"))
-    q, seen = _run_available_now(spark, cluster, "lossy", ck, failOnDataLoss="true")
+    q, batches = collect_stream(_stream(spark, cluster, "lossy", failOnDataLoss="true"), ck)
     assert q.exception() is not None and "deleted before they were read" in str(q.exception())
-    assert seen == []
-    q, seen = _run_available_now(spark, cluster, "lossy", str(tmp_path / "ck2"),
-                                 failOnDataLoss="false")
-    assert q.exception() is None
-    assert sorted(seen) == list(range(150, 200))
+    assert batches == []
+    q, batches = collect_stream(_stream(spark, cluster, "lossy", failOnDataLoss="false"),
+                                str(tmp_path / "ck2"))
+    assert q.exception() is None, q.exception()
+    assert values(batches) == list(range(150, 200))
 
 
 def test_streaming_100k_six_partitions_restart_exactly_once(spark, cluster, tmp_path):
@@ -241,32 +276,31 @@ def test_streaming_100k_six_partitions_restart_exactly_once(spark, cluster, tmp_
     t.start()
     q = start({"processingTime": "1 second"})
     deadline = time.time() + 300
-    while time.time() < deadline and sum(p["numInputRows"] for p in q.recentProgress) == 0:
-        assert q.exception() is None, q.exception()
+    while time.time() < deadline and q.exception() is None and \
+            sum(p["numInputRows"] for p in q.recentProgress) == 0:
         time.sleep(0.5)
     q.stop()                                        # midway: the producer is still writing
-    first_run = sum(p["numInputRows"] for p in q.recentProgress)
-    assert 0 < first_run
-    done.wait(300)
+    if q.exception() is not None:
+        assert INFRA in str(q.exception()), q.exception()
+    else:
+        assert sum(p["numInputRows"] for p in q.recentProgress) > 0
+    assert done.wait(300)
     assert not errors, errors
-    q = start({"availableNow": True})               # restart from the checkpoint
-    q.awaitTermination(300)
+    q = run_stream(lambda: start({"availableNow": True}))      # restart from the checkpoint
     assert q.exception() is None, q.exception()
-    df = spark.read.parquet(out)
-    assert df.count() == total
-    assert df.distinct().count() == total
-    per_p = {r.partition: (r.lo, r.hi, r.n) for r in df.groupBy("partition").agg(
-        {"offset": "min"}).withColumnRenamed("min(offset)", "lo").join(
-        df.groupBy("partition").agg({"offset": "max"}).withColumnRenamed("max(offset)", "hi"),
-        "partition").join(df.groupBy("partition").count().withColumnRenamed("count", "n"),
-                          "partition").collect()}
-    assert per_p == {p: (0, total // 6 + (1 if p < total % 6 else 0) - 1,
-                         total // 6 + (1 if p < total % 6 else 0)) for p in range(6)}
+    rows = act(lambda: spark.read.parquet(out).collect())
+    assert len(rows) == total
+    seen = {(r.partition, r.offset) for r in rows}
+    assert len(seen) == total                       # nothing twice ...
+    for p in range(6):                              # ... and nothing missing
+        n = total // 6 + (1 if p < total % 6 else 0)
+        assert sorted(o for q_, o in seen if q_ == p) == list(range(n))
 
 
 def test_example_pipeline_windowed_counts_into_a_topic(spark, cluster, tmp_path):
     """examples/windowed_counts.py end to end: readStream raftka -> windowed counts ->
-    writeStream raftka; the counts in the output topic match a batch computation."""
+    writeStream raftka (append mode); the output topic holds, once each, the counts of every
+    window the watermark has passed, equal to a batch computation over the input."""
     import importlib.util
     from pathlib import Path
     path = Path(__file__).resolve().parents[2] / "examples" / "windowed_counts.py"
@@ -276,19 +310,19 @@ def test_example_pipeline_windowed_counts_into_a_topic(spark, cluster, tmp_path)
     create_topic(cluster.bootstrap, "views", 3)
     create_topic(cluster.bootstrap, "view-counts", 2)
     example.generate(cluster.bootstrap, "views", 2000)
-    q = example.build_query(spark, cluster.bootstrap, "views", "view-counts",
-                            str(tmp_path / "ck"), once=True)
-    q.awaitTermination(240)
+    q = run_stream(lambda: example.build_query(spark, cluster.bootstrap, "views", "view-counts",
+                                               str(tmp_path / "ck"), once=True))
     assert q.exception() is None, q.exception()
     from pyspark.sql import functions as F
     views = _reader(spark, cluster, "views")
-    watermark = views.agg(F.max("timestamp")).first()[0] - datetime.timedelta(seconds=30)
-    want = {(str(r.start), r.key.decode()): r["count"] for r in
-            views.groupBy(F.window("timestamp", "10 seconds"), "key").count()
+    watermark = act(lambda: views.agg(F.max("timestamp")).first()[0]) - \
+        datetime.timedelta(seconds=30)
+    want = {(str(r.start), r.key.decode()): r["count"] for r in act(
+            lambda: views.groupBy(F.window("timestamp", "10 seconds"), "key").count()
             .select(F.col("window.start").alias("start"), F.col("window.end").alias("end"),
-                    "key", "count").collect() if r.end <= watermark}
+                    "key", "count").collect()) if r.end <= watermark}
     got: dict = {}
-    for r in _reader(spark, cluster, "view-counts").collect():
+    for r in act(lambda: _reader(spark, cluster, "view-counts").collect()):
         d = json.loads(r.value)
         k = (d["window_start"], d["page"])
         assert r.key.decode() == d["page"] and k not in got      # append: each window once
