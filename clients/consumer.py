@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import inspect
 import logging
 import re
 from typing import Callable, Iterable
@@ -41,66 +40,17 @@ from clients.consumer_offsets import EARLIEST, LATEST, drop_on_cancel, list_offs
 from clients.errors import KafkaConnectionError, KafkaTimeoutError, Retry, check, classify
 from clients.fetcher import (READ_COMMITTED, READ_UNCOMMITTED, ConsumerRecord, TopicPartition,
                              parse_partition)
+from clients.consumer_config import NoOffsetForPartitionError, call_listener, parse_config
 from clients.group_member import CommitFailedError, GroupMember
 from wire.errors import DecodeError, ErrorCode, KafkaError
 from wire.messages.index_generated import REQUESTS
 
 log = logging.getLogger("raftka.consumer")
 
-DEFAULTS: dict[str, object] = {
-    "bootstrap.servers": None, "group.id": None, "group.instance.id": None,
-    "client.id": "raftka-consumer", "auto.offset.reset": "latest", "enable.auto.commit": True,
-    "auto.commit.interval.ms": 5000, "isolation.level": "read_uncommitted",
-    "max.poll.records": 500, "fetch.min.bytes": 1, "fetch.max.wait.ms": 500,
-    "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 1_048_576,
-    "session.timeout.ms": 45_000, "heartbeat.interval.ms": 3000, "max.poll.interval.ms": 300_000,
-    "partition.assignment.strategy": "range,cooperative-sticky", "request.timeout.ms": 30_000,
-    "retry.backoff.ms": 100, "metadata.max.age.ms": 300_000,
-}
 LEADER_ERRORS = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                  ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.FENCED_LEADER_EPOCH,
                  ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.REPLICA_NOT_AVAILABLE,
                  ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.OFFSET_NOT_AVAILABLE}
-
-
-class NoOffsetForPartitionError(KafkaError):
-    """auto.offset.reset=none and the partition has no committed offset (or it is out of
-    range)."""
-    code = ErrorCode.OFFSET_OUT_OF_RANGE
-
-
-def parse_config(config: dict | None, kwargs: dict) -> dict[str, object]:
-    """Merge Kafka-style keys and keyword arguments over the defaults, coercing strings (from a
-    properties file) to the defaults' types; unknown keys are kept (and ignored)."""
-    merged = dict(DEFAULTS)
-    for key, value in list((config or {}).items()) + [(k.replace("_", "."), v)
-                                                      for k, v in kwargs.items()]:
-        default = DEFAULTS.get(key)
-        if isinstance(value, str) and isinstance(default, bool):
-            if value.lower() not in ("true", "false"):
-                raise ValueError(f"{key} must be true or false, got {value!r}")
-            value = value.lower() == "true"
-        elif isinstance(value, str) and isinstance(default, int):
-            try:
-                value = int(value)
-            except ValueError:
-                raise ValueError(f"{key} must be an integer, got {value!r}") from None
-        merged[key] = value
-    if merged["auto.offset.reset"] not in ("earliest", "latest", "none"):
-        raise ValueError(f"auto.offset.reset must be earliest, latest or none, got "
-                         f"{merged['auto.offset.reset']!r}")
-    if merged["isolation.level"] not in ("read_uncommitted", "read_committed"):
-        raise ValueError(f"isolation.level must be read_uncommitted or read_committed, got "
-                         f"{merged['isolation.level']!r}")
-    return merged
-
-
-async def _call_listener(fn, tps: list[TopicPartition]) -> None:
-    if fn is None:
-        return
-    result = fn(tps)
-    if inspect.isawaitable(result):
-        await result
 
 
 class Consumer:
@@ -205,7 +155,7 @@ class Consumer:
                     if commit and self.config["enable.auto.commit"] and self.member.stable:
                         with contextlib.suppress(KafkaError):
                             await self.commit()
-                    await _call_listener(self._on_revoked, list(self._assigned))
+                    await call_listener(self._on_revoked, list(self._assigned))
                 if self.member is not None and self.member.member_id:
                     await self.member.leave()
         finally:
@@ -280,7 +230,7 @@ class Consumer:
 
     async def unsubscribe(self) -> None:
         if self.member is not None and not self._manual and self.member.member_id:
-            await _call_listener(self._on_revoked, list(self._assigned))
+            await call_listener(self._on_revoked, list(self._assigned))
             await self.member.leave()
         self._topics, self._pattern, self._manual = [], None, False
         self._set_assignment([])
@@ -425,7 +375,7 @@ class Consumer:
                 err = exc
                 log.info("async commit for group %s failed: %s", self.group_id, exc)
             if callback is not None:
-                await _call_listener(lambda _: callback({tp: o for tp, (o, _, _) in commit.items()},
+                await call_listener(lambda _: callback({tp: o for tp, (o, _, _) in commit.items()},
                                                         err), [])
         self._nursery.start_soon(self._in_scope, run)
 
@@ -487,7 +437,7 @@ class Consumer:
                 # onPartitionsLost; we report them through on_revoked)
                 lost = list(self._assigned)
                 self._set_assignment([])
-                await _call_listener(self._on_revoked, lost)
+                await call_listener(self._on_revoked, lost)
             owned = list(self._assigned)
             cooperative = member.rebalance_protocol is RebalanceProtocol.COOPERATIVE
             if owned and not cooperative:
@@ -495,7 +445,7 @@ class Consumer:
                 if self.config["enable.auto.commit"] and member.generation >= 0:
                     with contextlib.suppress(KafkaError):
                         await self.commit()
-                await _call_listener(self._on_revoked, owned)
+                await call_listener(self._on_revoked, owned)
                 self._set_assignment([])
                 owned = []
             new = await member.join(self._topics, owned, deadline)
@@ -511,15 +461,15 @@ class Consumer:
                         with contextlib.suppress(KafkaError):
                             await self.commit({tp: self._positions[tp] for tp in revoked
                                                if tp in self._positions})
-                    await _call_listener(self._on_revoked, revoked)
+                    await call_listener(self._on_revoked, revoked)
                     member.rejoin_needed = True      # KIP-429: rejoin so they can move
                 self._set_assignment(sorted(new_set))
-                await _call_listener(self._on_assigned, added)
+                await call_listener(self._on_assigned, added)
             else:
                 if owned:                    # a cooperative->eager switch: revoke all first
-                    await _call_listener(self._on_revoked, owned)
+                    await call_listener(self._on_revoked, owned)
                 self._set_assignment(sorted(new_set))
-                await _call_listener(self._on_assigned, sorted(new_set))
+                await call_listener(self._on_assigned, sorted(new_set))
             log.info("group %s generation %d: assigned %s", self.group_id, member.generation,
                      [f"{t}-{p}" for t, p in self._assigned])
 

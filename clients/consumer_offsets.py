@@ -8,7 +8,7 @@ import contextlib
 import trio
 
 from clients.cluster import Cluster
-from clients.errors import KafkaConnectionError, KafkaTimeoutError, check, classify, Retry
+from clients.errors import KafkaTimeoutError, Retry, check, classify
 from wire.errors import ErrorCode, KafkaError
 from wire.messages.index_generated import REQUESTS
 
