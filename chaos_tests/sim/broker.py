@@ -91,6 +91,7 @@ class SimBroker:
         self.fetcher.broker = self
         self.assignments: dict = {}           # (topic, partition) → leader id
         self.fetch_inflight: dict = {}        # leader id → request id
+        self.fetch_bodies: dict = {}          # request id → the Fetch sent (to judge its answer)
         self.alter_inflight: dict = {}        # request id → (hosted, change)
         self.produces: dict = {}              # request id → pending acks=all produce
         self.held_fetches: dict = {}          # request id → (src, request, deadline)
@@ -261,7 +262,7 @@ class SimBroker:
         # FetcherManager.run cancels the task of a leader we no longer follow anything from:
         # its in-flight fetch is abandoned and its answer never processed
         for leader in set(self.fetch_inflight) - set(self.assignments.values()):
-            del self.fetch_inflight[leader]
+            self.fetch_bodies.pop(self.fetch_inflight.pop(leader), None)
         self.purgatory.notify_all()
         self._fetch_all()
 
@@ -361,6 +362,7 @@ class SimBroker:
                 continue
             req = self._next_req()
             self.fetch_inflight[leader] = req
+            self.fetch_bodies[req] = body
             self._send(f"broker-{leader}", ("fetch", req, body))
             self._timer(self.cfg["fetch_wait_ms"] + self.cfg["request_timeout_ms"],
                         self._fetch_timeout, leader, req)
@@ -368,13 +370,14 @@ class SimBroker:
     def _fetch_timeout(self, leader, req) -> None:
         if self.fetch_inflight.get(leader) == req:
             del self.fetch_inflight[leader]           # a new connection, the old answer is dropped
+            self.fetch_bodies.pop(req, None)
 
     def _on_fetch_response(self, src, req, resp) -> None:
         leader = int(src.split("-")[1])
         if self.fetch_inflight.get(leader) != req:
             return
         del self.fetch_inflight[leader]
-        errors = self.fetcher._process(resp)
+        errors = self.fetcher._process(resp, self.fetch_bodies.pop(req), leader)
         if not errors:
             self._fetch_all()
         # with errors the periodic `_fetch_all` retries after fetch_retry_ms (metadata catches up)

@@ -70,8 +70,8 @@ class FetcherManager:
                     if conn is None:
                         conn = BrokerConnection(reg.host, reg.port, f"replica-{self.broker.broker_id}")
                         await conn.connect(timeout_s=2)
-                    resp = await conn.request(self._build(parts), FETCH_VERSION,
-                                              timeout_s=MAX_WAIT_MS / 1000 + 5)
+                    req = self._build(parts)
+                    resp = await conn.request(req, FETCH_VERSION, timeout_s=MAX_WAIT_MS / 1000 + 5)
                 except (ConnectionClosed, OSError, DecodeError, trio.TooSlowError, ValueError) as exc:
                     log.debug("fetch from broker %d failed: %s", leader, exc)
                     if conn is not None:
@@ -80,7 +80,7 @@ class FetcherManager:
                     conn = None
                     await trio.sleep(0.2)
                     continue
-                if self._process(resp):
+                if self._process(resp, req, leader):
                     await trio.sleep(0.05)      # errors: let metadata catch up before retrying
 
     def _build(self, parts):
@@ -100,14 +100,25 @@ class FetcherManager:
                    max_bytes=16 << 20, isolation_level=0, session_id=0, session_epoch=-1,
                    topics=[cls.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()])
 
-    def _process(self, resp) -> bool:
-        """Apply a fetch response; True if some partition reported an error."""
+    def _process(self, resp, req, leader: int) -> bool:
+        """Apply a fetch response to `req` sent to `leader`; True if some partition reported
+        an error. A partition whose state moved on while the fetch was in flight (another
+        leader or leader epoch, or a different log end) is skipped, as Kafka's fetcher does:
+        the answer was right for the question asked, and applying a late "you diverged at N"
+        from a previous leader would truncate records committed since."""
+        asked = {(t.topic, p.partition): (p.current_leader_epoch, p.fetch_offset)
+                 for t in req.topics for p in t.partitions}
         errors = False
         now = int(time.time() * 1000)
         for t in resp.responses:
             for p in t.partitions:
                 hosted = self.broker.replicas.get(t.topic, p.partition_index)
                 if hosted is None or hosted.state.role is not Role.FOLLOWER:
+                    continue
+                expected = asked.get((t.topic, p.partition_index))
+                if expected is None or hosted.state.leader_id != leader or \
+                        expected != (hosted.state.leader_epoch, hosted.log.log_end_offset):
+                    log.debug("dropping a stale fetch answer for %s-%d", t.topic, p.partition_index)
                     continue
                 try:
                     errors |= self._apply(hosted, p, now)

@@ -22,6 +22,9 @@ Leader side, as Kafka's `Partition` (KIP-101 leader epochs, KIP-497 AlterPartiti
   partition state; with no answer or an ambiguous one it stays pending and is sent again
   (`isr_change_uncertain`) — an earlier attempt may have been committed. `min.insync.replicas`
   is judged on the committed ISR;
+- a replica joins the ISR once its log end offset reaches both the high watermark and the
+  leader's epoch start offset (our log end when this epoch began): right after a leader change
+  the high watermark lags, and joining at it could admit a replica missing committed records;
 - the high watermark is the minimum log end offset over the maximal ISR and only moves forward;
   after become_leader every follower's offset is unknown, so the high watermark waits for every
   ISR member to fetch in the new epoch.
@@ -88,6 +91,7 @@ class PartitionState:
         self.isr: tuple[int, ...] = ()
         self.pending_isr: tuple[int, ...] | None = None
         self._resend_isr = False
+        self.epoch_start_offset = 0           # our log end when we became leader (this epoch)
         self.followers: dict[int, FollowerState] = {}
         # A restarted broker only knows the high watermark it checkpointed (or 0); it is never
         # above the local log end offset.
@@ -120,6 +124,9 @@ class PartitionState:
         self.pending_isr = None
         self._resend_isr = False
         if new_epoch:
+            # Everything committed before this epoch is below our log end now: a replica must
+            # reach it before it may join the ISR (Kafka's leaderEpochStartOffset).
+            self.epoch_start_offset = self.log.log_end_offset
             # Followers' positions from an older epoch say nothing about the new one.
             self.followers = {r: FollowerState(last_caught_up_ms=now_ms)
                               for r in replicas if r != self.broker_id}
@@ -230,6 +237,7 @@ class PartitionState:
             joining = [r for r, s in self.followers.items()
                        if r not in self.isr and s.log_end_offset != UNKNOWN_OFFSET
                        and s.log_end_offset >= self._high_watermark
+                       and s.log_end_offset >= self.epoch_start_offset
                        and now_ms - s.last_caught_up_ms <= replica_lag_time_max_ms]
             if not joining:
                 return None

@@ -153,3 +153,13 @@ def test_definite_refusal_forgets_the_pending_change():
     p.isr_change_failed()
     assert p.pending_isr is None
     assert p.isr_change_needed(now_ms=3, replica_lag_time_max_ms=1000).new_isr == (0, 1, 2)
+
+
+def test_a_replica_joins_the_isr_only_past_the_leaders_epoch_start():
+    p, log = leader(leo=100, isr=(0, 1))          # became leader with log end 100, HW 0
+    p.update_follower_fetch(1, 100, now_ms=1)
+    assert p.high_watermark == 100
+    p.update_follower_fetch(2, 97, now_ms=2)
+    assert p.isr_change_needed(now_ms=3, replica_lag_time_max_ms=1000) is None
+    p.update_follower_fetch(2, 100, now_ms=4)
+    assert p.isr_change_needed(now_ms=5, replica_lag_time_max_ms=1000).new_isr == (0, 1, 2)

@@ -1,16 +1,13 @@
-"""A finding from reading the fetcher while building the simulation (not yet reproduced by a
-seed): `FetcherManager._process` applies a fetch answer to a partition even when the partition
+"""Regression test for a finding made while building the simulation (fixed in
+`FetcherManager._process`): a fetch answer was applied to a partition even when the partition
 changed leader (and leader epoch) while that fetch was in flight. The task fetching from the old
 leader keeps running as long as this broker still follows some other partition there, so its
-late answer — correct for the state we had when we asked — is applied to a partition that now
-follows someone else. Sequence (the test below): we hold an uncommitted tail from an old epoch
-and ask the leader A; before A answers, the partition moves to B; B's answer truncates the tail,
-we replicate from B and those records commit; then A's late "you diverged at offset 5" arrives
-and truncates the committed records again, while we are in B's ISR (one more failure and an
-acknowledged record is lost). It needs A's answer to be slower than several round trips with B
-and A to lead another partition we follow (else its fetch task is cancelled): rare, not seen in
-the seeded runs so far. Kafka drops such answers: the partition's fetch state (leader epoch,
-fetch offset) must still be the one the request was built with.
+late answer — correct for the state we had when we asked — was applied to a partition that now
+follows someone else. Sequence: we hold an uncommitted tail from an old epoch and ask the leader
+A; before A answers, the partition moves to B; B's answer truncates the tail, we replicate from B
+and those records commit; then A's late "you diverged at offset 5" arrives and truncated the
+committed records again while we were in B's ISR. Now, as in Kafka, an answer is applied only if
+the partition still follows the same leader in the same leader epoch at the same fetch offset.
 
 Built with the real PartitionLog, ReplicaManager, PartitionState and FetcherManager halves.
 """
@@ -18,7 +15,6 @@ Built with the real PartitionLog, ReplicaManager, PartitionState and FetcherMana
 import types
 import uuid
 
-import pytest
 
 from partition_server.log.partition_log import PartitionLog
 from partition_server.replica_manager import ReplicaManager
@@ -48,11 +44,6 @@ def diverged(at_epoch: int, end_offset: int):
             records=b"")])])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (safety) in partition_server/replication/fetcher.py FetcherManager._process: an answer "
-    "to a fetch sent in an older leader epoch, from the old leader, is applied after the "
-    "partition moved to another leader; a late diverging-epoch answer truncates committed "
-    "records"))
 def test_late_answer_from_the_previous_leader_is_not_applied(tmp_path):
     plog = PartitionLog(str(tmp_path / "t-0"))
     replicas = ReplicaManager(0, lambda topic, partition, config: plog)
@@ -74,7 +65,8 @@ def test_late_answer_from_the_previous_leader_is_not_applied(tmp_path):
     # before broker 1 answers, the partition moves to broker 2 (epoch 2); its answer to the
     # same question truncates our uncommitted tail, then we replicate 5..14 and they commit
     follow(replicas, leader=2, epoch=2)
-    fetcher._process(diverged(0, 5))
+    to_b = fetcher._build([("t", 0)])
+    fetcher._process(diverged(0, 5), to_b, 2)
     assert plog.log_end_offset == 5
     plog.append_as_follower(follower_batch(5, 2, 10))
     hosted.state.update_follower_high_watermark(15)
@@ -82,6 +74,6 @@ def test_late_answer_from_the_previous_leader_is_not_applied(tmp_path):
 
     # broker 1's answer (the same, correct when it was computed) arrives late: it must be
     # dropped — the partition is no longer fetched from broker 1 in epoch 1
-    fetcher._process(diverged(0, 5))
+    fetcher._process(diverged(0, 5), request, 1)
     assert plog.log_end_offset == 15, "committed records 5..14 were truncated by a late answer"
     assert hosted.state.high_watermark == 15

@@ -1,5 +1,5 @@
-"""A finding from reading `PartitionState.isr_change_needed` against Kafka (not yet reproduced
-by a seed): a replica may join the ISR once its log end offset reaches the leader's high
+"""Regression test for a finding from reading `PartitionState.isr_change_needed` against Kafka
+(fixed: followers must also reach the leader's epoch start offset). A replica could join the ISR once its log end offset reaches the leader's high
 watermark. Right after a leader change the new leader's high watermark lags (it is what the old
 leader last told it) and every follower counts as caught up (their positions are reset to
 "now"), so a replica that was out of the ISR and holds less than the new leader's log can be
@@ -16,8 +16,6 @@ without 97..99. If N and O then fail, F is an eligible leader and the acknowledg
 gone.
 """
 
-import pytest
-
 from partition_server.replication.partition import PartitionState
 
 
@@ -27,10 +25,6 @@ class FakeLog:
         self.log_start_offset = 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (safety) in partition_server/replication/partition.py isr_change_needed: a replica "
-    "joins the ISR at the (lagging) high watermark without reaching the leader's epoch start "
-    "offset, so it may lack committed, acknowledged records"))
 def test_replica_below_the_new_leaders_epoch_start_does_not_join_the_isr():
     n = PartitionState("t", 0, broker_id=1, log=FakeLog(100))
     n.become_follower(leader_id=0, leader_epoch=1, partition_epoch=3, replicas=[0, 1, 2],
