@@ -324,6 +324,13 @@ def test_authorization_matrix(secure, bob):
                        secure.acl("User:bob", AclOperation.WRITE, writeonly),
                        secure.acl("User:bob", AclOperation.READ, "bob-", rtype=ResourceType.GROUP,
                                   pattern=ResourcePatternType.PREFIXED))
+    # DescribeAcls (answered from the broker's image) shows them to the super user
+    admin = secure.admin()
+    listed = admin.describe_acls(AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, "User:bob", None, AclOperation.ANY,
+        AclPermissionType.ANY)).result(10)
+    assert {(b.name, b.operation) for b in listed} >= {(readonly, AclOperation.READ),
+                                                       (writeonly, AclOperation.WRITE)}
     # no Write: produce refused and nothing appended
     _await(lambda: bob.fetch(readonly) == 0)
     assert bob.produce(readonly) == E_TOPIC
