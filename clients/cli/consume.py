@@ -102,6 +102,8 @@ def register(sub) -> None:
                    help="exit when no record arrived for this long (default: wait forever)")
     p.add_argument("--format", choices=["value", "key-value", "json"], default="value",
                    help="value (default), key-value (key<sep>value) or json (one object a line)")
+    p.add_argument("--output", choices=["table", "json"],
+                   help="json: the same as --format json (every raftka command takes --output)")
     p.add_argument("--key-separator", default="\t", help="for --format key-value (default tab)")
     p.add_argument("--isolation-level", choices=["read_uncommitted", "read_committed"],
                    default="read_uncommitted")
@@ -157,6 +159,8 @@ async def _consume(args) -> int:
     from clients.consumer import Consumer
     from clients.errors import UnknownTopicError
     _check_args(args)
+    if args.output == "json":
+        args.format = "json"
     props = client_props(args, args.property)
     props.setdefault("client.id", "raftka-console-consumer")
     props["isolation.level"] = args.isolation_level

@@ -205,7 +205,7 @@ def test_active_group_cannot_be_reset_or_deleted(capsys, cluster):
 def test_entry_point_with_env_bootstrap(cluster):
     env = dict(os.environ, RAFTKA_BOOTSTRAP=cluster.bootstrap)
     res = subprocess.run([sys.executable, "-m", "clients.cli.main", "consume", "--topic", TOPIC,
-                          "--from-beginning", "--max-messages", "4", "--format", "json"],
+                          "--from-beginning", "--max-messages", "4", "--output", "json"],
                          capture_output=True, text=True, env=env, timeout=60)
     assert res.returncode == 0, res.stderr
     assert len([json.loads(line) for line in res.stdout.splitlines()]) == 4
