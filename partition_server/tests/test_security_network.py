@@ -180,3 +180,24 @@ async def test_sasl_ssl_and_connection_limits(nursery, tmp_path):
     c = await tls_client()                           # a slot is free again
     assert (await c.scram()).error_code == 0
     assert (await a.call(REQUESTS[3](topics=None), 12)).cluster_id == "User:alice"
+
+
+async def test_ssl_listener_client_certificate_is_the_principal(nursery, tmp_path):
+    paths = tls.generate_dev_ca(tmp_path, clients=["alice"])
+    sec = ListenerSecurity("SSL", tls.server_context(str(paths["server"]),
+                                                     truststore=str(paths["ca"]),
+                                                     client_auth="required"))
+    port = await start(nursery, sec)
+
+    async def client(certfile):
+        ctx = tls.client_context(str(paths["ca"]), certfile)
+        stream = trio.SSLStream(await trio.open_tcp_stream("127.0.0.1", port), ctx,
+                                server_hostname="127.0.0.1")
+        await stream.do_handshake()
+        return Client(stream)
+
+    c = await client(str(paths["client:alice"]))
+    assert (await c.call(REQUESTS[3](topics=None), 12)).cluster_id == "User:CN=alice"
+    with pytest.raises((trio.BrokenResourceError, EOFError)):    # no certificate: refused
+        anonymous = await client(None)
+        await anonymous.call(REQUESTS[18](), 3)
