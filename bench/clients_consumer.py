@@ -7,11 +7,18 @@ and we report records/s and the ratio ours / confluent-kafka (median of the roun
 
     python3 bench/clients_consumer.py [--records 300000] [--rounds 3]
 
-First run (2026-11-23, 200k records, 2 rounds, machine load average ~20 on 2 cores from other
-jobs, so absolute figures are low and noisy): uncompressed ours 49k rec/s vs confluent-kafka
-117k (0.42); lz4 57k vs 315k (0.18). Nearly all of our time goes to decoding records in Python
-(wire.records.decode_records, ~85% of the wall time in a profile); librdkafka decodes in C on
-its own threads.
+Runs (2026-11-23, 2 cores shared with other jobs):
+
+| run | load avg | none: ours / confluent-kafka | ratio | lz4: ours / confluent-kafka | ratio |
+|---|---|---|---|---|---|
+| 200k x 2, before background fetch | ~20 | 49k / 117k | 0.42 | 57k / 315k | 0.18 |
+| 200k x 3, background fetch | ~6 | 202k / 172k | 1.17 | 202k / 906k | 0.22 |
+| 300k x 3, background fetch | ~5 | 181k / 261k | 0.69 | 197k / 1129k | 0.17 |
+
+Reading: uncompressed we are within a factor of ~1.5 of librdkafka; compressed, librdkafka
+decompresses and parses in C on its own threads while we spend ~5 us per record decoding in
+Python (wire.records.decode_records was ~85% of our wall time in a profile), so our rate stays
+~200k rec/s whatever the codec.
 """
 
 from __future__ import annotations
