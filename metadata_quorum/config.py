@@ -123,6 +123,12 @@ class ControllerConfig:
                    as_int("num.partitions", 1, 1), as_int("default.replication.factor", 1, 1),
                    as_int("raftka.controller.stream.tail.records", 50_000, 2),
                    as_int("raftka.controller.disconnect.fence.ms", 1000, 0))
+        if not problems:
+            try:    # the listener's TLS/SASL settings, checked now rather than at first connect
+                from partition_server.security.setup import controller_listener_security
+                controller_listener_security(props, lambda: None)
+            except ValueError as exc:
+                problems.append(str(exc))
         if problems:
             raise ConfigError("; ".join(problems))
         return cls(node_id, voters, peers, listener,

@@ -196,6 +196,26 @@ def _parse(defn: ConfigDef, raw: str) -> Any:
     return raw
 
 
+def _check_security(values: dict, problems: list[str]) -> None:
+    """Fail at start-up, with the key named, rather than on the first TLS connection."""
+    from partition_server.security.listeners import resolve
+    from partition_server.security.sasl import SUPPORTED_MECHANISMS
+    from partition_server.security.tls import TlsConfigError, server_context
+    bound = resolve(values["listeners"], values["advertised.listeners"],
+                    values["listener.security.protocol.map"],
+                    values["inter.broker.listener.name"]).bound
+    if any(x.uses_tls for x in bound):
+        try:
+            server_context(values["ssl.keystore.location"], values["ssl.key.password"],
+                           values["ssl.truststore.location"], values["ssl.client.auth"])
+        except TlsConfigError as exc:
+            problems.append(str(exc))
+    unknown = [m for m in values["sasl.enabled.mechanisms"] if m not in SUPPORTED_MECHANISMS]
+    if unknown:
+        problems.append(f"sasl.enabled.mechanisms: {', '.join(unknown)} not supported "
+                        f"(supported: {', '.join(SUPPORTED_MECHANISMS)})")
+
+
 @dataclasses.dataclass(frozen=True)
 class BrokerConfig:
     values: dict[str, Any]
@@ -244,6 +264,7 @@ class BrokerConfig:
                 resolve(values["listeners"], values["advertised.listeners"],
                         values["listener.security.protocol.map"],
                         values["inter.broker.listener.name"])
+                _check_security(values, problems)
             except ListenerConfigError as exc:
                 problems.append(str(exc))
         if bool(values["raftka.inter.node.sasl.username"]) != \

@@ -115,3 +115,26 @@ def test_configs_secure_example_is_valid(tmp_path):
         sec = setup.controller_listener_security(cfg.props, lambda: None)
         assert sec.protocol == "SASL_SSL" and sec.allowed_principals == {"User:admin",
                                                                          "User:raftka-inter-node"}
+
+
+def test_bad_security_settings_are_config_errors(tmp_path):
+    from metadata_quorum.config import ConfigError, ControllerConfig
+    from partition_server.config import BrokerConfig
+    base = {"node.id": "0", "controller.quorum.voters": "3000@127.0.0.1:1"}
+    with pytest.raises(ConfigError, match="ssl.keystore.location"):
+        BrokerConfig.from_properties({**base, "listeners": "SASL_SSL://127.0.0.1:9093"})
+    with pytest.raises(ConfigError, match="sasl.enabled.mechanisms: GSSAPI"):
+        BrokerConfig.from_properties({**base, "listeners": "SASL_PLAINTEXT://127.0.0.1:9093",
+                                      "sasl.enabled.mechanisms": "GSSAPI"})
+    with pytest.raises(ConfigError, match="go together"):
+        BrokerConfig.from_properties({**base, "raftka.inter.node.sasl.username": "x"})
+    with pytest.raises(ConfigError, match="ssl.client.auth"):
+        BrokerConfig.from_properties({**base, "ssl.client.auth": "maybe"})
+    ctrl = {"node.id": "3000", "controller.quorum.voters": "3000@127.0.0.1:1",
+            "raftka.controller.raft.peers": "3000@127.0.0.1:2",
+            "listeners": "CONTROLLER://127.0.0.1:1",
+            "listener.security.protocol.map": "CONTROLLER:SASL_SSL"}
+    with pytest.raises(ConfigError, match="ssl.keystore.location"):
+        ControllerConfig.from_properties(ctrl)
+    paths = tls.generate_dev_ca(tmp_path)
+    assert ControllerConfig.from_properties({**ctrl, "ssl.keystore.location": str(paths["server"])})
