@@ -196,7 +196,11 @@ async def _offset_fetch(ok: Check, req, call):
     cls = RESPONSES[9]
     if req.api_version < 8:
         if not ok(A.DESCRIBE, A.GROUP, req.body.group_id):
-            return cls(error_code=GROUP_DENIED)
+            # v0-1 have no top-level error: each requested partition carries it
+            return cls(error_code=GROUP_DENIED, topics=[cls.OffsetFetchResponseTopic(
+                name=t.name, partitions=[cls.OffsetFetchResponsePartition(
+                    partition_index=p, committed_offset=-1, error_code=GROUP_DENIED)
+                    for p in t.partition_indexes]) for t in req.body.topics or []])
         resp = await call(req)
         resp.topics = [t for t in resp.topics if _topic_visible(ok, t, req.body.topics)]
         return resp

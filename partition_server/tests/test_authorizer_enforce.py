@@ -117,3 +117,18 @@ def test_groups_cluster_and_super_users():
                                                         host="*", operation=2,
                                                         permission_type=3)]), forward, 3)
     assert resp.results[0].error_code == 31
+
+
+def test_offset_fetch_group_denied_at_every_version():
+    q = REQUESTS[9]
+
+    async def handler(req):
+        raise AssertionError("refused OffsetFetch must not reach the coordinator")
+    az = A.Authorizer([])
+    body = q(group_id="g", topics=[q.OffsetFetchRequestTopic(name="t", partition_indexes=[0, 1])])
+    resp, _ = run(az, 9, body, handler, 1)
+    assert [p.error_code for p in resp.topics[0].partitions] == [30, 30]
+    resp, _ = run(az, 9, q(group_id="g", topics=None), handler, 7)
+    assert resp.error_code == 30
+    resp, _ = run(az, 9, q(groups=[q.OffsetFetchRequestGroup(group_id="g", topics=None)]), handler, 8)
+    assert resp.groups[0].error_code == 30
