@@ -247,11 +247,21 @@ class RaftkaDataSource(DataSource):
         include = str(opts.get("includeheaders", "false")).strip().lower() == "true"
         return source_schema(include)
 
+    def _check_schema(self, schema, o: SourceOptions) -> None:
+        if schema is not None and schema != source_schema(o.include_headers):
+            raise ValueError("the raftka source has a fixed schema (key, value, topic, partition, "
+                             "offset, timestamp, timestampType[, headers]); do not set one, "
+                             "cast the columns instead")
+
     def reader(self, schema):
-        return RaftkaBatchReader(source_options(self.options, streaming=False))
+        o = source_options(self.options, streaming=False)
+        self._check_schema(schema, o)
+        return RaftkaBatchReader(o)
 
     def streamReader(self, schema):
-        return RaftkaStreamReader(source_options(self.options, streaming=True))
+        o = source_options(self.options, streaming=True)
+        self._check_schema(schema, o)
+        return RaftkaStreamReader(o)
 
     def writer(self, schema, overwrite: bool):
         from spark_connector.sink import RaftkaBatchWriter

@@ -118,3 +118,16 @@ def test_reader_pickles_without_its_connections():
     import pickle
     r = reader(FakePlanner({}, {}))
     assert pickle.loads(pickle.dumps(r))._planner is None
+
+
+def test_a_user_schema_is_refused_and_the_default_accepted():
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from spark_connector.source import RaftkaDataSource
+    from spark_connector.schema import source_schema
+    ds = RaftkaDataSource({"kafka.bootstrap.servers": "h:1", "subscribe": "t",
+                           "includeheaders": "true"})
+    assert ds.schema() == source_schema(True)
+    assert isinstance(ds.streamReader(source_schema(True)), RaftkaStreamReader)
+    with pytest.raises(ValueError, match="fixed schema"):
+        ds.reader(StructType([StructField("value", StringType())]))
