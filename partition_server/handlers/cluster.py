@@ -130,9 +130,11 @@ async def handle_describe_configs(broker, req):
         for key, value, source, is_default in entries:
             if keys is not None and key not in keys:
                 continue
+            # passwords never leave the broker (Kafka's PASSWORD type: sensitive, value null)
+            sensitive = key.endswith(".password")
             out.configs.append(cls.DescribeConfigsResourceResult(
-                name=key, value=value, read_only=False, is_default=is_default,
-                config_source=source, is_sensitive=False))
+                name=key, value=None if sensitive else value, read_only=False,
+                is_default=is_default, config_source=source, is_sensitive=sensitive))
         results.append(out)
     return cls(results=results)
 

@@ -440,6 +440,12 @@ def test_stranger_on_inter_node_ports_learns_nothing(secure):
         with _raw(port, tls, secure.ca) as sock:
             sock.sendall(_frame(REQUESTS[3](topics=None), 12))
             assert _read_all(sock) == b""
+    # even the super user's DescribeConfigs never shows a password
+    from confluent_kafka.admin import ConfigResource, ResourceType as RT
+    admin = secure.admin()
+    entries = list(admin.describe_configs([ConfigResource(RT.BROKER, "0")]).values())[0].result(15)
+    secret = entries["raftka.inter.node.sasl.password"]
+    assert secret.value is None and secret.is_sensitive
     # the Raft port is password-protected (pysyncobj encryption): garbage learns nothing
     with socket.create_connection(("127.0.0.1", layout.raft_port(0)), timeout=5) as sock:
         sock.sendall(os.urandom(64))
