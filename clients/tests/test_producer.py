@@ -276,3 +276,26 @@ def test_live_sync_facade_from_threads(live):
                                    TopicPartition(topic, 1): LATEST})
         assert sum(o for o, _ in ends.values()) == 8000
         assert topic in admin.list_topics()
+
+
+@pytest.mark.live
+async def test_live_failed_batch_then_new_producer_id(live):
+    """A batch the broker refuses for good (too large for the topic) fails its futures; the
+    idempotent producer then takes a new producer id so later batches are not refused for a
+    sequence gap."""
+    from wire.errors import KafkaError as KE
+    topic = f"p-big-{uuid.uuid4().hex[:6]}"
+    async with Producer(live.bootstrap, {"linger.ms": 0}) as p:
+        await _create(p, topic, 1, configs=[("max.message.bytes", "2000")])
+        first = await (await p.send(topic, b"small-1", partition=0))
+        pid = p._producer_id
+        big = await p.send(topic, b"x" * 5000, partition=0)
+        with pytest.raises(KE) as info:
+            await big
+        assert "MESSAGE_TOO_LARGE" in str(info.value) or "RECORD_LIST_TOO_LARGE" in str(info.value)
+        later = [await p.send(topic, b"small-%d" % i, partition=0) for i in range(2, 6)]
+        await p.flush()
+        assert [f.exception() for f in later] == [None] * 4
+        assert [f.result().offset for f in later] == list(range(first.offset + 1,
+                                                                 first.offset + 5))
+        assert p._producer_id != pid
