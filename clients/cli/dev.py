@@ -98,6 +98,8 @@ def write_properties(path: Path, props: dict[str, str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     body = "".join(f"{k}={v}\n" for k, v in props.items())
     path.write_text("# written by `raftka dev`; edits are overwritten on the next start\n" + body)
+    if any("password" in k for k in props):
+        path.chmod(0o600)          # --secure: the inter-node and Raft passwords are in here
 
 
 class ManagedProcess:

@@ -35,6 +35,8 @@ def test_dev_secure_prints_usable_client_properties(tmp_path):
         props = load_properties(open(lines["client.properties"]).read())
         assert props["security.protocol"] == "SASL_SSL" and props["sasl.mechanism"] == "SCRAM-SHA-512"
         assert os.stat(lines["client.properties"]).st_mode & 0o077 == 0
+        for name in ("broker-0", "controller-3000"):     # they hold the inter-node password
+            assert os.stat(tmp_path / "dev" / "configs" / f"{name}.properties").st_mode & 0o077 == 0
         conf = {"bootstrap.servers": lines["bootstrap.servers"], **props}
         admin = AdminClient(conf)
         for f in admin.create_topics([NewTopic("dev-secure", 1, 3)]).values():
