@@ -101,6 +101,11 @@ def resolve(props: dict | None, schema: dict) -> dict:
             explicit.add(key)
         else:
             out[key] = value
+    proto = str(out.get("security.protocol") or "PLAINTEXT").strip().upper()
+    if proto != "PLAINTEXT":
+        # better a clear refusal than a handshake failure that looks like a dead cluster
+        raise ConfigError(f"security.protocol={proto} is not supported by the raftka client yet "
+                          "(PLAINTEXT only); use a Kafka client for TLS/SASL listeners")
     for key in ("batch.size", "buffer.memory", "max.request.size", "request.timeout.ms"):
         if key in out and out[key] is not None and out[key] <= 0:
             raise ConfigError(f"{key} must be positive")
