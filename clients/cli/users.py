@@ -40,9 +40,9 @@ def load_client_properties(path: str | None) -> dict[str, str]:
         raise CliError(f"--command-config {path}: {exc}") from None
 
 
-async def open_connection(bootstrap: str, props: dict[str, str], timeout_s: float = 10.0):
-    """A BrokerConnection to the first reachable bootstrap server, secured as `props` says."""
-    from clients.connection import BrokerConnection, ConnectionClosed
+def install_client_security(props: dict[str, str]) -> None:
+    """Every BrokerConnection of this process connects as `props` says (Kafka client keys)."""
+    from clients.connection import BrokerConnection
     from partition_server.security import tls
     from partition_server.security.setup import authenticate_connection
     protocol = props.get("security.protocol", "PLAINTEXT").upper()
@@ -62,6 +62,12 @@ async def open_connection(bootstrap: str, props: dict[str, str], timeout_s: floa
             await authenticate_connection(conn, mechanism, user, password)
 
     BrokerConnection.connect_hook = hook
+
+
+async def open_connection(bootstrap: str, props: dict[str, str], timeout_s: float = 10.0):
+    """A BrokerConnection to the first reachable bootstrap server, secured as `props` says."""
+    from clients.connection import BrokerConnection, ConnectionClosed
+    install_client_security(props)
     problems = []
     for server in [s.strip() for s in bootstrap.split(",") if s.strip()]:
         host, _, port = server.rpartition(":")
