@@ -175,6 +175,11 @@ def test_min_partitions_and_max_records_per_partition(spark, cluster):
     df3 = _reader(spark, cluster, "split", startingOffsets='{"split":{"0":10,"1":-2,"2":-2}}',
                   endingOffsets='{"split":{"0":20,"1":5,"2":-1}}')
     assert act(df3.count) == 10 + 5 + 1000
+    # subscribePattern and assign select the same partitions by other means
+    def base():
+        return spark.read.format("raftka").option("kafka.bootstrap.servers", cluster.bootstrap)
+    assert act(base().option("subscribePattern", "spl.t").load().count) == 3000
+    assert act(base().option("assign", '{"split":[0,2]}').load().count) == 2000
 
 
 def test_starting_offsets_by_timestamp(spark, cluster, tmp_path):
@@ -188,6 +193,9 @@ def test_starting_offsets_by_timestamp(spark, cluster, tmp_path):
     first = {p: min(r.offset for r in rows if r.partition == p) for p in (0, 1)}
     assert first == {0: 10, 1: 43}
     assert len(rows) == 40 + 7
+    # endingOffsetsByTimestamp: up to (not including) the first record at or after it
+    ending = json.dumps({"ts": {"0": base + 20_000, "1": base + 5_500}})
+    assert act(_reader(spark, cluster, "ts", endingOffsetsByTimestamp=ending).count) == 20 + 6
     # streaming resolves the same way; startingTimestamp applies to every partition
     q, batches = collect_stream(_stream(spark, cluster, "ts", startingTimestamp=str(base + 45_000)),
                                 str(tmp_path / "ck"))
