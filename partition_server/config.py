@@ -196,7 +196,46 @@ def _parse(defn: ConfigDef, raw: str) -> Any:
     return raw
 
 
-def _check_security(values: dict, problems: list[str]) -> None:
+# Kafka's `listener.name.<listener>.<key>` overrides accepted for these keys
+PER_LISTENER_KEYS = ("sasl.enabled.mechanisms", "sasl.server.max.receive.size",
+                     "connections.max.reauth.ms", "ssl.keystore.location", "ssl.key.password",
+                     "ssl.truststore.location", "ssl.client.auth")
+
+
+def _listener_overrides(props: dict, values: dict, problems: list[str]) -> dict:
+    """{(LISTENER, key): parsed value} from `listener.name.<listener>.<key>` properties."""
+    from partition_server.security.listeners import ListenerConfigError, parse_listeners
+    try:
+        names = {x.name for x in parse_listeners(values["listeners"],
+                                                 values["listener.security.protocol.map"])}
+    except ListenerConfigError:
+        return {}                       # reported by the listener check
+    out = {}
+    for key, raw in props.items():
+        if not key.startswith("listener.name."):
+            continue
+        name, _, setting = key[len("listener.name."):].partition(".")
+        if name.upper() not in names:
+            problems.append(f"{key}: no listener named {name.upper()}")
+        elif setting not in PER_LISTENER_KEYS:
+            problems.append(f"{key}: per-listener {setting!r} is not supported "
+                            f"(supported: {', '.join(PER_LISTENER_KEYS)})")
+        else:
+            defn = BROKER_CONFIG_DEFS[setting]
+            try:
+                value = _parse(defn, raw)
+            except ConfigError as exc:
+                problems.append(f"{key}: {exc}")
+                continue
+            err = defn.validator(value) if defn.validator else None
+            if err:
+                problems.append(f"{key}={raw}: {err}")
+                continue
+            out[(name.upper(), setting)] = value
+    return out
+
+
+def _check_security(values: dict, problems: list[str], overrides: dict) -> None:
     """Fail at start-up, with the key named, rather than on the first TLS connection."""
     from partition_server.security.listeners import resolve
     from partition_server.security.sasl import SUPPORTED_MECHANISMS
@@ -204,21 +243,26 @@ def _check_security(values: dict, problems: list[str]) -> None:
     bound = resolve(values["listeners"], values["advertised.listeners"],
                     values["listener.security.protocol.map"],
                     values["inter.broker.listener.name"]).bound
-    if any(x.uses_tls for x in bound):
-        try:
-            server_context(values["ssl.keystore.location"], values["ssl.key.password"],
-                           values["ssl.truststore.location"], values["ssl.client.auth"])
-        except TlsConfigError as exc:
-            problems.append(str(exc))
-    unknown = [m for m in values["sasl.enabled.mechanisms"] if m not in SUPPORTED_MECHANISMS]
-    if unknown:
-        problems.append(f"sasl.enabled.mechanisms: {', '.join(unknown)} not supported "
-                        f"(supported: {', '.join(SUPPORTED_MECHANISMS)})")
+    for x in bound:
+        def get(key, name=x.name):
+            return overrides.get((name, key), values[key])
+        if x.uses_tls:
+            try:
+                server_context(get("ssl.keystore.location"), get("ssl.key.password"),
+                               get("ssl.truststore.location"), get("ssl.client.auth"))
+            except TlsConfigError as exc:
+                problems.append(f"listener {x.name}: {exc}")
+        unknown = [m for m in get("sasl.enabled.mechanisms") if m not in SUPPORTED_MECHANISMS]
+        if unknown:
+            problems.append(f"sasl.enabled.mechanisms of {x.name}: {', '.join(unknown)} not "
+                            f"supported (supported: {', '.join(SUPPORTED_MECHANISMS)})")
 
 
 @dataclasses.dataclass(frozen=True)
 class BrokerConfig:
     values: dict[str, Any]
+    # {(LISTENER, key): value} from listener.name.<listener>.<key> (see PER_LISTENER_KEYS)
+    listener_overrides: dict = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_properties(cls, props: dict[str, str], *, allow_unknown_prefixes: tuple[str, ...] = (
@@ -229,7 +273,7 @@ class BrokerConfig:
         for key, raw in props.items():
             defn = BROKER_CONFIG_DEFS.get(key)
             if defn is None:
-                if not key.startswith(allow_unknown_prefixes):
+                if not key.startswith(allow_unknown_prefixes + ("listener.name.",)):
                     problems.append(f"{key}: unknown broker config")
                 continue
             try:
@@ -258,13 +302,14 @@ class BrokerConfig:
                 parse_endpoint(listener)
             except ConfigError as exc:
                 problems.append(str(exc))
+        overrides = _listener_overrides(props, values, problems) if not problems else {}
         if not problems:
             try:
                 from partition_server.security.listeners import ListenerConfigError, resolve
                 resolve(values["listeners"], values["advertised.listeners"],
                         values["listener.security.protocol.map"],
                         values["inter.broker.listener.name"])
-                _check_security(values, problems)
+                _check_security(values, problems, overrides)
             except ListenerConfigError as exc:
                 problems.append(str(exc))
         if bool(values["raftka.inter.node.sasl.username"]) != \
@@ -272,10 +317,14 @@ class BrokerConfig:
             problems.append("raftka.inter.node.sasl.username and .password go together")
         if problems:
             raise ConfigError("; ".join(problems))
-        return cls(values)
+        return cls(values, overrides)
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
+
+    def listener_get(self, listener_name: str):
+        """A `get(key)` for one listener: its override, else the broker-wide value."""
+        return lambda key: self.listener_overrides.get((listener_name, key), self.values.get(key))
 
     @property
     def node_id(self) -> int:

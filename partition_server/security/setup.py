@@ -88,8 +88,8 @@ def broker_listeners(config, lookup) -> list[tuple[Listener, ListenerSecurity]]:
     ls = resolve(config["listeners"], config["advertised.listeners"],
                  config["listener.security.protocol.map"], config["inter.broker.listener.name"])
     limiter = ConnectionLimiter(config["max.connections"], config["max.connections.per.ip"])
-    get = config.values.get
-    return [(x, listener_security(x, get, lookup, limiter)) for x in ls.bound]
+    return [(x, listener_security(x, config.listener_get(x.name), lookup, limiter))
+            for x in ls.bound]
 
 
 # -- the client side of inter-node links -----------------------------------------------------

@@ -123,7 +123,7 @@ def test_bad_security_settings_are_config_errors(tmp_path):
     base = {"node.id": "0", "controller.quorum.voters": "3000@127.0.0.1:1"}
     with pytest.raises(ConfigError, match="ssl.keystore.location"):
         BrokerConfig.from_properties({**base, "listeners": "SASL_SSL://127.0.0.1:9093"})
-    with pytest.raises(ConfigError, match="sasl.enabled.mechanisms: GSSAPI"):
+    with pytest.raises(ConfigError, match="sasl.enabled.mechanisms.*GSSAPI"):
         BrokerConfig.from_properties({**base, "listeners": "SASL_PLAINTEXT://127.0.0.1:9093",
                                       "sasl.enabled.mechanisms": "GSSAPI"})
     with pytest.raises(ConfigError, match="go together"):
@@ -138,3 +138,27 @@ def test_bad_security_settings_are_config_errors(tmp_path):
         ControllerConfig.from_properties(ctrl)
     paths = tls.generate_dev_ca(tmp_path)
     assert ControllerConfig.from_properties({**ctrl, "ssl.keystore.location": str(paths["server"])})
+
+
+def test_per_listener_overrides(tmp_path):
+    from metadata_quorum.config import ConfigError
+    from partition_server.config import BrokerConfig
+    from partition_server.security import setup
+    paths = tls.generate_dev_ca(tmp_path)
+    base = {"node.id": "0", "controller.quorum.voters": "3000@127.0.0.1:1",
+            "listeners": "SASL_SSL://127.0.0.1:9093,INTERNAL://127.0.0.1:9094",
+            "listener.security.protocol.map": "INTERNAL:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "listener.name.sasl_ssl.ssl.keystore.location": str(paths["server"]),
+            "listener.name.internal.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+            "listener.name.internal.connections.max.reauth.ms": "5000"}
+    config = BrokerConfig.from_properties(base)
+    built = {x.name: sec for x, sec in setup.broker_listeners(config, lambda u, m: None)}
+    assert built["SASL_SSL"].mechanisms == ("SCRAM-SHA-512",) and built["SASL_SSL"].ssl_context
+    assert built["INTERNAL"].mechanisms == ("PLAIN", "SCRAM-SHA-256")
+    assert built["INTERNAL"].reauth_ms == 5000 and built["SASL_SSL"].reauth_ms == 0
+    for key, needle in (("listener.name.nope.ssl.client.auth", "no listener named NOPE"),
+                        ("listener.name.internal.scram-sha-512.sasl.jaas.config", "not supported"),
+                        ("listener.name.internal.connections.max.reauth.ms", "not an integer")):
+        with pytest.raises(ConfigError, match=needle):
+            BrokerConfig.from_properties({**base, key: "x"})
