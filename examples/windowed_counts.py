@@ -8,7 +8,8 @@ topic into another, with PySpark and the `raftka` data source.
 `--generate N` writes N page-view events (key = page, value = user) spread over the last minute
 into the input topic first; `--once` processes what is there (Trigger.AvailableNow) and prints
 the output topic. Counts are written in append mode: one record per (window, page), once the
-watermark (newest event time - 30 s) has passed the window's end. Restarting with the same --checkpoint resumes where the last run stopped.
+watermark (newest event time - 30 s) has passed the window's end. Restarting with the same
+--checkpoint resumes where the last run stopped.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def build_query(spark, bootstrap: str, source: str, sink: str, checkpoint: str, 
               # append: a window's count is written once, when the watermark (newest event
               # time - 30 s) has passed the window's end and the count can no longer change
               .outputMode("append"))
-    writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime="2 seconds")
+    writer = (writer.trigger(availableNow=True) if once
+              else writer.trigger(processingTime="2 seconds"))
     return writer.start()
 
 

@@ -365,7 +365,8 @@ class KafkaClient:
 
     # -- metadata ----------------------------------------------------------------------------
 
-    def refresh_metadata(self, topics: list[str] | None = None) -> dict[str, dict[int, PartitionInfo]]:
+    def refresh_metadata(self, topics: list[str] | None = None
+                         ) -> dict[str, dict[int, PartitionInfo]]:
         """Partitions of `topics` (None: every topic). Unknown topics are simply absent."""
         md = REQUESTS[API_METADATA]
         sock = self._any_socket()

@@ -9,7 +9,6 @@ ValueError with a message naming the option, at query start on the driver.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 
 from spark_connector import offsets as off
@@ -19,7 +18,7 @@ from spark_connector.kafka_io import ClientConfig
 _UNSUPPORTED_SOURCE = {
     "group.id": None,      # accepted by Spark 3+; we keep no consumer group, so it is ignored
     "auto.offset.reset": "Set the source option 'startingOffsets' instead.",
-    "key.deserializer": "Keys are always read as bytes; cast the column (e.g. CAST(key AS STRING)).",
+    "key.deserializer": "Keys are always read as bytes; cast the column (CAST(key AS STRING)).",
     "value.deserializer": "Values are always read as bytes; cast the column.",
     "enable.auto.commit": "The source does not commit any offsets to Kafka.",
     "interceptor.classes": "Raftka's connector does not run Kafka interceptors.",
@@ -59,7 +58,7 @@ def kafka_params(opts) -> dict[str, str]:
 
 @dataclasses.dataclass(frozen=True)
 class Subscription:
-    """Which topic-partitions a query reads: exactly one of subscribe / subscribePattern / assign."""
+    """The topic-partitions a query reads: one of subscribe / subscribePattern / assign."""
     kind: str                                  # "subscribe" | "subscribePattern" | "assign"
     topics: tuple[str, ...] = ()
     pattern: str | None = None
@@ -90,7 +89,7 @@ class Subscription:
 @dataclasses.dataclass(frozen=True)
 class OffsetSpec:
     """A start or end position: 'earliest' | 'latest' | per-partition offsets | timestamps."""
-    kind: str                                  # earliest | latest | offsets | timestamps | timestamp
+    kind: str                        # earliest | latest | offsets | timestamps | timestamp
     offsets: tuple[tuple[off.TopicPartition, int], ...] = ()
     timestamp: int | None = None               # kind == "timestamp": one for every partition
 
@@ -252,8 +251,3 @@ def sink_options(opts) -> SinkOptions:
                        acks=_ACKS[acks], compression=_COMPRESSION[comp],
                        batch_bytes=int(params.get("batch.size", 1 << 20)))
 
-
-def describe(o: SourceOptions) -> str:
-    """One line for logs."""
-    return json.dumps({"subscription": o.subscription.kind, "starting": o.starting.kind,
-                       "failOnDataLoss": o.fail_on_data_loss})
