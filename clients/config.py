@@ -103,9 +103,13 @@ def resolve(props: dict | None, schema: dict) -> dict:
             out[key] = value
     proto = str(out.get("security.protocol") or "PLAINTEXT").strip().upper()
     if proto != "PLAINTEXT":
-        # better a clear refusal than a handshake failure that looks like a dead cluster
-        raise ConfigError(f"security.protocol={proto} is not supported by the raftka client yet "
-                          "(PLAINTEXT only); use a Kafka client for TLS/SASL listeners")
+        # TLS/SASL happen in BrokerConnection's process-wide connect hook (the CLI installs it
+        # from --command-config); without it, refuse clearly rather than fail a handshake in a
+        # way that looks like a dead cluster
+        from clients.connection import BrokerConnection
+        if BrokerConnection.connect_hook is None:
+            raise ConfigError(f"security.protocol={proto} needs TLS/SASL set up for this process "
+                              "first (clients.cli.users.install_client_security(props))")
     for key in ("batch.size", "buffer.memory", "max.request.size", "request.timeout.ms"):
         if key in out and out[key] is not None and out[key] <= 0:
             raise ConfigError(f"{key} must be positive")

@@ -68,6 +68,13 @@ def client_config(args: argparse.Namespace, extra: dict | None = None) -> dict:
     props.setdefault("default.api.timeout.ms", "30000")
     props.setdefault("max.block.ms", "15000")
     props.update(extra or {})
+    if str(props.get("security.protocol", "PLAINTEXT")).upper() != "PLAINTEXT":
+        # TLS and SASL for every connection of this process, as the properties say
+        from clients.cli.users import install_client_security
+        try:
+            install_client_security(props)
+        except Exception as exc:  # noqa: BLE001 - its own error type; a usage problem here
+            raise CommandError(f"--command-config: {exc}", EXIT_USAGE) from None
     return props
 
 

@@ -178,10 +178,6 @@ def test_unreachable_and_usage(cli, tmp_path):
     code, out, err = cli("topics", "list", "--command-config", str(tmp_path / "nope"),
                          bootstrap=False)
     assert code == 2 and "cannot read" in err
-    sasl = tmp_path / "sasl.properties"
-    sasl.write_text(f"bootstrap.servers={cli.bootstrap}\nsecurity.protocol=SASL_SSL\n")
-    code, out, err = cli("topics", "list", "--command-config", str(sasl), bootstrap=False)
-    assert code == 2 and "security.protocol=SASL_SSL is not supported" in err
     bad = tmp_path / "bad.properties"
     bad.write_text("just garbage\n")
     code, out, err = cli("topics", "list", "--command-config", str(bad), bootstrap=False)
