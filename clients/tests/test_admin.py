@@ -163,6 +163,10 @@ async def test_live_cluster_quorum_acls(live):
         binding = AclBinding(ResourceType.TOPIC, "acl-t", PatternType.LITERAL, "User:alice", "*",
                              AclOperation.READ, AclPermissionType.ALLOW)
         assert await admin.create_acls([binding]) == [None]
+        with trio.fail_after(10):       # brokers answer DescribeAcls from their metadata image
+            while await admin.describe_acls(AclBindingFilter(ResourceType.TOPIC)) != [binding]:
+                await trio.sleep(0.2)
+        assert await admin.describe_acls(AclBindingFilter(principal="User:bob")) == []
         deleted = await admin.delete_acls([AclBindingFilter(ResourceType.TOPIC, "acl-t")])
         assert deleted == [[binding]]
         assert await admin.delete_acls([AclBindingFilter(ResourceType.TOPIC, "acl-t")]) == [[]]
