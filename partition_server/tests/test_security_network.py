@@ -201,3 +201,14 @@ async def test_ssl_listener_client_certificate_is_the_principal(nursery, tmp_pat
     with pytest.raises((trio.BrokenResourceError, EOFError)):    # no certificate: refused
         anonymous = await client(None)
         await anonymous.call(REQUESTS[18](), 3)
+
+
+def test_connection_limiter_counts():
+    limiter = ConnectionLimiter(max_connections=3, max_per_ip=2)
+    assert limiter.try_acquire("a") and limiter.try_acquire("a")
+    assert not limiter.try_acquire("a")                  # per ip
+    assert limiter.try_acquire("b")
+    assert not limiter.try_acquire("c")                  # total
+    limiter.release("a")
+    assert limiter.try_acquire("c") and limiter.refused == 2
+    assert limiter.per_ip == {"a": 1, "b": 1, "c": 1}
