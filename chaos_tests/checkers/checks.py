@@ -3,6 +3,7 @@
 | checker               | invariant                                                                 |
 |-----------------------|---------------------------------------------------------------------------|
 | lost-write            | every acknowledged record is in the final log, at its acknowledged offset |
+|                       | (anywhere in its partition when the client reported no offset)            |
 | inconsistent-offsets  | no (partition, offset) ever holds two different values (acks and reads)   |
 | nonmonotonic-send     | per producer and partition, acknowledged offsets grow in completion order  |
 | order                 | the final log holds each producer's acknowledged values in ack order       |
@@ -69,6 +70,11 @@ def lost_writes(history: History) -> CheckResult:
         return result
     final = _final_log(history)
     for op in history.acked:
+        if op.offset is None:                 # acknowledged without an offset: judge by value
+            if op.value not in final[op.partition].values():
+                result.add(f"acked {op.value!r} (offset not reported) is missing from "
+                           f"partition {op.partition}")
+            continue
         found = final[op.partition].get(op.offset)
         if found is None:
             result.add(f"acked {op.value!r} at {op.partition}/{op.offset} is missing")
@@ -96,7 +102,7 @@ def inconsistent_offsets(history: History) -> CheckResult:
 def nonmonotonic_send(history: History) -> CheckResult:
     result = CheckResult("nonmonotonic-send")
     last: dict[tuple[str, int], tuple[int, str]] = {}
-    for op in sorted(history.acked, key=lambda o: o.time):
+    for op in sorted((o for o in history.acked if o.offset is not None), key=lambda o: o.time):
         key = (op.process, op.partition)
         prev = last.get(key)
         if prev is not None and op.offset <= prev[0]:

@@ -31,7 +31,8 @@ class Produce:
     value: str
     partition: int
     outcome: str
-    offset: int | None = None         # the acknowledged offset (OK only)
+    offset: int | None = None         # the acknowledged offset (OK only; None if the client
+                                      # did not say: librdkafka reports none for some retries)
     process: str = "p0"               # which producer; order is checked per producer
     time: float = 0.0                 # completion time (wall or virtual clock)
     error: str | None = None          # the error name for FAIL / UNKNOWN
@@ -40,8 +41,10 @@ class Produce:
     def __post_init__(self):
         if self.outcome not in OUTCOMES:
             raise ValueError(f"produce outcome must be one of {OUTCOMES}, got {self.outcome!r}")
-        if self.outcome == OK and (self.offset is None or self.offset < 0):
-            raise ValueError("an acknowledged produce needs its offset")
+        if self.outcome != OK and self.offset is not None:
+            raise ValueError("only an acknowledged produce has an offset")
+        if self.offset is not None and self.offset < 0:
+            raise ValueError(f"offset {self.offset} is negative (use None for unknown)")
 
 
 @dataclasses.dataclass

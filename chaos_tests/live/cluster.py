@@ -11,11 +11,44 @@ controllers is not proxied.
 from __future__ import annotations
 
 import dataclasses
+import os
+import random
+import time
 from pathlib import Path
 
 from chaos_tests.live.proxy import ProxyThread
 from clients.cli.dev import BROKER_IDS, CONTROLLER_IDS, DevLayout
-from partition_server.testing import LiveCluster
+from partition_server.testing import LiveCluster, _ports_free
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def low_base_port() -> int:
+    """A base port whose whole block (base .. base+1202) lies below the kernel's ephemeral
+    range: outgoing connections (ours, the proxies', other tests') take ephemeral ports, and a
+    broker that starts a moment later cannot bind one of those ("Address already in use")."""
+    top = _ephemeral_low() - 1300
+    rng = random.Random(os.getpid() ^ time.time_ns())
+    for _ in range(200):
+        base = rng.randrange(10000, max(10001, top))
+        ports = [base + b for b in BROKER_IDS] + [base + 1000 + i for i in range(3)] + \
+                [base + 1100 + i for i in range(3)] + [base + 1200 + b for b in BROKER_IDS]
+        if _ports_free(ports):
+            return base
+    raise RuntimeError("no free port range below the ephemeral ports on 127.0.0.1")
+
+
+def low_port_cluster(data_dir: Path, overrides: dict[str, str] | None = None) -> LiveCluster:
+    """A plain LiveCluster on `low_base_port()`."""
+    c = LiveCluster(data_dir, overrides)
+    c.layout = DevLayout(c.layout.data_dir, low_base_port(), c.layout.overrides)
+    return c
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,13 +83,25 @@ class ProxiedCluster(LiveCluster):
     def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None,
                  controller_overrides: dict[str, str] | None = None):
         super().__init__(data_dir, overrides)
-        base = self.layout
-        self.proxies = ProxyThread()
-        for b in BROKER_IDS:
-            self.proxies.add(inbound_link(b), "127.0.0.1", base.broker_port(b))
-            for i, name in enumerate(controller_links(b)):
-                self.proxies.add(name, "127.0.0.1", base.controller_port(i))
-        self.proxies.start()
+        base = self.layout = DevLayout(self.layout.data_dir, low_base_port(), self.layout.overrides)
+        # The proxies listen on ports the kernel picks; one of those may be a port the cluster
+        # is about to bind (free_base_port only checked they were free): pick again if so.
+        reserved = {base.broker_port(b) for b in BROKER_IDS} | \
+            {base.metrics_port(b) for b in BROKER_IDS} | \
+            {p for i in range(len(CONTROLLER_IDS))
+             for p in (base.controller_port(i), base.raft_port(i))}
+        for _ in range(10):
+            self.proxies = ProxyThread()
+            for b in BROKER_IDS:
+                self.proxies.add(inbound_link(b), "127.0.0.1", base.broker_port(b))
+                for i, name in enumerate(controller_links(b)):
+                    self.proxies.add(name, "127.0.0.1", base.controller_port(i))
+            self.proxies.start()
+            if not {link.port for link in self.proxies.group.links.values()} & reserved:
+                break
+            self.proxies.stop()
+        else:
+            raise RuntimeError("the fault proxies kept landing on the cluster's ports")
         self.layout = ProxiedLayout(
             base.data_dir, base.base_port, base.overrides,
             inbound={b: self.proxies.port(inbound_link(b)) for b in BROKER_IDS},

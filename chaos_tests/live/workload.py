@@ -175,7 +175,9 @@ class Writer:
             value = msg.value().decode()
             if err is None:
                 self.acked += 1
-                self.history.produce(value, msg.partition(), OK, msg.offset(),
+                # librdkafka may report no offset (-1001) for an acknowledged retry
+                offset = msg.offset() if msg.offset() is not None and msg.offset() >= 0 else None
+                self.history.produce(value, msg.partition(), OK, offset,
                                      process=f"{self.name}-{msg.partition()}", time=time.monotonic())
             else:
                 self.history.produce(value, msg.partition(), UNKNOWN, process=f"{self.name}-"

@@ -120,10 +120,20 @@ def test_json_lines_round_trip_and_dump_on_failure(tmp_path):
     assert len(History.load(tmp_path / "h.jsonl")) == len(h)
 
 
+def test_ack_without_an_offset_is_judged_by_value():
+    h = good()
+    h.produce("e", 0, OK, None, time=8)
+    assert "lost-write" in names(check_all(h))
+    h.consume("e", 0, 3, final=True)
+    assert all(r.ok for r in check_all(h, idempotent=True))
+
+
 def test_bad_input_is_a_clear_error():
     with pytest.raises(ValueError, match="outcome"):
         History().produce("a", 0, "maybe")
-    with pytest.raises(ValueError, match="offset"):
-        History().produce("a", 0, OK)
+    with pytest.raises(ValueError, match="only an acknowledged"):
+        History().produce("a", 0, FAIL, 3)
+    with pytest.raises(ValueError, match="negative"):
+        History().produce("a", 0, OK, -1001)
     with pytest.raises(ValueError, match="line 1"):
         History.loads('{"kind": "nope"}\n')

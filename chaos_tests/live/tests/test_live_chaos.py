@@ -18,11 +18,10 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from chaos_tests.checkers import History, assert_valid
-from chaos_tests.live.cluster import ProxiedCluster
+from chaos_tests.live.cluster import ProxiedCluster, low_port_cluster
 from chaos_tests.live.faults import FAULTS
 from chaos_tests.live.workload import RawProducer, Reader, Writer, final_read, partition_view
 from clients.cli.dev import BROKER_IDS, CONTROLLER_IDS
-from partition_server.testing import LiveCluster
 
 pytestmark = pytest.mark.live
 SESSION_MS = 3000
@@ -163,7 +162,7 @@ def test_isolated_leader_rounds_soak(proxied, tmp_path):
 
 def full_cluster_kill(tmp_path, rounds: int) -> None:
     topic = "chaos-full-kill"
-    with LiveCluster(tmp_path / "cluster", {"broker.heartbeat.interval.ms": "500"}) as cluster:
+    with low_port_cluster(tmp_path / "cluster", {"broker.heartbeat.interval.ms": "500"}) as cluster:
         create_topic(cluster.bootstrap, topic, 2)
         history = History()
         writer = Writer(cluster.bootstrap, topic, 2, history)
