@@ -84,6 +84,9 @@ def decode_into(cols: _Columns, h, lo: int, hi: int, include_headers: bool) -> N
             b = buf[pos]
             if b < 0x80:
                 length, pos = (b >> 1) ^ -(b & 1), pos + 1
+            elif buf[pos + 1] < 0x80:
+                v = (b & 0x7F) | buf[pos + 1] << 7
+                length, pos = (v >> 1) ^ -(v & 1), pos + 2
             else:
                 length, pos = _varint(buf, pos)
             end = pos + length
@@ -98,6 +101,9 @@ def decode_into(cols: _Columns, h, lo: int, hi: int, include_headers: bool) -> N
             b = buf[p]
             if b < 0x80:
                 o, p = base + ((b >> 1) ^ -(b & 1)), p + 1
+            elif buf[p + 1] < 0x80:
+                v = (b & 0x7F) | buf[p + 1] << 7
+                o, p = base + ((v >> 1) ^ -(v & 1)), p + 2
             else:
                 d, p = _varint(buf, p)
                 o = base + d

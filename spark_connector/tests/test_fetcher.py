@@ -46,3 +46,13 @@ def test_corrupt_batch_is_a_decode_error():
     raw[-3] ^= 0xFF
     with pytest.raises(DecodeError, match="CRC"):
         decode_into(_Columns(), next(iter_batches(bytes(raw))), 0, 10, False)
+
+
+def test_long_batches_use_multi_byte_offset_deltas():
+    recs = [(b"%d" % i, b"v" * (i % 300), [], 1_700_000_000_000 + i * 7919) for i in range(20000)]
+    raw = build_batch(recs, base_offset=5)
+    cols = _Columns()
+    decode_into(cols, next(iter_batches(raw)), 100, 19_000, False)
+    ref = [r for r in decode_batch(raw).records if 100 <= r.offset < 19_000]
+    assert cols.offsets == [r.offset for r in ref] and cols.values == [r.value for r in ref]
+    assert cols.timestamps == [r.timestamp for r in ref]
