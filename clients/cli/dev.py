@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CONTROLLER_IDS = (3000, 3001, 3002)
+# `--set` keys the controllers need too: they choose a new topic's partitions and replicas
+CONTROLLER_DEFAULTS = ("num.partitions", "default.replication.factor")
 BROKER_IDS = (0, 1, 2)
 
 
@@ -69,7 +71,11 @@ class DevLayout:
             "raftka.controller.raft.peers": ",".join(
                 f"{c}@127.0.0.1:{self.raft_port(i)}" for i, c in enumerate(CONTROLLER_IDS)),
             "metadata.log.dir": str(self.data_dir / f"controller-{cid}"),
-        } | (self._secure().controller_properties() if self.secure else {})
+            # the controller picks the layout of a topic created without one (Kafka's KRaft
+            # rule): RF 3, so the brokers' min.insync.replicas=2 can be met
+            "default.replication.factor": "3",
+        } | {k: v for k, v in self.overrides.items() if k in CONTROLLER_DEFAULTS} \
+          | (self._secure().controller_properties() if self.secure else {})
 
     def broker_properties(self, broker_id: int) -> dict[str, str]:
         props = {

