@@ -60,23 +60,37 @@ class BrokerConnection:
         if self._stream is None:
             raise ConnectionClosed("not connected")
         async with self._lock:
+            if self._stream is None:
+                raise ConnectionClosed("not connected")
             data = self._conn.send_request(message, version, self.client_id,
                                            expect_response=expect_response)
-            with trio.fail_after(timeout_s):
-                try:
+            answered = False
+            try:
+                with trio.fail_after(timeout_s):
                     await self._stream.send_all(data)
                     if not expect_response:
+                        answered = True
                         return None
                     while True:
                         got = self._conn.next_response()
                         if got is not None:
+                            answered = True
                             return got[1]
                         chunk = await self._stream.receive_some(RECV_BYTES)
                         if not chunk:
                             raise ConnectionClosed(f"{self.host}:{self.port} closed the connection")
                         self._conn.receive_data(chunk)
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                    raise ConnectionClosed(str(exc)) from None
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                raise ConnectionClosed(str(exc)) from None
+            finally:
+                if not answered:
+                    # Timed out, cancelled or failed between sending and reading the answer: a
+                    # late answer (or half a frame) would be taken for the next request's. This
+                    # connection is done; the next request raises ConnectionClosed.
+                    stream, self._stream = self._stream, None
+                    if stream is not None:
+                        with trio.CancelScope(shield=True):
+                            await trio.aclose_forcefully(stream)
 
     async def aclose(self) -> None:
         if self._stream is not None:

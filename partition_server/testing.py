@@ -32,7 +32,9 @@ def _ports_free(ports) -> bool:
 def free_base_port() -> int:
     rng = random.Random(os.getpid() ^ time.time_ns())
     for _ in range(200):
-        base = rng.randrange(20000, 40000)
+        # below Linux's ephemeral range (32768+): a client socket's random local port must not
+        # take a port a node is about to listen on (base + up to 1202)
+        base = rng.randrange(10000, 31500)
         ports = [base + b for b in BROKER_IDS] + [base + 1000 + i for i in range(3)] + \
                 [base + 1100 + i for i in range(3)] + [base + 1200 + b for b in BROKER_IDS]
         if _ports_free(ports):
