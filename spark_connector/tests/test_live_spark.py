@@ -336,3 +336,36 @@ def test_example_pipeline_windowed_counts_into_a_topic(spark, cluster, tmp_path)
         assert r.key.decode() == d["page"] and k not in got      # append: each window once
         got[k] = d["count"]
     assert want and got == want
+
+
+def test_min_offsets_per_trigger_waits_for_enough_records(spark, cluster, tmp_path):
+    create_topic(cluster.bootstrap, "mins", 2)
+    seen: list[int] = []
+
+    def produce(lo, hi):
+        _produce(cluster.bootstrap, "mins", [(i % 2, None, b"%d" % i, (), None)
+                                             for i in range(lo, hi)])
+
+    def wait_for(n, timeout_s=120):
+        deadline = time.time() + timeout_s
+        while len(seen) < n and time.time() < deadline and q.exception() is None:
+            time.sleep(0.2)
+        return len(seen)
+
+    produce(0, 30)
+    q = (_stream(spark, cluster, "mins", startingOffsets="earliest", minOffsetsPerTrigger="25",
+                 maxTriggerDelay="1h").writeStream
+         .foreachBatch(lambda df, _id: seen.extend(int(r.value) for r in df.collect()))
+         .option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(processingTime="200 milliseconds").start())
+    try:
+        assert wait_for(30) == 30               # the first trigger runs with what is there
+        produce(30, 40)                         # 10 < 25 and the delay is an hour: no batch
+        time.sleep(5)
+        assert len(seen) == 30 and q.exception() is None
+        produce(40, 60)                         # 30 >= 25: one batch takes them all
+        assert wait_for(60) == 60
+        assert sorted(seen) == list(range(60))
+    finally:
+        q.stop()
+    assert q.exception() is None or INFRA in str(q.exception()), q.exception()
