@@ -5,7 +5,8 @@
 2. the same rows are written to a Parquet directory (same run, same columns);
 3. the same streaming query (Trigger.AvailableNow, sum of value lengths and distinct keys per
    partition into the noop sink) runs over format("raftka") and over the Parquet directory;
-   the figure is raftka rows/s as a ratio of Parquet rows/s (the issue's goal: >= 0.5).
+   the figure is raftka rows/s as a ratio of Parquet rows/s (the issue's goal: >= 0.5). Each
+   query runs twice and the faster run counts (JVM warm-up would favour the second query).
 
     python bench/spark_stream.py                       # starts its own 3+3 cluster
     python bench/spark_stream.py --records 200000 --bootstrap 127.0.0.1:9092
@@ -81,11 +82,18 @@ def main(argv=None) -> int:
         batch.write.parquet(pq)
         schema = spark.read.parquet(pq).schema
 
-        raftka_rows, raftka_s = timed_query(
-            spark.readStream.format("raftka").option("kafka.bootstrap.servers", bootstrap)
+        # Each query runs twice and the faster run counts: the first streaming query of a JVM
+        # pays class loading and code generation, which would otherwise land on whichever ran
+        # first.
+        def best(make, name):
+            return min((timed_query(make(), f"{name}{i}") for i in range(2)),
+                       key=lambda r: r[1])
+
+        raftka_rows, raftka_s = best(
+            lambda: spark.readStream.format("raftka").option("kafka.bootstrap.servers", bootstrap)
             .option("subscribe", topic).option("startingOffsets", "earliest").load(), "raftka")
-        parquet_rows, parquet_s = timed_query(
-            spark.readStream.schema(schema).parquet(pq), "parquet")
+        parquet_rows, parquet_s = best(lambda: spark.readStream.schema(schema).parquet(pq),
+                                       "parquet")
         out = {
             "records": n, "value_bytes": 100, "partitions": args.partitions, "master": "local[2]",
             "sink_rows_per_s": round(n / sink_s),
