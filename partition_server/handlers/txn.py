@@ -8,8 +8,11 @@ COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE); then `txn/state.py` de
 INVALID_TRANSACTION_TIMEOUT — see its header). AddPartitionsToTxn also answers
 UNKNOWN_TOPIC_OR_PARTITION for partitions not in the metadata (and OPERATION_NOT_ATTEMPTED for
 the others of that request, as Kafka). TxnOffsetCommit checks the *group* coordinator
-(NOT_COORDINATOR...) and, when a generation is given, the member (ILLEGAL_GENERATION,
-UNKNOWN_MEMBER_ID). WriteTxnMarkers: see `txn/markers.py`.
+(NOT_COORDINATOR...), when a generation is given the member (ILLEGAL_GENERATION,
+UNKNOWN_MEMBER_ID), and with the transaction coordinator that the group's offsets partition is in
+the producer's ongoing transaction under its current epoch (INVALID_PRODUCER_EPOCH for a fenced
+producer, INVALID_TXN_STATE without AddOffsetsToTxn, COORDINATOR_LOAD_IN_PROGRESS while the
+transaction coordinator can't be asked). WriteTxnMarkers: see `txn/markers.py`.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from __future__ import annotations
 import trio
 
 from partition_server.handlers import group, producer_id
+from partition_server.group.coordinator import OFFSETS_TOPIC
 from partition_server.txn.markers import append_marker_locally
+from partition_server.txn.verify import RETRIABLE as VERIFY_RETRIABLE, verify
 from partition_server.txn.state import TxnState
 from wire.errors import ErrorCode
 from wire.messages.index_generated import RESPONSES
@@ -106,7 +111,6 @@ async def handle_add_partitions_to_txn(broker, req):
 async def handle_add_offsets_to_txn(broker, req):
     cls = RESPONSES[25]
     b = req.body
-    from partition_server.group.coordinator import OFFSETS_TOPIC
     if OFFSETS_TOPIC not in broker.image.topics:
         await broker.groups.find(b.group_id)          # creates it
         return cls(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
@@ -127,6 +131,15 @@ async def handle_txn_offset_commit(broker, req):
     entries = [(t.name, p.partition_index, p.committed_offset,
                 p.committed_leader_epoch if req.api_version >= 2 else -1, p.committed_metadata)
                for t in b.topics for p in t.partitions]
+    if err == ErrorCode.NONE and entries:
+        # KIP-890 for offsets too: only a producer whose ongoing transaction holds the group's
+        # offsets partition (AddOffsetsToTxn) with its current epoch may commit — a zombie can't
+        tp = (OFFSETS_TOPIC, broker.groups.partition_of(b.group_id))
+        verdict = (await verify(broker, b.transactional_id, b.producer_id, b.producer_epoch,
+                                [tp]))[tp]
+        err = ErrorCode.INVALID_PRODUCER_EPOCH if verdict in (
+            ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH) else \
+            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if verdict in VERIFY_RETRIABLE else verdict
     if err == ErrorCode.NONE:
         err = await broker.txn.offsets.commit(b.group_id, b.producer_id, b.producer_epoch, entries)
     by_topic: dict = {}

@@ -435,6 +435,14 @@ async def test_txn_offset_commit_is_unstable_until_the_commit_lands(cluster):
                                     partition_index=0, committed_offset=42,
                                     committed_leader_epoch=-1, committed_metadata="m")])]), 3)
     assert r.topics[0].partitions[0].error_code == 0
+    zombie = await gc.request(tc(transactional_id=tid, group_id=group, producer_id=pid,
+                                 producer_epoch=epoch - 1 if epoch > 0 else epoch + 1,
+                                 generation_id=-1, member_id="", group_instance_id=None,
+                                 topics=[tc.TxnOffsetCommitRequestTopic(
+                                     name=topic, partitions=[tc.TxnOffsetCommitRequestPartition(
+                                         partition_index=0, committed_offset=999,
+                                         committed_leader_epoch=-1, committed_metadata="z")])]), 3)
+    assert zombie.topics[0].partitions[0].error_code == 47     # INVALID_PRODUCER_EPOCH
     of = REQUESTS[9]
 
     async def fetch(stable):
