@@ -92,6 +92,8 @@ class DevLayout:
             "offsets.topic.num.partitions": "6",
             # Kafka's 3 s delay batches a production group's first joins; locally it only waits
             "group.initial.rebalance.delay.ms": "300",
+            # likewise __transaction_state: 50 partitions x RF 3 on the first transaction is heavy
+            "transaction.state.log.num.partitions": "6",
             "raftka.metrics.listener": f"127.0.0.1:{self.metrics_port(broker_id)}",
         }
         if self.secure:

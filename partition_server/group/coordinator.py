@@ -168,6 +168,9 @@ class GroupCoordinator:
             if not data:
                 break
             for h in iter_batches(data):
+                if h.is_control:
+                    offset = h.next_offset        # transaction markers carry no group data
+                    continue
                 for rec in decode_batch(h.bytes()).records:
                     self._apply_record(rec.key, rec.value, groups, consumer_groups)
                     n += 1
