@@ -60,14 +60,15 @@ class BrokerConnection:
         if self._stream is None:
             raise ConnectionClosed("not connected")
         async with self._lock:
-            if self._stream is None:
+            stream = self._stream          # aclose() may clear the attribute while we wait
+            if stream is None:
                 raise ConnectionClosed("not connected")
             data = self._conn.send_request(message, version, self.client_id,
                                            expect_response=expect_response)
             answered = False
             try:
                 with trio.fail_after(timeout_s):
-                    await self._stream.send_all(data)
+                    await stream.send_all(data)
                     if not expect_response:
                         answered = True
                         return None
@@ -76,7 +77,7 @@ class BrokerConnection:
                         if got is not None:
                             answered = True
                             return got[1]
-                        chunk = await self._stream.receive_some(RECV_BYTES)
+                        chunk = await stream.receive_some(RECV_BYTES)
                         if not chunk:
                             raise ConnectionClosed(f"{self.host}:{self.port} closed the connection")
                         self._conn.receive_data(chunk)
@@ -87,12 +88,12 @@ class BrokerConnection:
                     # Timed out, cancelled or failed between sending and reading the answer: a
                     # late answer (or half a frame) would be taken for the next request's. This
                     # connection is done; the next request raises ConnectionClosed.
-                    stream, self._stream = self._stream, None
-                    if stream is not None:
-                        with trio.CancelScope(shield=True):
-                            await trio.aclose_forcefully(stream)
+                    if self._stream is stream:
+                        self._stream = None
+                    with trio.CancelScope(shield=True):
+                        await trio.aclose_forcefully(stream)
 
     async def aclose(self) -> None:
-        if self._stream is not None:
-            await self._stream.aclose()
-            self._stream = None
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            await stream.aclose()

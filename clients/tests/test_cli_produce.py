@@ -102,7 +102,11 @@ def test_produce_stdin_subprocess_and_errors(live):
     assert len(proc.stderr.strip().splitlines()) == 1
     # acks=all on a topic with fewer replicas than min.insync.replicas (2 in the test cluster):
     # refused until the delivery timeout, and the reason is given
-    proc = subprocess.run(cmd + ["produce", "--topic", topic, "--property",
+    lonely = topic + "-rf1"
+    subprocess.run(cmd + ["topics", "create", "--topic", lonely, "--partitions", "1",
+                          "--replication-factor", "1"],
+                   env=env, check=True, capture_output=True, timeout=60)
+    proc = subprocess.run(cmd + ["produce", "--topic", lonely, "--property",
                                  "delivery.timeout.ms=2000"], input="x\n", text=True,
                           capture_output=True, env=env, timeout=60)
     assert proc.returncode == 1 and "NOT_ENOUGH_REPLICAS" in proc.stderr, proc.stderr
