@@ -138,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     _register(sub, "configs")
     _register(sub, "acls")
     _register(sub, "produce")
+    _register(sub, "transactions")
     return parser
 
 
