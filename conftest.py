@@ -12,3 +12,16 @@ def pytest_collection_modifyitems(config, items):
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_connection_hook():
+    """`install_client_security` (the CLI's --command-config with TLS/SASL) sets a process-wide
+    BrokerConnection hook — right for a one-command CLI process, wrong for the next test in this
+    process, whose plaintext connections would then try to log in. Clear it after every test."""
+    from clients.connection import BrokerConnection
+    yield
+    BrokerConnection.connect_hook = None      # tests that need one install it themselves
