@@ -184,6 +184,19 @@ def test_kip848_consumer_protocol_with_librdkafka(cluster):
     from wire.errors import ErrorCode
     from wire.messages.index_generated import REQUESTS
     topic, group = "grp-kip848", "g-kip848"
+    # The previous test SIGKILLs and restarts a broker; this one is about a steady cluster (the
+    # failover path is test_live_group_failover.py::test_kip848_group_keeps_its_epochs_*): wait
+    # until every __consumer_offsets partition has its full ISR again.
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    settled = time.time() + 60
+    while time.time() < settled:
+        try:
+            parts = admin.list_topics("__consumer_offsets", timeout=10).topics["__consumer_offsets"].partitions
+            if parts and all(len(p.isrs) == 3 and p.leader >= 0 for p in parts.values()):
+                break
+        except KafkaException:
+            pass
+        time.sleep(0.5)
     _topic(cluster, topic)
     seen, assignments, lock = [], {}, threading.Lock()
     done = threading.Event()
@@ -218,7 +231,9 @@ def test_kip848_consumer_protocol_with_librdkafka(cluster):
         t.start()
     done.wait(90)
     deadline = time.time() + 40
-    while time.time() < deadline and not (len(assignments) == 3
+    # settled = every member holds partitions and all 6 are held (m0 holding all 6 while the
+    # others are still empty is the moment before the revocation, not the settled state)
+    while time.time() < deadline and not (len(assignments) == 3 and all(assignments.values())
                                           and sum(map(len, assignments.values())) == 6):
         time.sleep(0.2)
     snapshot = {k: set(v) for k, v in assignments.items()}
