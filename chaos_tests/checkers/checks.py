@@ -11,6 +11,9 @@
 | truncated-read        | every record a consumer saw is in the final log at the same offset         |
 | failed-write-read     | a definitely failed produce is never read                                  |
 | nonmonotonic-poll     | per consumer and partition, offsets only grow (no seek in our workloads)   |
+| sequence-order        | (sequenced runs) values `<producer>-<n>`: in each partition's final log a |
+|                       | producer's n strictly grow, acknowledged or not (an idempotent producer's |
+|                       | retried batch is never appended again, nor after a later batch)           |
 
 The checks that compare against the final log need final reads (`Consume(final=True)`); without
 them they report that, rather than passing vacuously.
@@ -180,18 +183,52 @@ def nonmonotonic_poll(history: History) -> CheckResult:
     return result
 
 
-def check_all(history: History, idempotent: bool = False) -> list[CheckResult]:
+def parse_sequenced(value: str) -> tuple[str, int] | None:
+    """`<producer>-<n>` → (producer, n); None for values of another shape."""
+    producer, _, n = value.rpartition("-")
+    if not producer or not n.isdigit():
+        return None
+    return producer, int(n)
+
+
+def sequence_order(history: History) -> CheckResult:
+    """Every record in the final log, acknowledged or not, in its producer's send order: what
+    `order` checks for acknowledged values, extended to the in-doubt ones (a retry appended a
+    second time, or after a later batch, shows here even when its ack was lost)."""
+    result = CheckResult("sequence-order")
+    if not _needs_final(history, result):
+        return result
+    last: dict[tuple[str, int], tuple[int, int]] = {}
+    for op in sorted(history.final_reads, key=lambda o: (o.partition, o.offset)):
+        parsed = parse_sequenced(op.value)
+        if parsed is None:
+            result.add(f"{op.value!r} at {op.partition}/{op.offset} is not <producer>-<n>")
+            continue
+        producer, n = parsed
+        prev = last.get((producer, op.partition))
+        if prev is not None and n <= prev[0]:
+            result.add(f"{producer} on partition {op.partition}: #{n} at offset {op.offset} "
+                       f"after #{prev[0]} at offset {prev[1]}")
+        last[(producer, op.partition)] = (n, op.offset)
+    return result
+
+
+def check_all(history: History, idempotent: bool = False,
+              sequenced: bool = False) -> list[CheckResult]:
     results = [lost_writes(history), inconsistent_offsets(history), nonmonotonic_send(history),
                order(history), truncated_reads(history), failed_write_reads(history),
                nonmonotonic_poll(history)]
     if idempotent:
         results.append(duplicates(history))
+    if sequenced:
+        results.append(sequence_order(history))
     return results
 
 
-def assert_valid(history: History, idempotent: bool = False, dump_to=None) -> None:
+def assert_valid(history: History, idempotent: bool = False, dump_to=None,
+                 sequenced: bool = False) -> None:
     """Raise `CheckFailed` listing every failed checker; dump the history first if asked."""
-    bad = [r for r in check_all(history, idempotent) if not r.ok]
+    bad = [r for r in check_all(history, idempotent, sequenced) if not r.ok]
     if bad:
         if dump_to is not None:
             history.dump(dump_to)

@@ -126,3 +126,100 @@ class ProxiedCluster(LiveCluster):
             super().stop()
         finally:
             self.proxies.stop()
+
+
+# -- a client path through the proxies ------------------------------------------------------------
+
+CLIENT_LISTENER = "CLIENT"
+
+
+def client_link(broker_id: int) -> str:
+    return f"client-{broker_id}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientProxiedLayout(ProxiedLayout):
+    client_ports: dict = dataclasses.field(default_factory=dict)     # broker id → real port
+    client_proxies: dict = dataclasses.field(default_factory=dict)   # broker id → proxy port
+
+    def broker_properties(self, broker_id: int) -> dict[str, str]:
+        props = super().broker_properties(broker_id)
+        props["listeners"] = (f"PLAINTEXT://127.0.0.1:{self.broker_port(broker_id)},"
+                              f"{CLIENT_LISTENER}://127.0.0.1:{self.client_ports[broker_id]}")
+        props["advertised.listeners"] = (
+            f"{props['advertised.listeners']},"
+            f"{CLIENT_LISTENER}://127.0.0.1:{self.client_proxies[broker_id]}")
+        props["listener.security.protocol.map"] = f"PLAINTEXT:PLAINTEXT,{CLIENT_LISTENER}:PLAINTEXT"
+        props["inter.broker.listener.name"] = "PLAINTEXT"
+        return props
+
+
+class ClientProxiedCluster(ProxiedCluster):
+    """A `ProxiedCluster` whose brokers also listen on a second listener, CLIENT, reached only
+    through a client proxy per broker (`client-<id>`, on a proxy thread of its own). Metadata
+    asked on CLIENT names the client proxies (the broker rewrites addresses per listener), so a
+    client library bootstrapped with `bootstrap` sends every request through them while
+    replication and controller traffic keep their own links: `drop_responses(b)` loses only
+    what broker b answers to clients, the situation where a client retries a batch the broker
+    already appended."""
+
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None,
+                 controller_overrides: dict[str, str] | None = None):
+        super().__init__(data_dir, overrides, controller_overrides)
+        base = self.layout
+        taken = {link.port for link in self.proxies.group.links.values()}
+        for offset in range(1300, 5000, 100):
+            ports = {b: base.base_port + offset + b for b in BROKER_IDS}
+            if not set(ports.values()) & taken and _ports_free(ports.values()):
+                break
+        else:
+            raise RuntimeError("no free ports for the CLIENT listeners")
+        self.client_proxy = ProxyThread()
+        for b in BROKER_IDS:
+            self.client_proxy.add(client_link(b), "127.0.0.1", ports[b])
+        self.client_proxy.start()
+        if {link.port for link in self.client_proxy.group.links.values()} & \
+                (set(ports.values()) | taken):
+            self.client_proxy.stop()
+            self.proxies.stop()
+            raise RuntimeError("a client proxy landed on a cluster port; try again")
+        self.layout = ClientProxiedLayout(
+            base.data_dir, base.base_port, base.overrides, inbound=base.inbound,
+            to_controller=base.to_controller, controller_overrides=base.controller_overrides,
+            client_ports=ports,
+            client_proxies={b: self.client_proxy.port(client_link(b)) for b in BROKER_IDS})
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{self.layout.client_proxies[b]}" for b in BROKER_IDS)
+
+    @property
+    def direct_bootstrap(self) -> str:
+        """The brokers' real PLAINTEXT ports (no proxy): for verification reads and admin."""
+        return self.layout.bootstrap_servers
+
+    def drop_responses(self, *broker_ids: int) -> None:
+        """Whatever these brokers answer clients vanishes; requests still arrive (and are
+        acted on). `heal_clients` closes those connections, so clients reconnect and retry."""
+        self.client_proxy.blackhole(*(client_link(b) for b in broker_ids), direction="from_target")
+
+    def cut_clients(self, *broker_ids: int) -> None:
+        """Clients lose these brokers: open connections reset, new ones refused."""
+        self.client_proxy.cut(*(client_link(b) for b in broker_ids or BROKER_IDS))
+
+    def blackhole_clients(self, *broker_ids: int) -> None:
+        """Clients' traffic to and from these brokers vanishes silently (both ways)."""
+        self.client_proxy.blackhole(*(client_link(b) for b in broker_ids or BROKER_IDS))
+
+    def heal_clients(self) -> None:
+        self.client_proxy.heal()
+
+    def heal(self) -> None:
+        super().heal()
+        self.client_proxy.heal()
+
+    def stop(self) -> None:
+        try:
+            super().stop()
+        finally:
+            self.client_proxy.stop()

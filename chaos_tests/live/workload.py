@@ -5,6 +5,7 @@
   cluster moved on). Every attempt is one record with a unique value; the send and completion
   times are kept so a test can ask what was acknowledged after a given moment.
 - `Writer`: an idempotent acks=all confluent-kafka producer with retries.
+- `KafkaPythonWriter`: the same with kafka-python (its own retry and reconnect logic).
 - `Reader`: a confluent-kafka consumer reading committed records from offset 0 as they come.
 - `final_read`: the verification pass after healing (Consume(final=True) records).
 """
@@ -193,6 +194,61 @@ class Writer:
 
     def flush(self, timeout_s: float = 150) -> int:
         return self.p.flush(timeout_s)
+
+
+class KafkaPythonWriter:
+    """`Writer`'s twin on kafka-python: idempotent, acks=all, sequenced values `<name>-<n>` to
+    partition n % partitions, outcomes recorded from the delivery futures (on its I/O thread)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, history: History,
+                 name: str = "kpwriter"):
+        from kafka import KafkaProducer
+        self.topic, self.partitions = topic, partitions
+        self.history = history
+        self.name = name
+        self.n = 0
+        self.acked = 0
+        self.failed = 0
+        self._lock = threading.Lock()
+        self.p = KafkaProducer(bootstrap_servers=bootstrap.split(","), acks="all",
+                               enable_idempotence=True, linger_ms=2, retries=2**31 - 1,
+                               delivery_timeout_ms=120000, request_timeout_ms=15000,
+                               max_in_flight_requests_per_connection=5,
+                               reconnect_backoff_max_ms=500)
+
+    def _record(self, value: str, partition: int, meta=None, exc=None) -> None:
+        with self._lock:
+            if exc is None:
+                self.acked += 1
+                offset = meta.offset if meta.offset is not None and meta.offset >= 0 else None
+                self.history.produce(value, partition, OK, offset,
+                                     process=f"{self.name}-{partition}", time=time.monotonic())
+            else:
+                self.failed += 1
+                self.history.produce(value, partition, UNKNOWN, process=f"{self.name}-{partition}",
+                                     time=time.monotonic(), error=type(exc).__name__)
+
+    def write_for(self, seconds: float, rate_per_s: float = 300) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.n += 1
+            value, partition = f"{self.name}-{self.n}", self.n % self.partitions
+            fut = self.p.send(self.topic, value.encode(), partition=partition)
+            fut.add_callback(lambda meta, v=value, pt=partition: self._record(v, pt, meta=meta))
+            fut.add_errback(lambda exc, v=value, pt=partition: self._record(v, pt, exc=exc))
+            time.sleep(1 / rate_per_s)
+
+    def flush(self, timeout_s: float = 150) -> int:
+        """How many sent values have no outcome yet after waiting (0: all completed)."""
+        try:
+            self.p.flush(timeout_s)
+        except Exception:                  # noqa: BLE001 - kafka-python raises on timeout
+            pass
+        with self._lock:
+            return self.n - self.acked - self.failed
+
+    def close(self) -> None:
+        self.p.close(timeout=10)
 
 
 class Reader:
