@@ -33,6 +33,7 @@ import time
 import msgpack
 import trio
 
+from partition_server.coordinator_append import coordinator_error, wait_committed
 from partition_server.group.consumer_group import (ConsumerGroupCoordinatorState,
                                                    consumer_group_record, restore_consumer_group)
 from partition_server.group.lag import LagMonitor
@@ -371,17 +372,8 @@ class GroupCoordinator:
         it (acks=all), mapping partition errors to what group clients expect."""
         err, last = self._append(pid, records)
         if err != ErrorCode.NONE:
-            return ErrorCode.NOT_COORDINATOR if err in (
-                ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR) else err
-
-        def done():
-            return self.broker.replicas.produce_completion(OFFSETS_TOPIC, pid, last) is not None
-        await self.broker.purgatory.wait_until([(OFFSETS_TOPIC, pid)], done, timeout_s)
-        outcome = self.broker.replicas.produce_completion(OFFSETS_TOPIC, pid, last)
-        if outcome is None:
-            return ErrorCode.REQUEST_TIMED_OUT
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE if outcome in (
-            ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.NOT_ENOUGH_REPLICAS) else outcome
+            return coordinator_error(err)
+        return await wait_committed(self.broker, OFFSETS_TOPIC, pid, last, timeout_s)
 
     # -- offsets ----------------------------------------------------------------------------------
 

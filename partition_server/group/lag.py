@@ -20,7 +20,8 @@ import time
 
 import trio
 
-from clients.connection import BrokerConnection, ConnectionClosed
+from clients.connection import ConnectionClosed
+from partition_server.peers import PeerConnections
 from partition_server.replication.partition import Role
 from wire.errors import DecodeError, ErrorCode
 from wire.messages.index_generated import REQUESTS
@@ -67,7 +68,7 @@ class LagMonitor:
     def __init__(self, broker):
         self.broker = broker
         self.table: dict[tuple[str, str, int], PartitionLag] = {}
-        self._conns: dict[int, BrokerConnection] = {}
+        self.peers = PeerConnections(broker, f"raftka-lag-{broker.config.node_id}")
 
     async def run(self) -> None:
         interval = self.broker.config["raftka.group.lag.interval.ms"] / 1000
@@ -109,28 +110,11 @@ class LagMonitor:
                     await self._ask_leader(leader, items, table, now)
                 except (ConnectionClosed, OSError, ValueError, DecodeError) as exc:
                     log.debug("lag: leader %d unreachable: %s", leader, exc)
-                    await self._drop(leader)
+                    await self.peers.drop(leader)
         self.table = table
 
-    async def _conn(self, node: int) -> BrokerConnection:
-        conn = self._conns.get(node)
-        if conn is None:
-            b = self.broker.image.brokers.get(node)
-            if b is None:
-                raise ConnectionClosed(f"broker {node} unknown")
-            conn = BrokerConnection(b.host, b.port, client_id=f"raftka-lag-{self.broker.config.node_id}")
-            await conn.connect()
-            self._conns[node] = conn
-        return conn
-
-    async def _drop(self, node: int) -> None:
-        conn = self._conns.pop(node, None)
-        if conn is not None:
-            with trio.CancelScope(shield=True):
-                await conn.aclose()
-
     async def _ask_leader(self, leader: int, items: list, table: dict, now: int) -> None:
-        conn = await self._conn(leader)
+        conn = await self.peers.get(leader)
         lo = REQUESTS[2]
         by_topic: dict[str, list[int]] = {}
         for topic, partition, _ in items:

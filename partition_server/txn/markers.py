@@ -20,8 +20,9 @@ import time
 
 import trio
 
-from clients.connection import BrokerConnection, ConnectionClosed
+from clients.connection import ConnectionClosed
 from partition_server.group.coordinator import OFFSETS_TOPIC
+from partition_server.peers import PeerConnections
 from wire.errors import DecodeError, ErrorCode
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import build_end_txn_marker
@@ -73,24 +74,7 @@ async def append_marker_locally(broker, topic: str, partition: int, producer_id:
 class MarkerSender:
     def __init__(self, broker):
         self.broker = broker
-        self._conns: dict[int, BrokerConnection] = {}
-
-    async def _conn(self, node: int) -> BrokerConnection:
-        conn = self._conns.get(node)
-        if conn is None:
-            b = self.broker.image.brokers.get(node)
-            if b is None:
-                raise ConnectionClosed(f"broker {node} unknown")
-            conn = BrokerConnection(b.host, b.port, client_id=f"raftka-txn-{self.broker.broker_id}")
-            await conn.connect()
-            self._conns[node] = conn
-        return conn
-
-    async def _drop(self, node: int) -> None:
-        conn = self._conns.pop(node, None)
-        if conn is not None:
-            with trio.CancelScope(shield=True):
-                await conn.aclose()
+        self.peers = PeerConnections(broker, f"raftka-txn-{broker.broker_id}")
 
     async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool,
                             coordinator_epoch: int, partitions) -> set:
@@ -122,7 +106,7 @@ class MarkerSender:
                 results.update(got)
             except (ConnectionClosed, OSError, DecodeError, ValueError, trio.TooSlowError) as exc:
                 log.info("markers to broker %d: %s", node, exc)
-                await self._drop(node)
+                await self.peers.drop(node)
 
         async with trio.open_nursery() as nursery:
             for node, tps in by_leader.items():
@@ -147,7 +131,7 @@ class MarkerSender:
             coordinator_epoch=coordinator_epoch,
             topics=[cls.WritableTxnMarkerTopic(name=t, partition_indexes=ps)
                     for t, ps in topics.items()])])
-        conn = await self._conn(node)
+        conn = await self.peers.get(node)
         resp = await conn.request(req, 1, timeout_s=MARKER_TIMEOUT_S + 2)
         out = {}
         for m in resp.markers:
@@ -157,5 +141,4 @@ class MarkerSender:
         return out
 
     async def aclose(self) -> None:
-        for node in list(self._conns):
-            await self._drop(node)
+        await self.peers.aclose()

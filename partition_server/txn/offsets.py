@@ -20,6 +20,7 @@ import time
 
 import msgpack
 
+from partition_server.coordinator_append import coordinator_error, wait_committed
 from partition_server.group.coordinator import OFFSETS_TOPIC
 from wire.errors import DecodeError, ErrorCode
 from wire.records.batch import build_batch, decode_batch, iter_batches
@@ -49,19 +50,10 @@ class TxnOffsetStore:
             producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True)
         res = self.broker.replicas.append_as_coordinator(OFFSETS_TOPIC, pid_part, batch, ts)
         if res.error != ErrorCode.NONE:
-            return ErrorCode.NOT_COORDINATOR if res.error in (
-                ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR) else res.error
-        key = (OFFSETS_TOPIC, pid_part)
-        self.broker.purgatory.notify(key)
-
-        def done():
-            return self.broker.replicas.produce_completion(*key, res.last_offset) is not None
-        await self.broker.purgatory.wait_until([key], done, timeout_s)
-        outcome = self.broker.replicas.produce_completion(*key, res.last_offset)
-        if outcome is None:
-            return ErrorCode.REQUEST_TIMED_OUT
-        if outcome != ErrorCode.NONE:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            return coordinator_error(res.error)
+        err = await wait_committed(self.broker, OFFSETS_TOPIC, pid_part, res.last_offset, timeout_s)
+        if err != ErrorCode.NONE:
+            return err
         table = self.pending.setdefault((pid_part, producer_id), {}).setdefault(group_id, {})
         for t, p, o, e, m in entries:
             table[(t, p)] = (o, e, m)

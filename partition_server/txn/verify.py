@@ -102,11 +102,11 @@ async def verify(broker, tid: str, pid: int, epoch: int, tps: list) -> dict:
         topics=[cls.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in topics.items()])])
     try:
         with trio.fail_after(5):
-            conn = await txn.markers._conn(p.leader)
+            conn = await txn.markers.peers.get(p.leader)
             resp = await conn.request(req, 4, timeout_s=5)
     except (ConnectionClosed, OSError, DecodeError, ValueError, trio.TooSlowError) as exc:
         log.info("verification with broker %d failed: %s", p.leader, exc)
-        await txn.markers._drop(p.leader)
+        await txn.markers.peers.drop(p.leader)
         return {tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in tps}
     out = {tp: ErrorCode(resp.error_code) if resp.error_code else ErrorCode.INVALID_TXN_STATE
            for tp in tps}
