@@ -37,6 +37,7 @@ SUPPORTED = {
     63: (0, 1),      # BrokerHeartbeat
     67: (0, 0),      # AllocateProducerIds
     51: (0, 0),      # AlterUserScramCredentials (forwarded by brokers)
+    49: (0, 1),      # AlterClientQuotas (forwarded by brokers)
 }
 
 
@@ -266,6 +267,22 @@ async def handle_alter_user_scram_credentials(svc, req):
         user=u, error_code=results[u][0], error_message=results[u][1]) for u in users])
 
 
+async def handle_alter_client_quotas(svc, req):
+    """KIP-546; validation and records in controller/quota_control.py."""
+    cls = RESPONSES[49]
+    entries = [(tuple((e.entity_type, e.entity_name) for e in x.entity),
+                [(o.key, o.value, o.remove) for o in x.ops]) for x in req.body.entries]
+    results, err = await _mutate(svc, lambda now: svc.controller.alter_client_quotas(
+        entries, req.body.validate_only))
+    out = []
+    for i, x in enumerate(req.body.entries):
+        code, msg = (err, None) if err else results[i]
+        out.append(cls.EntryData(error_code=code, error_message=msg, entity=[
+            cls.EntityData(entity_type=e.entity_type, entity_name=e.entity_name)
+            for e in x.entity]))
+    return cls(entries=out)
+
+
 async def handle_allocate_producer_ids(svc, req):
     res, err = await _mutate(svc, lambda now: svc.controller.allocate_producer_ids(
         req.body.broker_id, req.body.broker_epoch))
@@ -348,6 +365,7 @@ HANDLERS = {
     44: handle_incremental_alter_configs, 55: handle_describe_quorum, 56: handle_alter_partition,
     59: handle_fetch_snapshot, 62: handle_broker_registration, 63: handle_broker_heartbeat,
     67: handle_allocate_producer_ids, 51: handle_alter_user_scram_credentials,
+    49: handle_alter_client_quotas,
 }
 assert set(HANDLERS) == set(SUPPORTED)
 assert all(REQUESTS[k].VALID_VERSIONS[0] <= lo and hi <= REQUESTS[k].VALID_VERSIONS[1]

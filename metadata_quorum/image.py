@@ -332,7 +332,10 @@ def _quota(img: MetadataImage, rec: r.ClientQuotaRecord):
         values.pop(rec.key, None)
     else:
         values[rec.key] = rec.value
-    img.quotas[rec.entity] = values
+    if values:
+        img.quotas[rec.entity] = values
+    else:
+        img.quotas.pop(rec.entity, None)        # an entity's last key removed: the entity is gone
 
 
 _HANDLERS = {

@@ -130,6 +130,10 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("connections.max.idle.ms", "long", 600000, "Close idle client connections after (ms).",
               _at_least(1)),
     ConfigDef("metadata.log.dir", "string", None, "Where the metadata image cache is kept."),
+    ConfigDef("quota.window.num", "int", 11, "Samples kept to measure client quota rates.",
+              _at_least(1)),
+    ConfigDef("quota.window.size.seconds", "int", 1, "Length of one client quota sample (s).",
+              _at_least(1)),
     # -- security (partition_server/security, configs/secure/README.md) --
     ConfigDef("listener.security.protocol.map", "list", None,
               "NAME:PROTOCOL pairs (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL); listeners named "

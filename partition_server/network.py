@@ -70,6 +70,7 @@ class ClientContext:
         self.principal = principal            # "User:name"; User:ANONYMOUS when unauthenticated
         self.mechanism: str | None = None
         self.on_close: list[Callable[[], None]] = []     # run once the connection is gone
+        self.mute_s = 0.0     # quota throttle (KIP-219): read nothing more from this client for so long
 
 
 class ConnectionLimiter:
@@ -377,10 +378,13 @@ async def _serve(stream, ctx: ClientContext, dispatch: Dispatch, max_frame_bytes
                 _advertise_sasl(result)
         if result is None:
             conn.no_response(request)
-            continue
-        await _send_chunks(stream, conn.send_response_chunks(request, result))
+        else:
+            await _send_chunks(stream, conn.send_response_chunks(request, result))
         if close:
             raise _Closing("SASL exchange failed")
+        if ctx.mute_s > 0:                 # muted: the client's next request waits in the socket
+            mute_s, ctx.mute_s = ctx.mute_s, 0.0
+            await trio.sleep(mute_s)
 
 
 def _advertise_sasl(response) -> None:

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from metadata_quorum import records as r
 from metadata_quorum.controller import (acl_control, cluster_control, config_control,
-                                        feature_control, replication_control)
+                                        feature_control, quota_control, replication_control)
 from metadata_quorum.image import MetadataImage
 
 PRODUCER_ID_BLOCK = 1000
@@ -220,3 +220,9 @@ class QuorumController:
     @_result
     def update_features(self, updates, validate_only=False):
         return feature_control.update_features(self.image, updates, validate_only)
+
+    # -- client quotas (KIP-546) ------------------------------------------------------------------
+
+    @_result
+    def alter_client_quotas(self, entries, validate_only=False):
+        return quota_control.alter_client_quotas(self.image, entries, validate_only)

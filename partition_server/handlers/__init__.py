@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 
-from partition_server.handlers import (admin, cluster, consumer_group, fetch, group, produce,
-                                       producer_id, security, txn)
+from partition_server.handlers import (admin, client_quotas, cluster, consumer_group, fetch, group,
+                                       produce, producer_id, security, txn)
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     29: (1, 3),      # DescribeAcls        (from the metadata image)
     50: (0, 0),      # DescribeUserScramCredentials (from the metadata image)
     51: (0, 0),      # AlterUserScramCredentials → forwarded
+    48: (0, 1),      # DescribeClientQuotas (from the metadata image)
+    49: (0, 1),      # AlterClientQuotas   → forwarded
 }
 
 HANDLERS = {
@@ -81,11 +83,18 @@ HANDLERS = {
     60: cluster.handle_describe_cluster,
     29: security.handle_describe_acls, 50: security.handle_describe_user_scram_credentials,
     51: admin.forward,
+    48: client_quotas.handle_describe_client_quotas, 49: client_quotas.handle_alter_client_quotas,
 }
 assert set(HANDLERS) == set(SUPPORTED)
 
 
 async def dispatch(broker, ctx, request):
+    # client quotas (handlers/client_quotas.py) meter and throttle around authorization + handler
+    return await client_quotas.enforce(broker, ctx, request,
+                                       lambda req: _authorized(broker, ctx, req))
+
+
+async def _authorized(broker, ctx, request):
     handler = HANDLERS[request.api_key]
     if getattr(broker, "authorizer", None) is None:
         return await handler(broker, request)

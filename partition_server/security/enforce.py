@@ -21,6 +21,7 @@ handler's answer, or filters a read-only answer afterwards (Fetch, Metadata, Lis
 | DeleteTopics, DeleteRecords | Delete topic | TOPIC_AUTHORIZATION_FAILED |
 | CreatePartitions | Alter topic | TOPIC_AUTHORIZATION_FAILED |
 | DescribeConfigs / AlterConfigs, IncrementalAlterConfigs | DescribeConfigs / AlterConfigs on topic or cluster | TOPIC_ / CLUSTER_AUTHORIZATION_FAILED |
+| DescribeClientQuotas / AlterClientQuotas | DescribeConfigs / AlterConfigs on cluster | CLUSTER_AUTHORIZATION_FAILED |
 | Create/DeleteAcls, AlterUserScramCredentials, ElectLeaders | Alter cluster | CLUSTER_AUTHORIZATION_FAILED |
 | DescribeAcls, DescribeUserScramCredentials, DescribeCluster, DescribeQuorum | Describe cluster | CLUSTER_AUTHORIZATION_FAILED |
 | transactions (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit) | Write transactional id (+ Write topic / Read group) | TRANSACTIONAL_ID_AUTHORIZATION_FAILED |
@@ -404,6 +405,11 @@ def _deny_elect(req):
     return RESPONSES[43](error_code=CLUSTER_DENIED)
 
 
+def _deny_quota_alter(req):
+    from partition_server.handlers.client_quotas import deny_alter
+    return deny_alter(req)
+
+
 def _top_level(api_key: int, code=CLUSTER_DENIED):
     return lambda req: RESPONSES[api_key](error_code=code)
 
@@ -482,6 +488,8 @@ RULES = {
     50: _cluster_rule(A.DESCRIBE, _top_level(50)), 43: _cluster_rule(A.ALTER, _deny_elect),
     55: _cluster_rule(A.DESCRIBE, _top_level(55)), 60: _cluster_rule(A.DESCRIBE, _top_level(60)),
     27: _cluster_rule(A.CLUSTER_ACTION, lambda req: RESPONSES[27]()),
+    48: _cluster_rule(A.DESCRIBE_CONFIGS, _top_level(48)),       # client quotas, as in Kafka
+    49: _cluster_rule(A.ALTER_CONFIGS, lambda req: _deny_quota_alter(req)),
     24: _add_partitions_to_txn,
     65: _describe_transactions, 66: _list_transactions,
     25: _txn_rule(lambda ok, req: ok(A.READ, A.GROUP, req.body.group_id)),
