@@ -32,7 +32,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     22: (0, 4),      # InitProducerId (idempotent and transactional producers)
     24: (0, 4),      # AddPartitionsToTxn (v4: batches, KIP-890 verify-only; broker to broker)
     25: (0, 3),      # AddOffsetsToTxn
-    26: (0, 3),      # EndTxn
+    26: (0, 5),      # EndTxn (v5: epoch bump per transaction, KIP-890 part 2)
     27: (0, 1),      # WriteTxnMarkers (coordinator to partition leaders)
     28: (0, 3),      # TxnOffsetCommit
     65: (0, 0),      # DescribeTransactions

@@ -153,8 +153,12 @@ async def handle_txn_offset_commit(broker, req):
 async def handle_end_txn(broker, req):
     cls = RESPONSES[26]
     b = req.body
-    err = await broker.txn.end_txn(b.transactional_id, b.producer_id, b.producer_epoch, b.committed)
-    return cls(error_code=_old_fenced(err, req.api_version, 2))
+    # v5 (KIP-890 part 2): the coordinator bumps the epoch and answers with the one to use next
+    err, pid, epoch = await broker.txn.end_txn(b.transactional_id, b.producer_id,
+                                               b.producer_epoch, b.committed,
+                                               bump=req.api_version >= 5)
+    return cls(error_code=_old_fenced(err, req.api_version, 2), producer_id=pid,
+               producer_epoch=epoch)
 
 
 async def handle_write_txn_markers(broker, req):

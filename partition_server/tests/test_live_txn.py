@@ -235,69 +235,147 @@ async def _leader_conn(cluster, topic, partition):
     return conn
 
 
+class RawTxnProducer:
+    """A transactional producer spoken in raw requests, so a test can send exactly the requests
+    a misbehaving or unlucky client would (a write retried after its transaction ended)."""
+
+    def __init__(self, cluster, tid, topic):
+        self.cluster, self.tid, self.topic = cluster, tid, topic
+
+    async def start(self):
+        from clients.connection import BrokerConnection
+        from wire.messages.index_generated import REQUESTS
+        self.R = REQUESTS
+        host, port = self.cluster.bootstrap.split(",")[0].split(":")
+        boot = BrokerConnection(host, int(port))
+        await boot.connect()
+        for _ in range(50):
+            c = (await boot.request(REQUESTS[10](key_type=1, coordinator_keys=[self.tid]),
+                                    4)).coordinators[0]
+            if c.error_code == 0:
+                break
+            await trio.sleep(0.2)
+        await boot.aclose()
+        self.coord = BrokerConnection(c.host, c.port)
+        await self.coord.connect()
+        for _ in range(50):
+            init = await self.coord.request(REQUESTS[22](
+                transactional_id=self.tid, transaction_timeout_ms=30000, producer_id=-1,
+                producer_epoch=-1), 4)
+            if init.error_code == 0:
+                break
+            await trio.sleep(0.2)
+        self.pid, self.epoch = init.producer_id, init.producer_epoch
+        self.leader = await _leader_conn(self.cluster, self.topic, 0)
+        return self
+
+    async def produce(self, seq, epoch=None, value=b"v"):
+        from wire.records.batch import build_batch
+        pr = self.R[0]
+        batch = build_batch([(b"k", value, [], None)], producer_id=self.pid,
+                            producer_epoch=self.epoch if epoch is None else epoch,
+                            base_sequence=seq, is_transactional=True)
+        r = await self.leader.request(pr(transactional_id=self.tid, acks=-1, timeout_ms=10000,
+                                         topic_data=[pr.TopicProduceData(
+                                             name=self.topic, partition_data=[
+                                                 pr.PartitionProduceData(index=0, records=batch)])]),
+                                      9)
+        return r.responses[0].partition_responses[0].error_code
+
+    async def add_partition(self):
+        ap = self.R[24]
+        added = await self.coord.request(ap(
+            v3_and_below_transactional_id=self.tid, v3_and_below_producer_id=self.pid,
+            v3_and_below_producer_epoch=self.epoch, v3_and_below_topics=[
+                ap.AddPartitionsToTxnTopic(name=self.topic, partitions=[0])]), 3)
+        return added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+
+    async def end(self, commit, version=3, epoch=None):
+        return await self.coord.request(self.R[26](
+            transactional_id=self.tid, producer_id=self.pid,
+            producer_epoch=self.epoch if epoch is None else epoch, committed=commit), version)
+
+    async def offsets(self, isolation):
+        """(last stable or high watermark per isolation level, log end offset)."""
+        lo = self.R[2]
+        r = await self.leader.request(lo(replica_id=-1, isolation_level=isolation, topics=[
+            lo.ListOffsetsTopic(name=self.topic, partitions=[
+                lo.ListOffsetsPartition(partition_index=0, timestamp=-1)])]), 5)
+        return r.topics[0].partitions[0].offset
+
+    async def lso_reaches(self, want):
+        for _ in range(50):
+            if await self.offsets(1) == want:
+                return True
+            await trio.sleep(0.1)
+        return False
+
+    async def aclose(self):
+        await self.leader.aclose()
+        await self.coord.aclose()
+
+
 async def test_kip890_leader_refuses_writes_outside_the_transaction(cluster):
     """A transactional batch to a partition never added to the transaction is refused
     (INVALID_TXN_STATE) — it would otherwise open a hanging transaction; once added, it is
     accepted and holds the last stable offset until EndTxn's marker."""
-    from clients.connection import BrokerConnection
-    from wire.messages.index_generated import REQUESTS
-    from wire.records.batch import build_batch
-    topic, tid = "txn-verify", "tx-verify"
+    topic = "txn-verify"
     create_topic(cluster, topic, partitions=1)
-    host, port = cluster.bootstrap.split(",")[0].split(":")
-    boot = BrokerConnection(host, int(port))
-    await boot.connect()
-    for _ in range(50):
-        c = (await boot.request(REQUESTS[10](key_type=1, coordinator_keys=[tid]), 4)).coordinators[0]
-        if c.error_code == 0:
-            break
-        await trio.sleep(0.2)
-    await boot.aclose()
-    coord = BrokerConnection(c.host, c.port)
-    await coord.connect()
-    for _ in range(50):
-        init = await coord.request(REQUESTS[22](transactional_id=tid, transaction_timeout_ms=30000,
-                                                producer_id=-1, producer_epoch=-1), 4)
-        if init.error_code == 0:
-            break
-        await trio.sleep(0.2)
-    pid, epoch = init.producer_id, init.producer_epoch
-    leader = await _leader_conn(cluster, topic, 0)
-    pr = REQUESTS[0]
+    p = await RawTxnProducer(cluster, "tx-verify", topic).start()
+    assert await p.produce(0) == 48                 # INVALID_TXN_STATE: not in the transaction
+    assert await p.offsets(1) == 0
+    assert await p.add_partition() == 0
+    assert await p.produce(0) == 0
+    assert await p.offsets(1) == 0                  # the open transaction holds the LSO
+    assert (await p.end(True)).error_code == 0
+    assert await p.lso_reaches(2)                   # the record and the COMMIT marker
+    await p.aclose()
 
-    async def produce(seq):
-        batch = build_batch([(b"k", b"v", [], None)], producer_id=pid, producer_epoch=epoch,
-                            base_sequence=seq, is_transactional=True)
-        r = await leader.request(pr(transactional_id=tid, acks=-1, timeout_ms=10000, topic_data=[
-            pr.TopicProduceData(name=topic, partition_data=[
-                pr.PartitionProduceData(index=0, records=batch)])]), 9)
-        return r.responses[0].partition_responses[0].error_code
 
-    async def lso():
-        lo = REQUESTS[2]
-        r = await leader.request(lo(replica_id=-1, isolation_level=1, topics=[lo.ListOffsetsTopic(
-            name=topic, partitions=[lo.ListOffsetsPartition(partition_index=0, timestamp=-1)])]), 5)
-        return r.topics[0].partitions[0].offset
-
-    assert await produce(0) == 48                   # INVALID_TXN_STATE: not in the transaction
-    assert await lso() == 0
-    ap = REQUESTS[24]
-    added = await coord.request(ap(v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
-                                   v3_and_below_producer_epoch=epoch, v3_and_below_topics=[
-                                       ap.AddPartitionsToTxnTopic(name=topic, partitions=[0])]), 3)
-    assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
-    assert await produce(0) == 0
-    assert await lso() == 0                         # the open transaction holds the LSO
-    end = await coord.request(REQUESTS[26](transactional_id=tid, producer_id=pid,
-                                           producer_epoch=epoch, committed=True), 3)
-    assert end.error_code == 0
-    for _ in range(50):
-        if await lso() == 2:                        # the record and the COMMIT marker
-            break
-        await trio.sleep(0.1)
-    assert await lso() == 2
-    await leader.aclose()
-    await coord.aclose()
+async def test_kip890_part2_epoch_bump_fences_a_late_write_of_the_previous_transaction(cluster):
+    """A batch of a finished transaction, retried late (its first attempt was lost), must not
+    land in the next transaction. Part 1's verification alone cannot tell: the partition is
+    part of the next transaction too. With EndTxn v5 the coordinator bumps the epoch with every
+    transaction, the markers carry it, and the late batch's old epoch is refused. Shown both
+    ways: EndTxn v3 (the hole) and v5 (closed)."""
+    for version, topic in ((3, "txn-tv1"), (5, "txn-tv2")):
+        create_topic(cluster, topic, partitions=1)
+        p = await RawTxnProducer(cluster, f"tx-{topic}", topic).start()
+        first_epoch = p.epoch
+        assert await p.add_partition() == 0
+        assert await p.produce(0, value=b"t1-a") == 0
+        end = await p.end(True, version)
+        assert end.error_code == 0
+        assert await p.lso_reaches(2)
+        if version >= 5:
+            assert (end.producer_id, end.producer_epoch) == (p.pid, first_epoch + 1)
+            # a retried EndTxn of the same transaction is answered as done, same new epoch
+            again = await p.end(True, version, epoch=first_epoch)
+            assert (again.error_code, again.producer_epoch) == (0, first_epoch + 1)
+            p.epoch = end.producer_epoch
+        # the next transaction, on the same partition
+        assert await p.add_partition() == 0
+        assert await p.produce(0 if version >= 5 else 1, value=b"t2-a") == 0
+        # t1's second batch (sequence 1 under t1's epoch) arrives now
+        late = await p.produce(1 if version >= 5 else 2, epoch=first_epoch, value=b"t1-late")
+        end2 = await p.end(False, version)                       # t2 is aborted
+        assert end2.error_code == 0
+        assert await p.lso_reaches(5 if version < 5 else 4)
+        committed = [v for _, v in read_all(cluster, topic, "read_committed", partitions=1,
+                                            idle_s=1.5)]
+        if version < 5:
+            # the hole: the late t1 write joined t2 and shares its fate (aborted here; a
+            # committed t2 would have published a write whose transaction had ended)
+            assert late == 0 and committed == ["t1-a"]
+            assert "t1-late" in [v for _, v in read_all(cluster, topic, "read_uncommitted",
+                                                        partitions=1, idle_s=1.5)]
+        else:
+            assert late == 47                                    # INVALID_PRODUCER_EPOCH
+            assert end2.producer_epoch == first_epoch + 2
+            assert committed == ["t1-a"]
+            assert "t1-late" not in [v for _, v in read_all(cluster, topic, "read_uncommitted",
+                                                            partitions=1, idle_s=1.5)]
+        await p.aclose()
 
 
 async def test_hanging_transaction_found_and_aborted_by_an_operator(cluster):

@@ -27,18 +27,19 @@ def test_happy_commit_path_and_record_round_trip():
     err, m3 = S.add_partitions(m2, 42, 0, [TP2], 2500)
     assert m3.partitions == {TP1, TP2} and m3.txn_start_ms == 2000
     assert S.add_partitions(m3, 42, 0, [TP1], 2600) == (ErrorCode.NONE, None)   # nothing new
-    err, p = S.end_txn(m3, 42, 0, True, 3000)
-    assert err == ErrorCode.NONE and p.state is S.TxnState.PREPARE_COMMIT
+    r = S.end_txn(m3, 42, 0, True, 3000)
+    p = r.metadata
+    assert r.error == ErrorCode.NONE and p.state is S.TxnState.PREPARE_COMMIT
     assert S.TransactionMetadata.from_record("tx", p.to_record()) == p
     # while markers are written: retries and new work wait
-    assert S.end_txn(p, 42, 0, True, 3001)[0] == ErrorCode.CONCURRENT_TRANSACTIONS
+    assert S.end_txn(p, 42, 0, True, 3001).error == ErrorCode.CONCURRENT_TRANSACTIONS
     assert S.add_partitions(p, 42, 0, [TP1], 3001)[0] == ErrorCode.CONCURRENT_TRANSACTIONS
     assert S.init_producer_id(p, "tx", 60000, -1, -1, None, 3001).error == \
         ErrorCode.CONCURRENT_TRANSACTIONS
     c = S.complete(p, 4000)
     assert c.state is S.TxnState.COMPLETE_COMMIT and not c.partitions
-    assert S.end_txn(c, 42, 0, True, 4001) == (ErrorCode.NONE, None)          # retried EndTxn
-    assert S.end_txn(c, 42, 0, False, 4001)[0] == ErrorCode.INVALID_TXN_STATE
+    assert S.end_txn(c, 42, 0, True, 4001) == S.EndResult()          # retried EndTxn
+    assert S.end_txn(c, 42, 0, False, 4001).error == ErrorCode.INVALID_TXN_STATE
     err, again = S.add_partitions(c, 42, 0, [TP2], 5000)
     assert again.state is S.TxnState.ONGOING and again.partitions == {TP2}
 
@@ -51,7 +52,7 @@ def test_fencing_by_a_newer_producer_and_kip360_recovery():
     aborting = S.fence_and_abort(m, 2100)
     assert aborting.state is S.TxnState.PREPARE_ABORT and aborting.producer_epoch == 1
     # the old producer (epoch 0) is fenced everywhere
-    assert S.end_txn(aborting, 42, 0, True, 2200)[0] == ErrorCode.PRODUCER_FENCED
+    assert S.end_txn(aborting, 42, 0, True, 2200).error == ErrorCode.PRODUCER_FENCED
     assert S.add_partitions(aborting, 42, 0, [TP2], 2200)[0] == ErrorCode.PRODUCER_FENCED
     done = S.complete(aborting, 2300)
     r = S.init_producer_id(done, "tx", 60000, -1, -1, None, 2400)  # the new instance retries
@@ -71,7 +72,7 @@ def test_timeout_abort_lets_the_timed_out_producer_recover():
     assert S.timed_out(m, 2000 + 60001)
     done = S.complete(S.fence_and_abort(m, 70000), 70100)
     assert done.state is S.TxnState.COMPLETE_ABORT and done.producer_epoch == 1
-    assert S.end_txn(done, 42, 0, True, 70200)[0] == ErrorCode.PRODUCER_FENCED
+    assert S.end_txn(done, 42, 0, True, 70200).error == ErrorCode.PRODUCER_FENCED
     r = S.init_producer_id(done, "tx", 60000, 42, 0, None, 70300)   # KIP-360 with its old epoch
     assert r.error == ErrorCode.NONE and r.metadata.producer_epoch == 2
 
@@ -85,11 +86,57 @@ def test_epoch_overflow_takes_a_new_producer_id():
     assert r.metadata.last_producer_id == 42
 
 
+def test_end_txn_v5_bumps_the_epoch_per_transaction():
+    """KIP-890 part 2: every EndTxn v5 moves the producer to epoch + 1 (markers included); a
+    retried EndTxn with the old epoch is answered as done; the old epoch is fenced."""
+    m = fresh()
+    _, m = S.add_partitions(m, 42, 0, [TP1], 2000)
+    r = S.end_txn(m, 42, 0, True, 3000, bump=True)
+    p = r.metadata
+    assert r.error == ErrorCode.NONE and p.state is S.TxnState.PREPARE_COMMIT
+    assert (p.producer_epoch, p.last_producer_epoch) == (1, 0)    # markers go out under epoch 1
+    assert S.end_txn(p, 42, 0, True, 3001, bump=True).error == ErrorCode.CONCURRENT_TRANSACTIONS
+    c = S.complete(p, 3100)
+    assert c.producer_after_end() == (42, 1)
+    assert S.end_txn(c, 42, 0, True, 3200, bump=True) == S.EndResult()     # retry: done
+    assert S.end_txn(c, 42, 0, False, 3200, bump=True).error == ErrorCode.PRODUCER_FENCED
+    # the old epoch can no longer add or verify partitions: a late write of the finished
+    # transaction cannot join the next one
+    assert S.add_partitions(c, 42, 0, [TP1], 3300)[0] == ErrorCode.PRODUCER_FENCED
+    assert S.verify_partitions(c, 42, 0, [TP1]) == {TP1: ErrorCode.PRODUCER_FENCED}
+    _, n = S.add_partitions(c, 42, 1, [TP1], 3400)
+    r = S.end_txn(n, 42, 1, False, 3500, bump=True)
+    assert r.metadata.state is S.TxnState.PREPARE_ABORT and r.metadata.producer_epoch == 2
+    # without the bump (EndTxn v0-v4) the epoch stays
+    _, n = S.add_partitions(S.complete(r.metadata, 3600), 42, 2, [TP1], 3700)
+    assert S.end_txn(n, 42, 2, True, 3800).metadata.producer_epoch == 2
+    assert S.TransactionMetadata.from_record("tx", p.to_record()) == p
+    old = p.to_record()[:9]                                  # a record from before the field
+    assert S.TransactionMetadata.from_record("tx", old).next_producer_id == -1
+
+
+def test_end_txn_v5_at_epoch_overflow_moves_to_a_new_producer_id():
+    m = S.TransactionMetadata("tx", 42, S.MAX_EPOCH, 1000)
+    _, m = S.add_partitions(m, 42, S.MAX_EPOCH, [TP1], 2000)
+    r = S.end_txn(m, 42, S.MAX_EPOCH, True, 3000, bump=True)
+    assert r.needs_new_producer_id
+    p = S.end_txn(m, 42, S.MAX_EPOCH, True, 3000, bump=True, fresh_pid=77).metadata
+    # markers: the old id at the last epoch; the producer: the new id at epoch 0
+    assert (p.producer_id, p.producer_epoch, p.next_producer_id) == (42, S.MAX_EPOCH + 1, 77)
+    assert p.producer_after_end() == (77, 0)
+    assert S.TransactionMetadata.from_record("tx", p.to_record()) == p
+    c = S.complete(p, 3100)
+    assert (c.producer_id, c.producer_epoch, c.last_producer_id) == (77, 0, 42)
+    assert c.producer_after_end() == (77, 0)
+    assert S.end_txn(c, 42, S.MAX_EPOCH, True, 3200, bump=True) == S.EndResult()   # retried
+    assert S.add_partitions(c, 77, 0, [TP1], 3300)[1].state is S.TxnState.ONGOING
+
+
 def test_errors_and_invalid_transitions():
     m = fresh()
     assert S.add_partitions(m, 7, 0, [TP1], 1)[0] == ErrorCode.INVALID_PRODUCER_ID_MAPPING
     assert S.add_partitions(None, 7, 0, [TP1], 1)[0] == ErrorCode.INVALID_PRODUCER_ID_MAPPING
-    assert S.end_txn(m, 42, 0, True, 1)[0] == ErrorCode.INVALID_TXN_STATE        # nothing open
+    assert S.end_txn(m, 42, 0, True, 1).error == ErrorCode.INVALID_TXN_STATE        # nothing open
     assert S.validate_timeout(0, 900000) == ErrorCode.INVALID_TRANSACTION_TIMEOUT
     assert S.validate_timeout(900001, 900000) == ErrorCode.INVALID_TRANSACTION_TIMEOUT
     with pytest.raises(S.InvalidTransition):

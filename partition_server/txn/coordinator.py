@@ -31,6 +31,7 @@ import time
 import msgpack
 import trio
 
+from partition_server.coordinator_append import coordinator_error, wait_committed
 from partition_server.group.coordinator import java_string_hash
 from partition_server.replication.partition import Role
 from partition_server.txn import state as S
@@ -218,21 +219,8 @@ class TransactionCoordinator:
     async def _append_and_wait(self, p: int, batch: bytes, ts: int, timeout_s: float) -> ErrorCode:
         res = self.broker.replicas.append_as_coordinator(TXN_TOPIC, p, batch, ts)
         if res.error != ErrorCode.NONE:
-            return ErrorCode.NOT_COORDINATOR if res.error in (
-                ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR) else res.error
-        key = (TXN_TOPIC, p)
-        self.broker.purgatory.notify(key)
-
-        def done():
-            return self.broker.replicas.produce_completion(*key, res.last_offset) is not None
-        await self.broker.purgatory.wait_until([key], done, timeout_s)
-        outcome = self.broker.replicas.produce_completion(*key, res.last_offset)
-        if outcome is None:
-            return ErrorCode.REQUEST_TIMED_OUT
-        if outcome != ErrorCode.NONE:
-            return ErrorCode.NOT_COORDINATOR if outcome == ErrorCode.NOT_LEADER_OR_FOLLOWER \
-                else ErrorCode.COORDINATOR_NOT_AVAILABLE
-        return ErrorCode.NONE
+            return coordinator_error(res.error)
+        return await wait_committed(self.broker, TXN_TOPIC, p, res.last_offset, timeout_s)
 
     # -- client APIs ------------------------------------------------------------------------------
 
@@ -282,19 +270,33 @@ class TransactionCoordinator:
             return {tp: err for tp in partitions}
         return S.verify_partitions(self.txns.get(tid), pid, epoch, partitions)
 
-    async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> ErrorCode:
+    async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool,
+                      bump: bool = False) -> tuple[ErrorCode, int, int]:
+        """EndTxn → (error, producer id, epoch the producer continues with). `bump`: EndTxn v5
+        (KIP-890 part 2), the epoch goes up with every transaction."""
         err = self.owns(tid)
         if err != ErrorCode.NONE:
-            return err
+            return err, -1, -1
         async with self._lock(tid):
-            err, new = S.end_txn(self.txns.get(tid), pid, epoch, commit, now_ms())
-            if err != ErrorCode.NONE or new is None:
-                return err
-            err = await self._persist(new)
-            if err != ErrorCode.NONE:
-                return err
-        self._start_completion(tid)
-        return ErrorCode.NONE
+            fresh = None
+            for _ in range(2):
+                result = S.end_txn(self.txns.get(tid), pid, epoch, commit, now_ms(), bump, fresh)
+                if not result.needs_new_producer_id:
+                    break
+                fresh = await self.broker.producer_ids.allocate(self.broker)
+                if fresh is None:
+                    return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1
+            if result.error != ErrorCode.NONE:
+                return result.error, -1, -1
+            if result.metadata is not None:
+                err = await self._persist(result.metadata)
+                if err != ErrorCode.NONE:
+                    return err, -1, -1
+            meta = self.txns.get(tid)
+            next_pid, next_epoch = meta.producer_after_end() if bump else (pid, epoch)
+        if result.metadata is not None:
+            self._start_completion(tid)
+        return ErrorCode.NONE, next_pid, next_epoch
 
     async def abort(self, tid: str) -> ErrorCode:
         """An operator aborts a hanging transaction (`raftka transactions abort`)."""

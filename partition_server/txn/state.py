@@ -19,6 +19,8 @@ Transitions (anything else is INVALID_TXN_STATE or CONCURRENT_TRANSACTIONS):
     Ongoing --AddPartitions--> Ongoing
     Ongoing --EndTxn(commit)--> PrepareCommit --markers written--> CompleteCommit
     Ongoing --EndTxn(abort) | timeout--> PrepareAbort --markers written--> CompleteAbort
+      (EndTxn v5, KIP-890 part 2: the Prepare* state carries epoch + 1 — markers and the next
+      transaction use it; at epoch overflow a new producer id is taken on completion)
     Ongoing --InitProducerId--> PrepareEpochFence -> PrepareAbort (epoch bumped)
     Empty/Complete* --InitProducerId--> Empty (epoch + 1; new producer id at epoch overflow)
 
@@ -90,6 +92,9 @@ class TransactionMetadata:
     # the epoch before the coordinator itself bumped it (timeout, fencing abort): that producer
     # may still recover with KIP-360's InitProducerId(expected id and epoch)
     last_producer_epoch: int = -1
+    # KIP-890 part 2 at epoch overflow: the markers of the ending transaction still go out under
+    # the old producer id (at epoch MAX_EPOCH + 1); the producer continues with this id, epoch 0
+    next_producer_id: int = -1
 
     def transition(self, state: TxnState, now_ms: int, **changes) -> "TransactionMetadata":
         if self.state not in VALID_PREVIOUS[state]:
@@ -101,14 +106,21 @@ class TransactionMetadata:
     def to_record(self) -> list:
         return [self.producer_id, self.producer_epoch, self.timeout_ms, self.state.value,
                 sorted([t, p] for t, p in self.partitions), self.txn_start_ms, self.last_update_ms,
-                self.last_producer_id, self.last_producer_epoch]
+                self.last_producer_id, self.last_producer_epoch, self.next_producer_id]
 
     @classmethod
     def from_record(cls, transactional_id: str, value: list) -> "TransactionMetadata":
         pid, epoch, timeout, state, parts, start, update, last_pid, last_epoch = value[:9]
+        next_pid = int(value[9]) if len(value) > 9 else -1      # records before KIP-890 part 2
         return cls(transactional_id, int(pid), int(epoch), int(timeout), TxnState(state),
                    frozenset((str(t), int(p)) for t, p in parts), int(start), int(update),
-                   int(last_pid), int(last_epoch))
+                   int(last_pid), int(last_epoch), next_pid)
+
+    def producer_after_end(self) -> tuple[int, int]:
+        """The producer id and epoch an EndTxn v5 answers with: what the producer uses next."""
+        if self.next_producer_id >= 0:
+            return self.next_producer_id, 0
+        return self.producer_id, self.producer_epoch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,24 +217,56 @@ def verify_partitions(meta: TransactionMetadata | None, producer_id: int, produc
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class EndResult:
+    """What EndTxn decided. `metadata` is to be logged (None: nothing changes — a retry of an
+    EndTxn already done answers NONE); `needs_new_producer_id`: ask again with a fresh id."""
+    error: ErrorCode = ErrorCode.NONE
+    metadata: TransactionMetadata | None = None
+    needs_new_producer_id: bool = False
+
+
 def end_txn(meta: TransactionMetadata | None, producer_id: int, producer_epoch: int,
-            commit: bool, now_ms: int) -> tuple[ErrorCode, TransactionMetadata | None]:
-    """EndTxn → (error, metadata to log). (NONE, None) is a retry of an EndTxn already done."""
-    if meta is None or meta.producer_id != producer_id:
-        return ErrorCode.INVALID_PRODUCER_ID_MAPPING, None
-    if producer_epoch != meta.producer_epoch:
-        return ErrorCode.PRODUCER_FENCED, None
+            commit: bool, now_ms: int, bump: bool = False,
+            fresh_pid: int | None = None) -> EndResult:
+    """EndTxn. With `bump` (EndTxn v5, KIP-890 part 2) the epoch goes up by one for the markers
+    and for everything the producer does next: a write of the finished transaction retried late
+    carries the old epoch and is fenced by the partition instead of landing in the next
+    transaction (the hole Jepsen found: part 1's verification alone lets it through once the
+    same partition is added again)."""
+    if meta is None or (producer_id != meta.producer_id and producer_id != meta.last_producer_id):
+        return EndResult(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
     s = meta.state
+    done_same = (s is TxnState.COMPLETE_COMMIT and commit) or \
+        (s is TxnState.COMPLETE_ABORT and not commit)
+    preparing_same = (s is TxnState.PREPARE_COMMIT and commit) or \
+        (s is TxnState.PREPARE_ABORT and not commit)
+    if bump and (done_same or preparing_same) and producer_epoch == meta.last_producer_epoch \
+            and producer_id in (meta.producer_id, meta.last_producer_id):
+        # the producer retries the EndTxn whose answer (with the bumped epoch) it did not get
+        return EndResult(ErrorCode.NONE if done_same else ErrorCode.CONCURRENT_TRANSACTIONS)
+    if producer_id != meta.producer_id:
+        return EndResult(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+    if producer_epoch != meta.producer_epoch:
+        return EndResult(ErrorCode.PRODUCER_FENCED)
     if s is TxnState.ONGOING:
         target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-        return ErrorCode.NONE, meta.transition(target, now_ms)
-    if (s is TxnState.COMPLETE_COMMIT and commit) or (s is TxnState.COMPLETE_ABORT and not commit):
-        return ErrorCode.NONE, None
-    if (s is TxnState.PREPARE_COMMIT and commit) or (s is TxnState.PREPARE_ABORT and not commit):
-        return ErrorCode.CONCURRENT_TRANSACTIONS, None
-    if s is TxnState.PREPARE_EPOCH_FENCE:
-        return ErrorCode.CONCURRENT_TRANSACTIONS, None
-    return ErrorCode.INVALID_TXN_STATE, None
+        if not bump:
+            return EndResult(metadata=meta.transition(target, now_ms))
+        if meta.producer_epoch < MAX_EPOCH:
+            return EndResult(metadata=meta.transition(
+                target, now_ms, producer_epoch=meta.producer_epoch + 1,
+                last_producer_epoch=meta.producer_epoch))
+        if fresh_pid is None:
+            return EndResult(needs_new_producer_id=True)
+        return EndResult(metadata=meta.transition(
+            target, now_ms, producer_epoch=meta.producer_epoch + 1,
+            last_producer_epoch=meta.producer_epoch, next_producer_id=fresh_pid))
+    if done_same and not bump:
+        return EndResult()
+    if preparing_same or s is TxnState.PREPARE_EPOCH_FENCE:
+        return EndResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+    return EndResult(ErrorCode.INVALID_TXN_STATE)
 
 
 def fence_and_abort(meta: TransactionMetadata, now_ms: int) -> TransactionMetadata:
@@ -241,6 +285,12 @@ def complete(meta: TransactionMetadata, now_ms: int) -> TransactionMetadata:
     """Every marker of a PrepareCommit/PrepareAbort transaction is written."""
     target = TxnState.COMPLETE_COMMIT if meta.state is TxnState.PREPARE_COMMIT else \
         TxnState.COMPLETE_ABORT
+    if meta.next_producer_id >= 0:
+        # epoch overflow under KIP-890 part 2: the markers are out, the producer moves to its
+        # new id (the old one is remembered for a retried EndTxn)
+        return meta.transition(target, now_ms, partitions=frozenset(), txn_start_ms=-1,
+                               producer_id=meta.next_producer_id, producer_epoch=0,
+                               last_producer_id=meta.producer_id, next_producer_id=-1)
     return meta.transition(target, now_ms, partitions=frozenset(), txn_start_ms=-1)
 
 
