@@ -45,7 +45,11 @@ import trio
 
 from clients.cluster import Cluster, TopicPartition
 from clients.config import COMPRESSION, PRODUCER, ConfigError, resolve
-from clients.errors import KafkaTimeoutError, Retry, UnknownTopicError, classify, error
+from clients.cluster import COORDINATOR_GROUP, COORDINATOR_TRANSACTION
+from clients.errors import (KafkaConnectionError, KafkaTimeoutError, Retry, UnknownTopicError,
+                            classify, error)
+from clients.transaction_manager import (State, TransactionAbortedError, TransactionManager,
+                                         TransactionStateError, is_fatal)
 from clients.partitioner import StickyPartitioner, partition_for_key
 from wire.errors import ErrorCode, KafkaError, MessageTooLargeError
 from wire.messages.index_generated import REQUESTS
@@ -55,6 +59,12 @@ from wire.records.crc32c import crc32c
 
 NO_SEQUENCE = -1
 PRODUCE = REQUESTS[0]
+INIT_PRODUCER_ID = REQUESTS[22]
+ADD_PARTITIONS_TO_TXN = REQUESTS[24]
+ADD_OFFSETS_TO_TXN = REQUESTS[25]
+END_TXN = REQUESTS[26]
+TXN_OFFSET_COMMIT = REQUESTS[28]
+TRANSACTIONAL_FLAG = 0x10           # record batch attribute bit 4
 
 
 class RecordMetadata(NamedTuple):
@@ -221,13 +231,15 @@ class ProducerBatch:
         self.size += len(length) + len(rec)
         self.record_count += 1
 
-    def seal(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+    def seal(self, producer_id: int, producer_epoch: int, base_sequence: int,
+             transactional: bool = False) -> bytes:
         if self.data is None:
             body = b"".join(self.body)
             if self.compression:
                 body = codecs.compress(self.compression, body)
+            attrs = self.compression | (TRANSACTIONAL_FLAG if transactional else 0)
             out = bytearray(HEADER.pack(0, BATCH_HEADER_SIZE - 12 + len(body), -1, MAGIC, 0,
-                                        self.compression, self.record_count - 1, self.base_ts,
+                                        attrs, self.record_count - 1, self.base_ts,
                                         self.max_ts, producer_id, producer_epoch, base_sequence,
                                         self.record_count))
             out += body
@@ -363,6 +375,25 @@ class Producer:
             idem = False
         if idem and cfg["retries"] == 0 and "enable.idempotence" in explicit:
             raise ConfigError("enable.idempotence=true needs retries > 0")
+        self._txn: TransactionManager | None = None
+        tid = cfg.get("transactional.id")
+        if tid:
+            # transactional.id implies idempotence (Kafka: and refuses settings that contradict it)
+            if "enable.idempotence" in explicit and not cfg["enable.idempotence"]:
+                raise ConfigError("transactional.id needs enable.idempotence=true")
+            if cfg["acks"] != -1:
+                raise ConfigError("transactional.id needs acks=all")
+            if cfg["retries"] == 0:
+                raise ConfigError("transactional.id needs retries > 0")
+            try:
+                timeout_ms = int(str(cfg.get("transaction.timeout.ms") or 60_000).strip())
+            except ValueError:
+                raise ConfigError("invalid value for transaction.timeout.ms: "
+                                  f"{cfg.get('transaction.timeout.ms')!r}") from None
+            if timeout_ms <= 0:
+                raise ConfigError("transaction.timeout.ms must be positive")
+            self._txn = TransactionManager(str(tid).strip(), timeout_ms)
+            idem = True
         self.idempotent = idem and cfg["retries"] > 0
         self.acks = cfg["acks"]
         if isinstance(bootstrap, Cluster):
@@ -395,6 +426,7 @@ class Producer:
         self._producer_id, self._producer_epoch = -1, -1
         self._sequences: dict[TopicPartition, int] = {}
         self._need_new_pid = False
+        self._adding_partitions = False
         self._refresh_wanted = False
         self._started = False
         self._available_cache: dict[str, tuple[int, list[int] | None]] = {}
@@ -429,8 +461,8 @@ class Producer:
     async def start(self, nursery: trio.Nursery) -> "Producer":
         if self._own_cluster:
             await self.cluster.start()
-        if self.idempotent:
-            await self._init_producer_id()
+        if self.idempotent and self._txn is None:
+            await self._init_producer_id()      # a transactional one waits for init_transactions
         self._nursery = nursery
         self._sender_scope = trio.CancelScope()
         nursery.start_soon(self._sender)
@@ -473,6 +505,8 @@ class Producer:
         """Queue one record; returns its DeliveryFuture. Waits only for metadata or buffer space."""
         if self._closing:
             raise KafkaError("producer is closed", ErrorCode.UNKNOWN_SERVER_ERROR)
+        if self._txn is not None:
+            self._txn.check_can_send()
         if isinstance(value, str):
             value = value.encode()
         if isinstance(key, str):
@@ -515,6 +549,8 @@ class Producer:
         t = self.cluster.metadata.topics.get(topic)
         if t is None or not t.partitions or self._closing:
             return None
+        if self._txn is not None:
+            self._txn.check_can_send()
         if isinstance(value, str):
             value = value.encode()
         if isinstance(key, str):
@@ -556,6 +592,8 @@ class Producer:
         fut, new_batch = self._acc.append(tp, key, value, headers, ts, trio.current_time, size)
         if fut is None:
             return None
+        if self._txn is not None:
+            self._txn.maybe_add_partition(tp)
         self._incomplete += 1
         if new_batch:
             self._wake()
@@ -623,6 +661,9 @@ class Producer:
                 next_check = min(next_check, now + self._backoff_s)
             if self._need_new_pid:
                 ready = {}      # nothing new is sealed under the old producer id
+            txn = self._txn
+            if txn is not None:
+                ready = self._txn_filter_ready(txn, ready, nursery)
             for node, tps in ready.items():
                 if node in self._inflight:
                     continue
@@ -673,7 +714,7 @@ class Producer:
         if self.idempotent:
             seq = self._sequences.get(b.tp, 0)
             self._sequences[b.tp] = (seq + b.record_count) & 0x7FFFFFFF
-            return b.seal(self._producer_id, self._producer_epoch, seq)
+            return b.seal(self._producer_id, self._producer_epoch, seq, self._txn is not None)
         return b.seal(-1, -1, NO_SEQUENCE)
 
     async def _send_to(self, node: int, batches: list[ProducerBatch]) -> None:
@@ -682,7 +723,8 @@ class Producer:
             for b in batches:
                 by_topic.setdefault(b.tp.topic, []).append(
                     PRODUCE.PartitionProduceData(index=b.tp.partition, records=self._seal(b)))
-            req = PRODUCE(transactional_id=None, acks=self.acks,
+            req = PRODUCE(transactional_id=self._txn.transactional_id if self._txn else None,
+                          acks=self.acks,
                           timeout_ms=self.config["request.timeout.ms"],
                           topic_data=[PRODUCE.TopicProduceData(name=t, partition_data=p)
                                       for t, p in by_topic.items()])
@@ -747,7 +789,13 @@ class Producer:
         self._acc.release(b)
         self._space.set()
         self._space = trio.Event()
-        if self.idempotent and b.data is not None:
+        if self._txn is not None:
+            # the transaction can no longer commit; after its abort the epoch is bumped if this
+            # batch took a sequence number (the broker would see a gap otherwise)
+            self._txn.set_abortable(exc)
+            if b.data is not None:
+                self._txn.needs_epoch_bump = True
+        elif self.idempotent and b.data is not None:
             # a sequence gap would follow this batch: start over with a new producer id
             self._need_new_pid = True
         for fut in b.futures:
@@ -755,3 +803,287 @@ class Producer:
         self._incomplete -= len(b.futures)
         if self._incomplete == 0:
             self._idle.set()
+
+    # -- transactions ----------------------------------------------------------------------------
+
+    def _require_txn(self, what: str) -> TransactionManager:
+        if self._txn is None:
+            raise TransactionStateError(f"{what}() needs a transactional producer "
+                                        "(set transactional.id)")
+        if not self._started:
+            raise TransactionStateError(f"{what}() before the producer was started")
+        return self._txn
+
+    @property
+    def transaction_state(self) -> State | None:
+        return None if self._txn is None else self._txn.state
+
+    async def init_transactions(self, timeout_s: float | None = None) -> None:
+        """Get this transactional.id's producer id and epoch from its coordinator, fencing any
+        older instance (its open transaction is aborted by the coordinator first)."""
+        txn = self._require_txn("init_transactions")
+        txn.start_init()
+        try:
+            await self._txn_init_pid(bump=False, timeout_s=timeout_s)
+        except BaseException as exc:
+            if is_fatal(exc):
+                txn.set_fatal(exc)
+            else:
+                txn.init_failed()
+            raise
+        txn.init_done()
+
+    async def begin_transaction(self) -> None:
+        self._require_txn("begin_transaction").begin()
+
+    async def send_offsets_to_transaction(self, offsets, group_metadata_or_group_id,
+                                          timeout_s: float | None = None) -> None:
+        """Commit consumed offsets as part of the transaction (consume-transform-produce).
+        `offsets`: {TopicPartition or (topic, partition): next offset to read (int, or
+        (offset, metadata))}, or an iterable of objects with topic/partition/offset (such as
+        confluent-kafka's TopicPartition). `group_metadata_or_group_id`: the group id, or a
+        consumer's group metadata (group_id, generation_id, member_id, group_instance_id)."""
+        txn = self._require_txn("send_offsets_to_transaction")
+        txn.check_can_add_offsets()
+        group = group_metadata_or_group_id
+        if isinstance(group, str):
+            group_id, generation, member, instance = group, -1, "", None
+        else:
+            group_id = getattr(group, "group_id", None)
+            if not group_id:
+                raise TransactionStateError("send_offsets_to_transaction: no group id given")
+            generation = getattr(group, "generation_id", -1)
+            member = getattr(group, "member_id", "") or ""
+            instance = getattr(group, "group_instance_id", None)
+        by_topic: dict[str, list] = {}
+        for topic, partition, offset, meta in _offset_entries(offsets):
+            by_topic.setdefault(topic, []).append(TXN_OFFSET_COMMIT.TxnOffsetCommitRequestPartition(
+                partition_index=partition, committed_offset=offset, committed_leader_epoch=-1,
+                committed_metadata=meta))
+        tid = txn.transactional_id
+        try:
+            await self._coordinator_call(
+                lambda: ADD_OFFSETS_TO_TXN(transactional_id=tid, producer_id=self._producer_id,
+                                           producer_epoch=self._producer_epoch,
+                                           group_id=group_id),
+                lambda r: r.error_code, "AddOffsetsToTxn", timeout_s=timeout_s)
+            txn.offsets_added = True
+
+            def first_error(resp):
+                for t in resp.topics:
+                    for p in t.partitions:
+                        if p.error_code:
+                            return p.error_code
+                return 0
+            await self._coordinator_call(
+                lambda: TXN_OFFSET_COMMIT(
+                    transactional_id=tid, group_id=group_id, producer_id=self._producer_id,
+                    producer_epoch=self._producer_epoch, generation_id=generation,
+                    member_id=member, group_instance_id=instance,
+                    topics=[TXN_OFFSET_COMMIT.TxnOffsetCommitRequestTopic(name=t, partitions=ps)
+                            for t, ps in by_topic.items()]),
+                first_error, "TxnOffsetCommit", key_type=COORDINATOR_GROUP, key=group_id,
+                timeout_s=timeout_s)
+        except KafkaError as exc:
+            self._txn_failed(exc)
+            raise
+
+    async def commit_transaction(self, timeout_s: float | None = None) -> None:
+        """Flush every record of the transaction, then commit it (EndTxn). Raises if any record
+        failed: the transaction must then be aborted. After a timeout, calling it again resumes."""
+        txn = self._require_txn("commit_transaction")
+        if txn.state is not State.COMMITTING:
+            txn.begin_commit()
+        self._wake()
+        await self._flush_within(timeout_s, "commit_transaction")
+        if txn.in_error:
+            txn._raise_if_fatal()
+            raise TransactionAbortedError(
+                f"commit failed, abort the transaction: {txn.last_error}", None) \
+                from txn.last_error
+        if txn.started:
+            await self._end_txn(True, timeout_s)
+        txn.end_done()
+
+    async def abort_transaction(self, timeout_s: float | None = None) -> None:
+        """Abort: records not sent yet fail with TransactionAbortedError, those in flight are
+        awaited, then EndTxn(abort). Also the way out of an abortable error."""
+        txn = self._require_txn("abort_transaction")
+        txn.begin_abort()
+        self._wake()
+        self._fail_unsent(TransactionAbortedError("transaction aborted before the record was "
+                                                  "sent"))
+        await self._flush_within(timeout_s, "abort_transaction")
+        if txn.started:
+            await self._end_txn(False, timeout_s)
+        if txn.needs_epoch_bump:
+            # a batch with a sequence number failed: bump the epoch so sequences start over
+            # (KIP-360); our current producer id and epoch prove we are not a zombie
+            try:
+                await self._txn_init_pid(bump=True, timeout_s=timeout_s)
+            except KafkaError as exc:
+                if is_fatal(exc):
+                    txn.set_fatal(exc)
+                raise
+            txn.needs_epoch_bump = False
+        txn.end_done()
+
+    async def _flush_within(self, timeout_s: float | None, what: str) -> None:
+        limit = self._max_block_s if timeout_s is None else timeout_s
+        with trio.move_on_after(limit):
+            await self.flush()
+            return
+        raise KafkaTimeoutError(f"{what}: records still unacknowledged after {limit:g} s; "
+                                "call it again to keep waiting")
+
+    def _txn_failed(self, exc: BaseException) -> None:
+        if self._txn is not None:
+            if is_fatal(exc):
+                self._txn.set_fatal(exc)
+            else:
+                self._txn.set_abortable(exc)
+
+    async def _end_txn(self, commit: bool, timeout_s: float | None) -> None:
+        txn = self._txn
+        try:
+            await self._coordinator_call(
+                lambda: END_TXN(transactional_id=txn.transactional_id,
+                                producer_id=self._producer_id,
+                                producer_epoch=self._producer_epoch, committed=commit),
+                lambda r: r.error_code, "EndTxn", max_version=4, timeout_s=timeout_s)
+        except KafkaError as exc:
+            if is_fatal(exc):
+                txn.set_fatal(exc)
+            elif commit:
+                txn.set_abortable(exc)
+            raise
+
+    async def _txn_init_pid(self, bump: bool, timeout_s: float | None) -> None:
+        txn = self._txn
+        resp = await self._coordinator_call(
+            lambda: INIT_PRODUCER_ID(transactional_id=txn.transactional_id,
+                                     transaction_timeout_ms=txn.transaction_timeout_ms,
+                                     producer_id=self._producer_id if bump else -1,
+                                     producer_epoch=self._producer_epoch if bump else -1),
+            lambda r: r.error_code, "InitProducerId", timeout_s=timeout_s)
+        self._producer_id, self._producer_epoch = resp.producer_id, resp.producer_epoch
+        self._sequences.clear()
+
+    async def _coordinator_call(self, make, code_of, what: str, *,
+                                key_type: int = COORDINATOR_TRANSACTION, key: str | None = None,
+                                max_version: int | None = None, timeout_s: float | None = None):
+        """One request to the transaction (or group) coordinator, retried until `timeout_s`
+        (default max.block.ms) on retriable errors: NOT_COORDINATOR and COORDINATOR_NOT_AVAILABLE
+        find the coordinator again, COORDINATOR_LOAD_IN_PROGRESS and CONCURRENT_TRANSACTIONS
+        wait and retry. Anything else raises its typed error."""
+        key = key or self._txn.transactional_id
+        deadline = trio.current_time() + (self._max_block_s if timeout_s is None else timeout_s)
+        while True:
+            err: Exception
+            code = None
+            try:
+                node = await self.cluster.find_coordinator(
+                    key, key_type, timeout_s=max(0.5, deadline - trio.current_time()))
+                resp = await self.cluster.call(node, make(), max_version=max_version)
+                code = code_of(resp)
+                if code == 0:
+                    return resp
+                err = error(code, None, what)
+                if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+                    self.cluster.forget_coordinator(key, key_type)
+                elif classify(code) is Retry.NO:
+                    raise err
+            except (KafkaConnectionError, KafkaTimeoutError) as exc:
+                self.cluster.forget_coordinator(key, key_type)
+                err = exc
+            now = trio.current_time()
+            if now >= deadline:
+                raise KafkaTimeoutError(f"{what} did not succeed in time: {err}")
+            # Java retries CONCURRENT_TRANSACTIONS quickly: the previous transaction's markers
+            # usually land within milliseconds
+            pause = min(self._backoff_s, 0.02) if code == ErrorCode.CONCURRENT_TRANSACTIONS \
+                else self._backoff_s
+            await trio.sleep(min(pause, max(0.0, deadline - now)))
+
+    def _fail_unsent(self, exc: Exception) -> None:
+        """Fail every batch still in the accumulator (not in flight)."""
+        for b in self._acc.all_batches():
+            self._fail_batch(b, exc)
+
+    def _txn_filter_ready(self, txn: TransactionManager, ready: dict, nursery) -> dict:
+        """The sender's transactional gate: nothing is sent in an abortable/fatal/aborting
+        state (unsent records fail at once, so flush never hangs); new partitions are added to
+        the transaction in one AddPartitionsToTxn per drain before their first batch goes."""
+        if txn.state in (State.ABORTABLE_ERROR, State.FATAL_ERROR, State.ABORTING):
+            if not self._acc.empty():
+                cause = txn.last_error
+                self._fail_unsent(cause if txn.state is State.FATAL_ERROR else
+                                  TransactionAbortedError(f"transaction cannot commit: {cause}"
+                                                          if cause else "transaction aborted"))
+            return {}
+        if txn.pending and not self._adding_partitions:
+            tps = txn.take_pending()
+            if tps:
+                self._adding_partitions = True
+                nursery.start_soon(self._add_partitions, tps)
+        out = {}
+        for node, tps in ready.items():
+            ok = [tp for tp in tps if txn.is_added(tp)]
+            if ok:
+                out[node] = ok
+        return out
+
+    async def _add_partitions(self, tps: list[TopicPartition]) -> None:
+        txn = self._txn
+        by_topic: dict[str, list[int]] = {}
+        for tp in tps:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+
+        def first_error(resp):
+            worst = 0
+            for t in resp.results_by_topic_v3_and_below:
+                for p in t.results_by_partition:
+                    c = p.partition_error_code
+                    if c and c != ErrorCode.OPERATION_NOT_ATTEMPTED:
+                        return c
+                    worst = worst or c
+            return worst
+        try:
+            await self._coordinator_call(
+                lambda: ADD_PARTITIONS_TO_TXN(
+                    v3_and_below_transactional_id=txn.transactional_id,
+                    v3_and_below_producer_id=self._producer_id,
+                    v3_and_below_producer_epoch=self._producer_epoch,
+                    v3_and_below_topics=[ADD_PARTITIONS_TO_TXN.AddPartitionsToTxnTopic(
+                        name=t, partitions=ps) for t, ps in by_topic.items()]),
+                first_error, "AddPartitionsToTxn", max_version=3,
+                timeout_s=self._delivery_timeout_s)
+        except KafkaError as exc:
+            # the coordinator may or may not have them: keep them counted so abort ends it
+            txn.partitions_added(tps)
+            self._txn_failed(exc)
+        else:
+            txn.partitions_added(tps)
+        finally:
+            self._adding_partitions = False
+            self._wake()
+
+
+def _offset_entries(offsets):
+    """(topic, partition, offset, metadata) from the shapes send_offsets_to_transaction takes."""
+    items = offsets.items() if isinstance(offsets, dict) else [(o, o) for o in offsets]
+    for tp, value in items:
+        if isinstance(tp, tuple):
+            topic, partition = tp[0], tp[1]
+        else:
+            topic, partition = tp.topic, tp.partition
+        meta = None
+        if isinstance(value, int):
+            offset = value
+        elif isinstance(value, tuple):
+            offset, meta = value[0], (value[1] if len(value) > 1 else None)
+        else:
+            offset, meta = value.offset, getattr(value, "metadata", None)
+        if offset is None or offset < 0:
+            raise ValueError(f"invalid offset {offset!r} for {topic}-{partition}")
+        yield topic, int(partition), int(offset), meta

@@ -118,6 +118,8 @@ class SyncProducer:
              on_delivery: Callable | None = None) -> concurrent.futures.Future:
         if self._closed:
             raise RuntimeError("producer is closed")
+        if self._producer._txn is not None:
+            self._producer._txn.check_can_send()     # misuse fails here, in the caller's thread
         fut: concurrent.futures.Future = concurrent.futures.Future()
         item = (topic, value, key, partition, headers, timestamp_ms, on_delivery, fut)
         max_block = self._producer.config["max.block.ms"] / 1000
@@ -210,6 +212,37 @@ class SyncProducer:
             self._loop.run(run)
         except trio.TooSlowError:
             raise KafkaTimeoutError(f"flush did not finish in {timeout_s:g} s") from None
+
+    # -- transactions (see Producer; records queued by send() join the transaction first) -------
+
+    def init_transactions(self, timeout_s: float | None = None) -> None:
+        self._loop.run(self._producer.init_transactions, timeout_s)
+
+    def begin_transaction(self) -> None:
+        self._loop.run(self._producer.begin_transaction)
+
+    def send_offsets_to_transaction(self, offsets, group_metadata_or_group_id,
+                                    timeout_s: float | None = None) -> None:
+        self._loop.run(self._producer.send_offsets_to_transaction, offsets,
+                       group_metadata_or_group_id, timeout_s)
+
+    def commit_transaction(self, timeout_s: float | None = None) -> None:
+        async def run():
+            await self._drain_queue()
+            await self._producer.commit_transaction(timeout_s)
+        self._loop.run(run)
+
+    def abort_transaction(self, timeout_s: float | None = None) -> None:
+        async def run():
+            await self._drain_queue()
+            await self._producer.abort_transaction(timeout_s)
+        self._loop.run(run)
+
+    async def _drain_queue(self) -> None:
+        self._drain()
+        while self._blocked_on is not None or self._queue:
+            await trio.sleep(0.001)
+            self._drain()
 
     def close(self, timeout_s: float | None = None) -> None:
         if self._closed:
