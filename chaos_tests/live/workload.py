@@ -310,3 +310,48 @@ def final_read(bootstrap: str, topic: str, partitions: int, history: History,
     finally:
         c.close()
     return total
+
+
+def open_transactions(bootstrap: str, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
+    """Partitions whose last stable offset is behind the high watermark (a transaction still
+    open there): partition → (LSO, HW). ListOffsets follows the consumer's isolation level."""
+    ends = {}
+    for level in ("read_committed", "read_uncommitted"):
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"watermarks-{topic}",
+                      "isolation.level": level, "enable.auto.commit": False})
+        try:
+            ends[level] = [c.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]
+                           for p in range(partitions)]
+        finally:
+            c.close()
+    return {p: (lso, hw) for p, (lso, hw) in
+            enumerate(zip(ends["read_committed"], ends["read_uncommitted"])) if lso != hw}
+
+
+def final_read_committed(bootstrap: str, topic: str, partitions: int, history: History,
+                         idle_s: float = 3.0, timeout_s: float = 60) -> int:
+    """The final log as read_committed readers see it, once no transaction is open: every
+    record recorded as `Consume(final=True)`. Aborted records and markers never arrive, so the
+    read ends when nothing new came for `idle_s` (the LSO is the HW by then: all was there)."""
+    deadline = time.monotonic() + timeout_s
+    while (still := open_transactions(bootstrap, topic, partitions)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"transactions still open in {topic} (partition: (LSO, HW)): "
+                                 f"{still}")
+        time.sleep(0.5)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"final-rc-{topic}",
+                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    total, last = 0, time.monotonic()
+    try:
+        while time.monotonic() - last < idle_s and time.monotonic() < deadline + timeout_s:
+            m = c.poll(0.2)
+            if m is None or m.error():
+                continue
+            history.consume(m.value().decode(), m.partition(), m.offset(), final=True,
+                            process="final", time=time.monotonic())
+            total += 1
+            last = time.monotonic()
+    finally:
+        c.close()
+    return total
