@@ -6,6 +6,8 @@
   times are kept so a test can ask what was acknowledged after a given moment.
 - `Writer`: an idempotent acks=all confluent-kafka producer with retries.
 - `KafkaPythonWriter`: the same with kafka-python (its own retry and reconnect logic).
+- `OwnWriter`: the same with Raftka's own trio producer (clients/producer.py, idempotent by
+  default), driven by `run_until` on a thread of its own.
 - `Reader`: a confluent-kafka consumer reading committed records from offset 0 as they come.
 - `final_read`: the verification pass after healing (Consume(final=True) records).
 """
@@ -249,6 +251,58 @@ class KafkaPythonWriter:
 
     def close(self) -> None:
         self.p.close(timeout=10)
+
+
+class OwnWriter:
+    """`Writer`'s twin on clients/producer.py: idempotence on (its default), acks=all, values
+    `<name>-<n>` to partition n % partitions. The producer lives in a trio run on the calling
+    thread of `run_until`, which sends until `stop` is set, then flushes."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, history: History,
+                 name: str = "own"):
+        self.bootstrap = bootstrap
+        self.topic, self.partitions = topic, partitions
+        self.history = history
+        self.name = name
+        self.n = 0
+        self.acked = 0
+        self.failed = 0
+        self._lock = threading.Lock()
+
+    def _record(self, value: str, partition: int, meta, exc) -> None:
+        with self._lock:
+            if exc is None:
+                self.acked += 1
+                self.history.produce(value, partition, OK,
+                                     meta.offset if meta.offset >= 0 else None,
+                                     process=f"{self.name}-{partition}", time=time.monotonic())
+            else:
+                self.failed += 1
+                self.history.produce(value, partition, UNKNOWN, process=f"{self.name}-{partition}",
+                                     time=time.monotonic(), error=type(exc).__name__)
+
+    def run_until(self, stop: threading.Event, rate_per_s: float = 200) -> None:
+        trio.run(self._main, stop, rate_per_s)
+
+    async def _main(self, stop: threading.Event, rate_per_s: float) -> None:
+        from clients.producer import Producer as OwnProducer
+        config = {"acks": "all", "linger.ms": 2, "delivery.timeout.ms": 120000,
+                  "request.timeout.ms": 15000}
+        async with OwnProducer(self.bootstrap, config) as p:
+            assert p.idempotent, "clients/producer.py is no longer idempotent by default"
+            while not stop.is_set():
+                self.n += 1
+                value, partition = f"{self.name}-{self.n}", self.n % self.partitions
+                await p.send(self.topic, value.encode(), partition=partition,
+                             on_delivery=lambda meta, exc, v=value, pt=partition:
+                             self._record(v, pt, meta, exc))
+                await trio.sleep(1 / rate_per_s)
+            await p.flush()
+
+    def flush(self, timeout_s: float = 150) -> int:
+        """Values without an outcome (`run_until` flushed before returning)."""
+        with self._lock:
+            return self.n - self.acked - self.failed
 
 
 class Reader:

@@ -130,7 +130,7 @@ class Rounds:
             assert p.flush(30) == 0, "batches not delivered before the commit"
             committer = threading.Thread(target=lambda: result.update(c=self.commit(p)))
             committer.start()
-            time.sleep(rng.uniform(0, 0.01))
+            time.sleep(rng.uniform(0, 0.003))
         # did the cut land before the client had its answers? (statistics: a round whose
         # commit or deliveries completed first tests less)
         early = (len(delivered) < len(values)) if committer is None else "c" not in result

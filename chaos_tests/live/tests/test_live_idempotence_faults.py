@@ -1,6 +1,7 @@
 """Idempotence under faults (issue #11, CHAOS.md F1 + F16 for idempotent producers).
 
-confluent-kafka and kafka-python producers (enable.idempotence, acks=all) write sequenced values
+confluent-kafka, kafka-python and Raftka's own (clients/producer.py) producers
+(enable.idempotence, acks=all) write sequenced values
 `<producer>-<n>` (n-th value, to partition n % 3) to an RF-3, min.insync.replicas=2 topic. Every
 request they send goes through a per-broker client proxy (`ClientProxiedCluster`: the brokers'
 CLIENT listener advertises the proxy, so metadata leads clients back to it) while the harness
@@ -32,7 +33,7 @@ from chaos_tests.checkers import History, assert_valid
 from chaos_tests.live.admin import create_topic, describe, full_isr, leader_of, wait_for
 from chaos_tests.live.cluster import ClientProxiedCluster, client_link
 from chaos_tests.live.faults import FAULTS
-from chaos_tests.live.workload import KafkaPythonWriter, Reader, Writer, final_read
+from chaos_tests.live.workload import KafkaPythonWriter, OwnWriter, Reader, Writer, final_read
 
 pytestmark = pytest.mark.live
 PARTITIONS = 3
@@ -65,6 +66,8 @@ class Background:
 
     def _run(self, writer) -> None:
         try:
+            if hasattr(writer, "run_until"):
+                writer.run_until(self._stop, rate_per_s=200)
             while not self._stop.is_set():
                 writer.write_for(0.25, rate_per_s=200)
         except BaseException as exc:     # noqa: BLE001 - reported by stop()
@@ -86,7 +89,7 @@ class Background:
     def stop(self) -> None:
         self._stop.set()
         for t in self.threads:
-            t.join(30)
+            t.join(150)
         assert not self.errors, f"a writer thread failed: {self.errors!r}"
 
 
@@ -124,13 +127,14 @@ def idempotence_rounds(cluster, topic: str, plan: list[str], seed: int, tmp_path
              "the topic has leaders and full ISRs")
     history = History()
     writers = [Writer(cluster.bootstrap, topic, PARTITIONS, history, name="ck"),
-               KafkaPythonWriter(cluster.bootstrap, topic, PARTITIONS, history, name="kp")]
+               KafkaPythonWriter(cluster.bootstrap, topic, PARTITIONS, history, name="kp"),
+               OwnWriter(cluster.bootstrap, topic, PARTITIONS, history, name="own")]
     reader = Reader(cluster.direct_bootstrap, topic, PARTITIONS, history).start()
     bg = Background(writers).start()
     stats = {"kill": 0, "drop": 0, "dropped_bytes": 0, "drops_that_lost_answers": 0}
     t0 = time.monotonic()
     try:
-        bg.progressed([0, 0], 60, "before the faults")
+        bg.progressed([0] * len(writers), 60, "before the faults")
         for i, fault in enumerate(plan):
             partition = i % PARTITIONS
             if fault == "kill":
@@ -149,7 +153,7 @@ def idempotence_rounds(cluster, topic: str, plan: list[str], seed: int, tmp_path
     stats["seconds"] = round(time.monotonic() - t0, 1)
     final_read(cluster.direct_bootstrap, topic, PARTITIONS, history)
     assert_valid(history, idempotent=True, sequenced=True, dump_to=tmp_path / f"{topic}.jsonl")
-    assert unfinished == [0, 0], f"values without an outcome after flush: {unfinished}"
+    assert unfinished == [0] * len(writers), f"values without an outcome after flush: {unfinished}"
     not_acked = [op for op in history.produces if op.outcome != "ok"]
     # with retries up to a 120 s delivery timeout, every value must get through in the end
     assert not_acked == [], f"{len(not_acked)} values not acknowledged: {not_acked[:5]}"
