@@ -92,3 +92,18 @@ def assert_transactions(txns: list[Txn], history: History, dump_to=None) -> None
             history.dump(dump_to)
         where = f" (history in {dump_to})" if dump_to is not None else ""
         raise CheckFailed("\n".join(str(r) for r in bad) + where)
+
+
+CLIENT_OUTCOMES = {"ok": COMMITTED, "committed": COMMITTED, "aborted": ABORTED,
+                   "unknown": IN_DOUBT, "in-doubt": IN_DOUBT}
+
+
+def assert_final_values(outcomes: dict, written: dict, seen: list[str]) -> None:
+    """The short form for tests that only keep values: `outcomes` {txn: 'ok' | 'aborted' |
+    'unknown'}, `written` {txn: [values]}, `seen` the values one final read_committed pass
+    returned, in order (positions stand in for offsets: a value seen twice is a duplicate)."""
+    txns = [Txn(str(t), CLIENT_OUTCOMES[o], list(written[t])) for t, o in outcomes.items()]
+    history = History()
+    for i, value in enumerate(seen):
+        history.consume(value, 0, i, final=True, process="final")
+    assert_transactions(txns, history)

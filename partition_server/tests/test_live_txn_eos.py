@@ -19,6 +19,7 @@ import trio
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from chaos_tests.checkers.txn import assert_final_values
 from partition_server.testing import LiveCluster
 
 pytestmark = pytest.mark.live
@@ -227,18 +228,8 @@ def _f12_rounds(cluster, topic, tid, rounds, seed):
 
 def check_history(history, written, seen):
     """No aborted read, no lost committed transaction, each transaction all-or-nothing, no
-    duplicate."""
-    assert len(seen) == len(set(seen)), "duplicate reads"
-    seen = set(seen)
-    for r, outcome in history.items():
-        visible = [v in seen for v in written[r]]
-        assert all(visible) or not any(visible), f"round {r} ({outcome}) partially visible"
-        if outcome == "ok":
-            assert all(visible), f"committed round {r} lost"
-        if outcome == "aborted":
-            assert not any(visible), f"aborted round {r} read"
-    known = {v for vs in written.values() for v in vs}
-    assert seen <= known
+    duplicate (the shared transaction checkers of chaos_tests/checkers/txn.py)."""
+    assert_final_values(history, written, seen)
 
 
 @pytest.mark.parametrize("rounds", [2])

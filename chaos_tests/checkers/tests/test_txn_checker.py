@@ -52,3 +52,16 @@ def test_without_final_read_committed_txns_cannot_be_judged():
 def test_unknown_outcome_refused():
     with pytest.raises(ValueError):
         Txn("t", "ok", [])
+
+
+def test_short_form_for_value_only_tests():
+    from chaos_tests.checkers.txn import assert_final_values
+    written = {0: ["a", "b"], 1: ["c", "d"]}
+    assert_final_values({0: "ok", 1: "aborted"}, written, ["a", "b"])
+    assert_final_values({0: "unknown", 1: "unknown"}, written, ["c", "d"])
+    for outcomes, seen in [({0: "ok", 1: "aborted"}, ["a"]),
+                           ({0: "ok", 1: "aborted"}, ["a", "b", "c", "d"]),
+                           ({0: "ok", 1: "unknown"}, ["a", "b", "b"]),
+                           ({0: "ok", 1: "unknown"}, ["a", "b", "x"])]:
+        with pytest.raises(CheckFailed):
+            assert_final_values(outcomes, written, seen)
