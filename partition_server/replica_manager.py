@@ -310,7 +310,8 @@ class ReplicaManager:
         aborted = None
         if isolation_level == 1 and not is_follower:
             end = data.next_offset if data.size else fetch_offset
-            aborted = hosted.producers.aborted_between(fetch_offset, end) if data.size else []
+            aborted = [(t.producer_id, t.first_offset)
+                       for t in plog.collect_aborted_txns(fetch_offset, end)] if data.size else []
         return FetchResult(ErrorCode.NONE, state.high_watermark, lso,
                            plog.log_start_offset, list(data.ranges), data.size,
                            aborted_transactions=aborted)

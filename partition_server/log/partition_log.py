@@ -29,6 +29,7 @@ from partition_server.log.epoch_cache import LeaderEpochCache
 from partition_server.log.recovery import CLEAN_SHUTDOWN, open_segments
 from partition_server.log.retention import segments_past_retention
 from partition_server.log.segment import CorruptSegmentError, FileRange, LogSegment
+from partition_server.log.txn_index import AbortedTxn
 from wire.errors import ErrorCode, KafkaError
 from wire.records.batch import (CRC_START, TIMESTAMP_TYPE_MASK, RecordBatchHeader, decode_batch,
                                 scan_valid_prefix, set_base_offset, set_partition_leader_epoch)
@@ -311,6 +312,36 @@ class PartitionLog:
     @property
     def latest_epoch(self) -> int:
         return self.epoch_cache.latest_epoch
+
+    # -- aborted transactions (the segments' .txnindex) -------------------------------------------
+
+    def add_aborted_txn(self, producer_id: int, first_offset: int, marker_offset: int,
+                        last_stable_offset: int) -> None:
+        """An ABORT marker at `marker_offset` closed the producer's transaction that began at
+        `first_offset`: recorded in the index of the segment holding the marker."""
+        if marker_offset < self.log_start_offset or marker_offset >= self.log_end_offset:
+            return
+        seg = self.segments[self._segment_index_for(marker_offset)]
+        seg.txn_index.append(AbortedTxn(producer_id, first_offset, marker_offset,
+                                        last_stable_offset))
+
+    def collect_aborted_txns(self, start: int, upper: int) -> list[AbortedTxn]:
+        """Aborted transactions with records in [start, upper), for a read_committed Fetch.
+        Their markers are at or after `start`, possibly many segments later: search forward
+        until an entry's last stable offset shows nothing earlier than `upper` was still open."""
+        out: list[AbortedTxn] = []
+        for seg in self.segments[self._segment_index_for(max(start, self.log_start_offset)):]:
+            found, complete = seg.txn_index.collect(start, upper)
+            out.extend(found)
+            if complete:
+                break
+        return out
+
+    def flush_txn_indexes(self) -> None:
+        """fsync index entries not yet durable (before a producer-state snapshot says that
+        everything below its offset is accounted for)."""
+        for seg in self.segments:
+            seg.txn_index.flush(fsync=True)
 
     # -- truncation and deletion ------------------------------------------------------------------
 

@@ -67,7 +67,7 @@ def open_segments(directory: str, index_interval_bytes: int, recovery_point: int
 def _delete_segment_files(directory: str, base: int) -> None:
     stem = os.path.join(directory, segment_name(base))
     log.warning("%s: deleting a segment that follows a truncated one", stem)
-    for ext in (".log", ".index", ".timeindex"):
+    for ext in (".log", ".index", ".timeindex", ".txnindex"):
         _unlink(stem + ext)
 
 

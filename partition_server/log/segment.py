@@ -1,4 +1,4 @@
-"""One log segment: `<base offset>.log` with its `.index` and `.timeindex`.
+"""One log segment: `<base offset>.log` with its `.index`, `.timeindex` and `.txnindex`.
 
 Batches are appended verbatim. The segment knows its size, next offset and largest timestamp,
 keeps an fd open for reads (`FileRange`s for `os.sendfile`) and rebuilds its indexes from the
@@ -15,6 +15,7 @@ import logging
 import os
 
 from partition_server.log.index import CorruptIndexError, OffsetIndex, TimeIndex
+from partition_server.log.txn_index import TransactionIndex
 from wire.records.batch import (BATCH_HEADER_SIZE, LOG_OVERHEAD, RecordBatchHeader,
                                 scan_valid_prefix)
 
@@ -51,9 +52,12 @@ class LogSegment:
         self.path = stem + ".log"
         self.index = OffsetIndex(stem + ".index", base_offset)
         self.time_index = TimeIndex(stem + ".timeindex", base_offset)
+        self.txn_index = TransactionIndex(stem + ".txnindex")   # aborted transactions
         self.index_interval_bytes = index_interval_bytes
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = os.fstat(self.fd).st_size
+        if self.size == 0:
+            self.txn_index.truncate_to(base_offset)     # a leftover of a deleted namesake
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
@@ -128,6 +132,7 @@ class LogSegment:
             self.size = pos
         self.index.rewrite()
         self.time_index.truncate_to_offset(1 << 62)
+        self.txn_index.truncate_to(self.next_offset)    # aborts whose marker did not survive
         self.verified_position = self.size
         return cut
 
@@ -288,6 +293,7 @@ class LogSegment:
         self.verified_position = min(self.verified_position, cut_at)
         self.appended_from = min(self.appended_from, cut_at)
         self.time_index.truncate_to_offset(h.base_offset)
+        self.txn_index.truncate_to(h.base_offset)
         self.next_offset = h.base_offset
         self._recompute_bounds()
         return removed
@@ -307,6 +313,7 @@ class LogSegment:
             os.fsync(self.fd)
         self.index.flush(fsync)
         self.time_index.flush(fsync)
+        self.txn_index.flush(fsync)
         self.unflushed_messages = 0
 
     def seal(self) -> None:
@@ -324,12 +331,13 @@ class LogSegment:
             if self.max_timestamp >= 0:
                 self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self.time_index.flush()
+            self.txn_index.flush()
             os.close(self.fd)
             self.closed = True
 
     def unlink(self) -> None:
         """Remove the files; the fd stays open so in-flight sendfiles finish (close later)."""
-        for path in (self.path, self.index.path, self.time_index.path):
+        for path in (self.path, self.index.path, self.time_index.path, self.txn_index.path):
             try:
                 os.unlink(path)
             except FileNotFoundError:

@@ -165,6 +165,8 @@ def _marker(pid, epoch, commit, offset):
 
 def test_last_stable_offset_and_aborted_ranges():
     s = ProducerStateManager()
+    aborts = []
+    s.on_abort = lambda *a: aborts.append(a)
     s.update_from_header(_data(1, 0, 0, 0))            # pid 1: 0-1
     s.update_from_header(_data(2, 0, 0, 2))            # pid 2: 2-3
     assert s.last_stable_offset(4) == 0
@@ -173,12 +175,11 @@ def test_last_stable_offset_and_aborted_ranges():
     s.update_from_header(_data(3, 0, 0, 5, txn=False))  # idempotent only: never unstable
     s.update_from_header(_marker(2, 0, True, 7))       # commit pid 2
     assert s.last_stable_offset(8) == 8 and s.last_stable_offset(6) == 6
-    assert s.aborted_between(0, 8) == [(1, 0)]
-    assert s.aborted_between(5, 8) == []               # its marker is before 5
-    assert s.aborted_between(3, 8) == [(1, 0)]
+    # (pid, first offset, marker, LSO right after the abort: pid 2 still open at 2)
+    assert aborts == [(1, 0, 4, 2)]
     # truncating the abort marker away reopens the transaction
     s.truncate_after(4)
-    assert s.aborted_between(0, 8) == [] and s.ongoing == {1: 0, 2: 2}
+    assert s.ongoing == {1: 0, 2: 2}
     s.truncate_after(2)
     assert s.ongoing == {1: 0}
 
@@ -197,8 +198,10 @@ def test_transaction_state_is_rebuilt_from_the_log_after_a_restart(tmp_path):
     from partition_server.log import LogConfig, PartitionLog
     from partition_server.txn.producer_state import rebuild_from_segments
 
+    from partition_server.txn import snapshot
     plog = PartitionLog(str(tmp_path / "t-0"), LogConfig(segment_bytes=300))
     live = ProducerStateManager()
+    live.on_abort = plog.add_aborted_txn
 
     def data(pid, seq, txn=True):
         info = plog.append_as_leader(build_batch([(b"k", b"v" * 20, [], 0)] * 2, producer_id=pid,
@@ -225,8 +228,12 @@ def test_transaction_state_is_rebuilt_from_the_log_after_a_restart(tmp_path):
     reopened = PartitionLog(str(tmp_path / "t-0"), LogConfig(segment_bytes=300))
     rebuilt = rebuild_from_segments(reopened.segments)
     assert rebuilt.ongoing == live.ongoing == {1: 10}
-    assert rebuilt.aborted == live.aborted
-    assert rebuilt.aborted_between(0, 20) == [(1, 0)]
+    assert list(rebuilt.finished) == list(live.finished)
+    # the abort is in the .txnindex of the segment holding its marker (offset 6), LSO 2
+    assert [(t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
+            for t in reopened.collect_aborted_txns(0, 20)] == [(1, 0, 6, 2)]
+    snapshot.rebuild(reopened)                    # replay re-adds nothing twice
+    assert len(reopened.collect_aborted_txns(0, 20)) == 1
     assert rebuilt.last_stable_offset(100) == 10
     assert {p: e.last_seq for p, e in rebuilt.producers.items()} == \
         {p: e.last_seq for p, e in live.producers.items()}
@@ -250,12 +257,3 @@ def test_markers_from_an_older_coordinator_are_fenced():
     s.update_from_header(_header(build_end_txn_marker(True, 1, 0, 5, base_offset=2)))
     assert s.coordinator_epochs == {1: 5}
     assert s.marker_fenced(1, 4) and not s.marker_fenced(1, 5) and not s.marker_fenced(2, 0)
-
-
-def test_aborted_transactions_below_the_log_start_are_forgotten():
-    s = ProducerStateManager()
-    for pid, first, marker in [(1, 0, 3), (2, 4, 8), (3, 9, 12)]:
-        s.begin_txn(pid, first)
-        s.end_txn(pid, 0, False, marker)
-    s.forget_aborted_before(8)
-    assert s.aborted_between(0, 100) == [(2, 4), (3, 9)]

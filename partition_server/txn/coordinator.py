@@ -411,8 +411,6 @@ class TransactionCoordinator:
             await trio.sleep(SNAPSHOT_INTERVAL_S)
             now = now_ms()
             for hosted in list(self.broker.replicas.partitions.values()):
-                # aborted transactions wholly below the log start (retention) are never asked for
-                hosted.producers.forget_aborted_before(hosted.log.log_start_offset)
                 gone = hosted.producers.expire_producers(now, expiration_ms)
                 if gone:
                     log.info("%s-%d: %d idle producer(s) expired", hosted.topic, hosted.partition,

@@ -20,8 +20,9 @@ transaction here opens one at its base offset; a COMMIT/ABORT control batch (tra
 written by the coordinator) closes it. From that:
 - the last stable offset (LSO) = min(first offset of every open transaction, high watermark):
   read_committed consumers never read at or past it;
-- aborted transactions (producer id, first offset, marker offset), which read_committed Fetch
-  returns so the consumer drops those producers' records between first offset and the marker.
+- aborted transactions (producer id, first offset, marker offset, LSO after the abort), handed
+  to `on_abort` — the log's per-segment `.txnindex` (log/txn_index.py) — from which a
+  read_committed Fetch tells the consumer to drop those producers' records up to the marker.
 A marker with a newer producer epoch (the coordinator bumped it to fence a producer) moves the
 producer to that epoch, so the fenced producer's late writes get INVALID_PRODUCER_EPOCH.
 The same rules run on followers and on recovery (the whole log replayed), so leaders elected
@@ -30,7 +31,6 @@ later agree.
 
 from __future__ import annotations
 
-import bisect
 import collections
 import dataclasses
 
@@ -81,15 +81,17 @@ class FinishedTxn:
     aborted: bool
 
 
-MAX_FINISHED = 100_000          # finished transactions kept (committed ones only for truncation)
+MAX_FINISHED = 100_000          # recent finished transactions, kept to undo a truncated marker
 
 
 class ProducerStateManager:
     def __init__(self):
         self.producers: dict[int, ProducerEntry] = {}
         self.ongoing: dict[int, int] = {}                 # producer id → first offset
-        self.aborted: list[FinishedTxn] = []              # ordered by marker offset
-        self.committed: collections.deque = collections.deque(maxlen=MAX_FINISHED)
+        self.finished: collections.deque = collections.deque(maxlen=MAX_FINISHED)
+        # (producer id, first offset, marker offset, last stable offset) of each abort: the
+        # partition's log records it in its transaction index (None: nobody asks, e.g. tests)
+        self.on_abort = None
         # producer id → newest transaction coordinator epoch seen in its markers: a marker from
         # an older coordinator (a zombie after failover) is refused (TRANSACTION_COORDINATOR_FENCED)
         self.coordinator_epochs: dict[int, int] = {}
@@ -170,11 +172,12 @@ class ProducerStateManager:
         first = self.ongoing.pop(producer_id, None)
         if first is None:
             return                      # no data of that transaction here (e.g. a retried marker)
-        done = FinishedTxn(marker_offset, producer_id, first, not commit)
-        if commit:
-            self.committed.append(done)
-        else:
-            self.aborted.append(done)
+        self.finished.append(FinishedTxn(marker_offset, producer_id, first, not commit))
+        if not commit and self.on_abort is not None:
+            # Kafka's rule: the LSO right after this abort (the earliest other open
+            # transaction, else just past the marker) bounds a later index search
+            lso = min(self.ongoing.values()) if self.ongoing else marker_offset + 1
+            self.on_abort(producer_id, first, marker_offset, lso)
 
     def observe(self, h, marker=None) -> None:
         """Every batch with a producer id, in log order (leader after append, followers, and
@@ -200,27 +203,14 @@ class ProducerStateManager:
         first = self.first_unstable_offset()
         return high_watermark if first is None else min(first, high_watermark)
 
-    def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
-        """(producer id, first offset) of aborted transactions with data in [start, end): what
-        a read_committed Fetch returning that range must report."""
-        i = bisect.bisect_left(self.aborted, FinishedTxn(start, -1, -1, True))
-        return [(t.producer_id, t.first_offset) for t in self.aborted[i:] if t.first_offset < end]
-
-    def forget_aborted_before(self, log_start_offset: int) -> None:
-        """Retention removed the log below `log_start_offset`: drop entries wholly below it."""
-        i = bisect.bisect_left(self.aborted, FinishedTxn(log_start_offset, -1, -1, True))
-        if i:
-            del self.aborted[:i]
-
     def truncate_after(self, end_offset: int) -> None:
         """The log was truncated: forget batches at or after `end_offset`."""
-        for table in (self.aborted, self.committed):
-            kept = [t for t in table if t.marker_offset < end_offset]
-            for t in table:
-                if t.marker_offset >= end_offset and t.first_offset < end_offset:
-                    self.ongoing[t.producer_id] = t.first_offset     # its marker was cut
-            table.clear()
-            table.extend(kept)
+        kept = [t for t in self.finished if t.marker_offset < end_offset]
+        for t in self.finished:
+            if t.marker_offset >= end_offset and t.first_offset < end_offset:
+                self.ongoing[t.producer_id] = t.first_offset     # its marker was cut
+        self.finished.clear()
+        self.finished.extend(kept)
         self.ongoing = {pid: first for pid, first in self.ongoing.items() if first < end_offset}
         for pid in list(self.producers):
             entry = self.producers[pid]

@@ -1,7 +1,7 @@
 """Producer-state snapshots: `<log dir>/<offset, 20 digits>.producer-snapshot` (msgpack).
 
-A snapshot holds the whole `ProducerStateManager` (sequence windows, open and aborted
-transactions, recent committed ones) as of `offset`, a batch boundary of the log. Opening a
+A snapshot holds the whole `ProducerStateManager` (sequence windows, open transactions, recent
+finished ones) as of `offset`, a batch boundary of the log. Opening a
 partition loads the newest snapshot at or below the log end offset and replays only the batches
 from there (Kafka's ProducerStateManager does the same), instead of the whole log.
 
@@ -10,6 +10,11 @@ to a temporary file, fsynced and renamed, so a crash leaves the previous one. A 
 log end is worthless — the log lost or truncated what it covered — so the log deletes those on
 truncation and after recovery (`partition_log.drop_producer_snapshots_after`), and loading
 ignores them anyway.
+
+Aborted transactions live in the segments' `.txnindex` files, not here: before a snapshot is
+written the indexes are fsynced, so every abort below the snapshot's offset is durable there and
+replaying from the snapshot re-adds (idempotently) the ones after it. Snapshots from before the
+index carried an "aborted" list; loading one hands it to the index (with an unknown LSO).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ log = logging.getLogger(__name__)
 VERSION = 1
 KEEP = 2
 SNAPSHOT_INTERVAL_S = 30.0
-COMMITTED_KEPT = 1000          # committed transactions kept (only truncation looks at them)
+FINISHED_KEPT = 1000           # finished transactions kept (only truncation looks at them)
 
 
 def snapshot_offsets(directory: str) -> list[int]:
@@ -55,14 +60,15 @@ def encode(state: ProducerStateManager, offset: int) -> bytes:
                                       for b in e.batches], e.last_ms]
                       for pid, e in state.producers.items()],
         "ongoing": [[pid, first] for pid, first in state.ongoing.items()],
-        "aborted": [[t.marker_offset, t.producer_id, t.first_offset] for t in state.aborted],
-        "committed": [[t.marker_offset, t.producer_id, t.first_offset]
-                      for t in list(state.committed)[-COMMITTED_KEPT:]],
+        "aborted": [],
+        "committed": [[t.marker_offset, t.producer_id, t.first_offset, int(t.aborted)]
+                      for t in list(state.finished)[-FINISHED_KEPT:]],
         "coordinator_epochs": [[pid, e] for pid, e in state.coordinator_epochs.items()],
     })
 
 
-def decode(data: bytes) -> tuple[int, ProducerStateManager]:
+def decode(data: bytes) -> tuple[int, ProducerStateManager, list]:
+    """(offset, state, aborted transactions of a pre-index snapshot as (marker, pid, first))."""
     d = msgpack.unpackb(data)
     if d.get("v") != VERSION:
         raise ValueError(f"unknown producer snapshot version {d.get('v')}")
@@ -72,10 +78,11 @@ def decode(data: bytes) -> tuple[int, ProducerStateManager]:
         entry.batches.extend(CachedBatch(*b) for b in batches)
         state.producers[pid] = entry
     state.ongoing = {pid: first for pid, first in d["ongoing"]}
-    state.aborted = [FinishedTxn(m, pid, first, True) for m, pid, first in d["aborted"]]
-    state.committed.extend(FinishedTxn(m, pid, first, False) for m, pid, first in d["committed"])
+    legacy_aborted = [(m, pid, first) for m, pid, first in d.get("aborted", [])]
+    state.finished.extend(FinishedTxn(m, pid, first, bool(rest[0]) if rest else False)
+                          for m, pid, first, *rest in d["committed"])
     state.coordinator_epochs = {pid: e for pid, e in d.get("coordinator_epochs", [])}
-    return d["offset"], state
+    return d["offset"], state, legacy_aborted
 
 
 def write_snapshot(directory: str, state: ProducerStateManager, offset: int) -> None:
@@ -93,15 +100,16 @@ def write_snapshot(directory: str, state: ProducerStateManager, offset: int) -> 
             pass
 
 
-def load_latest(directory: str, log_end_offset: int) -> tuple[int, ProducerStateManager] | None:
+def load_latest(directory: str, log_end_offset: int) -> tuple[int, ProducerStateManager,
+                                                                list] | None:
     """The newest readable snapshot at or below the log end offset."""
     drop_producer_snapshots_after(directory, log_end_offset)
     for offset in reversed(snapshot_offsets(directory)):
         try:
             with open(_path(directory, offset), "rb") as f:
-                got_offset, state = decode(f.read())
+                got_offset, state, legacy = decode(f.read())
             if got_offset == offset:
-                return offset, state
+                return offset, state, legacy
         except (OSError, ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:
             log.warning("%s: ignoring producer snapshot %d: %s", directory, offset, exc)
     return None
@@ -110,7 +118,10 @@ def load_latest(directory: str, log_end_offset: int) -> tuple[int, ProducerState
 def rebuild(plog) -> ProducerStateManager:
     """Producer state of a log: the newest snapshot plus the batches after it (or everything)."""
     found = load_latest(plog.directory, plog.log_end_offset)
-    start, state = found if found is not None else (0, ProducerStateManager())
+    start, state, legacy = found if found is not None else (0, ProducerStateManager(), [])
+    for marker, pid, first in legacy:
+        plog.add_aborted_txn(pid, first, marker, -1)
+    state.on_abort = plog.add_aborted_txn
     for seg in plog.segments:
         if seg.next_offset <= start:
             continue
@@ -132,9 +143,9 @@ def maybe_snapshot(hosted, last: dict) -> None:
     offset = plog.log_end_offset
     if last.get(key) == offset or plog.closed or hosted.offline:
         return
-    if not hosted.producers.producers and not hosted.producers.ongoing and \
-            not hosted.producers.aborted:
+    if not hosted.producers.producers and not hosted.producers.ongoing:
         last[key] = offset
         return                       # nothing to remember: replay is free
+    plog.flush_txn_indexes()
     write_snapshot(plog.directory, hosted.producers, offset)
     last[key] = offset
