@@ -38,12 +38,14 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import struct
 import time
 from typing import Callable, NamedTuple
 
 import trio
 
 from clients.cluster import Cluster, TopicPartition
+from clients.connection import RECV_BYTES, BrokerConnection, ConnectionClosed
 from clients.config import COMPRESSION, PRODUCER, ConfigError, resolve
 from clients.cluster import COORDINATOR_GROUP, COORDINATOR_TRANSACTION
 from clients.errors import (KafkaConnectionError, KafkaTimeoutError, Retry, UnknownTopicError,
@@ -51,7 +53,7 @@ from clients.errors import (KafkaConnectionError, KafkaTimeoutError, Retry, Unkn
 from clients.transaction_manager import (State, TransactionAbortedError, TransactionManager,
                                          TransactionStateError, is_fatal)
 from clients.partitioner import StickyPartitioner, partition_for_key
-from wire.errors import ErrorCode, KafkaError, MessageTooLargeError
+from wire.errors import DecodeError, ErrorCode, KafkaError, MessageTooLargeError
 from wire.messages.index_generated import REQUESTS
 from wire.records import compression as codecs
 from wire.records.batch import BATCH_HEADER_SIZE, HEADER, MAGIC
@@ -160,6 +162,7 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
+_PID_EPOCH_SEQ = struct.Struct(">qhi")     # producer id, epoch, base sequence at header byte 43
 _NULL = _varint(-1)
 # zig-zag varints of 0..8191 (offset deltas, lengths and ms deltas of a batch nearly always)
 _SMALL = [_varint(n) for n in range(8192)]
@@ -173,9 +176,10 @@ class ProducerBatch:
 
     __slots__ = ("tp", "compression", "body", "futures", "created", "alloc", "attempts",
                  "retry_at", "data", "sealed", "record_count", "last_error", "base_ts", "max_ts",
-                 "size")
+                 "size", "order", "producer_id", "producer_epoch", "base_sequence")
 
-    def __init__(self, tp: TopicPartition, compression: int, created: float, alloc: int):
+    def __init__(self, tp: TopicPartition, compression: int, created: float, alloc: int,
+                 order: tuple = (0,)):
         self.tp = tp
         self.compression = compression
         self.body: list[bytes] = []
@@ -191,6 +195,10 @@ class ProducerBatch:
         self.base_ts = -1
         self.max_ts = -1
         self.size = BATCH_HEADER_SIZE       # bytes so far (uncompressed)
+        # creation order within the partition; a split batch's halves extend it ((n, 0), (n, 1))
+        # so a retried or split batch goes back exactly where it was
+        self.order = order
+        self.producer_id, self.producer_epoch, self.base_sequence = -1, -1, NO_SEQUENCE
 
     def append(self, key, value, headers, ts: int) -> None:
         if self.record_count == 0:
@@ -247,6 +255,19 @@ class ProducerBatch:
             self.data = bytes(out)
             self.body = None
             self.sealed = True
+            self.producer_id, self.producer_epoch = producer_id, producer_epoch
+            self.base_sequence = base_sequence
+        return self.data
+
+    def restamp(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+        """Same records under a new producer id/epoch and base sequence (after the producer
+        took a new id, sequences restart): patch the header fields and the CRC over them."""
+        out = bytearray(self.data)
+        out[43:57] = _PID_EPOCH_SEQ.pack(producer_id, producer_epoch, base_sequence)
+        out[17:21] = crc32c(memoryview(out)[21:]).to_bytes(4, "big")
+        self.data = bytes(out)
+        self.producer_id, self.producer_epoch = producer_id, producer_epoch
+        self.base_sequence = base_sequence
         return self.data
 
 
@@ -260,6 +281,7 @@ class RecordAccumulator:
         self.compression = compression
         self.batches: dict[TopicPartition, collections.deque[ProducerBatch]] = {}
         self.used = 0
+        self._order = 0
 
     def has_room_in_open_batch(self, tp: TopicPartition, size: int) -> bool:
         dq = self.batches.get(tp)
@@ -282,8 +304,9 @@ class RecordAccumulator:
             alloc = max(self.batch_size, size + BATCH_HEADER_SIZE)
             if self.used + alloc > self.buffer_memory and self.used > 0:
                 return None, False
+            self._order += 1
             dq.append(ProducerBatch(tp, self.compression, now() if callable(now) else now,
-                                    alloc))
+                                    alloc, (self._order,)))
             self.used += alloc
             new = True
         batch = dq[-1]
@@ -334,7 +357,13 @@ class RecordAccumulator:
         return out
 
     def reenqueue(self, batch: ProducerBatch) -> None:
-        self.batches.setdefault(batch.tp, collections.deque()).appendleft(batch)
+        """Put a batch back in creation order: with several requests in flight, failed batches
+        of one partition come back in any order and must be resent in sequence order."""
+        dq = self.batches.setdefault(batch.tp, collections.deque())
+        i = 0
+        while i < len(dq) and dq[i].order < batch.order:
+            i += 1
+        dq.insert(i, batch)
 
     def release(self, batch: ProducerBatch) -> None:
         self.used -= batch.alloc
@@ -416,7 +445,21 @@ class Producer:
         self._wakeup = trio.Event()
         self._space = trio.Event()
         self._idle = trio.Event()
-        self._inflight: set[int] = set()
+        self._inflight: dict[int, int] = {}             # node -> Produce requests outstanding
+        self._tp_inflight: collections.Counter = collections.Counter()   # tp -> batches out
+        self._max_inflight = cfg["max.in.flight.requests.per.connection"]
+        if self._max_inflight < 1:
+            raise ConfigError("max.in.flight.requests.per.connection must be at least 1")
+        if self.idempotent and self._max_inflight > 5:
+            # the broker remembers the last 5 batches per producer: more in flight could make a
+            # retried duplicate look like a gap (Kafka refuses the same)
+            if "enable.idempotence" in explicit or self._txn is not None:
+                raise ConfigError("idempotence needs max.in.flight.requests.per.connection <= 5")
+            self.idempotent = False
+        self._acked_next_seq: dict[TopicPartition, int] = {}
+        self._pipes: dict[int, _Pipe] = {}
+        self._pipe_locks: dict[int, trio.Lock] = {}
+        self._sender_nursery: trio.Nursery | None = None
         self._incomplete = 0
         self._flushing = 0
         self._closing = False
@@ -633,6 +676,7 @@ class Producer:
     async def _sender(self) -> None:
         with self._sender_scope:
             async with trio.open_nursery() as nursery:
+                self._sender_nursery = nursery
                 await self._sender_loop(nursery)
 
     async def _sender_loop(self, nursery: trio.Nursery) -> None:
@@ -664,13 +708,24 @@ class Producer:
             txn = self._txn
             if txn is not None:
                 ready = self._txn_filter_ready(txn, ready, nursery)
+            sent = False
             for node, tps in ready.items():
-                if node in self._inflight:
+                if self._inflight.get(node, 0) >= self._max_inflight:
                     continue
-                batches = self._acc.drain(tps, self.config["max.request.size"])
+                # a partition whose next batch is a resend (retry, or half of a split batch)
+                # waits until none of its batches is in flight, so resends go out in sequence
+                # order, one at a time, behind anything that may still be written before them
+                tps = [tp for tp in tps if not self._tp_inflight[tp] or
+                       self._acc.batches[tp][0].data is None]
+                batches = self._acc.drain(tps, self.config["max.request.size"]) if tps else []
                 if batches:
-                    self._inflight.add(node)
+                    self._inflight[node] = self._inflight.get(node, 0) + 1
+                    for b in batches:
+                        self._tp_inflight[b.tp] += 1
                     nursery.start_soon(self._send_to, node, batches)
+                    sent = True
+            if sent and self._max_inflight > 1:
+                next_check = now        # look again at once: the pipeline may take more
             if self._incomplete == 0:
                 self._idle.set()
             self._wakeup = trio.Event()
@@ -695,6 +750,7 @@ class Producer:
                 if code == 0:
                     self._producer_id, self._producer_epoch = resp.producer_id, resp.producer_epoch
                     self._sequences.clear()
+                    self._acked_next_seq.clear()
                     self._need_new_pid = False
                     return
                 err: Exception = KafkaError.from_code(code)
@@ -710,6 +766,12 @@ class Producer:
 
     def _seal(self, b: ProducerBatch) -> bytes:
         if b.data is not None:
+            if self.idempotent and (b.producer_id, b.producer_epoch) != (
+                    self._producer_id, self._producer_epoch):
+                # sealed under a producer id we have since replaced: new id, new sequence
+                seq = self._sequences.get(b.tp, 0)
+                self._sequences[b.tp] = (seq + b.record_count) & 0x7FFFFFFF
+                return b.restamp(self._producer_id, self._producer_epoch, seq)
             return b.data
         if self.idempotent:
             seq = self._sequences.get(b.tp, 0)
@@ -730,12 +792,11 @@ class Producer:
                                       for t, p in by_topic.items()])
             try:
                 if self.acks == 0:
-                    await self.cluster.call(node, req, min_version=3, expect_response=False)
+                    await self._produce_call(node, req, expect_response=False)
                     for b in batches:
                         self._complete_batch(b, -1, -1)
                     return
-                resp = await self.cluster.call(node, req, min_version=3,
-                                               timeout_s=self.config["request.timeout.ms"] / 1000 + 5)
+                resp = await self._produce_call(node, req)
             except KafkaError as exc:
                 for b in batches:
                     self._retry_or_fail(b, exc)
@@ -751,14 +812,92 @@ class Producer:
                                                       ErrorCode.NETWORK_EXCEPTION))
                 elif p.error_code in (0, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
                     self._complete_batch(b, p.base_offset, p.log_append_time_ms)
+                elif p.error_code == ErrorCode.MESSAGE_TOO_LARGE and b.record_count > 1:
+                    self._split(b)
+                elif p.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and \
+                        self._predecessor_unacked(b):
+                    # an earlier batch of this partition failed (or is being retried), so the
+                    # broker saw a gap: resend this one after it, in order (Kafka does the same)
+                    self._retry_or_fail(b, error(p.error_code, p.error_message or None),
+                                        force=True)
                 else:
-                    self._retry_or_fail(b, error(p.error_code, p.error_message or None))
+                    err = error(p.error_code, p.error_message or None)
+                    if p.error_code == ErrorCode.MESSAGE_TOO_LARGE:
+                        err = error(p.error_code, f"{b.tp.topic}-{b.tp.partition}: a single "
+                                    f"record of {len(b.data) - BATCH_HEADER_SIZE} bytes (in a "
+                                    "batch) is larger than the topic accepts (max.message.bytes)")
+                    self._retry_or_fail(b, err)
         finally:
-            self._inflight.discard(node)
+            left = self._inflight.get(node, 1) - 1
+            if left > 0:
+                self._inflight[node] = left
+            else:
+                self._inflight.pop(node, None)
+            for b in batches:
+                n = self._tp_inflight[b.tp] - 1
+                if n > 0:
+                    self._tp_inflight[b.tp] = n
+                else:
+                    del self._tp_inflight[b.tp]
             self._wake()
 
-    def _retry_or_fail(self, b: ProducerBatch, exc: Exception) -> None:
-        action = classify(exc)
+    def _predecessor_unacked(self, b: ProducerBatch) -> bool:
+        """OUT_OF_ORDER_SEQUENCE_NUMBER for `b` is only a symptom when the batch before it was
+        not acknowledged (it failed, is being retried, or `b` carries a replaced producer id);
+        when `b` directly follows the last acknowledged batch it is a real error."""
+        if not self.idempotent or b.base_sequence < 0:
+            return False
+        if (b.producer_id, b.producer_epoch) != (self._producer_id, self._producer_epoch):
+            return True
+        return self._acked_next_seq.get(b.tp, 0) != b.base_sequence
+
+    def _split(self, b: ProducerBatch) -> None:
+        """The broker refused the batch as too large (max.message.bytes) and it holds more than
+        one record: resend it as two halves, as Java's producer does, instead of failing every
+        record. The halves keep the batch's place, producer id and sequence range, so later
+        batches of the partition stay valid; a half still too large is split again."""
+        from wire.records.batch import decode_batch
+        records = decode_batch(b.data).records
+        half = len(records) // 2
+        seq = b.base_sequence
+        allocs = (b.alloc // 2, b.alloc - b.alloc // 2)     # the memory charge is unchanged
+        for i, (recs, futs) in enumerate(((records[:half], b.futures[:half]),
+                                          (records[half:], b.futures[half:]))):
+            nb = ProducerBatch(b.tp, b.compression, b.created, allocs[i], b.order + (i,))
+            for r in recs:
+                nb.append(r.key, r.value, r.headers, r.timestamp)
+            nb.futures = futs
+            nb.attempts = b.attempts
+            nb.seal(b.producer_id, b.producer_epoch, seq, self._txn is not None)
+            if seq >= 0:
+                seq = (seq + len(recs)) & 0x7FFFFFFF
+            self._acc.reenqueue(nb)
+
+    async def _produce_call(self, node: int, req, expect_response: bool = True):
+        """A Produce request on the node's pipelined connection (up to
+        max.in.flight.requests.per.connection outstanding)."""
+        pipe = self._pipes.get(node)
+        if pipe is None or pipe.dead is not None:
+            lock = self._pipe_locks.setdefault(node, trio.Lock())
+            async with lock:
+                pipe = self._pipes.get(node)
+                if pipe is None or pipe.dead is not None:
+                    if pipe is not None:
+                        await self.cluster.drop_connection(node, "produce")
+                    conn = await self.cluster.connection(node, "produce")
+                    version = self.cluster.version_for(conn, 0, min_version=3)
+                    pipe = self._pipes[node] = _Pipe(conn, version)
+                    self._sender_nursery.start_soon(pipe.reader)
+        try:
+            return await pipe.request(req, self.config["request.timeout.ms"] / 1000 + 5,
+                                      expect_response)
+        except trio.TooSlowError:
+            raise KafkaTimeoutError(f"Produce to node {node} timed out") from None
+        except (ConnectionClosed, OSError) as exc:
+            raise KafkaConnectionError(f"node {node}: {exc}") from None
+
+    def _retry_or_fail(self, b: ProducerBatch, exc: Exception, force: bool = False) -> None:
+        action = Retry.RETRY if force else classify(exc)
         now = trio.current_time()
         if action is not Retry.NO and b.attempts < self.config["retries"] and \
                 now - b.created < self._delivery_timeout_s and not self._closed:
@@ -772,6 +911,9 @@ class Producer:
         self._fail_batch(b, exc)
 
     def _complete_batch(self, b: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+        if b.producer_id == self._producer_id and b.producer_epoch == self._producer_epoch and \
+                b.base_sequence >= 0:
+            self._acked_next_seq[b.tp] = (b.base_sequence + b.record_count) & 0x7FFFFFFF
         self._acc.release(b)
         self._space.set()
         self._space = trio.Event()
@@ -968,6 +1110,7 @@ class Producer:
             lambda r: r.error_code, "InitProducerId", timeout_s=timeout_s)
         self._producer_id, self._producer_epoch = resp.producer_id, resp.producer_epoch
         self._sequences.clear()
+        self._acked_next_seq.clear()
 
     async def _coordinator_call(self, make, code_of, what: str, *,
                                 key_type: int = COORDINATOR_TRANSACTION, key: str | None = None,
@@ -1067,6 +1210,105 @@ class Producer:
         finally:
             self._adding_partitions = False
             self._wake()
+
+
+class _Waiter:
+    __slots__ = ("event", "value", "exc")
+
+    def __init__(self):
+        self.event = trio.Event()
+        self.value = None
+        self.exc: BaseException | None = None
+
+
+class _Pipe:
+    """Several Produce requests outstanding on one connection (pipelining).
+
+    `BrokerConnection.request` holds its connection for a whole request/response round trip;
+    the producer instead writes request after request and lets one reader task hand the
+    answers back in order (a Kafka broker answers a connection's requests in the order they
+    arrived, and the sans-IO `ClientConnection` checks each correlation id). One connection,
+    not N, because requests on different connections may be handled in any order, which would
+    break per-partition order. The producer owns this connection (channel "produce") and drives
+    the BrokerConnection's stream and sans-IO state directly. Any failure or timeout closes it
+    and fails every request outstanding on it (their answers can no longer be matched)."""
+
+    def __init__(self, conn: BrokerConnection, version: int):
+        self.conn = conn
+        self.stream = conn._stream
+        self.wire = conn._conn
+        self.version = version
+        self.waiters: collections.deque[_Waiter] = collections.deque()
+        self.send_lock = trio.Lock()
+        self.dead: BaseException | None = None
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.dead is None:
+            self.dead = exc
+        while self.waiters:
+            w = self.waiters.popleft()
+            w.exc = exc
+            w.event.set()
+        if self.conn._stream is self.stream:
+            self.conn._stream = None          # the pool reconnects on next use
+
+    async def _close(self, exc: BaseException) -> None:
+        self._fail(exc)
+        with trio.CancelScope(shield=True):
+            await trio.aclose_forcefully(self.stream)
+
+    async def reader(self) -> None:
+        try:
+            while self.dead is None:
+                got = self.wire.next_response()
+                if got is not None:
+                    w = self.waiters.popleft()
+                    w.value = got[1]
+                    w.event.set()
+                    continue
+                chunk = await self.stream.receive_some(RECV_BYTES)
+                if not chunk:
+                    raise ConnectionClosed(f"{self.conn.host}:{self.conn.port} closed the "
+                                           "connection")
+                self.wire.receive_data(chunk)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError,
+                ConnectionClosed, DecodeError) as exc:
+            await self._close(ConnectionClosed(str(exc) or type(exc).__name__))
+        except BaseException as exc:          # cancelled with the producer: still fail waiters
+            self._fail(ConnectionClosed("producer closed"))
+            raise exc
+
+    async def request(self, message, timeout_s: float, expect_response: bool = True):
+        if self.dead is not None:
+            raise ConnectionClosed(f"connection closed: {self.dead}")
+        w = _Waiter() if expect_response else None
+        async with self.send_lock:
+            if self.dead is not None:
+                raise ConnectionClosed(f"connection closed: {self.dead}")
+            data = self.wire.send_request(message, self.version, self.conn.client_id,
+                                          expect_response=expect_response)
+            if w is not None:
+                self.waiters.append(w)
+            try:
+                with trio.fail_after(timeout_s):
+                    await self.stream.send_all(data)
+            except BaseException as exc:
+                # half a request may be on the wire: nothing after it can be trusted
+                await self._close(ConnectionClosed(f"send failed: {exc!r}"))
+                if isinstance(exc, (trio.BrokenResourceError, trio.ClosedResourceError,
+                                    OSError)):
+                    raise ConnectionClosed(str(exc)) from None
+                raise
+        if w is None:
+            return None
+        with trio.move_on_after(timeout_s):
+            await w.event.wait()
+        if not w.event.is_set():
+            await self._close(trio.TooSlowError())
+            raise trio.TooSlowError()
+        if w.exc is not None:
+            raise w.exc if isinstance(w.exc, ConnectionClosed) else ConnectionClosed(str(w.exc))
+        return w.value
 
 
 def _offset_entries(offsets):

@@ -1,0 +1,218 @@
+"""Several Produce requests in flight per node (max.in.flight.requests.per.connection), order
+across retries with idempotence, and splitting a batch the broker refuses as too large.
+
+Unit: resent batches go back in creation order; a split keeps the batch's place and sequence
+range; restamping a batch under a new producer id keeps a valid CRC. Live: idempotent producer
+with 5 in flight and a partition leader restarted mid-run — every acknowledged record exactly
+once, in order, and more than one request really was in flight; a topic with a small
+max.message.bytes — a multi-record batch is split and delivered, a lone oversized record fails
+clearly without taking its neighbours down.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+import uuid
+
+import pytest
+import trio
+from confluent_kafka import Consumer as CKConsumer
+from confluent_kafka import KafkaError as CKError
+from confluent_kafka import KafkaException
+from confluent_kafka import TopicPartition as CKTP
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from clients.cluster import TopicPartition
+from clients.config import ConfigError
+from clients.producer import Producer, ProducerBatch, RecordAccumulator
+from partition_server.testing import LiveCluster
+from wire.errors import ErrorCode, KafkaError, MessageTooLargeError
+from wire.records.batch import decode_batch
+
+TP = TopicPartition("t", 0)
+
+
+def test_reenqueue_keeps_creation_order():
+    acc = RecordAccumulator(batch_size=100, linger_s=0, buffer_memory=100_000, compression=0)
+    for i in range(4):
+        acc.append(TP, None, bytes([65 + i]) * 90, None, 1, now=0.0)      # one batch each
+    drained = [acc.drain([TP], 1 << 20)[0] for _ in range(3)]
+    assert [b.order for b in drained] == [(1,), (2,), (3,)]
+    # answers come back in any order (a gap makes later ones fail too): resend in order
+    for b in (drained[2], drained[0], drained[1]):
+        acc.reenqueue(b)
+    assert [b.order for b in acc.batches[TP]] == [(1,), (2,), (3,), (4,)]
+
+
+def test_split_keeps_place_sequences_and_futures():
+    p = Producer("127.0.0.1:1", {"batch.size": 1 << 16})
+    b = ProducerBatch(TP, 0, 0.0, 4000, (7,))
+    futs = []
+    for i in range(5):
+        b.append(f"k{i}".encode(), f"v{i}".encode() * 50, [("h", b"x")], 1000 + i)
+        futs.append(object())
+    b.futures = list(futs)
+    b.seal(42, 3, 100)
+    later = ProducerBatch(TP, 0, 0.0, 100, (8,))
+    p._acc.batches[TP] = collections.deque([later])
+    p._split(b)
+    first, second, third = p._acc.batches[TP]
+    assert (first.order, second.order, third) == ((7, 0), (7, 1), later)
+    d1, d2 = decode_batch(first.data), decode_batch(second.data)
+    assert [r.value for r in d1.records + d2.records] == [f"v{i}".encode() * 50 for i in range(5)]
+    assert [r.timestamp for r in d1.records + d2.records] == [1000 + i for i in range(5)]
+    assert (d1.header.producer_id, d1.header.producer_epoch, d1.header.base_sequence) == (42, 3, 100)
+    assert d2.header.base_sequence == 100 + len(d1.records) and len(d1.records) == 2
+    assert first.futures + second.futures == futs
+    assert first.alloc + second.alloc == 4000
+
+
+def test_restamp_under_new_producer_id():
+    b = ProducerBatch(TP, 1, 0.0, 100)
+    b.append(None, b"x" * 300, None, 5)
+    b.seal(1, 0, 10)
+    b.restamp(99, 2, 0)
+    d = decode_batch(b.data)                           # verifies the CRC
+    assert (d.header.producer_id, d.header.producer_epoch, d.header.base_sequence) == (99, 2, 0)
+    assert d.records[0].value == b"x" * 300
+
+
+def test_inflight_config():
+    with pytest.raises(ConfigError, match="<= 5"):
+        Producer("127.0.0.1:1", {"enable.idempotence": True,
+                                 "max.in.flight.requests.per.connection": 6})
+    with pytest.raises(ConfigError, match="at least 1"):
+        Producer("127.0.0.1:1", {"max.in.flight.requests.per.connection": 0})
+    # idempotence left at its default gives way to a larger in-flight, as in Kafka
+    assert not Producer("127.0.0.1:1", {"max.in.flight.requests.per.connection": 10}).idempotent
+
+
+# -- live ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    c = LiveCluster(tmp_path_factory.mktemp("inflight"))
+    c.start()
+    yield c
+    c.stop()
+
+
+def create_topic(cluster, name, partitions, config=None):
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for fut in admin.create_topics([NewTopic(name, partitions, 3, config=config or {})]).values():
+        fut.result(30)
+
+
+def read_back(cluster, topic, partitions, expect, timeout_s=60):
+    """{partition: [values]} via confluent-kafka, until `expect` records or idle."""
+    c = CKConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"r-{uuid.uuid4()}",
+                    "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    c.assign([CKTP(topic, p, 0) for p in range(partitions)])
+    out: dict[int, list[str]] = collections.defaultdict(list)
+    n, last, end = 0, time.time(), time.time() + timeout_s
+    while n < expect and time.time() - last < 5 and time.time() < end:
+        m = c.poll(0.2)
+        if m is None:
+            continue
+        if m.error():
+            if m.error().code() != CKError._PARTITION_EOF:
+                raise KafkaException(m.error())
+            continue
+        out[m.partition()].append(m.value().decode())
+        n += 1
+        last = time.time()
+    c.close()
+    return out
+
+
+@pytest.mark.live
+async def test_inflight_idempotent_order_across_leader_restart(live):
+    topic, parts, min_total = "inflight-order", 3, 4000
+    create_topic(live, topic, parts)
+    cfg = {"max.in.flight.requests.per.connection": 5, "batch.size": 2048, "linger.ms": 2,
+           "retry.backoff.ms": 50, "request.timeout.ms": 10000}
+    concurrent, peak = collections.Counter(), [0]
+    async with Producer(live.bootstrap, cfg) as p:
+        assert p.idempotent
+        real_call = p._produce_call
+
+        async def counting_call(node, req, expect_response=True):
+            concurrent[node] += 1
+            peak[0] = max(peak[0], concurrent[node])
+            try:
+                return await real_call(node, req, expect_response)
+            finally:
+                concurrent[node] -= 1
+        p._produce_call = counting_call
+        await p.cluster.wait_for_topic(topic)
+        victim = p.cluster.leader_for(topic, 0)
+        real_retry = p._retry_or_fail
+        retried = collections.Counter()
+
+        def counting_retry(b, exc, force=False):
+            retried[type(exc).__name__] += 1
+            return real_retry(b, exc, force)
+        p._retry_or_fail = counting_retry
+        futs = []
+        restarted = trio.Event()
+
+        async def restart():
+            await trio.to_thread.run_sync(live.restart_broker, victim)
+            restarted.set()
+        async with trio.open_nursery() as nursery:
+            # keep producing from before the leader dies until after it is back
+            i = 0
+            while i < min_total or not restarted.is_set():
+                futs.append(await p.send(topic, f"{i:06d}", partition=i % parts))
+                i += 1
+                if i == min_total // 4:
+                    nursery.start_soon(restart)
+                if i % 50 == 0:
+                    await trio.sleep(0.02)
+        total = i
+        with trio.fail_after(120):
+            await p.flush()
+    errors = [f.exception() for f in futs if f.exception() is not None]
+    assert not errors, errors[:3]
+    assert peak[0] > 1, "never more than one Produce request in flight to a node"
+    assert sum(retried.values()) > 0, "the leader restart never hit a request"
+    got = read_back(live, topic, parts, total)
+    for part in range(parts):
+        want = [f"{i:06d}" for i in range(part, total, parts)]
+        assert got[part] == want, f"partition {part}: {len(got[part])} records, first " \
+            f"difference at {next((j for j, (a, b) in enumerate(zip(got[part], want)) if a != b), None)}"
+    # offsets agree with the log order
+    for part in range(parts):
+        offs = [f.result().offset for f in futs[part::parts]]
+        assert offs == sorted(offs) and len(set(offs)) == len(offs)
+
+
+@pytest.mark.live
+async def test_too_large_batch_is_split_single_record_fails(live):
+    topic = "inflight-small"
+    create_topic(live, topic, 1, {"max.message.bytes": "3000"})
+    cfg = {"batch.size": 1 << 16, "linger.ms": 200}
+    async with Producer(live.bootstrap, cfg) as p:
+        futs = [await p.send(topic, f"{i:02d}-" + "x" * 600, partition=0) for i in range(20)]
+        await p.flush()
+        assert all(f.exception() is None for f in futs), \
+            [f.exception() for f in futs if f.exception()][:2]
+        offsets = [f.result().offset for f in futs]
+        assert offsets == list(range(offsets[0], offsets[0] + 20))
+        # one record over the limit fails alone, clearly; its batch neighbours are delivered
+        before = await p.send(topic, "small-before", partition=0)
+        big = await p.send(topic, "y" * 5000, partition=0)
+        after = await p.send(topic, "small-after", partition=0)
+        await p.flush()
+        assert isinstance(big.exception(), MessageTooLargeError)
+        assert big.exception().code == ErrorCode.MESSAGE_TOO_LARGE
+        assert "max.message.bytes" in str(big.exception())
+        assert before.exception() is None and after.exception() is None
+        # the producer carries on (a failed idempotent batch means a new producer id)
+        last = await p.send(topic, "last", partition=0)
+        await p.flush()
+        assert last.exception() is None
+    got = read_back(live, topic, 1, 23)[0]
+    assert got == [f"{i:02d}-" + "x" * 600 for i in range(20)] + \
+        ["small-before", "small-after", "last"]
