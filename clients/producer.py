@@ -15,11 +15,23 @@ batch waits out its backoff at the head of its deque, so a partition's batches a
 order. Memory is charged per batch (at least `batch.size`, like Kafka's buffer pool) and released
 when the batch completes.
 
-Sender: groups ready batches by the leader of their partition and sends ONE Produce request per
-node with at most one batch per partition. One request per node is in flight at a time (requests
-on a connection are answered in order anyway, see `clients/connection.py`), which also keeps each
-partition's batches in order across retries — so `max.in.flight.requests.per.connection` is
-accepted but behaves as 1.
+Sender: groups ready batches by the leader of their partition into one Produce request per node
+with at most one batch per partition. Up to `max.in.flight.requests.per.connection` (default 5)
+requests per node are outstanding at once, pipelined on one connection (`_Pipe`: the broker
+answers a connection's requests in order; several connections would not keep order). A batch
+that comes back for a retry is put back in creation order, and a partition whose next batch is
+such a resend sends it only when none of its batches is in flight, so resends go out one at a
+time, in order. With idempotence that keeps every partition in order across retries: a batch
+behind a failed one gets OUT_OF_ORDER_SEQUENCE_NUMBER from the broker (its predecessor is
+missing) and is retried after it, as Kafka does, which is why idempotence needs
+max.in.flight <= 5 (the broker remembers 5 batches per producer). WITHOUT idempotence and with
+retries, more than one request in flight may reorder a partition's records when a batch is
+retried after its successor was written (Kafka documents the same); set
+max.in.flight.requests.per.connection=1 for order without idempotence.
+
+MESSAGE_TOO_LARGE for a batch of several records (the topic's max.message.bytes is smaller than
+batch.size): the batch is split in halves and resent in its place (Java does the same); a single
+record over the limit fails with MessageTooLargeError.
 
 Errors: retriable ones (classified in `clients/errors.py`) put the batch back with
 `retry.backoff.ms`, refreshing metadata first on NOT_LEADER_OR_FOLLOWER and friends, until
@@ -28,10 +40,21 @@ Errors: retriable ones (classified in `clients/errors.py`) put the batch back wi
 Idempotence (`enable.idempotence`, default true as in Kafka 3+): the producer gets a producer id
 with InitProducerId; every batch takes the partition's next sequence number when it is first
 sent and keeps the same bytes on every retry, so the broker drops a duplicate of a batch whose
-acknowledgement was lost. It needs acks=all: left at its default, idempotence is switched off by
+acknowledgement was lost (a batch sealed under a producer id since replaced is restamped with
+the new id and sequence). It needs acks=all: left at its default, idempotence is switched off by
 acks=0/1 (Kafka does the same); asked for explicitly with acks=0/1 it is a configuration error.
 After a batch fails for good, later batches would leave a sequence gap, so the producer takes a
 new producer id (sequences restart at 0) — the same recovery Kafka's epoch bump gives.
+
+Transactions (`transactional.id`, which implies idempotence; `transaction.timeout.ms`):
+`init_transactions`, `begin_transaction`, `send_offsets_to_transaction`, `commit_transaction`,
+`abort_transaction`, with Kafka's semantics; the state machine is
+`clients/transaction_manager.py`. The sender adds new partitions to the transaction
+(AddPartitionsToTxn, one request per drain) before their first batch; commit flushes then sends
+EndTxn; a record that fails makes the transaction abortable (commit raises, abort works, and the
+epoch is bumped after the abort if the failed batch used a sequence number); being fenced
+(PRODUCER_FENCED, INVALID_PRODUCER_EPOCH) or not authorised is fatal and raised as its typed
+error by every later call.
 """
 
 from __future__ import annotations
@@ -994,9 +1017,13 @@ class Producer:
             group_id = getattr(group, "group_id", None)
             if not group_id:
                 raise TransactionStateError("send_offsets_to_transaction: no group id given")
-            generation = getattr(group, "generation_id", -1)
-            member = getattr(group, "member_id", "") or ""
-            instance = getattr(group, "group_instance_id", None)
+            # our Consumer: its group membership fences offsets of a member that was kicked out
+            src = getattr(group, "member", None) or group
+            generation = getattr(src, "generation_id", getattr(src, "generation", -1))
+            member = getattr(src, "member_id", "") or ""
+            instance = getattr(src, "group_instance_id", getattr(group, "group_instance_id", None))
+            if not isinstance(generation, int):
+                generation = -1
         by_topic: dict[str, list] = {}
         for topic, partition, offset, meta in _offset_entries(offsets):
             by_topic.setdefault(topic, []).append(TXN_OFFSET_COMMIT.TxnOffsetCommitRequestPartition(

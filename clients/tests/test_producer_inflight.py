@@ -216,3 +216,70 @@ async def test_too_large_batch_is_split_single_record_fails(live):
     got = read_back(live, topic, 1, 23)[0]
     assert got == [f"{i:02d}-" + "x" * 600 for i in range(20)] + \
         ["small-before", "small-after", "last"]
+
+
+def _fake_answers(codes):
+    """A stand-in for the broker: answers Produce requests with the next code of `codes`."""
+    from types import SimpleNamespace as NS
+    offsets = iter(range(0, 1000, 10))
+
+    async def call(node, req, expect_response=True):
+        code = codes.pop(0)
+        t = req.topic_data[0]
+        part = t.partition_data[0]
+        return NS(responses=[NS(name=t.name, partition_responses=[NS(
+            index=part.index, error_code=code, error_message=None,
+            base_offset=next(offsets) if code == 0 else -1, log_append_time_ms=-1)])])
+    return call
+
+
+def _three_batches(p):
+    futs = []
+    for i in range(3):
+        fut, _ = p._acc.append(TP, None, bytes([65 + i]) * 90, None, 1, now=trio.current_time())
+        futs.append(fut)
+    p._incomplete = 3
+    batches = [p._acc.drain([TP], 1 << 20)[0] for _ in range(3)]
+    p._inflight[0] = 3
+    p._tp_inflight[TP] = 3
+    return futs, batches
+
+
+async def test_out_of_order_behind_a_retried_batch_is_retried_in_order():
+    p = Producer("127.0.0.1:1", {"batch.size": 100, "retry.backoff.ms": 1})
+    p._producer_id, p._producer_epoch = 5, 0
+    futs, batches = _three_batches(p)
+    # the first batch hits a leader change; the two behind it find a sequence gap
+    p._produce_call = _fake_answers([ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER])
+    for b in batches:
+        await p._send_to(0, [b])
+    assert not any(f.done() for f in futs)
+    assert list(p._acc.batches[TP]) == batches                 # back in sequence order
+    assert [b.base_sequence for b in batches] == [0, 1, 2]     # same bytes, same sequences
+    assert not p._inflight and not p._tp_inflight
+    # resent in order, all acknowledged
+    p._produce_call = _fake_answers([0, 0, 0])
+    for _ in range(3):
+        await p._send_to(0, p._acc.drain([TP], 1 << 20))
+    assert [f.result().offset for f in futs] == [0, 10, 20]
+    assert not p._need_new_pid
+
+
+async def test_out_of_order_right_after_an_acked_batch_is_an_error():
+    p = Producer("127.0.0.1:1", {"batch.size": 100, "retry.backoff.ms": 1})
+    p._producer_id, p._producer_epoch = 5, 0
+    futs, batches = _three_batches(p)
+    p._produce_call = _fake_answers([0, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER])
+    for b in batches:
+        await p._send_to(0, [b])
+    assert futs[0].result().offset == 0
+    assert futs[1].exception().code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER   # a real gap
+    assert p._need_new_pid
+    # the third's predecessor failed: retried, and restamped under the next producer id
+    assert not futs[2].done() and list(p._acc.batches[TP]) == [batches[2]]
+    p._producer_id, p._sequences = 6, {}
+    assert decode_batch(p._seal(batches[2])).header.producer_id == 6
+    assert batches[2].base_sequence == 0

@@ -296,7 +296,7 @@ async def test_failed_record_makes_transaction_abortable(live):
         await p.init_transactions()
         await p.begin_transaction()
         ok = await p.send(topic, "fits", partition=0)
-        big = await p.send(topic, b"x" * 5000, partition=0)
+        big = await p.send(topic, b"x" * 5000, partition=0)     # same batch: split, then fails
         with pytest.raises(TransactionAbortedError):
             await p.commit_transaction()
         assert big.exception() is not None
@@ -304,8 +304,10 @@ async def test_failed_record_makes_transaction_abortable(live):
         assert p.transaction_state is State.ABORTABLE_ERROR
         with pytest.raises(TransactionAbortedError):
             await p.send(topic, "more", partition=0)
+        epoch = p._producer_epoch
         await p.abort_transaction()
-        assert ok.done()
+        assert ok.done() and ok.exception() is None      # its half of the split batch went out
+        assert p._producer_epoch == epoch + 1            # the failed batch used a sequence
         # the producer goes on: a new transaction commits (epoch bumped if a sequence was used)
         await p.begin_transaction()
         await p.send(topic, "after", partition=0)
@@ -373,3 +375,26 @@ def test_sync_facade_and_interop_with_confluent(live):
     assert sorted(v for _, v in ours) == want
     every = {v for _, v in ck_read(live, topic, "read_uncommitted")}
     assert {f"ours-aborted-{i}" for i in range(6)} <= every
+
+
+@pytest.mark.live
+async def test_commit_survives_coordinator_restart(live):
+    """The transaction coordinator's broker is killed and restarted mid-transaction: the
+    producer finds the new coordinator (NOT_COORDINATOR / connection errors are retried), its
+    batches to partitions that lost their leader are retried, and the commit lands whole.
+    Runs last in this module: it restarts a broker of the shared cluster."""
+    topic, tid = "ptxn-failover", "ptx-failover"
+    create_topic(live, topic)
+    async with Producer(live.bootstrap, txn_config(tid, **{"request.timeout.ms": 10000})) as p:
+        await p.init_transactions()
+        coordinator = await p.cluster.find_coordinator(tid, 1)
+        await p.begin_transaction()
+        for i in range(30):
+            await p.send(topic, f"f-{i}", partition=i % 3)
+        await p.flush()
+        await trio.to_thread.run_sync(live.restart_broker, coordinator)
+        for i in range(30, 60):
+            await p.send(topic, f"f-{i}", partition=i % 3)
+        await p.commit_transaction(timeout_s=60)
+    assert sorted(v for _, v in ck_read(live, topic, "read_committed")) == \
+        sorted(f"f-{i}" for i in range(60))
