@@ -481,6 +481,7 @@ class Producer:
             self.idempotent = False
         self._acked_next_seq: dict[TopicPartition, int] = {}
         self._pipes: dict[int, _Pipe] = {}
+        self._turns: dict[int, _Turns] = {}
         self._pipe_locks: dict[int, trio.Lock] = {}
         self._sender_nursery: trio.Nursery | None = None
         self._incomplete = 0
@@ -745,7 +746,11 @@ class Producer:
                     self._inflight[node] = self._inflight.get(node, 0) + 1
                     for b in batches:
                         self._tp_inflight[b.tp] += 1
-                    nursery.start_soon(self._send_to, node, batches)
+                    req = self._build_produce(batches)
+                    turns = self._turns.get(node)
+                    if turns is None:
+                        turns = self._turns[node] = _Turns()
+                    nursery.start_soon(self._send_to, node, batches, req, turns.take())
                     sent = True
             if sent and self._max_inflight > 1:
                 next_check = now        # look again at once: the pipeline may take more
@@ -802,24 +807,31 @@ class Producer:
             return b.seal(self._producer_id, self._producer_epoch, seq, self._txn is not None)
         return b.seal(-1, -1, NO_SEQUENCE)
 
-    async def _send_to(self, node: int, batches: list[ProducerBatch]) -> None:
+    def _build_produce(self, batches: list[ProducerBatch]):
+        by_topic: dict[str, list] = {}
+        for b in batches:
+            by_topic.setdefault(b.tp.topic, []).append(
+                PRODUCE.PartitionProduceData(index=b.tp.partition, records=self._seal(b)))
+        return PRODUCE(transactional_id=self._txn.transactional_id if self._txn else None,
+                       acks=self.acks, timeout_ms=self.config["request.timeout.ms"],
+                       topic_data=[PRODUCE.TopicProduceData(name=t, partition_data=p)
+                                   for t, p in by_topic.items()])
+
+    async def _send_to(self, node: int, batches: list[ProducerBatch], req=None,
+                       ticket: int | None = None) -> None:
+        """Send one Produce request and settle its batches. The sender loop builds `req` (so
+        sequence numbers follow drain order) and takes a `ticket` (so requests reach the
+        connection in drain order too: new trio tasks start in no particular order)."""
         try:
-            by_topic: dict[str, list] = {}
-            for b in batches:
-                by_topic.setdefault(b.tp.topic, []).append(
-                    PRODUCE.PartitionProduceData(index=b.tp.partition, records=self._seal(b)))
-            req = PRODUCE(transactional_id=self._txn.transactional_id if self._txn else None,
-                          acks=self.acks,
-                          timeout_ms=self.config["request.timeout.ms"],
-                          topic_data=[PRODUCE.TopicProduceData(name=t, partition_data=p)
-                                      for t, p in by_topic.items()])
+            if req is None:
+                req = self._build_produce(batches)
             try:
                 if self.acks == 0:
-                    await self._produce_call(node, req, expect_response=False)
+                    await self._produce_call(node, req, False, ticket)
                     for b in batches:
                         self._complete_batch(b, -1, -1)
                     return
-                resp = await self._produce_call(node, req)
+                resp = await self._produce_call(node, req, True, ticket)
             except KafkaError as exc:
                 for b in batches:
                     self._retry_or_fail(b, exc)
@@ -896,9 +908,7 @@ class Producer:
                 seq = (seq + len(recs)) & 0x7FFFFFFF
             self._acc.reenqueue(nb)
 
-    async def _produce_call(self, node: int, req, expect_response: bool = True):
-        """A Produce request on the node's pipelined connection (up to
-        max.in.flight.requests.per.connection outstanding)."""
+    async def _pipe_for(self, node: int) -> "_Pipe":
         pipe = self._pipes.get(node)
         if pipe is None or pipe.dead is not None:
             lock = self._pipe_locks.setdefault(node, trio.Lock())
@@ -911,9 +921,26 @@ class Producer:
                     version = self.cluster.version_for(conn, 0, min_version=3)
                     pipe = self._pipes[node] = _Pipe(conn, version)
                     self._sender_nursery.start_soon(pipe.reader)
+        return pipe
+
+    async def _produce_call(self, node: int, req, expect_response: bool = True,
+                            ticket: int | None = None):
+        """A Produce request on the node's pipelined connection (up to
+        max.in.flight.requests.per.connection outstanding), written in ticket order."""
+        timeout_s = self.config["request.timeout.ms"] / 1000 + 5
+        turns = self._turns.get(node) if ticket is not None else None
         try:
-            return await pipe.request(req, self.config["request.timeout.ms"] / 1000 + 5,
-                                      expect_response)
+            if turns is not None:
+                await turns.wait(ticket)
+            try:
+                pipe = await self._pipe_for(node)
+                waiter = await pipe.send(req, timeout_s, expect_response)
+            finally:
+                if turns is not None:
+                    turns.done(ticket)
+            if waiter is None:
+                return None
+            return await pipe.receive(waiter, timeout_s)
         except trio.TooSlowError:
             raise KafkaTimeoutError(f"Produce to node {node} timed out") from None
         except (ConnectionClosed, OSError) as exc:
@@ -1248,6 +1275,31 @@ class _Waiter:
         self.exc: BaseException | None = None
 
 
+class _Turns:
+    """A per-node turnstile: tickets taken in the sender loop's drain order, requests written
+    to the connection in ticket order."""
+
+    def __init__(self):
+        self.issued = 0
+        self.serving = 0
+        self.event = trio.Event()
+
+    def take(self) -> int:
+        t = self.issued
+        self.issued += 1
+        return t
+
+    async def wait(self, ticket: int) -> None:
+        while self.serving != ticket:
+            await self.event.wait()
+
+    def done(self, ticket: int) -> None:
+        if self.serving == ticket:
+            self.serving += 1
+            self.event.set()
+            self.event = trio.Event()
+
+
 class _Pipe:
     """Several Produce requests outstanding on one connection (pipelining).
 
@@ -1305,7 +1357,8 @@ class _Pipe:
             self._fail(ConnectionClosed("producer closed"))
             raise exc
 
-    async def request(self, message, timeout_s: float, expect_response: bool = True):
+    async def send(self, message, timeout_s: float, expect_response: bool = True):
+        """Write one request; returns the waiter for its answer (None without one)."""
         if self.dead is not None:
             raise ConnectionClosed(f"connection closed: {self.dead}")
         w = _Waiter() if expect_response else None
@@ -1326,8 +1379,9 @@ class _Pipe:
                                     OSError)):
                     raise ConnectionClosed(str(exc)) from None
                 raise
-        if w is None:
-            return None
+        return w
+
+    async def receive(self, w: _Waiter, timeout_s: float):
         with trio.move_on_after(timeout_s):
             await w.event.wait()
         if not w.event.is_set():
