@@ -482,6 +482,8 @@ class Producer:
         self._acked_next_seq: dict[TopicPartition, int] = {}
         self._pipes: dict[int, _Pipe] = {}
         self._turns: dict[int, _Turns] = {}
+        # our own connection per node (a Cluster may be shared: one reader per connection)
+        self._channel = f"produce-{id(self):x}"
         self._pipe_locks: dict[int, trio.Lock] = {}
         self._sender_nursery: trio.Nursery | None = None
         self._incomplete = 0
@@ -916,8 +918,8 @@ class Producer:
                 pipe = self._pipes.get(node)
                 if pipe is None or pipe.dead is not None:
                     if pipe is not None:
-                        await self.cluster.drop_connection(node, "produce")
-                    conn = await self.cluster.connection(node, "produce")
+                        await self.cluster.drop_connection(node, self._channel)
+                    conn = await self.cluster.connection(node, self._channel)
                     version = self.cluster.version_for(conn, 0, min_version=3)
                     pipe = self._pipes[node] = _Pipe(conn, version)
                     self._sender_nursery.start_soon(pipe.reader)
@@ -1308,7 +1310,7 @@ class _Pipe:
     answers back in order (a Kafka broker answers a connection's requests in the order they
     arrived, and the sans-IO `ClientConnection` checks each correlation id). One connection,
     not N, because requests on different connections may be handled in any order, which would
-    break per-partition order. The producer owns this connection (channel "produce") and drives
+    break per-partition order. The producer owns this connection (its own channel) and drives
     the BrokerConnection's stream and sans-IO state directly. Any failure or timeout closes it
     and fails every request outstanding on it (their answers can no longer be matched)."""
 
@@ -1328,11 +1330,11 @@ class _Pipe:
             w = self.waiters.popleft()
             w.exc = exc
             w.event.set()
-        if self.conn._stream is self.stream:
-            self.conn._stream = None          # the pool reconnects on next use
 
     async def _close(self, exc: BaseException) -> None:
         self._fail(exc)
+        if self.conn._stream is self.stream:
+            self.conn._stream = None          # the pool reconnects on next use
         with trio.CancelScope(shield=True):
             await trio.aclose_forcefully(self.stream)
 

@@ -283,3 +283,26 @@ async def test_out_of_order_right_after_an_acked_batch_is_an_error():
     p._producer_id, p._sequences = 6, {}
     assert decode_batch(p._seal(batches[2])).header.producer_id == 6
     assert batches[2].base_sequence == 0
+
+
+@pytest.mark.live
+async def test_inflight_many_batches_in_order_no_errors(live):
+    """Thousands of small batches pipelined to 6 partitions with idempotence: no errors, and
+    each partition's offsets follow send order with no gap or duplicate (a later batch taking
+    an earlier sequence number showed up here as UNKNOWN_PRODUCER_ID / OUT_OF_ORDER)."""
+    topic, parts, total = "inflight-bulk", 6, 30000
+    create_topic(live, topic, parts)
+    async with Producer(live.bootstrap, {"batch.size": 2048, "linger.ms": 1}) as p:
+        futs = []
+        for i in range(total):
+            f = p.send_nowait(topic, f"{i:06d}", partition=i % parts)
+            futs.append(f if f is not None else await p.send(topic, f"{i:06d}",
+                                                             partition=i % parts))
+            if i % 1000 == 0:
+                await trio.sleep(0)
+        await p.flush()
+    errors = [f.exception() for f in futs if f.exception() is not None]
+    assert not errors, (len(errors), errors[:2])
+    for part in range(parts):
+        offs = [f.result().offset for f in futs[part::parts]]
+        assert offs == list(range(offs[0], offs[0] + len(offs)))
