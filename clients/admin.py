@@ -750,3 +750,32 @@ class AdminClient:
                            for v in p.current_voters],
                 "observers": [{"id": o.replica_id, "log_end_offset": o.log_end_offset}
                               for o in p.observers]}
+
+    # -- client quotas (KIP-546) -----------------------------------------------------------------
+
+    async def alter_client_quotas(self, alterations: list[tuple[dict, dict]], *,
+                                  validate_only: bool = False) -> list[KafkaError | None]:
+        """alterations: [({"user"|"client-id": name or None (= <default>)},
+        {key: value, or None to remove})] → one error (or None) per alteration."""
+        aq = REQUESTS[49]
+        req = aq(entries=[aq.EntryData(
+            entity=[aq.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()],
+            ops=[aq.OpData(key=k, value=float(v if v is not None else 0.0), remove=v is None)
+                 for k, v in ops.items()]) for entity, ops in alterations],
+            validate_only=validate_only)
+        resp = await self._retrying(lambda: self.cluster.call_controller(req),
+                                    lambda r: [e.error_code for e in r.entries
+                                               if e.error_code == ErrorCode.NOT_CONTROLLER])
+        return [_err(e.error_code, e.error_message, "client quota") for e in resp.entries]
+
+    async def describe_client_quotas(self, components: list[tuple[str, int, str | None]] = (),
+                                     *, strict: bool = False) -> list[tuple[dict, dict]]:
+        """components: [(entity type, match type 0 exact / 1 default / 2 any named, name)] →
+        [({entity type: name or None}, {key: value})]."""
+        dq = REQUESTS[48]
+        req = dq(components=[dq.ComponentData(entity_type=t, match_type=m, match=n)
+                             for t, m, n in components], strict=strict)
+        resp = await self._retrying(lambda: self.cluster.call_any(req))
+        check(resp.error_code, resp.error_message, "describe client quotas")
+        return [({e.entity_type: e.entity_name for e in x.entity},
+                 {v.key: v.value for v in x.values}) for x in resp.entries or []]

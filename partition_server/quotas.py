@@ -245,6 +245,14 @@ class QuotaManager:
             self.throttled_ms[(key, bucket)] = self.throttled_ms.get((key, bucket), 0) + throttle
         return throttle
 
+    def throttle_now(self, principal: str, client_id: str | None, key: str, now_ms: float) -> int:
+        """The throttle the client's bucket has earned so far, recording nothing."""
+        found = resolve(self.quotas, user_of(principal), client_id or "", key)
+        rate = self.rates.get((key, found[0])) if found else None
+        if rate is None or not rate.samples:
+            return 0
+        return throttle_time_ms(rate.measure(now_ms), found[1], rate.window_ms(now_ms))
+
     def unrecord(self, principal: str, client_id: str | None, key: str, value: float,
                  now_ms: float) -> None:
         """Take back a recorded value (a throttled fetch is answered empty: its bytes were never

@@ -12,10 +12,13 @@ Enforcement (`enforce`, wrapped around every request by the dispatcher), per (pr
 id) as Kafka does:
 - Produce: the request's size is recorded against producer_byte_rate after it was handled.
 - Fetch from consumers (replica_id < 0; followers are never client-throttled): max_bytes is first
-  capped at what the quota allows in one full window (Kafka's getMaxValueInQuotaWindow); the
-  response's record bytes are then recorded against consumer_byte_rate, and if that earns a
-  throttle the bytes are taken back and the partitions are answered without records, as Kafka
-  answers a throttled consumer with an empty fetch.
+  capped at what the quota allows in one full window (Kafka's getMaxValueInQuotaWindow). A client
+  already over its quota is answered without records (Kafka's empty throttled fetch) and nothing
+  is recorded; otherwise the response's record bytes are recorded against consumer_byte_rate and
+  any throttle they earn is applied after it. Deliberate difference: Kafka empties a response
+  whenever recording *it* crosses the quota, so a single batch larger than the window allowance
+  (fetches return at least one whole batch, KIP-74) could be refused forever; here it is
+  delivered once and paid for with the throttle.
 - request_percentage: the time the event loop spent running this request's task (trio task steps,
   `RequestTimer`) as a percentage of one thread, capped at one window as in Kafka.
 - The response carries throttle_time_ms. KIP-219 clients (Produce v6+, Fetch v8+, others at the
@@ -144,11 +147,13 @@ async def enforce(broker, ctx, request, call):
     if api == PRODUCE:
         throttle = qm.record(principal, client_id, PRODUCER_BYTE_RATE, request.size, now)
     elif consumer_fetch and response is not None and getattr(response, "responses", None):
-        size = _fetch_bytes(response)
-        throttle = qm.record(principal, client_id, CONSUMER_BYTE_RATE, size, now)
-        if throttle:
-            qm.unrecord(principal, client_id, CONSUMER_BYTE_RATE, size, now)
+        if qm.throttle_now(principal, client_id, CONSUMER_BYTE_RATE, now):
+            # already over the quota: answered without records (nothing recorded)
+            throttle = qm.throttle_now(principal, client_id, CONSUMER_BYTE_RATE, now)
             _empty_fetch(response)
+        else:
+            throttle = qm.record(principal, client_id, CONSUMER_BYTE_RATE,
+                                 _fetch_bytes(response), now)
     if timed:
         # percent of one thread: 1 ms of work per second is 0.1 %
         request_throttle = qm.record(principal, client_id, REQUEST_PERCENTAGE, used_s * 100.0,

@@ -1,0 +1,222 @@
+"""Client quotas on a live cluster: confluent-kafka producing and consuming as fast as it can is
+held near producer_byte_rate / consumer_byte_rate for its client id and sees throttle time, while
+another client id in the same run is much faster; removing the quota lifts the limit within a
+metadata round trip; quotas survive a controller leader change.
+
+The brokers run with quota.window.num=2 (Kafka's default is 11): the rate's floor of num − 1
+windows lets a fresh client burst (num − 1) × quota before its first throttle, and with 11 that
+burst alone would dominate a few seconds of measurement. The window math at the defaults is
+covered by test_quotas.py.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+import trio
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient as CkAdmin
+from confluent_kafka.admin import NewTopic
+
+from clients.admin import AdminClient
+from partition_server.testing import LiveCluster
+from wire.errors import InvalidRequestError
+
+pytestmark = pytest.mark.live
+QUOTA = 100 * 1024                   # bytes per second
+VALUE = b"x" * 1000
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LiveCluster(tmp_path_factory.mktemp("quotas"), {"quota.window.num": "2"})
+    c.start()
+    yield c
+    c.stop()
+
+
+def _admin(cluster, fn, *args, **kw):
+    async def run():
+        async with AdminClient(cluster.bootstrap, request_timeout_ms=10000) as admin:
+            return await getattr(admin, fn)(*args, **kw)
+    return trio.run(run)
+
+
+def _create_topic(cluster, name):
+    admin = CkAdmin({"bootstrap.servers": cluster.bootstrap})
+    for fut in admin.create_topics([NewTopic(name, 1, 1)]).values():
+        fut.result(30)
+
+
+def _wait_quotas(cluster, expect, timeout_s=10.0):
+    """Until describe (every broker answers from its own image) shows `expect`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = _admin(cluster, "describe_client_quotas")
+        if sorted(map(repr, got)) == sorted(map(repr, expect)) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.2)
+
+
+def _produce_for(cluster, topic, client_id, seconds):
+    """Produce as fast as librdkafka allows for `seconds`: (acked bytes per s, max throttle ms)."""
+    acked, throttles = [0], []
+
+    def on_delivery(err, msg):
+        if err is None:
+            acked[0] += len(msg.value())
+
+    def on_stats(raw):
+        for b in json.loads(raw).get("brokers", {}).values():
+            throttles.append(b.get("throttle", {}).get("max", 0))
+
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "client.id": client_id, "acks": 1,
+                  "linger.ms": 5, "statistics.interval.ms": 500, "stats_cb": on_stats,
+                  # Java's default batch size: librdkafka's 1 MB batches would make each request
+                  # worth ten seconds of quota, so 4 s of measurement would see one or two
+                  "batch.size": 16384, "queue.buffering.max.kbytes": 2048})
+    p.list_topics(topic, timeout=10)
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        try:
+            p.produce(topic, VALUE, on_delivery=on_delivery)
+        except BufferError:
+            p.poll(0.01)
+        else:
+            p.poll(0)
+    elapsed = time.monotonic() - start
+    rate = acked[0] / elapsed
+    p.poll(0.6)                        # one more stats interval
+    p.purge()
+    p.flush(5)
+    return rate, max(throttles, default=0)
+
+
+def test_producer_byte_rate(cluster):
+    _create_topic(cluster, "q-prod")
+    errors = _admin(cluster, "alter_client_quotas",
+                    [({"client-id": "slow"}, {"producer_byte_rate": QUOTA})])
+    assert errors == [None]
+    assert _wait_quotas(cluster, [({"client-id": "slow"}, {"producer_byte_rate": float(QUOTA)})])
+
+    slow, slow_throttle = _produce_for(cluster, "q-prod", "slow", 4)
+    fast, _ = _produce_for(cluster, "q-prod", "fast", 2)
+    print(f"slow {slow / 1024:.0f} KB/s (throttle max {slow_throttle} ms), "
+          f"fast {fast / 1024:.0f} KB/s")
+    assert 0.3 * QUOTA < slow < 2 * QUOTA
+    assert slow_throttle > 0
+    assert fast > 5 * QUOTA
+
+    # removal: the limit is gone once the brokers have the record
+    assert _admin(cluster, "alter_client_quotas",
+                  [({"client-id": "slow"}, {"producer_byte_rate": None})]) == [None]
+    assert _wait_quotas(cluster, []) == []
+    freed, _ = _produce_for(cluster, "q-prod", "slow", 2)
+    print(f"slow after removal {freed / 1024:.0f} KB/s")
+    assert freed > 5 * QUOTA
+
+
+def _consume_for(cluster, topic, client_id, seconds, total):
+    """(value bytes per s, max throttle ms, bytes read) reading from offset 0."""
+    throttles = []
+
+    def on_stats(raw):
+        for b in json.loads(raw).get("brokers", {}).values():
+            throttles.append(b.get("throttle", {}).get("max", 0))
+
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "client.id": client_id,
+                  "group.id": f"g-{client_id}-{time.monotonic_ns()}", "enable.auto.commit": False,
+                  "statistics.interval.ms": 500, "stats_cb": on_stats})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got, start, give_up = 0, None, time.monotonic() + 30
+    try:
+        while got < total and time.monotonic() < give_up:
+            msg = c.poll(0.2)
+            if msg is not None and msg.error() is None:
+                if start is None:
+                    start = time.monotonic()   # from the first record: connection set-up excluded
+                got += len(msg.value())
+            if start is not None and time.monotonic() - start >= seconds:
+                break
+        elapsed = time.monotonic() - (start or time.monotonic())
+        c.poll(0.6)
+    finally:
+        c.close()
+    return got / max(elapsed, 1e-3), max(throttles, default=0), got
+
+
+def test_consumer_byte_rate(cluster):
+    _create_topic(cluster, "q-cons")
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 20, "acks": 1,
+                  "batch.size": 16384})
+    total = 1500 * len(VALUE)
+    for _ in range(1500):
+        p.produce("q-cons", VALUE)
+        p.poll(0)
+    assert p.flush(30) == 0
+    assert _admin(cluster, "alter_client_quotas",
+                  [({"client-id": "slow-c"}, {"consumer_byte_rate": QUOTA})]) == [None]
+    _wait_quotas(cluster, [({"client-id": "slow-c"}, {"consumer_byte_rate": float(QUOTA)})])
+
+    slow, slow_throttle, _ = _consume_for(cluster, "q-cons", "slow-c", 4, total)
+    fast, _, fast_got = _consume_for(cluster, "q-cons", "fast-c", 10, total)
+    print(f"consumer slow {slow / 1024:.0f} KB/s (throttle max {slow_throttle} ms), "
+          f"fast {fast / 1024:.0f} KB/s")
+    assert 0.3 * QUOTA < slow < 2 * QUOTA
+    assert slow_throttle > 0
+    assert fast_got == total and fast > 5 * QUOTA
+
+    assert _admin(cluster, "alter_client_quotas",
+                  [({"client-id": "slow-c"}, {"consumer_byte_rate": None})]) == [None]
+    assert _wait_quotas(cluster, []) == []
+    freed, _, freed_got = _consume_for(cluster, "q-cons", "slow-c", 10, total)
+    assert freed_got == total and freed > 5 * QUOTA
+
+
+def test_bad_alterations_are_refused_with_a_message(cluster):
+    errors = _admin(cluster, "alter_client_quotas", [
+        ({"client-id": "x"}, {"producer_byte_rate": 1.5}),
+        ({"user": "u"}, {"controller_mutation_rate": 10}),
+        ({"ip": "1.2.3.4"}, {"connection_creation_rate": 10}),
+        ({"user": "u"}, {"bogus": 1}),
+        ({"user": None}, {"request_percentage": 50})])
+    assert [type(e) for e in errors[:4]] == [InvalidRequestError] * 4
+    assert "whole number" in str(errors[0]) and "not supported" in str(errors[1])
+    assert errors[4] is None
+    assert _wait_quotas(cluster, [({"user": None}, {"request_percentage": 50.0})])
+    assert _admin(cluster, "alter_client_quotas",
+                  [({"user": None}, {"request_percentage": None})]) == [None]
+    assert _wait_quotas(cluster, []) == []
+
+
+def test_quotas_survive_a_controller_leader_change(cluster):
+    ent = {"user": "alice", "client-id": "app"}
+    assert _admin(cluster, "alter_client_quotas", [(ent, {"producer_byte_rate": 4096})]) == [None]
+    _wait_quotas(cluster, [(ent, {"producer_byte_rate": 4096.0})])
+    leader = _admin(cluster, "describe_quorum")["leader_id"]
+    cluster.kill(f"controller-{leader}")
+    try:
+        # the new active controller knows the quota: changing and removing it writes records
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                errors = _admin(cluster, "alter_client_quotas",
+                                [(ent, {"producer_byte_rate": 8192, "consumer_byte_rate": 1024})])
+                if errors == [None]:
+                    break
+            except Exception:               # noqa: BLE001 - election in progress
+                pass
+            assert time.monotonic() < deadline, "no controller took over"
+            time.sleep(0.5)
+        assert _admin(cluster, "describe_quorum")["leader_id"] != leader
+        got = _wait_quotas(cluster, [(ent, {"consumer_byte_rate": 1024.0,
+                                            "producer_byte_rate": 8192.0})])
+        assert got == [(ent, {"consumer_byte_rate": 1024.0, "producer_byte_rate": 8192.0})]
+        assert _admin(cluster, "alter_client_quotas",
+                      [(ent, {"producer_byte_rate": None, "consumer_byte_rate": None})]) == [None]
+        assert _wait_quotas(cluster, []) == []
+    finally:
+        cluster.restart_controller(list(c for c in (3000, 3001, 3002)).index(leader))
