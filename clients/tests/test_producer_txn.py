@@ -25,7 +25,8 @@ from clients.sync import SyncProducer
 from clients.transaction_manager import (State, TransactionAbortedError, TransactionManager,
                                          TransactionStateError)
 from partition_server.testing import LiveCluster
-from wire.errors import ErrorCode, KafkaError
+from wire.errors import (ErrorCode, InvalidProducerEpochError, KafkaError,
+                         ProducerFencedError)
 
 TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
@@ -235,6 +236,8 @@ async def test_zombie_fenced(live):
         with pytest.raises(KafkaError) as info:
             fut = await old.send(topic, "zombie-2", partition=0)
             await old.commit_transaction()
+        # the typed error of the fencing code, not a generic failure
+        assert isinstance(info.value, (ProducerFencedError, InvalidProducerEpochError))
         assert info.value.code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH)
         assert fut.done() and fut.exception() is not None
         assert old.transaction_state is State.FATAL_ERROR
@@ -287,6 +290,44 @@ async def test_consume_transform_produce_offsets_commit_with_transaction(live):
     out = sorted(v for _, v in ck_read(live, dst, "read_committed", partitions=2))
     assert out == sorted(f"out-{i}" for i in range(20))
 
+
+@pytest.mark.live
+async def test_consume_transform_produce_with_our_group_consumer(live):
+    """Our group consumer feeds the transaction; its membership (generation, member id) goes
+    with the offsets, and it reads the committed offsets back after the commit."""
+    from clients.consumer import Consumer
+    from clients.consumer import TopicPartition as CTP
+    src, dst, group = "ptxn-gsrc", "ptxn-gdst", "ptxn-gctp"
+    create_topic(live, src, partitions=2)
+    create_topic(live, dst, partitions=2)
+    ck = CKProducer({"bootstrap.servers": live.bootstrap})
+    for i in range(10):
+        ck.produce(src, f"g-{i}".encode(), partition=i % 2)
+    assert ck.flush(30) == 0
+    async with Consumer(live.bootstrap, {"group.id": group, "auto.offset.reset": "earliest",
+                                         "enable.auto.commit": False,
+                                         "isolation.level": "read_committed"}) as c, \
+            Producer(live.bootstrap, txn_config("ptx-gctp")) as p:
+        c.subscribe([src])
+        await p.init_transactions()
+        records = []
+        with trio.fail_after(30):
+            while len(records) < 10:
+                records += await c.poll(500)
+        await p.begin_transaction()
+        nxt = {}
+        for r in records:
+            await p.send(dst, r.value.replace(b"g-", b"out-"), partition=r.partition)
+            nxt[CTP(r.topic, r.partition)] = r.offset + 1
+        await p.send_offsets_to_transaction(nxt, c)
+        # (no look at committed offsets before the commit here: a read_committed consumer
+        # asks for stable offsets and would wait for this very transaction to end)
+        await p.commit_transaction()
+        with trio.fail_after(15):
+            while (await c.committed(list(nxt))) != {CTP(src, 0): 5, CTP(src, 1): 5}:
+                await trio.sleep(0.2)
+    assert sorted(v for _, v in ck_read(live, dst, "read_committed", partitions=2)) == \
+        sorted(f"out-{i}" for i in range(10))
 
 @pytest.mark.live
 async def test_failed_record_makes_transaction_abortable(live):
