@@ -139,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     _register(sub, "acls")
     _register(sub, "produce")
     _register(sub, "transactions")
+    _register(sub, "quotas")
     return parser
 
 
