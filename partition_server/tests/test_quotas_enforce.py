@@ -1,0 +1,131 @@
+"""`handlers/client_quotas.enforce` in process: the principal (from the connection, e.g. SASL)
+and the header's client id pick the quota; throttle_time_ms, the connection mute (KIP-219) or a
+late answer for older versions; empty fetches; followers exempt; request_percentage."""
+
+from __future__ import annotations
+
+import time
+
+import trio
+
+from metadata_quorum.image import MetadataImage
+from metadata_quorum.records import ClientQuotaRecord
+from partition_server.handlers.client_quotas import enforce
+from partition_server.network import ClientContext
+from wire.connection import Request
+from wire.messages.index_generated import REQUESTS, RESPONSES
+
+
+class _Config:
+    def __init__(self, **values):
+        self.values = values
+
+
+class _Broker:
+    def __init__(self, *records, **config):
+        self.config = _Config(**config)
+        img = MetadataImage()
+        for i, rec in enumerate(records):
+            img = img.apply(i, rec)
+        self.image = img
+
+
+def _ctx(principal="User:ANONYMOUS"):
+    return ClientContext("127.0.0.1:1", "SASL_PLAINTEXT", "127.0.0.1", principal)
+
+
+def _produce(version=9, size=5000, client_id="app", acks=1):
+    return Request(0, version, 1, client_id, None, REQUESTS[0](acks=acks, timeout_ms=1000), size)
+
+
+def _fetch(version=12, replica_id=-1, client_id="app"):
+    body = REQUESTS[1](replica_id=replica_id, max_wait_ms=0, min_bytes=1, max_bytes=50 << 20)
+    return Request(1, version, 1, client_id, None, body, 100)
+
+
+def _fetch_response(nbytes):
+    cls = RESPONSES[1]
+    return cls(responses=[cls.FetchableTopicResponse(topic="t", partitions=[
+        cls.PartitionData(partition_index=0, high_watermark=10, records=b"x" * nbytes)])])
+
+
+async def _answer(resp):
+    return resp
+
+
+async def test_user_quota_from_the_sasl_principal_sets_throttle_and_mute():
+    broker = _Broker(ClientQuotaRecord((("user", "alice"),), "producer_byte_rate", 100.0))
+    ctx = _ctx("User:alice")
+    resp = await enforce(broker, ctx, _produce(size=5000), lambda r: _answer(RESPONSES[0]()))
+    # 5000 bytes over the 10 s floor = 500 B/s against 100: (500 - 100) / 100 × 10 s
+    assert resp.throttle_time_ms == 40_000 and ctx.mute_s == 40.0
+    other = _ctx("User:bob")
+    resp = await enforce(broker, other, _produce(size=5000), lambda r: _answer(RESPONSES[0]()))
+    assert resp.throttle_time_ms == 0 and other.mute_s == 0.0
+
+
+async def test_client_id_quota_and_acks_zero_is_muted_without_answer():
+    broker = _Broker(ClientQuotaRecord((("client-id", "app"),), "producer_byte_rate", 100.0))
+    ctx = _ctx()
+    assert await enforce(broker, ctx, _produce(acks=0), lambda r: _answer(None)) is None
+    assert ctx.mute_s > 0
+    ctx2 = _ctx()
+    resp = await enforce(broker, ctx2, _produce(client_id="other"),
+                         lambda r: _answer(RESPONSES[0]()))
+    assert resp.throttle_time_ms == 0 and ctx2.mute_s == 0
+
+
+async def test_pre_kip_219_versions_get_a_late_answer(autojump_clock):
+    broker = _Broker(ClientQuotaRecord((("client-id", "app"),), "producer_byte_rate", 100.0))
+    ctx = _ctx()
+    start = trio.current_time()
+    resp = await enforce(broker, ctx, _produce(version=5, size=1500),
+                         lambda r: _answer(RESPONSES[0]()))
+    assert resp.throttle_time_ms == 5000                # (150 - 100) / 100 × 10 s
+    assert trio.current_time() - start >= 5.0 and ctx.mute_s == 0
+
+
+async def test_fetch_capped_then_empty_when_already_over_and_followers_exempt():
+    broker = _Broker(ClientQuotaRecord((("client-id", None),), "consumer_byte_rate", 1000.0),
+                     **{"quota.window.num": 2})
+    ctx = _ctx()
+    seen = []
+
+    async def handler(req):
+        seen.append(req.body.max_bytes)
+        return _fetch_response(3000)
+    resp = await enforce(broker, ctx, _fetch(), handler)
+    assert seen == [1000]                      # capped at bound × (num − 1) windows
+    assert resp.responses[0].partitions[0].records == b"x" * 3000   # delivered, then paid for
+    assert resp.throttle_time_ms == 2000 and ctx.mute_s == 2.0
+    ctx.mute_s = 0
+    resp = await enforce(broker, ctx, _fetch(), handler)
+    assert resp.responses[0].partitions[0].records == b""          # over: answered empty
+    assert resp.responses[0].partitions[0].high_watermark == 10 and resp.throttle_time_ms > 0
+    # a follower's fetch is replication, never client-throttled
+    ctx3 = _ctx()
+    resp = await enforce(broker, ctx3, _fetch(replica_id=1), handler)
+    assert resp.throttle_time_ms == 0 and seen[-1] == 50 << 20 and ctx3.mute_s == 0
+
+
+async def test_request_percentage_counts_time_spent_running_and_caps_at_one_window():
+    broker = _Broker(ClientQuotaRecord((("client-id", "busy"),), "request_percentage", 1.0))
+    ctx = _ctx()
+
+    async def busy(req):
+        end = time.perf_counter() + 0.05       # 50 ms of work, 5 % of a thread over 1 s...
+        while time.perf_counter() < end:
+            pass
+        await trio.sleep(0.2)                  # ...and waiting, which is not counted
+        return RESPONSES[3]()
+    req = Request(3, 12, 1, "busy", None, REQUESTS[3](), 50)
+    resp = await enforce(broker, ctx, req, busy)
+    # 50 ms over the 10 s floor = 0.5 %/s: under 1 %
+    assert resp.throttle_time_ms == 0
+    for _ in range(3):
+        resp = await enforce(broker, ctx, req, busy)
+    # 200 ms of work in the window = 2 % > 1 %: throttled, at most one window
+    assert 0 < resp.throttle_time_ms <= 1000
+    ctx2 = _ctx()
+    resp = await enforce(broker, ctx2, Request(3, 12, 1, "idle", None, REQUESTS[3](), 50), busy)
+    assert resp.throttle_time_ms == 0
