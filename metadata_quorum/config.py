@@ -12,6 +12,7 @@
 | broker.session.timeout.ms | 9000 | a broker without a heartbeat for this long is fenced |
 | num.partitions | 1 | partitions of a topic created without a count |
 | default.replication.factor | 1 | replication factor of a topic created without one |
+| min.insync.replicas | 1 | of topics without a topic or cluster-wide setting: decides when replicas leaving the ISR become eligible leaders (KIP-966 ELR). Set it to the brokers' value: a controller value above the brokers' could elect a replica missing records the leader committed |
 | raftka.controller.stream.tail.records | 50000 | committed records kept for the metadata stream; a broker further behind loads a snapshot |
 """
 
@@ -76,6 +77,7 @@ class ControllerConfig:
     # a broker whose heartbeat connection closes is fenced after this long without a new
     # heartbeat (0: only its session timeout fences it); see metadata_quorum/service.py
     disconnect_fence_ms: int = 1000
+    min_insync_replicas: int = 1
     # the raw properties, for the listener's security settings (same keys as a broker's:
     # listener.security.protocol.map's CONTROLLER entry, ssl.*, sasl.*, raftka.inter.node.*)
     props: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
@@ -122,7 +124,8 @@ class ControllerConfig:
         numbers = (as_int("broker.session.timeout.ms", 9000, 1),
                    as_int("num.partitions", 1, 1), as_int("default.replication.factor", 1, 1),
                    as_int("raftka.controller.stream.tail.records", 50_000, 2),
-                   as_int("raftka.controller.disconnect.fence.ms", 1000, 0))
+                   as_int("raftka.controller.disconnect.fence.ms", 1000, 0),
+                   as_int("min.insync.replicas", 1, 1))
         if not problems:
             try:    # the listener's TLS/SASL settings, checked now rather than at first connect
                 from partition_server.security.setup import controller_listener_security

@@ -66,8 +66,11 @@ async def handle_broker_registration(svc, req):
     if b.listeners:
         host, port = b.listeners[0].host, b.listeners[0].port
     listeners = tuple((x.name, x.host, x.port, x.security_protocol) for x in b.listeners)
+    # v3+ (KIP-966): the epoch of the broker's last clean shutdown, -1 after an unclean one
+    previous = b.previous_broker_epoch if req.api_version >= 3 else None
     result, err = await _mutate(svc, lambda now: svc.controller.register_broker(
-        b.broker_id, str(b.incarnation_id), host, port, b.rack or None, now, listeners))
+        b.broker_id, str(b.incarnation_id), host, port, b.rack or None, now, listeners,
+        previous))
     if err:
         return _resp(62, error_code=err, broker_epoch=-1)
     return _resp(62, error_code=result.error, broker_epoch=result.broker_epoch)

@@ -52,6 +52,11 @@ class PartitionState:
     removing_replicas: tuple = ()
     adding_replicas: tuple = ()
     leader_recovery_state: int = 0
+    # KIP-966 eligible leader replicas: out of the ISR yet holding every committed record
+    elr: tuple = ()
+    # replicas that were the last copies (last ISR member, ELR) when they came back from an
+    # unclean shutdown: the partition's last resort once all of them are back
+    last_known_elr: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +163,8 @@ class MetadataImage:
                 out.append(r.PartitionRecord(t.topic_id, p.partition_id, p.replicas, p.isr, p.leader,
                                              p.leader_epoch, p.partition_epoch,
                                              p.removing_replicas, p.adding_replicas,
-                                             p.leader_recovery_state))
+                                             p.leader_recovery_state, p.elr,
+                                             p.last_known_elr))
         for (rtype, rname), entries in sorted(self.configs.items()):
             for k, v in sorted(entries.items()):
                 out.append(r.ConfigRecord(rtype, rname, k, v))
@@ -237,7 +243,8 @@ def _partition(img: MetadataImage, rec: r.PartitionRecord):
                                               rec.leader, rec.leader_epoch, rec.partition_epoch,
                                               tuple(rec.removing_replicas),
                                               tuple(rec.adding_replicas),
-                                              rec.leader_recovery_state))
+                                              rec.leader_recovery_state, tuple(rec.elr),
+                                              tuple(rec.last_known_elr)))
 
 
 def _partition_change(img: MetadataImage, rec: r.PartitionChangeRecord):
@@ -256,7 +263,9 @@ def _partition_change(img: MetadataImage, rec: r.PartitionChangeRecord):
         _pick(rec.removing_replicas, old.removing_replicas),
         _pick(rec.adding_replicas, old.adding_replicas),
         rec.leader_recovery_state if rec.leader_recovery_state is not None
-        else old.leader_recovery_state))
+        else old.leader_recovery_state,
+        _pick(rec.elr, old.elr),
+        _pick(rec.last_known_elr, old.last_known_elr)))
 
 
 def _pick(new, old):

@@ -75,6 +75,8 @@ class PartitionRecord(Record):
     removing_replicas: tuple = ()       # reassignment in progress (KIP-455); empty otherwise
     adding_replicas: tuple = ()
     leader_recovery_state: int = 0      # 0 RECOVERED, 1 RECOVERING (KIP-704)
+    elr: tuple = ()                     # eligible leader replicas (KIP-966), see replication_control
+    last_known_elr: tuple = ()          # unclean-restarted former last copies (KIP-966)
 
 
 @_record(4)
@@ -96,6 +98,8 @@ class PartitionChangeRecord(Record):
     removing_replicas: tuple | None = None
     adding_replicas: tuple | None = None
     leader_recovery_state: int | None = None
+    elr: tuple | None = None
+    last_known_elr: tuple | None = None
 
 
 @_record(7)

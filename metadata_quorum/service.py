@@ -50,7 +50,8 @@ class ControllerService:
     def __init__(self, config: ControllerConfig):
         self.config = config
         self.controller = QuorumController(config.session_timeout_ms, config.num_partitions,
-                                           config.default_replication_factor)
+                                           config.default_replication_factor,
+                                           config.min_insync_replicas)
         peers = {nid: f"{h}:{p}" for nid, (h, p) in config.raft_peers.items()}
         self.quorum = RaftQuorum(config.node_id, peers, config.metadata_dir, config.password)
         self.next_offset = 0

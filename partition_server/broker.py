@@ -18,6 +18,7 @@ import time
 import trio
 
 from metadata_quorum.image import MetadataImage
+from partition_server import clean_shutdown
 from partition_server.config import BrokerConfig
 from partition_server.controller_client import ControllerClient
 from partition_server.fetch_session import FetchSessionCache
@@ -73,6 +74,14 @@ class Broker:
                                                 config["min.incremental.fetch.session.eviction.ms"])
         self.client = ControllerClient(self.broker_id, config.voters, self.host, self.port,
                                        config["broker.rack"], config["broker.heartbeat.interval.ms"])
+        # KIP-966: tell the controller whether our logs came through the last stop intact
+        self.boot_id_file = config["raftka.boot.id.file"]
+        if self.boot_id_file:
+            self.boot_id_file = os.path.join(self.log_dir, self.boot_id_file)
+        self.client.previous_broker_epoch = clean_shutdown.previous_epoch(self.log_dir,
+                                                                          self.boot_id_file)
+        self.client.on_registered = lambda epoch: clean_shutdown.registered(
+            self.log_dir, epoch, self.boot_id_file)
         from partition_server.security.endpoints import SECURITY_PROTOCOL_IDS
         self.client.listeners = [(x.name, x.host, x.port, SECURITY_PROTOCOL_IDS[x.protocol])
                                  for x in sorted(self.listener_set.advertised,
@@ -271,3 +280,5 @@ class Broker:
         for key in list(self.replicas.hosted_keys()):
             self.replicas.remove_partition(*key, delete=False)
         self.checkpoint_high_watermarks()
+        if not self.replicas.log_dir_failed:
+            clean_shutdown.record_clean(self.log_dir, self.client.broker_epoch)

@@ -122,6 +122,10 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("raftka.storage.fault.file", "string", None,
               "Fault injection for tests: while this file (relative to the log dir) exists, every "
               "log write fails with ENOSPC, like a full disk. Unset in production."),
+    ConfigDef("raftka.boot.id.file", "string", None,
+              "Tests only: read the kernel boot id from this file (relative to the log dir) "
+              "instead of /proc/sys/kernel/random/boot_id, to simulate a reboot (KIP-966 "
+              "unclean-shutdown detection). Unset in production."),
     ConfigDef("raftka.metrics.listener", "string", None,
               "host:port of the Prometheus /metrics endpoint (off when unset)."),
     ConfigDef("raftka.offsets.retention.ms", "long", None,

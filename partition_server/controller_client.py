@@ -45,6 +45,9 @@ class ControllerClient:
         self.heartbeat_interval_s = heartbeat_interval_ms / 1000
         self.incarnation_id = uuid.uuid4()
         self.broker_epoch = -1
+        # the epoch of our last clean shutdown, -1 if there was none (KIP-966); set by the broker
+        self.previous_broker_epoch = -1
+        self.on_registered: Callable[[int], None] | None = None
         self.image = MetadataImage()
         self.fenced = True
         self.caught_up = False
@@ -106,7 +109,10 @@ class ControllerClient:
                       incarnation_id=self.incarnation_id,
                       listeners=[req_cls.Listener(name=n, host=h, port=p, security_protocol=sp)
                                  for n, h, p, sp in self.listeners],
-                      rack=self.rack)
+                      rack=self.rack,
+                      # registering again in the same process: our logs lost nothing
+                      previous_broker_epoch=self.broker_epoch if self.broker_epoch >= 0
+                      else self.previous_broker_epoch)
         while True:
             try:
                 resp = await self.call_active(req, error_of=lambda r: r.error_code)
@@ -116,6 +122,8 @@ class ControllerClient:
             if resp.error_code == ErrorCode.NONE:
                 self.broker_epoch = resp.broker_epoch
                 log.info("broker %d registered with epoch %d", self.broker_id, self.broker_epoch)
+                if self.on_registered is not None:
+                    self.on_registered(self.broker_epoch)
                 return
             log.warning("registration refused: %s", ErrorCode(resp.error_code).name)
             await trio.sleep(1)

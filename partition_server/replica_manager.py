@@ -146,6 +146,8 @@ class ReplicaManager:
             hosted.offline = self.log_dir_failed
             self.partitions[key] = hosted
         hosted.min_insync_replicas = min_insync_replicas
+        # the controller judges the ELR by the same figure (replication_control.min_insync)
+        hosted.state.min_insync_replicas = max(1, min(min_insync_replicas, len(replicas)))
         if leader == self.broker_id:
             if hosted.state.become_leader(leader_epoch, partition_epoch, replicas, isr, now_ms):
                 hosted.log.assign_epoch_start(leader_epoch, hosted.log.log_end_offset)

@@ -206,7 +206,8 @@ class SimBroker:
         self.registered = False
         self.register_req = self._next_req()
         self._send("controller", ("register", self.broker_id,
-                                  f"b{self.broker_id}-i{self.incarnation}", self.register_req))
+                                  f"b{self.broker_id}-i{self.incarnation}", self.register_req,
+                                  self.disk.intact_epoch))
         self._timer(self.cfg["request_timeout_ms"], self._register_timeout, self.register_req)
 
     def _register_timeout(self, req) -> None:
@@ -218,6 +219,7 @@ class SimBroker:
             return
         self.registered = True
         self.broker_epoch = broker_epoch
+        self.disk.intact_epoch = broker_epoch     # clean_shutdown.registered (same boot)
         self.apply_image(image)
 
     def _heartbeat(self) -> None:

@@ -55,9 +55,9 @@ class SimController:
         kind = msg[0]
         now = self.sim.sched.now
         if kind == "register":
-            _, broker_id, incarnation, req_id = msg
+            _, broker_id, incarnation, req_id, previous_epoch = msg
             records, res = self.qc.register_broker(broker_id, incarnation, "sim", 9092 + broker_id,
-                                                   None, now)
+                                                   None, now, previous_broker_epoch=previous_epoch)
             self.commit(records)
             self.sim.net.send(self.name, src, ("registered", req_id, res.error, res.broker_epoch,
                                                self.qc.image))

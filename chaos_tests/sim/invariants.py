@@ -47,6 +47,10 @@ class Invariants:
         for tp in broker.disk.keys():
             self.suspect[(broker.broker_id, tp)] = False
 
+    def suspect_brokers(self) -> set:
+        """Brokers that lost unflushed data and have not been let back into every ISR since."""
+        return {b for b, _ in self.suspect}
+
     def on_controller_image(self, image) -> None:
         for topic in image.topics.values():
             for p in topic.partitions.values():

@@ -5,9 +5,11 @@ after every event, then healing, convergence and the history checkers.
 
 Faults (the nemesis picks among them at random times, at most two at once):
   kill        SIGKILL a broker, restart it later (the page cache survives: no data loss)
-  power       power loss: the unflushed log suffix is gone too. Only struck while every broker
-              is up and every ISR is full — losing unflushed data on more replicas than that is
-              Kafka's documented trade-off (flush is asynchronous), not a bug to find here
+  power       power loss: the unflushed log suffix is gone too, and the broker re-registers as
+              unclean (KIP-966). Struck at any time unless another broker's power loss is still
+              unresolved (it has not rejoined the ISR since): more than min.insync.replicas - 1
+              such failures at once may lose acknowledged data in Kafka too (flush is
+              asynchronous), so they are not a bug to find here
   pause       SIGSTOP a broker past replica.lag.time.max.ms or not, then SIGCONT
   isolate     cut a broker off from everyone (controller, peers, clients)
   fence       cut a broker off from the controller only (it keeps serving as a zombie)
@@ -184,13 +186,6 @@ class Simulation:
 
     # -- nemesis ---------------------------------------------------------------------------------
 
-    def _healthy(self) -> bool:
-        if self.active or any(not b.up or b.paused for b in self.brokers):
-            return False
-        image = self.controller.image
-        return all(len(p.isr) == BROKERS for t in image.topics.values()
-                   for p in t.partitions.values())
-
     def _nemesis(self) -> None:
         if not self.nemesis_on:
             return
@@ -217,7 +212,8 @@ class Simulation:
         if not free:
             return
         b = rng.choice(free)
-        if choice == "power" and not self._healthy():
+        if choice == "power" and (self.invariants.suspect_brokers() - {b.broker_id} or
+                                   "power" in self.active.values()):
             choice = "kill"
         self.active[b.broker_id] = choice
         self._count(choice)

@@ -94,6 +94,9 @@ class Disk:
         self.flushed: dict = {}           # (topic, partition) → offset of the last flush
         self.hw_checkpoint: dict = {}     # replication-offset-checkpoint (written whole, fsynced)
         self._dead: dict = {}             # values of logs while the broker is down (unchanged)
+        # KIP-966: the broker epoch under which these logs are known intact (-1 after a power
+        # loss), what the next registration reports as PreviousBrokerEpoch
+        self.intact_epoch = -1
 
     def open_log(self, topic: str, partition: int) -> DiskLog:
         key = (topic, partition)
@@ -104,6 +107,8 @@ class Disk:
 
     def crash(self, power_loss: bool) -> int:
         """Returns how many records a power loss cut off."""
+        if power_loss:
+            self.intact_epoch = -1
         lost = 0
         for key, plog in self.open.items():
             self.flushed[key] = plog.flushed

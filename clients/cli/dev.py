@@ -20,7 +20,9 @@ from pathlib import Path
 
 CONTROLLER_IDS = (3000, 3001, 3002)
 # `--set` keys the controllers need too: they choose a new topic's partitions and replicas
-CONTROLLER_DEFAULTS = ("num.partitions", "default.replication.factor")
+# keys a `raftka dev` override passes to the controllers too (min.insync.replicas: the ELR of
+# KIP-966 needs controllers and brokers to agree on it)
+CONTROLLER_DEFAULTS = ("num.partitions", "default.replication.factor", "min.insync.replicas")
 BROKER_IDS = (0, 1, 2)
 
 
@@ -74,6 +76,7 @@ class DevLayout:
             # the controller picks the layout of a topic created without one (Kafka's KRaft
             # rule): RF 3, so the brokers' min.insync.replicas=2 can be met
             "default.replication.factor": "3",
+            "min.insync.replicas": "2",        # the brokers' value (eligible leader replicas)
         } | {k: v for k, v in self.overrides.items() if k in CONTROLLER_DEFAULTS} \
           | (self._secure().controller_properties() if self.secure else {})
 

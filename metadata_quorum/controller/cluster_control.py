@@ -17,7 +17,8 @@ from __future__ import annotations
 import dataclasses
 
 from metadata_quorum import records as r
-from metadata_quorum.controller.replication_control import leadership_changes
+from metadata_quorum.controller.replication_control import (leadership_changes,
+                                                            unclean_shutdown_changes)
 from metadata_quorum.image import MetadataImage
 from wire.errors import ErrorCode
 
@@ -68,7 +69,11 @@ class HeartbeatTracker:
 
 def register_broker(image: MetadataImage, tracker: HeartbeatTracker, broker_id: int,
                     incarnation_id: str, host: str, port: int, rack: str | None, now_ms: int,
-                    listeners: tuple = ()):
+                    listeners: tuple = (), previous_broker_epoch: int | None = None,
+                    default_min_isr: int = 1):
+    """`previous_broker_epoch` (KIP-966): the epoch the broker had when it last shut down
+    cleanly, -1 after an unclean shutdown; None when the caller cannot tell (old request
+    versions), then nothing is assumed."""
     old = image.brokers.get(broker_id)
     if old is not None and old.incarnation_id != incarnation_id and not old.fenced \
             and tracker.alive(broker_id, now_ms):
@@ -78,7 +83,16 @@ def register_broker(image: MetadataImage, tracker: HeartbeatTracker, broker_id: 
     records: list = []
     if old is not None and not old.fenced:
         # the previous incarnation may still lead partitions: move them before replacing it
-        records += leadership_changes(image, {broker_id})
+        records += leadership_changes(image, {broker_id}, default_min_isr=default_min_isr)
+    if old is not None and previous_broker_epoch is not None and \
+            previous_broker_epoch != old.broker_epoch:
+        after = image.apply_all(image.offset + 1, records) if records else image
+        unclean = unclean_shutdown_changes(after, broker_id)
+        if unclean:
+            records += unclean
+            after = after.apply_all(after.offset + 1, unclean)
+            # an emptied ISR may have a usable eligible replica to elect right away
+            records += leadership_changes(after, {broker_id}, default_min_isr=default_min_isr)
     records.append(r.RegisterBrokerRecord(broker_id, incarnation_id, epoch, host, port, rack,
                                           fenced=True, listeners=tuple(map(tuple, listeners))))
     tracker.touch(broker_id, now_ms)
@@ -87,7 +101,7 @@ def register_broker(image: MetadataImage, tracker: HeartbeatTracker, broker_id: 
 
 def broker_heartbeat(image: MetadataImage, tracker: HeartbeatTracker, broker_id: int,
                      broker_epoch: int, metadata_offset: int, want_fence: bool,
-                     want_shutdown: bool, now_ms: int):
+                     want_shutdown: bool, now_ms: int, default_min_isr: int = 1):
     b = image.brokers.get(broker_id)
     if b is None:
         return [], HeartbeatResult(ErrorCode.BROKER_ID_NOT_REGISTERED)
@@ -97,7 +111,7 @@ def broker_heartbeat(image: MetadataImage, tracker: HeartbeatTracker, broker_id:
     caught_up = metadata_offset >= b.registered_at_offset
     records: list = []
     if want_shutdown and not b.in_controlled_shutdown and not b.fenced:
-        records += leadership_changes(image, {broker_id})
+        records += leadership_changes(image, {broker_id}, default_min_isr=default_min_isr)
         records.append(r.BrokerRegistrationChangeRecord(broker_id, broker_epoch,
                                                         in_controlled_shutdown=True))
         return records, HeartbeatResult(ErrorCode.NONE, caught_up, False, False)
@@ -106,22 +120,23 @@ def broker_heartbeat(image: MetadataImage, tracker: HeartbeatTracker, broker_id:
         return [], HeartbeatResult(ErrorCode.NONE, caught_up, b.fenced, not leads)
     if b.fenced and caught_up and not want_fence:
         records.append(r.UnfenceBrokerRecord(broker_id, broker_epoch))
-        records += leadership_changes(image, set(), {broker_id})
+        records += leadership_changes(image, set(), {broker_id}, default_min_isr)
         return records, HeartbeatResult(ErrorCode.NONE, True, False)
     if not b.fenced and want_fence:
-        records += leadership_changes(image, {broker_id})
+        records += leadership_changes(image, {broker_id}, default_min_isr=default_min_isr)
         records.append(r.FenceBrokerRecord(broker_id, broker_epoch))
         return records, HeartbeatResult(ErrorCode.NONE, caught_up, True)
     return [], HeartbeatResult(ErrorCode.NONE, caught_up, b.fenced)
 
 
-def fence_expired(image: MetadataImage, tracker: HeartbeatTracker, now_ms: int) -> list:
+def fence_expired(image: MetadataImage, tracker: HeartbeatTracker, now_ms: int,
+                  default_min_isr: int = 1) -> list:
     """Fence brokers whose session lapsed and move their leaderships (periodic tick)."""
     records: list = []
     # One broker at a time, each against the image the previous fencing leaves behind, so an
     # ISR shrinks to its last member instead of keeping members that were fenced together.
     for broker_id in tracker.expired(image, now_ms):
-        recs = leadership_changes(image, {broker_id})
+        recs = leadership_changes(image, {broker_id}, default_min_isr=default_min_isr)
         recs.append(r.FenceBrokerRecord(broker_id, image.brokers[broker_id].broker_epoch))
         image = image.apply_all(image.offset + 1, recs)
         records += recs

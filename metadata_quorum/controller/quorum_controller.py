@@ -42,8 +42,11 @@ def _result(method):
 
 class QuorumController:
     def __init__(self, session_timeout_ms: int = 9000, default_partitions: int = 1,
-                 default_replication_factor: int = 1):
+                 default_replication_factor: int = 1, default_min_isr: int = 1):
         self.image = MetadataImage()
+        # min.insync.replicas of topics without a topic or cluster-wide setting, for the ELR
+        # (KIP-966); must equal the brokers' own default (see metadata_quorum/config.py)
+        self.default_min_isr = default_min_isr
         self.heartbeats = cluster_control.HeartbeatTracker(session_timeout_ms)
         self.default_partitions = default_partitions
         self.default_replication_factor = default_replication_factor
@@ -63,16 +66,18 @@ class QuorumController:
     # -- cluster ----------------------------------------------------------------------------------
 
     @_result
-    def register_broker(self, broker_id, incarnation_id, host, port, rack, now_ms, listeners=()):
+    def register_broker(self, broker_id, incarnation_id, host, port, rack, now_ms, listeners=(),
+                        previous_broker_epoch=None):
         return cluster_control.register_broker(self.image, self.heartbeats, broker_id,
-                                               incarnation_id, host, port, rack, now_ms, listeners)
+                                               incarnation_id, host, port, rack, now_ms, listeners,
+                                               previous_broker_epoch, self.default_min_isr)
 
     @_result
     def broker_heartbeat(self, broker_id, broker_epoch, metadata_offset, want_fence,
                          want_shutdown, now_ms):
         return cluster_control.broker_heartbeat(self.image, self.heartbeats, broker_id,
                                                 broker_epoch, metadata_offset, want_fence,
-                                                want_shutdown, now_ms)
+                                                want_shutdown, now_ms, self.default_min_isr)
 
     @_result
     def controlled_shutdown(self, broker_id, broker_epoch, now_ms):
@@ -86,7 +91,8 @@ class QuorumController:
         b = self.image.brokers.get(broker_id)
         if b is None:
             return [], replication_control.ErrorCode.BROKER_ID_NOT_REGISTERED
-        records = replication_control.leadership_changes(self.image, {broker_id})
+        records = replication_control.leadership_changes(self.image, {broker_id},
+                                                         default_min_isr=self.default_min_isr)
         records.append(r.UnregisterBrokerRecord(broker_id, b.broker_epoch))
         self.heartbeats.last_seen.pop(broker_id, None)
         return records, replication_control.ErrorCode.NONE
@@ -94,7 +100,8 @@ class QuorumController:
     def tick(self, now_ms: int, rebalance: bool = False) -> list:
         """Fence lapsed brokers; elect out-of-sync leaders where unclean election was just
         allowed; with `rebalance`, also restore preferred leaders."""
-        records = cluster_control.fence_expired(self.image, self.heartbeats, now_ms)
+        records = cluster_control.fence_expired(self.image, self.heartbeats, now_ms,
+                                                self.default_min_isr)
         if not records:
             records = replication_control.unclean_recoveries(self.image)
         if rebalance and not records:
@@ -153,7 +160,7 @@ class QuorumController:
                         partition_epoch, new_isr):
         return replication_control.alter_partition(self.image, broker_id, broker_epoch, topic_id,
                                                    partition, leader_epoch, partition_epoch,
-                                                   new_isr)
+                                                   new_isr, self.default_min_isr)
 
     @_result
     def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]]):

@@ -12,6 +12,22 @@ Partition state machine, per partition:
     ISR: shrinks/expands only through AlterPartition from the current leader (epochs checked);
     a fenced broker leaves every ISR except when it is the last member (the ISR never empties, so
     the last in-sync copy is remembered and unclean election stays a conscious choice).
+
+Eligible leader replicas (KIP-966), so that losing the last ISR member's unflushed data (a power
+loss) neither loses committed records nor leaves the partition without a safe leader:
+    ELR: when the ISR shrinks below min.insync.replicas (capped at the replication factor), the
+    members that left it join the ELR. Leaders advance the high watermark only while the ISR is
+    at least min.insync.replicas (partition_server/replication/partition.py), so every ELR member
+    holds every committed record. The ELR empties once the ISR is back at min.insync.replicas.
+    Election order: a usable ISR member, else a usable ELR member (ISR becomes that leader, the
+    other old ISR/ELR members stay eligible), else unclean election if allowed.
+    A broker registering after an unclean shutdown (its previous broker epoch missing or not the
+    one we know) leaves every ELR, and the ISR where it was the last member: its log may have
+    lost what it had acknowledged. An empty ISR then waits for an ELR member (or an operator's
+    unclean election) instead of electing a replica that may have lost committed data.
+    Last resort: such replicas are remembered (last known ELR); when the ISR and ELR are empty
+    and every one of them is back, the first of them (the former last ISR member) leads. Kafka
+    picks the longest log among them instead; we do not ask replicas for their log ends.
 """
 
 from __future__ import annotations
@@ -184,7 +200,33 @@ def unclean_allowed(image: MetadataImage, topic: str) -> bool:
     return value.lower() == "true"
 
 
-def leadership_changes(image: MetadataImage, gone: set[int], back: set[int] = frozenset()):
+def min_insync(image: MetadataImage, topic: str, replicas, default_min_isr: int) -> int:
+    """min.insync.replicas for ELR decisions: topic config, cluster default, else the controller's
+    own setting — capped at the replication factor (an RF-1 topic is never 'below' it)."""
+    value = image.topic_config(topic).get("min.insync.replicas")
+    if value is None:
+        value = image.broker_config().get("min.insync.replicas")
+    try:
+        wanted = int(value) if value is not None else default_min_isr
+    except ValueError:
+        wanted = default_min_isr
+    return max(1, min(wanted, len(replicas)))
+
+
+def elr_after(image: MetadataImage, topic: str, p, new_isr: tuple, default_min_isr: int) -> tuple:
+    """The ELR once the ISR becomes `new_isr`: members leaving an ISR that ends up below
+    min.insync.replicas join it; an ISR at min.insync.replicas empties it."""
+    if len(new_isr) >= min_insync(image, topic, p.replicas, default_min_isr):
+        return ()
+    out: list[int] = []
+    for x in p.elr + p.isr:
+        if x not in new_isr and x not in out and x in p.replicas:
+            out.append(x)
+    return tuple(out)
+
+
+def leadership_changes(image: MetadataImage, gone: set[int], back: set[int] = frozenset(),
+                       default_min_isr: int = 1):
     """Partition changes after brokers in `gone` stopped being usable (fenced, shutting down)
     and brokers in `back` became usable again. Computed against `image` with those changes
     hypothetically applied: `gone` must not be elected, `back` may be."""
@@ -196,28 +238,65 @@ def leadership_changes(image: MetadataImage, gone: set[int], back: set[int] = fr
                 shrunk = tuple(x for x in isr if x not in gone)
                 isr = shrunk or isr           # never empty the ISR (KIP-841 last-member rule)
             leader = p.leader
+            unclean = False
+            last_known = p.last_known_elr
             if leader in gone or leader == NO_LEADER:
-                leader = _elect_with(image, topic.name, p, isr, gone, back)
-                if leader != NO_LEADER and leader not in isr:
-                    isr = (leader,)           # unclean: the new leader's log is the truth now
-            if isr != p.isr or leader != p.leader:
+                leader, how = _elect_with(image, topic.name, p, isr, gone, back)
+                if how in ("elr", "unclean", "recovery"):
+                    isr = (leader,)           # its log is the truth now
+                unclean = how in ("unclean", "recovery")
+                if leader != NO_LEADER:
+                    last_known = ()
+            # after an unclean election nobody is known to hold the (new) committed records
+            elr = () if unclean else elr_after(image, topic.name, p, isr, default_min_isr)
+            if isr != p.isr or leader != p.leader or elr != p.elr or last_known != p.last_known_elr:
                 records.append(r.PartitionChangeRecord(
                     topic.topic_id, p.partition_id,
                     isr=isr if isr != p.isr else None,
-                    leader=leader if leader != p.leader else None))
+                    leader=leader if leader != p.leader else None,
+                    elr=elr if elr != p.elr else None,
+                    last_known_elr=last_known if last_known != p.last_known_elr else None))
     return records
 
 
-def _elect_with(image, topic, p, isr, gone, back):
+def _elect_with(image, topic, p, isr, gone, back) -> tuple[int, str | None]:
+    """(leader, how): from the ISR, else the ELR (KIP-966), else unclean if allowed."""
     usable = ({b.broker_id for b in image.usable_brokers()} | set(back)) - set(gone)
     for replica in p.replicas:
         if replica in isr and replica in usable:
-            return replica
+            return replica, "isr"
+    for replica in p.replicas:
+        if replica in p.elr and replica in usable:
+            return replica, "elr"
+    if not isr and not p.elr and p.last_known_elr and set(p.last_known_elr) <= usable:
+        return p.last_known_elr[0], "recovery"
     if unclean_allowed(image, topic):
         for replica in p.replicas:
             if replica in usable:
-                return replica
-    return NO_LEADER
+                return replica, "unclean"
+    return NO_LEADER, None
+
+
+def unclean_shutdown_changes(image: MetadataImage, broker_id: int) -> list:
+    """KIP-966: `broker_id` restarted after an unclean shutdown, so its log may miss records it
+    had acknowledged. It stops being eligible (ELR), and where it was the ISR's last member the
+    ISR empties. Leaderless partitions are then elected by `leadership_changes`."""
+    records = []
+    for topic in image.topics.values():
+        for p in topic.partitions.values():
+            if broker_id not in p.replicas:
+                continue
+            elr = tuple(x for x in p.elr if x != broker_id)
+            isr = () if p.isr == (broker_id,) else p.isr
+            if elr != p.elr or isr != p.isr:
+                others = tuple(x for x in p.last_known_elr if x != broker_id)
+                # the former last ISR member first: it held the most when the ISR emptied
+                last_known = (broker_id,) + others if not isr else others + (broker_id,)
+                records.append(r.PartitionChangeRecord(
+                    topic.topic_id, p.partition_id, isr=isr if isr != p.isr else None,
+                    leader=NO_LEADER if p.leader == broker_id and not isr else None,
+                    elr=elr if elr != p.elr else None, last_known_elr=last_known))
+    return records
 
 
 @dataclasses.dataclass
@@ -231,7 +310,7 @@ class AlterPartitionResult:
 
 def alter_partition(image: MetadataImage, broker_id: int, broker_epoch: int,
                     topic_id: uuid.UUID, partition: int, leader_epoch: int, partition_epoch: int,
-                    new_isr: list[int]):
+                    new_isr: list[int], default_min_isr: int = 1):
     """AlterPartition from a leader: records + per-partition result."""
     b = image.brokers.get(broker_id)
     if b is None or (broker_epoch != -1 and b.broker_epoch != broker_epoch):
@@ -256,7 +335,9 @@ def alter_partition(image: MetadataImage, broker_id: int, broker_epoch: int,
     if isr == p.isr:
         ok.partition_epoch = p.partition_epoch
         return [], ok
-    return [r.PartitionChangeRecord(topic_id, partition, isr=isr)], ok
+    elr = elr_after(image, topic.name, p, isr, default_min_isr)
+    return [r.PartitionChangeRecord(topic_id, partition, isr=isr,
+                                    elr=elr if elr != p.elr else None)], ok
 
 
 def preferred_election(image: MetadataImage, topic: str, partition: int):
@@ -312,4 +393,4 @@ def unclean_election(image: MetadataImage, topic: str, partition: int):
     if not usable:
         return [], ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
     return [r.PartitionChangeRecord(t.topic_id, partition, leader=usable[0],
-                                    isr=(usable[0],))], ErrorCode.NONE
+                                    isr=(usable[0],), elr=() if p.elr else None)], ErrorCode.NONE

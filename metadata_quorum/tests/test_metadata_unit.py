@@ -193,7 +193,13 @@ def test_snapshot_rebuilds_an_equal_image():
 def check_invariants(img: MetadataImage, last_epochs: dict) -> None:
     for t in img.topics.values():
         for p in t.partitions.values():
-            assert set(p.isr) <= set(p.replicas) and p.isr, (t.name, p)
+            # the ISR empties only when its last member came back from an unclean shutdown
+            assert set(p.isr) <= set(p.replicas) and (p.isr or p.leader == -1), (t.name, p)
+            # KIP-966: eligible leaders are replicas outside the ISR, only while it is too small
+            assert set(p.elr) <= set(p.replicas) and not set(p.elr) & set(p.isr), (t.name, p)
+            assert len(set(p.elr)) == len(p.elr), (t.name, p)
+            if len(p.isr) >= min(2, len(p.replicas)):
+                assert not p.elr, ("ELR kept with a full ISR", t.name, p)
             if p.leader >= 0:
                 assert p.leader in p.isr, (t.name, p)
                 b = img.brokers.get(p.leader)
@@ -208,7 +214,7 @@ def check_invariants(img: MetadataImage, last_epochs: dict) -> None:
 def test_simulation(seed):
     seed = int(os.environ.get("RAFTKA_SEED", seed))
     rng = random.Random(seed)
-    h = Harness(session_timeout_ms=3000, default_replication_factor=3)
+    h = Harness(session_timeout_ms=3000, default_replication_factor=3, default_min_isr=2)
     now = 0
     epochs: dict[int, int] = {}
     alive: set[int] = set()
@@ -220,7 +226,10 @@ def test_simulation(seed):
             op = rng.random()
             if op < 0.08:
                 b = rng.randrange(5)
-                res = h.run(h.c.register_broker(b, f"i{step}", "h", 1, None, now))
+                # KIP-966: sometimes after a clean shutdown, sometimes not
+                prev = epochs.get(b, -1) if rng.random() < 0.6 else -1
+                res = h.run(h.c.register_broker(b, f"i{step}", "h", 1, None, now,
+                                                previous_broker_epoch=prev))
                 if res.error == ErrorCode.NONE:
                     epochs[b] = res.broker_epoch
                     alive.add(b)

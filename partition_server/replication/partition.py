@@ -27,7 +27,11 @@ Leader side, as Kafka's `Partition` (KIP-101 leader epochs, KIP-497 AlterPartiti
   the high watermark lags, and joining at it could admit a replica missing committed records;
 - the high watermark is the minimum log end offset over the maximal ISR and only moves forward;
   after become_leader every follower's offset is unknown, so the high watermark waits for every
-  ISR member to fetch in the new epoch.
+  ISR member to fetch in the new epoch;
+- KIP-966: the high watermark does not move while the committed ISR is smaller than
+  `min.insync.replicas` (capped at the replication factor). Replicas that left an ISR that went
+  below it become eligible leaders at the controller, which is only safe if nothing is committed
+  without them meanwhile. (acks=all writes are refused then anyway; acks=1 writes wait.)
 
 Follower side: the high watermark is the leader's, capped by the local log end offset.
 """
@@ -91,6 +95,7 @@ class PartitionState:
         self.isr: tuple[int, ...] = ()
         self.pending_isr: tuple[int, ...] | None = None
         self._resend_isr = False
+        self.min_insync_replicas = 1          # effective (capped at the replication factor)
         self.epoch_start_offset = 0           # our log end when we became leader (this epoch)
         self.followers: dict[int, FollowerState] = {}
         # A restarted broker only knows the high watermark it checkpointed (or 0); it is never
@@ -184,7 +189,7 @@ class PartitionState:
 
     def maybe_advance_high_watermark(self) -> bool:
         """Move the high watermark to the minimum log end offset of the maximal ISR."""
-        if self.role is not Role.LEADER:
+        if self.role is not Role.LEADER or len(self.isr) < self.min_insync_replicas:
             return False
         offsets = [self.replica_log_end_offset(r) for r in self.maximal_isr]
         if self.broker_id not in self.maximal_isr:
