@@ -202,6 +202,7 @@ class QuotaManager:
         self.quotas: dict = {}
         self.rates: dict[tuple, Rate] = {}     # (key, bucket) -> Rate
         self.throttled_ms: dict[tuple, int] = {}   # (key, bucket) -> total throttle handed out
+        self._last_expiry_ms = 0.0
 
     def update(self, quotas: dict) -> None:
         if quotas is not self.quotas:
@@ -236,6 +237,8 @@ class QuotaManager:
         if found is None:
             return 0
         bucket, bound, _ = found
+        if now_ms - self._last_expiry_ms > 60_000:     # one meter per client id: keep it bounded
+            self.expire_idle(now_ms)
         rate = self._rate(key, bucket)
         rate.record(value, now_ms)
         throttle = throttle_time_ms(rate.measure(now_ms), bound, rate.window_ms(now_ms))
@@ -262,5 +265,8 @@ class QuotaManager:
             self._rate(key, found[0]).record(-value, now_ms)
 
     def expire_idle(self, now_ms: float) -> None:
-        for k in [k for k, r in self.rates.items() if now_ms - r.last_used_ms > self.IDLE_EXPIRY_MS]:
+        idle = [k for k, r in self.rates.items() if now_ms - r.last_used_ms > self.IDLE_EXPIRY_MS]
+        for k in idle:
             del self.rates[k]
+            self.throttled_ms.pop(k, None)
+        self._last_expiry_ms = now_ms

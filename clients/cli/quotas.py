@@ -111,7 +111,8 @@ def _show(name) -> str:
 
 
 def _entity_text(ent: dict) -> str:
-    return ", ".join(f"{t}={_show(n)}" for t, n in sorted(ent.items(), key=lambda kv: kv[0] != "user"))
+    users_first = sorted(ent.items(), key=lambda kv: kv[0] != "user")
+    return ", ".join(f"{t}={_show(n)}" for t, n in users_first)
 
 
 def _value_text(v: float) -> str:

@@ -220,3 +220,14 @@ def test_quota_records_round_trip_and_snapshot():
     img = MetadataImage().apply(0, rec)
     again = MetadataImage.from_records(img.to_records(), img.offset)
     assert again.quotas == {ent: {CONSUMER_BYTE_RATE: 2048.0}}
+
+
+def test_idle_meters_expire():
+    qm = QuotaManager(WindowConfig(11, 1000))
+    qm.update({entity(client_id=None): {PRODUCER_BYTE_RATE: 100.0}})
+    for i in range(100):
+        qm.record("User:ANONYMOUS", f"c{i}", PRODUCER_BYTE_RATE, 10, 1000)
+    assert len(qm.rates) == 100
+    later = 1000 + QuotaManager.IDLE_EXPIRY_MS + 1
+    qm.record("User:ANONYMOUS", "late", PRODUCER_BYTE_RATE, 10, later)
+    assert list(qm.rates) == [(PRODUCER_BYTE_RATE, ("", "late"))]

@@ -12,7 +12,6 @@ covered by test_quotas.py.
 from __future__ import annotations
 
 import json
-import signal
 import time
 
 import pytest
@@ -61,8 +60,9 @@ def _wait_quotas(cluster, expect, timeout_s=10.0):
         time.sleep(0.2)
 
 
-def _produce_for(cluster, topic, client_id, seconds):
-    """Produce as fast as librdkafka allows for `seconds`: (acked bytes per s, max throttle ms)."""
+def _produce_for(cluster, topic, client_id, seconds, extra=None):
+    """Produce as fast as librdkafka allows for `seconds`: (acked bytes per s, max throttle ms).
+    `extra`: more client properties (security)."""
     acked, throttles = [0], []
 
     def on_delivery(err, msg):
@@ -77,7 +77,7 @@ def _produce_for(cluster, topic, client_id, seconds):
                   "linger.ms": 5, "statistics.interval.ms": 500, "stats_cb": on_stats,
                   # Java's default batch size: librdkafka's 1 MB batches would make each request
                   # worth ten seconds of quota, so 4 s of measurement would see one or two
-                  "batch.size": 16384, "queue.buffering.max.kbytes": 2048})
+                  "batch.size": 16384, "queue.buffering.max.kbytes": 2048, **(extra or {})})
     p.list_topics(topic, timeout=10)
     start = time.monotonic()
     while time.monotonic() - start < seconds:

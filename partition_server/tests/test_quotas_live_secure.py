@@ -79,21 +79,14 @@ def test_user_quota_applies_to_the_sasl_principal(secure):
     assert _cli(secure, "list", "--user", user) == [
         {"entity": {"user": user}, "values": {"producer_byte_rate": float(QUOTA)}}]
 
-    import partition_server.tests.test_quotas_live as live
-    original = live.Producer
-
-    def producer(c):                   # the same load, logged in with SCRAM over TLS
-        return original({**c, **secure.props})
-    live.Producer = producer
-    try:
-        slow, throttle = _produce_for(_Cluster(secure.bootstrap), "q-sasl", "any-client", 4)
-        _cli(secure, "remove", "--user", user, "--all")
-        deadline = time.monotonic() + 10
-        while _cli(secure, "list") != [] and time.monotonic() < deadline:
-            time.sleep(0.2)
-        freed, _ = _produce_for(_Cluster(secure.bootstrap), "q-sasl", "any-client", 2)
-    finally:
-        live.Producer = original
+    # the same load as test_quotas_live, logged in with SCRAM over TLS
+    slow, throttle = _produce_for(_Cluster(secure.bootstrap), "q-sasl", "any-client", 4,
+                                  secure.props)
+    _cli(secure, "remove", "--user", user, "--all")
+    deadline = time.monotonic() + 10
+    while _cli(secure, "list") != [] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    freed, _ = _produce_for(_Cluster(secure.bootstrap), "q-sasl", "any-client", 2, secure.props)
     print(f"SASL user {user}: {slow / 1024:.0f} KB/s at the quota (throttle {throttle} ms), "
           f"{freed / 1024:.0f} KB/s after removal")
     assert 0.3 * QUOTA < slow < 2 * QUOTA and throttle > 0
