@@ -35,11 +35,11 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import KafkaException, Producer
 
 from chaos_tests.checkers import ABORTED, COMMITTED, IN_DOUBT, History, Txn, assert_transactions
 from chaos_tests.live.admin import create_topic, full_isr, leader_of, wait_for
 from chaos_tests.live.cluster import ClientProxiedCluster
+from chaos_tests.live.txn_clients import ABORTABLE, CLIENTS, RETRIABLE, TxnFailed
 from chaos_tests.live.workload import Reader, final_read_committed
 from clients.cli.dev import BROKER_IDS
 
@@ -69,42 +69,39 @@ class Rounds:
     """One transactional.id through the rounds: the live instance, the fenced ones kept until
     the end (destroying a librdkafka handle mid-retry can block), the transactions' record."""
 
-    def __init__(self, cluster: ClientProxiedCluster, topic: str, tid: str, seed: int):
+    def __init__(self, cluster: ClientProxiedCluster, topic: str, tid: str, seed: int,
+                 client: str = "confluent"):
         self.cluster, self.topic, self.tid = cluster, topic, tid
+        self.make = CLIENTS[client]
         self.rng = random.Random(seed)
         self.txns: list[Txn] = []
-        self.zombies: list[Producer] = []
+        self.zombies: list = []
         self.counts: dict[str, int] = {}
         self.log: list[str] = []
         self.last_error = None
         self.producer = self.new_instance()
 
-    def new_instance(self, txn_timeout_ms: int = 15000) -> Producer:
-        p = Producer({"bootstrap.servers": self.cluster.bootstrap, "transactional.id": self.tid,
-                      "transaction.timeout.ms": txn_timeout_ms, "linger.ms": 2,
-                      "reconnect.backoff.max.ms": 500})
-        p.init_transactions(90)
-        return p
+    def new_instance(self, txn_timeout_ms: int = 15000):
+        return self.make(self.cluster.bootstrap, self.tid, txn_timeout_ms)
 
     # -- a transaction's end, as the client learns it ---------------------------------------------
 
-    def commit(self, p: Producer) -> str:
-        """Commit, retrying what librdkafka calls retriable; abort what it says needs aborting.
+    def commit(self, p) -> str:
+        """Commit, retrying what the client calls retriable; abort what it says needs aborting.
         Returns the outcome; after IN_DOUBT the instance is unusable (replaced by the caller)."""
         for _ in range(5):
             try:
-                p.commit_transaction(30)
+                p.commit(30)
                 return COMMITTED
-            except KafkaException as exc:
-                err = exc.args[0]
-                self.last_error = err.name()
-                if err.retriable() and not err.fatal():
+            except TxnFailed as exc:
+                self.last_error = exc.name
+                if exc.kind == RETRIABLE:
                     continue
-                if err.txn_requires_abort() and not err.fatal():
+                if exc.kind == ABORTABLE:
                     try:
-                        p.abort_transaction(30)
+                        p.abort(30)
                         return ABORTED
-                    except KafkaException:
+                    except TxnFailed:
                         return IN_DOUBT
                 return IN_DOUBT
         return IN_DOUBT
@@ -129,19 +126,17 @@ class Rounds:
         p = self.producer
         self.last_error = None
         values = [f"r{r}-{i}" for i in range(9)]
-        p.begin_transaction()
+        p.begin()
         result: dict[str, str] = {}
         committer = None
         delivered = []
         if scenario.startswith("inflight"):
             for i, v in enumerate(values):
-                p.produce(self.topic, v.encode(), partition=i % PARTITIONS,
-                          on_delivery=lambda err, msg: delivered.append(err is None))
-            p.poll(0)
+                p.produce(self.topic, v.encode(), i % PARTITIONS, delivered.append)
             time.sleep(rng.uniform(0, 0.005))
         else:
             for i, v in enumerate(values):
-                p.produce(self.topic, v.encode(), partition=i % PARTITIONS)
+                p.produce(self.topic, v.encode(), i % PARTITIONS)
             assert p.flush(30) == 0, "batches not delivered before the commit"
             committer = threading.Thread(target=lambda: result.update(c=self.commit(p)))
             committer.start()
@@ -185,22 +180,23 @@ class Rounds:
     def clean(self, r: int) -> None:
         """A transaction with no fault: it must commit, and stay visible."""
         values = [f"r{r}-clean-{i}" for i in range(3)]
-        self.producer.begin_transaction()
+        self.producer.begin()
         for i, v in enumerate(values):
-            self.producer.produce(self.topic, v.encode(), partition=i % PARTITIONS)
+            self.producer.produce(self.topic, v.encode(), i % PARTITIONS)
         outcome = self.commit(self.producer)
         self.txns.append(Txn(f"r{r} clean", outcome, values))
         assert outcome == COMMITTED, f"a transaction without faults ended {outcome}"
 
 
-def f16_rounds(cluster, topic: str, rounds: int, seed: int, tmp_path) -> dict:
+def f16_rounds(cluster, topic: str, rounds: int, seed: int, tmp_path,
+               client: str = "confluent") -> dict:
     create_topic(cluster.direct_bootstrap, topic, PARTITIONS)
     wait_for(lambda: full_isr(cluster.direct_bootstrap, topic, PARTITIONS), 30,
              "the topic has leaders and full ISRs")
     history = History()
     reader = Reader(cluster.direct_bootstrap, topic, PARTITIONS, history, name="rc").start()
     t0 = time.monotonic()
-    run = Rounds(cluster, topic, f"tx-{topic}", seed)
+    run = Rounds(cluster, topic, f"tx-{topic}", seed, client)
     try:
         for r in range(rounds):
             run.round(r)
@@ -220,7 +216,7 @@ def f16_rounds(cluster, topic: str, rounds: int, seed: int, tmp_path) -> dict:
     print(f"{topic}: {stats}\n  " + "\n  ".join(f"{line}; {where}"
                                                 for line, where in zip(run.log, landed)))
     for z in run.zombies:
-        z.purge()
+        z.discard()
     run.zombies.clear()
     return stats
 
@@ -230,7 +226,16 @@ def test_f16_transactional_client_cut_off_with_batches_in_flight(cluster, tmp_pa
     assert stats["rounds"] >= 10
 
 
+def test_f16_kafka_python_transactional_client_cut_off(cluster, tmp_path):
+    stats = f16_rounds(cluster, "f16-kp", rounds=5, seed=61, tmp_path=tmp_path,
+                       client="kafka-python")
+    assert stats["rounds"] >= 5
+
+
 @pytest.mark.slow
-def test_f16_soak(cluster, tmp_path):
-    f16_rounds(cluster, "f16-soak", rounds=int(os.environ.get("RAFTKA_F16_ROUNDS", "40")),
-               seed=int(os.environ.get("RAFTKA_CHAOS_SEED", "1616")), tmp_path=tmp_path)
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+def test_f16_soak(cluster, tmp_path, client):
+    f16_rounds(cluster, f"f16-soak-{client}",
+               rounds=int(os.environ.get("RAFTKA_F16_ROUNDS", "40")),
+               seed=int(os.environ.get("RAFTKA_CHAOS_SEED", "1616")), tmp_path=tmp_path,
+               client=client)
