@@ -220,3 +220,57 @@ def test_quotas_survive_a_controller_leader_change(cluster):
         assert _wait_quotas(cluster, []) == []
     finally:
         cluster.restart_controller(list(c for c in (3000, 3001, 3002)).index(leader))
+
+
+def test_kafka_python_producer_and_aiokafka_consumer_are_held_too(cluster):
+    """The Python clients (their own throttle handling, older request versions) under the same
+    quotas: kafka-python produces, aiokafka consumes."""
+    import asyncio
+
+    import aiokafka
+    from kafka import KafkaProducer
+    _create_topic(cluster, "q-py")
+    limits = {"producer_byte_rate": QUOTA, "consumer_byte_rate": QUOTA}
+    assert _admin(cluster, "alter_client_quotas", [({"client-id": "py"}, limits)]) == [None]
+    _wait_quotas(cluster, [({"client-id": "py"}, {k: float(v) for k, v in limits.items()})])
+
+    p = KafkaProducer(bootstrap_servers=cluster.bootstrap, client_id="py", acks=1, linger_ms=5,
+                      batch_size=16384)
+    acked, sent = [0], 0
+    start = time.monotonic()
+    while time.monotonic() - start < 3:
+        if sent - acked[0] > 512 * 1024:    # kafka-python 3 has no buffer_memory: bound it here
+            time.sleep(0.002)
+            continue
+        p.send("q-py", VALUE).add_callback(lambda md: acked.__setitem__(0, acked[0] + len(VALUE)))
+        sent += len(VALUE)
+    produced = acked[0] / (time.monotonic() - start)
+    # lift the producer quota so the (bounded) backlog drains and the producer closes cleanly
+    assert _admin(cluster, "alter_client_quotas",
+                  [({"client-id": "py"}, {"producer_byte_rate": None})]) == [None]
+    p.close(timeout=30)
+
+    async def consume() -> float:
+        c = aiokafka.AIOKafkaConsumer(bootstrap_servers=cluster.bootstrap, client_id="py",
+                                      enable_auto_commit=False)
+        await c.start()
+        try:
+            tp = aiokafka.TopicPartition("q-py", 0)
+            c.assign([tp])
+            c.seek(tp, 0)
+            got, first = 0, None
+            while first is None or time.monotonic() - first < 3:
+                for msgs in (await c.getmany(timeout_ms=500)).values():
+                    first = first or time.monotonic()
+                    got += sum(len(m.value) for m in msgs)
+            return got / (time.monotonic() - first)
+        finally:
+            await c.stop()
+    consumed = asyncio.run(consume())
+    print(f"kafka-python produce {produced / 1024:.0f} KB/s, aiokafka consume "
+          f"{consumed / 1024:.0f} KB/s")
+    assert 0.3 * QUOTA < produced < 2 * QUOTA
+    assert 0.3 * QUOTA < consumed < 2 * QUOTA
+    assert _admin(cluster, "alter_client_quotas",
+                  [({"client-id": "py"}, {"consumer_byte_rate": None})]) == [None]
+    assert _wait_quotas(cluster, []) == []
