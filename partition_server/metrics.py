@@ -58,6 +58,9 @@ def render(broker) -> str:
            [(_labels(group=g, topic=t, partition=p), f"{v.seconds:.3f}") for (g, t, p), v in table])
     family("raftka_consumer_group_committed_offset", "gauge", "Committed offset per group and partition.",
            [(_labels(group=g, topic=t, partition=p), v.committed) for (g, t, p), v in table])
+    from partition_server.handlers.client_quotas import metric_families   # client quotas
+    for name, kind, doc, samples in metric_families(broker, _labels):
+        family(name, kind, doc, samples)
     return "\n".join(lines) + "\n"
 
 

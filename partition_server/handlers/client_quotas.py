@@ -46,6 +46,7 @@ KIP_219_VERSIONS = {0: 6, 1: 8, 2: 3, 3: 6, 8: 4, 9: 4, 10: 2, 11: 3, 12: 2, 13:
                     15: 2, 16: 2, 19: 3, 20: 2, 21: 1, 22: 1, 23: 1, 24: 1, 25: 1, 26: 1, 28: 1,
                     29: 1, 30: 1, 31: 1, 32: 2, 33: 1, 37: 1, 42: 1}
 # never throttled on request time: the connection's own bookkeeping and inter-broker work
+# (WriteTxnMarkers; AddPartitionsToTxn v4+ is the coordinator's verification, see `enforce`)
 REQUEST_TIME_EXEMPT = {18, 17, 36, 27}
 
 
@@ -130,7 +131,8 @@ async def enforce(broker, ctx, request, call):
         cap = qm.max_value_in_window(principal, client_id, CONSUMER_BYTE_RATE)
         if cap is not None:
             request.body.max_bytes = max(1, min(request.body.max_bytes, int(cap)))
-    timed = api not in REQUEST_TIME_EXEMPT and qm.has(REQUEST_PERCENTAGE) \
+    cluster_action = api in REQUEST_TIME_EXEMPT or (api == 24 and request.api_version >= 4)
+    timed = not cluster_action and qm.has(REQUEST_PERCENTAGE) \
         and qm.bound(principal, client_id, REQUEST_PERCENTAGE) is not None
     if timed:
         timer, task = _request_timer(), trio.lowlevel.current_task()
@@ -168,6 +170,27 @@ async def enforce(broker, ctx, request, call):
     else:
         await trio.sleep(throttle / 1000.0)       # pre-KIP-219 clients: the answer comes late
     return response
+
+
+# -- metrics (partition_server/metrics.py renders these) -------------------------------------------
+
+def metric_families(broker, labels) -> list:
+    """[(name, kind, doc, [(labels, value)])] for the Prometheus endpoint: per metered
+    (quota key, user, client id) bucket, its current rate and the throttle handed out so far."""
+    qm = getattr(broker, "client_quotas", None)
+    if qm is None or not qm.rates:
+        return []
+    now = _now_ms()
+    rates, throttles = [], []
+    for (key, (user, client_id)), rate in sorted(qm.rates.items()):
+        tags = labels(quota=key, user=user, client_id=client_id)
+        rates.append((tags, f"{rate.measure(now):.3f}"))
+        throttles.append((tags, qm.throttled_ms.get((key, (user, client_id)), 0)))
+    return [("raftka_client_quota_rate", "gauge",
+             "Metered rate per quota bucket (bytes/s; percent of a thread for request_percentage).",
+             rates),
+            ("raftka_client_quota_throttle_time_ms_total", "counter",
+             "Throttle time handed to clients per quota bucket (ms).", throttles)]
 
 
 # -- DescribeClientQuotas / AlterClientQuotas ----------------------------------------------------

@@ -10,7 +10,8 @@ import trio
 
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.records import ClientQuotaRecord
-from partition_server.handlers.client_quotas import enforce
+from partition_server.handlers.client_quotas import enforce, metric_families
+from partition_server.metrics import _labels
 from partition_server.network import ClientContext
 from wire.connection import Request
 from wire.messages.index_generated import REQUESTS, RESPONSES
@@ -129,3 +130,15 @@ async def test_request_percentage_counts_time_spent_running_and_caps_at_one_wind
     ctx2 = _ctx()
     resp = await enforce(broker, ctx2, Request(3, 12, 1, "idle", None, REQUESTS[3](), 50), busy)
     assert resp.throttle_time_ms == 0
+
+
+async def test_metrics_show_rate_and_throttle_per_bucket():
+    broker = _Broker(ClientQuotaRecord((("user", "alice"),), "producer_byte_rate", 100.0))
+    assert metric_families(broker, _labels) == []
+    await enforce(broker, _ctx("User:alice"), _produce(size=5000),
+                  lambda r: _answer(RESPONSES[0]()))
+    families = {name: samples for name, _, _, samples in metric_families(broker, _labels)}
+    tags = '{quota="producer_byte_rate",user="alice",client_id=""}'
+    assert families["raftka_client_quota_throttle_time_ms_total"] == [(tags, 40_000)]
+    [(got_tags, rate)] = families["raftka_client_quota_rate"]
+    assert got_tags == tags and 490 < float(rate) <= 500

@@ -60,6 +60,13 @@ def _wait_quotas(cluster, expect, timeout_s=10.0):
         time.sleep(0.2)
 
 
+def _metrics(cluster, broker_id) -> str:
+    import urllib.request
+    url = f"http://127.0.0.1:{cluster.layout.metrics_port(broker_id)}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.read().decode()
+
+
 def _produce_for(cluster, topic, client_id, seconds, extra=None):
     """Produce as fast as librdkafka allows for `seconds`: (acked bytes per s, max throttle ms).
     `extra`: more client properties (security)."""
@@ -109,6 +116,11 @@ def test_producer_byte_rate(cluster):
     assert 0.3 * QUOTA < slow < 2 * QUOTA
     assert slow_throttle > 0
     assert fast > 5 * QUOTA
+    # the partition's leader shows the bucket on its Prometheus endpoint
+    throttled = [line for b in (0, 1, 2) for line in _metrics(cluster, b).splitlines()
+                 if line.startswith("raftka_client_quota_throttle_time_ms_total")
+                 and 'client_id="slow"' in line]
+    assert len(throttled) == 1 and float(throttled[0].split()[-1]) > 0, throttled
 
     # removal: the limit is gone once the brokers have the record
     assert _admin(cluster, "alter_client_quotas",
