@@ -142,3 +142,38 @@ async def test_metrics_show_rate_and_throttle_per_bucket():
     assert families["raftka_client_quota_throttle_time_ms_total"] == [(tags, 40_000)]
     [(got_tags, rate)] = families["raftka_client_quota_rate"]
     assert got_tags == tags and 490 < float(rate) <= 500
+
+
+def test_quota_apis_need_describe_configs_and_alter_configs_on_the_cluster():
+    from partition_server.security import authorizer as A
+    from partition_server.security.enforce import authorize_and_call
+
+    def run(az, api_key, body):
+        ctx = ClientContext("1.2.3.4:5", "TEST", "1.2.3.4", "User:alice")
+        seen = []
+
+        async def call(r):
+            seen.append(r)
+            return RESPONSES[api_key]()
+        resp = trio.run(authorize_and_call, az, ctx, Request(api_key, 1, 1, "t", None, body, 0),
+                        call)
+        return resp, seen
+
+    aq = REQUESTS[49]
+    alter = aq(entries=[aq.EntryData(entity=[aq.EntityData(entity_type="user", entity_name="b")],
+                                     ops=[aq.OpData(key="producer_byte_rate", value=1.0)])])
+    describe = REQUESTS[48](components=[], strict=False)
+    nobody = A.Authorizer([])
+    resp, seen = run(nobody, 49, alter)
+    assert seen == [] and resp.entries[0].error_code == 31          # CLUSTER_AUTHORIZATION_FAILED
+    assert resp.entries[0].entity[0].entity_name == "b"
+    resp, seen = run(nobody, 48, describe)
+    assert seen == [] and resp.error_code == 31
+
+    def grant(op):
+        return A.Authorizer([A.Acl(A.CLUSTER, A.CLUSTER_NAME, A.LITERAL, "User:alice", "*", op,
+                                   A.ALLOW)])
+    assert run(grant(A.ALTER_CONFIGS), 49, alter)[1]                 # reached the handler
+    assert run(grant(A.DESCRIBE_CONFIGS), 48, describe)[1]
+    assert run(grant(A.ALTER_CONFIGS), 48, describe)[1]              # AlterConfigs implies it
+    assert not run(grant(A.DESCRIBE_CONFIGS), 49, alter)[1]
