@@ -1,6 +1,9 @@
 """Client quotas, the pure parts: window math, throttle time, entity resolution (KIP-55 order),
 and the controller's validation / records / describe filter (KIP-546)."""
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from metadata_quorum import records as r
 from metadata_quorum.controller import quota_control as qc
 from metadata_quorum.controller.quorum_controller import QuorumController
@@ -231,3 +234,28 @@ def test_idle_meters_expire():
     later = 1000 + QuotaManager.IDLE_EXPIRY_MS + 1
     qm.record("User:ANONYMOUS", "late", PRODUCER_BYTE_RATE, 10, later)
     assert list(qm.rates) == [(PRODUCER_BYTE_RATE, ("", "late"))]
+
+
+# -- anything a client can send is answered, never raised ------------------------------------------
+
+_types = st.sampled_from(["user", "client-id", "ip", "", "group"]) | st.text(max_size=5)
+_names = st.none() | st.text(max_size=5)
+_keys = st.sampled_from(["producer_byte_rate", "consumer_byte_rate", "request_percentage",
+                         "controller_mutation_rate", ""]) | st.text(max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.tuples(_types, _names), max_size=3),
+                          st.lists(st.tuples(_keys, st.floats(allow_nan=True), st.booleans()),
+                                   max_size=3)), max_size=4),
+       st.lists(st.tuples(_types, st.integers(-2, 4), _names), max_size=3), st.booleans())
+def test_alter_and_describe_never_raise(entries, components, strict):
+    c = QuorumController()
+    records, results = c.alter_client_quotas([(tuple(e), ops) for e, ops in entries])
+    assert len(results) == len(entries)
+    _apply(c, records)
+    for ent, values in c.image.quotas.items():
+        assert values and all(v > 0 for v in values.values())
+    code, message, found = qc.describe_client_quotas(c.image, components, strict)
+    assert code in (ErrorCode.NONE, ErrorCode.INVALID_REQUEST)
+    assert (code == ErrorCode.NONE) == (message is None)
