@@ -85,6 +85,17 @@ class RequestTimer(trio.abc.Instrument):
         if start is not None and task in self.tracked:
             self.tracked[task] += time.perf_counter() - start
 
+    # start/stop are called from inside the task's current step, which began before tracking:
+    # they open and close that partial step themselves (a handler that never awaits is one step)
+    def start(self, task) -> None:
+        self.tracked[task] = 0.0
+        self._started[task] = time.perf_counter()
+
+    def stop(self, task) -> float:
+        start = self._started.pop(task, None)
+        used = self.tracked.pop(task, 0.0)
+        return used + (time.perf_counter() - start if start is not None else 0.0)
+
 
 _timers: dict = {}          # trio run (its root task) -> RequestTimer
 
@@ -136,11 +147,11 @@ async def enforce(broker, ctx, request, call):
         and qm.bound(principal, client_id, REQUEST_PERCENTAGE) is not None
     if timed:
         timer, task = _request_timer(), trio.lowlevel.current_task()
-        timer.tracked[task] = 0.0
+        timer.start(task)
         try:
             response = await call(request)
         finally:
-            used_s = timer.tracked.pop(task, 0.0)
+            used_s = timer.stop(task)
     else:
         response = await call(request)
 

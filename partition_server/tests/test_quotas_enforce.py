@@ -132,6 +132,20 @@ async def test_request_percentage_counts_time_spent_running_and_caps_at_one_wind
     assert resp.throttle_time_ms == 0
 
 
+async def test_request_time_of_a_handler_that_never_awaits_is_counted():
+    broker = _Broker(ClientQuotaRecord((("client-id", "busy"),), "request_percentage", 1.0))
+
+    async def busy_sync(req):                  # one task step from start to end
+        end = time.perf_counter() + 0.06
+        while time.perf_counter() < end:
+            pass
+        return RESPONSES[3]()
+    req = Request(3, 12, 1, "busy", None, REQUESTS[3](), 50)
+    throttles = [(await enforce(broker, _ctx(), req, busy_sync)).throttle_time_ms
+                 for _ in range(3)]
+    assert throttles[0] == 0 and throttles[-1] > 0      # 180 ms of work: 1.8 % over 10 s
+
+
 async def test_metrics_show_rate_and_throttle_per_bucket():
     broker = _Broker(ClientQuotaRecord((("user", "alice"),), "producer_byte_rate", 100.0))
     assert metric_families(broker, _labels) == []

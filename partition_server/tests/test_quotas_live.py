@@ -286,3 +286,36 @@ def test_kafka_python_producer_and_aiokafka_consumer_are_held_too(cluster):
     assert _admin(cluster, "alter_client_quotas",
                   [({"client-id": "py"}, {"consumer_byte_rate": None})]) == [None]
     assert _wait_quotas(cluster, []) == []
+
+
+def test_request_percentage_throttles_a_busy_client(cluster):
+    """KIP-124: a client id allowed 0.01 % of a request thread that keeps asking for metadata is
+    throttled (throttle_time_ms set, at most one window); another client id is not."""
+    from clients.connection import BrokerConnection
+    from wire.messages.index_generated import REQUESTS
+    assert _admin(cluster, "alter_client_quotas",
+                  [({"client-id": "busy"}, {"request_percentage": 0.01})]) == [None]
+    _wait_quotas(cluster, [({"client-id": "busy"}, {"request_percentage": 0.01})])
+    port = int(cluster.bootstrap.split(",")[0].rsplit(":", 1)[1])
+
+    async def hammer(client_id, n=12):
+        conn = BrokerConnection("127.0.0.1", port, client_id=client_id)
+        await conn.connect()
+        try:
+            throttles = []
+            for _ in range(n):
+                resp = await conn.request(REQUESTS[3](topics=None), 9)
+                throttles.append(resp.throttle_time_ms)
+                if resp.throttle_time_ms:
+                    await trio.sleep(resp.throttle_time_ms / 1000)   # as a KIP-219 client does
+            return throttles
+        finally:
+            await conn.aclose()
+    busy = trio.run(hammer, "busy")
+    idle = trio.run(hammer, "idle")
+    print(f"request_percentage: busy throttles {busy}")
+    assert any(busy) and max(busy) <= 1000      # capped at one window (quota.window.size 1 s)
+    assert not any(idle)
+    assert _admin(cluster, "alter_client_quotas",
+                  [({"client-id": "busy"}, {"request_percentage": None})]) == [None]
+    assert _wait_quotas(cluster, []) == []
