@@ -113,9 +113,11 @@ def _request_timer() -> RequestTimer:
 # -- enforcement ----------------------------------------------------------------------------------
 
 def _records_size(records) -> int:
-    if not records:
+    """Bytes of a partition's records: bytes-like, or a FileRange (sent with sendfile)."""
+    if records is None:
         return 0
-    return getattr(records, "size", None) or len(records)
+    size = getattr(records, "size", None)
+    return size if isinstance(size, int) else len(records)
 
 
 def _fetch_bytes(resp) -> int:

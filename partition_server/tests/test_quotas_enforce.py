@@ -191,3 +191,17 @@ def test_quota_apis_need_describe_configs_and_alter_configs_on_the_cluster():
     assert run(grant(A.DESCRIBE_CONFIGS), 48, describe)[1]
     assert run(grant(A.ALTER_CONFIGS), 48, describe)[1]              # AlterConfigs implies it
     assert not run(grant(A.DESCRIBE_CONFIGS), 49, alter)[1]
+
+
+async def test_fetch_bytes_counted_from_file_ranges_too():
+    from partition_server.log.segment import FileRange
+    broker = _Broker(ClientQuotaRecord((("client-id", "app"),), "consumer_byte_rate", 100.0))
+    ctx = _ctx()
+    cls = RESPONSES[1]
+
+    async def handler(req):
+        return cls(responses=[cls.FetchableTopicResponse(topic="t", partitions=[
+            cls.PartitionData(partition_index=0, records=FileRange(0, 0, 2000)),
+            cls.PartitionData(partition_index=1, records=FileRange(0, 0, 0))])])
+    resp = await enforce(broker, ctx, _fetch(), handler)
+    assert resp.throttle_time_ms == 10_000          # 2000 B over 10 s = 200 B/s against 100
