@@ -309,11 +309,13 @@ class Reader:
     """Reads committed records from offset 0 of each partition on a thread, recording them."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, history: History,
-                 name: str = "reader"):
+                 name: str = "reader", isolation_level: str = "read_committed"):
         self.history = history
         self.name = name
+        # read_committed is librdkafka's default too; said here because F16 depends on it
         self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{name}-{topic}",
-                           "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+                           "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                           "isolation.level": isolation_level})
         self.c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=name)

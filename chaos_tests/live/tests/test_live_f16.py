@@ -194,7 +194,8 @@ def f16_rounds(cluster, topic: str, rounds: int, seed: int, tmp_path,
     wait_for(lambda: full_isr(cluster.direct_bootstrap, topic, PARTITIONS), 30,
              "the topic has leaders and full ISRs")
     history = History()
-    reader = Reader(cluster.direct_bootstrap, topic, PARTITIONS, history, name="rc").start()
+    reader = Reader(cluster.direct_bootstrap, topic, PARTITIONS, history, name="rc",
+                    isolation_level="read_committed").start()
     t0 = time.monotonic()
     run = Rounds(cluster, topic, f"tx-{topic}", seed, client)
     try:
