@@ -7,9 +7,10 @@
   steady 2,000 msg/s (send time in the value, same machine clock);
 - failover: time from SIGKILL of the partition leader to the first acknowledged write (of a
   record sent after the kill) on the new leader, several rounds, with the cluster's default
-  timeouts unless --session-ms is given.
+  timeouts unless --session-ms / --fence-ms is given.
 
     python3 bench/replication.py [--records 100000] [--rounds 2] [--latency-s 10] [--kills 3]
+    python3 bench/replication.py --failover-only --kills 4 --fence-ms 1000   # compare graces
 """
 
 from __future__ import annotations
@@ -34,12 +35,17 @@ from partition_server.testing import LiveCluster  # noqa: E402
 
 @dataclasses.dataclass(frozen=True)
 class SessionLayout(DevLayout):
-    """The dev layout with the controllers' broker.session.timeout.ms set."""
-    session_ms: int = 9000
+    """The dev layout with the controllers' broker.session.timeout.ms and
+    raftka.controller.disconnect.fence.ms set (None: the default)."""
+    session_ms: int | None = None
+    fence_ms: int | None = None
 
     def controller_properties(self, index: int) -> dict[str, str]:
         props = super().controller_properties(index)
-        props["broker.session.timeout.ms"] = str(self.session_ms)
+        if self.session_ms is not None:
+            props["broker.session.timeout.ms"] = str(self.session_ms)
+        if self.fence_ms is not None:
+            props["raftka.controller.disconnect.fence.ms"] = str(self.fence_ms)
         return props
 
 
@@ -164,16 +170,26 @@ def main() -> int:
     ap.add_argument("--latency-s", type=float, default=10)
     ap.add_argument("--kills", type=int, default=3)
     ap.add_argument("--session-ms", type=int, help="controller broker.session.timeout.ms")
+    ap.add_argument("--fence-ms", type=int,
+                    help="controller raftka.controller.disconnect.fence.ms")
+    ap.add_argument("--failover-only", action="store_true", help="only the failover rounds")
     args = ap.parse_args()
     overrides = {}
     with tempfile.TemporaryDirectory() as d:
         cluster = LiveCluster(Path(d), overrides)
-        if args.session_ms:
+        if args.session_ms or args.fence_ms is not None:
             old = cluster.layout
             cluster.layout = SessionLayout(old.data_dir, old.base_port, old.overrides,
-                                           session_ms=args.session_ms)
+                                           session_ms=args.session_ms, fence_ms=args.fence_ms)
         with cluster:
             b = cluster.bootstrap
+            if args.failover_only:
+                create(b, "failover", 3, 2)
+                fo = failover(cluster, "failover", args.kills)
+                print(f"leader SIGKILL -> first ack on the new leader: "
+                      f"{', '.join(f'{x:.2f}' for x in fo)} s; median "
+                      f"{statistics.median(fo):.2f} s (goal < 2 s)")
+                return 0
             create(b, "rf1", 1, 1)
             create(b, "rf3", 3, 2)
             create(b, "e2e", 3, 2)

@@ -180,7 +180,7 @@ class ControllerService:
         """A process that dies (SIGKILL, crash) has its sockets closed by the kernel. When a
         broker's heartbeat connection closes and no heartbeat follows within
         `raftka.controller.disconnect.fence.ms`, fence it then instead of waiting out its whole
-        session (broker.session.timeout.ms, 9 s): leadership moves in ~1 s after a leader
+        session (broker.session.timeout.ms, 9 s): leadership moves ~0.5 s after a leader
         crashes. A live broker whose connection dropped retries its heartbeat on a new
         connection at once (brokers keep heartbeats on a connection of their own); a paused
         or partitioned broker keeps its socket, so only the session timeout applies to it.

@@ -316,7 +316,7 @@ def test_unclean_election_is_off_by_default_and_its_trade_off_when_on(cluster):
 
 def test_a_crashed_leader_is_replaced_before_its_session_would_expire(cluster):
     """The kernel closes a SIGKILLed broker's heartbeat connection; the controller fences it
-    raftka.controller.disconnect.fence.ms (1 s) later instead of after broker.session.timeout.ms
+    raftka.controller.disconnect.fence.ms (0.5 s) later instead of after broker.session.timeout.ms
     (9 s), so a new leader takes over in about a second. A paused broker keeps its socket and is
     judged by its session as before (test_paused_leader_* above)."""
     topic = "fast-failover"
