@@ -117,8 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--partitions", type=int, default=6)
             p.add_argument("--replication-factor", type=int, default=1)
             p.add_argument("--batch-size", type=int, default=1 << 18)
-            p.add_argument("--client", choices=["raftka", "confluent"], default="raftka",
-                           help="load from our producer (default) or confluent-kafka")
+        p.add_argument("--client", choices=["raftka", "confluent"], default="raftka",
+                       help=f"{name} with our client (default) or confluent-kafka")
     perf.set_defaults(func=cmd_perf)
 
     q = sub.add_parser("quorum", help="metadata quorum status: quorum describe")

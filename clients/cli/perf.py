@@ -2,7 +2,9 @@
 
 `perf produce` drives our own producer (clients/producer.py) by default, with a live progress
 line on stderr; `--client confluent` uses confluent-kafka (librdkafka) instead, to measure the
-broker rather than our client. `perf consume` uses confluent-kafka. Output: a final table of
+broker rather than our client. `perf consume` likewise reads with our consumer
+(clients/consumer.py, manual assignment from offset 0) or, with `--client confluent`, with
+confluent-kafka. Output: a final table of
 records/s, MB/s and, for produce, the p50/p99/max delivery latency (send → acknowledgement).
 `--output json` prints one JSON object.
 """
@@ -119,6 +121,39 @@ def consume(bootstrap: str, topic: str, num_records: int, timeout_s: float = 120
             "records_per_s": round(count / elapsed), "mb_per_s": round(size / elapsed / 1e6, 2)}
 
 
+async def _consume_raftka(bootstrap: str, topic: str, num_records: int, timeout_s: float = 120,
+                          progress: bool = True, extra: dict | None = None) -> dict:
+    """Read `num_records` from offset 0 of every partition with our consumer."""
+    import trio
+
+    from clients.consumer import Consumer
+    cfg = {"auto.offset.reset": "earliest", "enable.auto.commit": False,
+           "max.poll.records": 10_000, "client.id": "raftka-perf", **(extra or {})}
+    count = size = 0
+    async with Consumer(bootstrap, cfg) as consumer:
+        info = await consumer.cluster.wait_for_topic(topic)      # UnknownTopicError: one line
+        consumer.assign([(topic, p) for p in sorted(info.partitions)])
+        start = time.perf_counter()
+        last_report = start
+        with trio.move_on_after(timeout_s):
+            while count < num_records:
+                for rec in await consumer.poll(500):
+                    count += 1
+                    size += len(rec.value or b"")
+                now = time.perf_counter()
+                if progress and now - last_report >= 0.5:
+                    last_report = now
+                    print(f"\r  consumed {count:,}/{num_records:,}, "
+                          f"{count / (now - start):,.0f} records/s", end="", file=sys.stderr,
+                          flush=True)
+        elapsed = time.perf_counter() - start
+    if progress:
+        print(file=sys.stderr)
+    return {"client": "raftka", "records": count, "seconds": round(elapsed, 3),
+            "records_per_s": round(count / elapsed) if elapsed else 0,
+            "mb_per_s": round(size / elapsed / 1e6, 2) if elapsed else 0}
+
+
 def print_table(title: str, result: dict) -> None:
     print(title)
     for k, v in result.items():
@@ -225,6 +260,22 @@ def main(args) -> int:
             rc[0] = 0 if result["errors"] == 0 else 1
             return rc[0]
         return run("raftka perf produce", args, go)
+    if args.perf_command == "consume" and getattr(args, "client", "confluent") == "raftka":
+        from clients.cli.output import client_config, run
+        extra = client_config(args) if getattr(args, "command_config", None) else {}
+        extra.pop("bootstrap.servers", None)
+        rc = [1]
+
+        async def go_consume():
+            result = await _consume_raftka(args.bootstrap_server, args.topic, args.num_records,
+                                           progress=args.output != "json", extra=extra)
+            if args.output == "json":
+                print(json.dumps(result))
+            else:
+                print_table(f"perf consume {args.topic} (raftka consumer)", result)
+            rc[0] = 0 if result["records"] >= args.num_records else 1
+            return rc[0]
+        return run("raftka perf consume", args, go_consume)
     if args.perf_command == "produce":
         result = produce(args.bootstrap_server, args.topic, args.num_records, args.record_size,
                          args.acks, args.compression, args.linger_ms, partitions=args.partitions,

@@ -132,3 +132,26 @@ def test_perf_produce_ours(live, capsys):
                            "--bootstrap-server", live.bootstrap], capsys)
     assert code == 0 and "records_per_s" in out and "raftka producer" in out
     assert len(_read(live.bootstrap, topic, 22000)) == 22000
+
+
+@pytest.mark.live
+def test_perf_consume_ours_and_confluent(live, capsys):
+    topic = f"perfc-{uuid.uuid4().hex[:6]}"
+    code, _, err = _run(["perf", "produce", "--topic", topic, "--num-records", "15000",
+                         "--partitions", "3", "--bootstrap-server", live.bootstrap,
+                         "--output", "json"], capsys)
+    assert code == 0, err
+    for client in ("raftka", "confluent"):
+        code, out, err = _run(["perf", "consume", "--topic", topic, "--num-records", "15000",
+                               "--client", client, "--bootstrap-server", live.bootstrap,
+                               "--output", "json"], capsys)
+        assert code == 0, err
+        res = json.loads(out)
+        assert res["records"] == 15000 and res["records_per_s"] > 0, res
+        assert res["mb_per_s"] > 0
+    code, out, err = _run(["perf", "consume", "--topic", topic, "--num-records", "15000",
+                           "--bootstrap-server", live.bootstrap], capsys)
+    assert code == 0 and "raftka consumer" in out
+    code, out, err = _run(["perf", "consume", "--topic", "no-such-topic-here", "--num-records",
+                           "10", "--bootstrap-server", live.bootstrap], capsys)
+    assert code != 0 and "Traceback" not in err and "no-such-topic-here" in err
