@@ -101,6 +101,44 @@ def test_transactional_config_rules():
     assert p.idempotent and p.transaction_state is State.UNINITIALIZED
 
 
+async def test_coordinator_errors_retried_or_raised():
+    """_coordinator_call against a scripted coordinator: LOAD_IN_PROGRESS and
+    CONCURRENT_TRANSACTIONS are waited out, NOT_COORDINATOR finds the coordinator again, a
+    dropped connection too; PRODUCER_FENCED raises its typed error at once."""
+    from types import SimpleNamespace as NS
+
+    from clients.errors import KafkaConnectionError
+    p = Producer("127.0.0.1:1", {"transactional.id": "tx-unit", "retry.backoff.ms": 1})
+    found, forgotten = [], []
+
+    async def find_coordinator(key, key_type, timeout_s=30):
+        found.append((key, key_type))
+        return 1
+
+    def script(*steps):
+        steps = list(steps)
+
+        async def call(node, msg, **kw):
+            step = steps.pop(0)
+            if isinstance(step, Exception):
+                raise step
+            return NS(error_code=step)
+        return call
+    p.cluster.find_coordinator = find_coordinator
+    p.cluster.forget_coordinator = lambda key, key_type=0: forgotten.append((key, key_type))
+    p.cluster.call = script(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR,
+                            KafkaConnectionError("gone"), ErrorCode.CONCURRENT_TRANSACTIONS, 0)
+    resp = await p._coordinator_call(lambda: None, lambda r: r.error_code, "EndTxn")
+    assert resp.error_code == 0
+    assert len(found) == 5 and forgotten == [("tx-unit", 1), ("tx-unit", 1)]
+    p.cluster.call = script(ErrorCode.PRODUCER_FENCED)
+    with pytest.raises(ProducerFencedError, match="EndTxn"):
+        await p._coordinator_call(lambda: None, lambda r: r.error_code, "EndTxn")
+    p.cluster.call = script(*[ErrorCode.CONCURRENT_TRANSACTIONS] * 1000)
+    from clients.errors import KafkaTimeoutError
+    with pytest.raises(KafkaTimeoutError, match="CONCURRENT_TRANSACTIONS"):
+        await p._coordinator_call(lambda: None, lambda r: r.error_code, "EndTxn", timeout_s=0.2)
+
 # -- live ---------------------------------------------------------------------------------------
 
 TXN_OVERRIDES = {"transaction.state.log.num.partitions": "3",
