@@ -27,7 +27,7 @@ from clients.cluster import TopicPartition
 from clients.config import ConfigError
 from clients.producer import Producer, ProducerBatch, RecordAccumulator
 from partition_server.testing import LiveCluster
-from wire.errors import ErrorCode, KafkaError, MessageTooLargeError
+from wire.errors import ErrorCode, MessageTooLargeError
 from wire.records.batch import decode_batch
 
 TP = TopicPartition("t", 0)
@@ -62,7 +62,8 @@ def test_split_keeps_place_sequences_and_futures():
     d1, d2 = decode_batch(first.data), decode_batch(second.data)
     assert [r.value for r in d1.records + d2.records] == [f"v{i}".encode() * 50 for i in range(5)]
     assert [r.timestamp for r in d1.records + d2.records] == [1000 + i for i in range(5)]
-    assert (d1.header.producer_id, d1.header.producer_epoch, d1.header.base_sequence) == (42, 3, 100)
+    h = d1.header
+    assert (h.producer_id, h.producer_epoch, h.base_sequence) == (42, 3, 100)
     assert d2.header.base_sequence == 100 + len(d1.records) and len(d1.records) == 2
     assert first.futures + second.futures == futs
     assert first.alloc + second.alloc == 4000
@@ -180,8 +181,9 @@ async def test_inflight_idempotent_order_across_leader_restart(live):
     got = read_back(live, topic, parts, total)
     for part in range(parts):
         want = [f"{i:06d}" for i in range(part, total, parts)]
-        assert got[part] == want, f"partition {part}: {len(got[part])} records, first " \
-            f"difference at {next((j for j, (a, b) in enumerate(zip(got[part], want)) if a != b), None)}"
+        first_diff = next((j for j, (a, b) in enumerate(zip(got[part], want)) if a != b), None)
+        assert got[part] == want, \
+            f"partition {part}: {len(got[part])} records, first difference at {first_diff}"
     # offsets agree with the log order
     for part in range(parts):
         offs = [f.result().offset for f in futs[part::parts]]
