@@ -54,7 +54,9 @@ Transactions (`transactional.id`, which implies idempotence; `transaction.timeou
 EndTxn; a record that fails makes the transaction abortable (commit raises, abort works, and the
 epoch is bumped after the abort if the failed batch used a sequence number); being fenced
 (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH) or not authorised is fatal and raised as its typed
-error by every later call.
+error by every later call. EndTxn goes at v5 where the cluster has it (KIP-890 part 2): the
+coordinator bumps the epoch with every transaction and the answer carries the one to use next,
+so a late retry of a finished transaction's batch is fenced rather than joining the next one.
 """
 
 from __future__ import annotations
@@ -1009,6 +1011,11 @@ class Producer:
         return self._txn
 
     @property
+    def producer_id_and_epoch(self) -> tuple[int, int]:
+        """(producer id, epoch) in use; (-1, -1) before the first InitProducerId."""
+        return self._producer_id, self._producer_epoch
+
+    @property
     def transaction_state(self) -> State | None:
         return None if self._txn is None else self._txn.state
 
@@ -1112,8 +1119,8 @@ class Producer:
         self._fail_unsent(TransactionAbortedError("transaction aborted before the record was "
                                                   "sent"))
         await self._flush_within(timeout_s, "abort_transaction")
-        if txn.started:
-            await self._end_txn(False, timeout_s)
+        if txn.started and await self._end_txn(False, timeout_s):
+            txn.needs_epoch_bump = False      # EndTxn v5 bumped it already, sequences reset
         if txn.needs_epoch_bump:
             # a batch with a sequence number failed: bump the epoch so sequences start over
             # (KIP-360); our current producer id and epoch prove we are not a zombie
@@ -1141,14 +1148,24 @@ class Producer:
             else:
                 self._txn.set_abortable(exc)
 
-    async def _end_txn(self, commit: bool, timeout_s: float | None) -> None:
+    async def _end_txn(self, commit: bool, timeout_s: float | None) -> bool:
+        """EndTxn; True when the coordinator bumped the epoch with it (v5)."""
         txn = self._txn
         try:
-            await self._coordinator_call(
+            resp = await self._coordinator_call(
                 lambda: END_TXN(transactional_id=txn.transactional_id,
                                 producer_id=self._producer_id,
                                 producer_epoch=self._producer_epoch, committed=commit),
-                lambda r: r.error_code, "EndTxn", max_version=4, timeout_s=timeout_s)
+                lambda r: r.error_code, "EndTxn", max_version=5, timeout_s=timeout_s)
+            if resp.producer_id >= 0 and resp.producer_epoch >= 0:
+                # EndTxn v5 (KIP-890 part 2): the coordinator bumped the epoch with this
+                # transaction (a new id at epoch overflow); our next transaction uses it, from
+                # sequence 0, and a late retry of this one's batches is fenced
+                self._producer_id, self._producer_epoch = resp.producer_id, resp.producer_epoch
+                self._sequences.clear()
+                self._acked_next_seq.clear()
+                return True
+            return False
         except KafkaError as exc:
             if is_fatal(exc):
                 txn.set_fatal(exc)

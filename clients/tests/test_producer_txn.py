@@ -209,10 +209,13 @@ async def test_commit_atomic_abort_hidden(live):
     create_topic(live, topic)
     async with Producer(live.bootstrap, txn_config("ptx-basic")) as p:
         await p.init_transactions()
+        pid, epoch = p.producer_id_and_epoch
         await p.begin_transaction()
         futs = [await p.send(topic, f"c1-{i}", partition=i % 3) for i in range(30)]
         await p.commit_transaction()
         assert all(f.done() and f.exception() is None for f in futs)
+        # EndTxn v5 (KIP-890 part 2): every transaction ends with the epoch one higher
+        assert p.producer_id_and_epoch == (pid, epoch + 1)
         await p.begin_transaction()
         for i in range(30):
             await p.send(topic, f"a1-{i}", partition=i % 3)
@@ -221,11 +224,13 @@ async def test_commit_atomic_abort_hidden(live):
         assert sorted(v for _, v in await our_read(live, topic, "read_committed")) == \
             sorted(f"c1-{i}" for i in range(30))
         await p.abort_transaction()
+        assert p.producer_id_and_epoch == (pid, epoch + 2)
         await p.begin_transaction()
         for i in range(30):
             await p.send(topic, f"c2-{i}", partition=i % 3)
         await p.commit_transaction()
         assert p.transaction_state is State.READY
+        assert p.producer_id_and_epoch == (pid, epoch + 3)
     want = sorted([f"c1-{i}" for i in range(30)] + [f"c2-{i}" for i in range(30)])
     committed = ck_read(live, topic, "read_committed")
     assert sorted(v for _, v in committed) == want
@@ -386,7 +391,9 @@ async def test_failed_record_makes_transaction_abortable(live):
         epoch = p._producer_epoch
         await p.abort_transaction()
         assert ok.done() and ok.exception() is None      # its half of the split batch went out
-        assert p._producer_epoch == epoch + 1            # the failed batch used a sequence
+        # the failed batch used a sequence: the epoch must move on (EndTxn v5 does it; with an
+        # older coordinator an InitProducerId bump would), once
+        assert p._producer_epoch == epoch + 1
         # the producer goes on: a new transaction commits (epoch bumped if a sequence was used)
         await p.begin_transaction()
         await p.send(topic, "after", partition=0)
