@@ -1286,12 +1286,14 @@ class Producer:
 
 
 class _Waiter:
-    __slots__ = ("event", "value", "exc")
+    __slots__ = ("event", "value", "exc", "after", "taken")
 
-    def __init__(self):
-        self.event = trio.Event()
+    def __init__(self, after: "trio.Event | None" = None):
+        self.event = trio.Event()          # the answer (or the pipe's failure) is in
         self.value = None
         self.exc: BaseException | None = None
+        self.after = after                 # the previous request's answer was taken
+        self.taken = trio.Event()
 
 
 class _Turns:
@@ -1339,6 +1341,7 @@ class _Pipe:
         self.waiters: collections.deque[_Waiter] = collections.deque()
         self.send_lock = trio.Lock()
         self.dead: BaseException | None = None
+        self._last_taken: trio.Event | None = None
 
     def _fail(self, exc: BaseException) -> None:
         if self.dead is None:
@@ -1380,18 +1383,22 @@ class _Pipe:
         """Write one request; returns the waiter for its answer (None without one)."""
         if self.dead is not None:
             raise ConnectionClosed(f"connection closed: {self.dead}")
-        w = _Waiter() if expect_response else None
+        w = None
         async with self.send_lock:
             if self.dead is not None:
                 raise ConnectionClosed(f"connection closed: {self.dead}")
             data = self.wire.send_request(message, self.version, self.conn.client_id,
                                           expect_response=expect_response)
-            if w is not None:
+            if expect_response:
+                w = _Waiter(self._last_taken)
+                self._last_taken = w.taken
                 self.waiters.append(w)
             try:
                 with trio.fail_after(timeout_s):
                     await self.stream.send_all(data)
             except BaseException as exc:
+                if w is not None:
+                    w.taken.set()             # nobody will receive it: do not hold the next
                 # half a request may be on the wire: nothing after it can be trusted
                 await self._close(ConnectionClosed(f"send failed: {exc!r}"))
                 if isinstance(exc, (trio.BrokenResourceError, trio.ClosedResourceError,
@@ -1401,14 +1408,23 @@ class _Pipe:
         return w
 
     async def receive(self, w: _Waiter, timeout_s: float):
-        with trio.move_on_after(timeout_s):
-            await w.event.wait()
-        if not w.event.is_set():
-            await self._close(trio.TooSlowError())
-            raise trio.TooSlowError()
-        if w.exc is not None:
-            raise w.exc if isinstance(w.exc, ConnectionClosed) else ConnectionClosed(str(w.exc))
-        return w.value
+        """The answer to `w`'s request, handed over only after the previous request's: answers
+        that arrive together wake their tasks in no fixed order, and the caller completes the
+        batches' futures right after this returns (without yielding), so this keeps delivery
+        callbacks in request order, as they are in Kafka's producer."""
+        try:
+            with trio.move_on_after(timeout_s):
+                await w.event.wait()
+                if w.after is not None:
+                    await w.after.wait()
+            if not w.event.is_set() or (w.after is not None and not w.after.is_set()):
+                await self._close(trio.TooSlowError())
+                raise trio.TooSlowError()
+            if w.exc is not None:
+                raise w.exc if isinstance(w.exc, ConnectionClosed) else ConnectionClosed(str(w.exc))
+            return w.value
+        finally:
+            w.taken.set()
 
 
 def _offset_entries(offsets):
