@@ -21,19 +21,14 @@ from __future__ import annotations
 import logging
 import os
 
+from partition_server.log.fsync import fsync_dir
+
 log = logging.getLogger(__name__)
 
 CLEAN_FILE = ".broker-clean-shutdown"
 SESSION_FILE = ".broker-session"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write(path: str, text: str) -> None:
@@ -43,7 +38,7 @@ def _write(path: str, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(path))
+    fsync_dir(os.path.dirname(path))
 
 
 def _read(path: str) -> str | None:
@@ -66,7 +61,7 @@ def previous_epoch(log_dir: str, boot_id_file: str | None = None) -> int:
     if clean is not None:
         try:
             os.unlink(clean_path)
-            _fsync_dir(log_dir)
+            fsync_dir(log_dir)
         except OSError as exc:
             log.warning("cannot remove %s: %s", clean_path, exc)
             return -1      # it could survive a crash and vouch for logs it never saw closed

@@ -36,6 +36,7 @@ import logging
 import os
 import struct
 
+from partition_server.log.fsync import fsync_dir
 from partition_server.log.segment import CorruptSegmentError, LogSegment
 from wire.errors import DecodeError
 from wire.records import compression as codecs
@@ -244,11 +245,11 @@ class LogCleaner:
         """Replace `seg` by its cleaned copy, crash-safely (see the module docstring)."""
         directory = self.log.directory
         _rename(seg.path + ".cleaned", seg.path + ".swap")
-        _fsync_dir(directory)
+        fsync_dir(directory)
         _unlink(seg.index.path)
         _unlink(seg.time_index.path)
         _rename(seg.path + ".swap", seg.path)
-        _fsync_dir(directory)
+        fsync_dir(directory)
         self.log._replace_cleaned_segment(seg, now_ms)
 
     def _finish_pass(self) -> None:
@@ -311,10 +312,3 @@ def _unlink(path: str) -> None:
     except FileNotFoundError:
         pass
 
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

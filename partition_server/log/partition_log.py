@@ -26,6 +26,7 @@ import struct
 
 from partition_server.log.config import NEVER, LogConfig
 from partition_server.log.epoch_cache import LeaderEpochCache
+from partition_server.log.fsync import fsync_dir
 from partition_server.log.recovery import CLEAN_SHUTDOWN, open_segments
 from partition_server.log.retention import segments_past_retention
 from partition_server.log.segment import CorruptSegmentError, FileRange, LogSegment
@@ -230,7 +231,7 @@ class PartitionLog:
         new = LogSegment(self.directory, base_offset if base_offset is not None else old.next_offset,
                          self.config.index_interval_bytes)
         self.segments.append(new)
-        _fsync_dir(self.directory)        # the new file's name must survive a power loss too
+        fsync_dir(self.directory)        # the new file's name must survive a power loss too
         self.recovery_point = max(self.recovery_point, old.next_offset)
         self._write_offset_file("recovery-point", self.recovery_point)
         return new
@@ -499,13 +500,6 @@ def drop_producer_snapshots_after(directory: str, offset: int) -> None:
         if name.endswith(PRODUCER_SNAPSHOT_SUFFIX) and stem.isdigit() and int(stem) > offset:
             os.unlink(os.path.join(directory, name))
 
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 _ATTR = struct.Struct(">h")
