@@ -740,6 +740,13 @@ class Producer:
             for node, tps in ready.items():
                 if self._inflight.get(node, 0) >= self._max_inflight:
                     continue
+                pipe = self._pipes.get(node)
+                if pipe is not None and pipe.dead is not None and self._inflight.get(node, 0):
+                    # its connection died with requests on it whose failures are not handled
+                    # yet: a fresh batch sent now on a new connection could be acknowledged
+                    # before an earlier one that the broker did append is resent (callbacks
+                    # out of order). Let them go back to the queue first.
+                    continue
                 # a partition whose next batch is a resend (retry, or half of a split batch)
                 # waits until none of its batches is in flight, so resends go out in sequence
                 # order, one at a time, behind anything that may still be written before them
