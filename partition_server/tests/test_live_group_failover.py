@@ -72,18 +72,25 @@ def _produce(cluster, topic, start, n):
     assert p.flush(60) == 0
 
 
-def _describe(admin, group):
-    d = admin.describe_consumer_groups([group])[group].result(15)
+def _describe(admin, group, timeout_s=15):
+    d = admin.describe_consumer_groups([group])[group].result(timeout_s)
     return str(d.state).rsplit(".", 1)[-1], sorted(m.member_id for m in d.members)
 
 
 def _wait(pred, timeout_s, what):
+    """Until `pred()` holds. A check that raises (a DescribeGroups timing out while the new
+    coordinator loads the group on a loaded machine) is tried again until the deadline."""
     end = time.time() + timeout_s
+    last = None
     while time.time() < end:
-        if pred():
-            return
+        try:
+            if pred():
+                return
+        except Exception as exc:   # noqa: BLE001 - reported below if it never passes
+            last = exc
         time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}"
+                         + (f" (last error: {last!r})" if last is not None else ""))
 
 
 def _coordinator(admin, group):
@@ -113,7 +120,7 @@ def _finish(cluster, admin, group, seen, ms, killed, t_kill):
         _produce(cluster, f"{ms[0].topic}", 300, 60)
         _wait(lambda: len({(p, o) for p, o, _ in seen}) >= 360, SESSION_MS / 1000 + 25,
               "all 360 records after the failover")
-        _wait(lambda: _describe(admin, group)[0] == "STABLE" and all(m.assignment for m in ms)
+        _wait(lambda: _describe(admin, group, 5)[0] == "STABLE" and all(m.assignment for m in ms)
               and sorted(p for m in ms for p in m.assignment) == list(range(6)),
               SESSION_MS / 1000 + 5, "a stable group, every member owning partitions, every "
               "partition owned once")
