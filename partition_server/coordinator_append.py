@@ -16,16 +16,23 @@ def coordinator_error(err: ErrorCode) -> ErrorCode:
     return err
 
 
-async def wait_committed(broker, topic: str, partition: int, last_offset: int,
-                         timeout_s: float) -> ErrorCode:
-    """Wait until `last_offset` is committed (high watermark past it)."""
+async def wait_completion(broker, topic: str, partition: int, last_offset: int,
+                          timeout_s: float) -> ErrorCode | None:
+    """Wait, as an acks=all produce does, until `last_offset` is committed or can no longer be;
+    the partition's verdict (None: still pending at the timeout)."""
     key = (topic, partition)
     broker.purgatory.notify(key)
 
     def done():
         return broker.replicas.produce_completion(topic, partition, last_offset) is not None
     await broker.purgatory.wait_until([key], done, timeout_s)
-    outcome = broker.replicas.produce_completion(topic, partition, last_offset)
+    return broker.replicas.produce_completion(topic, partition, last_offset)
+
+
+async def wait_committed(broker, topic: str, partition: int, last_offset: int,
+                         timeout_s: float) -> ErrorCode:
+    """`wait_completion` in the codes a coordinator's clients expect."""
+    outcome = await wait_completion(broker, topic, partition, last_offset, timeout_s)
     if outcome is None:
         return ErrorCode.REQUEST_TIMED_OUT
     if outcome == ErrorCode.NONE:

@@ -21,6 +21,7 @@ import time
 import trio
 
 from clients.connection import ConnectionClosed
+from partition_server.coordinator_append import wait_completion
 from partition_server.group.coordinator import OFFSETS_TOPIC
 from partition_server.peers import PeerConnections
 from wire.errors import DecodeError, ErrorCode
@@ -59,16 +60,8 @@ async def append_marker_locally(broker, topic: str, partition: int, producer_id:
         return res.error
     if topic == OFFSETS_TOPIC:
         broker.txn.offsets.forget(partition, producer_id)
-    key = (topic, partition)
-    broker.purgatory.notify(key)
-
-    def done():
-        return broker.replicas.produce_completion(topic, partition, res.last_offset) is not None
-    await broker.purgatory.wait_until([key], done, timeout_s)
-    outcome = broker.replicas.produce_completion(topic, partition, res.last_offset)
-    if outcome is None:
-        return ErrorCode.REQUEST_TIMED_OUT
-    return outcome
+    outcome = await wait_completion(broker, topic, partition, res.last_offset, timeout_s)
+    return ErrorCode.REQUEST_TIMED_OUT if outcome is None else outcome
 
 
 class MarkerSender:

@@ -15,9 +15,9 @@ import os
 import time
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from chaos_tests.checkers import History, assert_valid
+from chaos_tests.live.admin import create_topic, partitions_meta, wait_for
 from chaos_tests.live.cluster import ProxiedCluster, low_port_cluster
 from chaos_tests.live.faults import FAULTS
 from chaos_tests.live.workload import RawProducer, Reader, Writer, final_read, partition_view
@@ -27,39 +27,8 @@ pytestmark = pytest.mark.live
 SESSION_MS = 3000
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([NewTopic(topic, partitions, 3,
-                                             config={"min.insync.replicas": "2"})]).values():
-        fut.result(30)
-
-
-def partition_meta(bootstrap: str, topic: str, partition: int = 0):
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    return admin.list_topics(topic, timeout=10).topics[topic].partitions[partition]
-
-
-def wait_for(predicate, timeout_s: float, what: str, step_s: float = 0.2, describe=None):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            got = predicate()
-        except Exception:              # noqa: BLE001 - metadata calls fail while faults last
-            got = None
-        if got:
-            return got
-        time.sleep(step_s)
-    state = ""
-    if describe is not None:
-        try:
-            state = f" (now: {describe()})"
-        except Exception as exc:       # noqa: BLE001
-            state = f" (state unknown: {exc})"
-    raise AssertionError(f"{what} within {timeout_s}s{state}")
-
-
 def describe_partition(bootstrap: str, topic: str) -> str:
-    p = partition_meta(bootstrap, topic)
+    p = partitions_meta(bootstrap, topic)[0]
     return f"leader {p.leader} replicas {p.replicas} isr {p.isrs}"
 
 
@@ -121,7 +90,7 @@ def isolated_leader_round(cluster: ProxiedCluster, topic: str, tmp_path, write_s
         time.sleep(1.0)                       # and the zombie keeps being written to
         t_heal = time.monotonic()
         FAULTS[fault].heal(cluster, f"broker-{leader}")
-        wait_for(lambda: leader in partition_meta(cluster.bootstrap, topic).isrs, 60,
+        wait_for(lambda: leader in partitions_meta(cluster.bootstrap, topic)[0].isrs, 60,
                  "the old leader rejoins the ISR",
                  describe=lambda: describe_partition(cluster.bootstrap, topic))
         writer.write_for(1.0)
