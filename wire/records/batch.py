@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import os
 import struct
 import time
 from typing import Iterator, NamedTuple
@@ -32,6 +33,15 @@ from wire.errors import DecodeError
 from wire.primitives import read_varint, read_varlong, write_uvarint
 from wire.records import compression as codecs
 from wire.records.crc32c import crc32c
+
+# The C accelerator (wire/records/_speedups.c, built by setup.py when a compiler is present).
+# The pure-Python code in this module stays the reference; RAFTKA_PURE_PYTHON=1 forces it.
+speedups = None
+if os.environ.get("RAFTKA_PURE_PYTHON") != "1":
+    try:
+        from wire.records import _speedups as speedups
+    except ImportError:
+        pass
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 BATCH_HEADER_SIZE = HEADER.size          # 61
