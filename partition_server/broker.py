@@ -102,6 +102,10 @@ class Broker:
                 config["raftka.inter.node.sasl.username"], config["raftka.inter.node.sasl.password"]))
         self.authorizer = security.build_authorizer(self.image, config.values.get)
         self.unfenced_once = trio.Event()
+        # Like Kafka's broker, requests wait until the first metadata catch-up: before it the
+        # image is empty, and a Metadata answer naming no brokers (or a NOT_LEADER for a
+        # partition we will lead in a moment) sends clients astray.
+        self.caught_up_once = trio.Event()
         self.stopping = False
 
     def _on_log_dir_failure(self) -> None:
@@ -170,6 +174,8 @@ class Broker:
         self.purgatory.notify_all()
 
     def on_heartbeat_state(self) -> None:
+        if self.client.caught_up and not self.caught_up_once.is_set():
+            self.caught_up_once.set()
         if not self.client.fenced and not self.unfenced_once.is_set():
             print(f"broker {self.broker_id} unfenced: serving on {self.host}:{self.port}", flush=True)
             self.unfenced_once.set()
@@ -244,6 +250,8 @@ class Broker:
                                            inter.protocol)
 
         async def dispatch_on(ctx, req):
+            if not self.caught_up_once.is_set():
+                await self.caught_up_once.wait()
             response = await dispatch(self, ctx, req)
             if ctx.listener != inter_name and response is not None:
                 rewrite(self.image, ctx.listener, req.api_key, response)   # per-listener addresses

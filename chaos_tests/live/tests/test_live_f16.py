@@ -29,6 +29,7 @@ Default: 10 rounds (each scenario twice); `RAFTKA_SOAK=1` adds a soak of RAFTKA_
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import threading
@@ -52,6 +53,16 @@ CUTS = ("cut", "blackhole", "drop")
 OVERRIDES = {"broker.heartbeat.interval.ms": "500", "replica.lag.time.max.ms": "3000",
              "transaction.state.log.num.partitions": "3",
              "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"}
+
+
+@pytest.fixture(autouse=True)
+def _quiet_kafka_python():
+    # kafka-python logs every retry at WARNING; a failing round's report must show the
+    # assertion, not pages of retries from the fenced instances kept until the end
+    logger = logging.getLogger("kafka")
+    level, logger.level = logger.level, logging.ERROR
+    yield
+    logger.setLevel(level)
 
 
 @pytest.fixture(scope="module")
