@@ -102,63 +102,77 @@ class RecordMetadata(NamedTuple):
 
 
 class DeliveryFuture:
-    """The outcome of one `send`: await it, poll `done()`, or add a callback."""
+    """The outcome of one `send`: await it, poll `done()`, or add a callback.
 
-    __slots__ = ("topic", "partition", "timestamp", "_meta", "_exc", "_done", "_event",
-                 "_callbacks")
+    It lives on its batch: a batch completes as a whole (one offset, one error for all its
+    records), so the outcome is stored once on the batch and each future reads it from there;
+    completing a batch costs one step per record only for records with a callback. A batch
+    split in two (MESSAGE_TOO_LARGE) re-points its futures to the halves."""
 
-    def __init__(self, topic: str, partition: int, timestamp: int = -1):
-        self.topic, self.partition, self.timestamp = topic, partition, timestamp
-        self._meta: RecordMetadata | None = None
-        self._exc: BaseException | None = None
-        self._done = False
-        self._event: trio.Event | None = None
-        self._callbacks: list | None = None
+    __slots__ = ("_batch", "_index", "timestamp", "_callbacks")
+
+    def __init__(self, batch: "ProducerBatch", index: int, timestamp: int = -1):
+        self._batch, self._index, self.timestamp = batch, index, timestamp
+        self._callbacks = None          # one callable, or a list of them when there are several
+
+    @property
+    def topic(self) -> str:
+        return self._batch.tp.topic
+
+    @property
+    def partition(self) -> int:
+        return self._batch.tp.partition
 
     def done(self) -> bool:
-        return self._done
+        return self._batch.done
+
+    def _meta(self) -> RecordMetadata | None:
+        b = self._batch
+        if b.exc is not None:
+            return None
+        lat = b.log_append_time
+        return RecordMetadata(b.tp.topic, b.tp.partition,
+                              b.base_offset + self._index if b.base_offset >= 0 else -1,
+                              self.timestamp if lat < 0 else lat)
 
     def result(self) -> RecordMetadata:
-        if not self._done:
+        b = self._batch
+        if not b.done:
             raise RuntimeError("delivery not complete yet")
-        if self._exc is not None:
-            raise self._exc
-        return self._meta
+        if b.exc is not None:
+            raise b.exc
+        return self._meta()
 
     def exception(self) -> BaseException | None:
-        return self._exc
+        return self._batch.exc if self._batch.done else None
 
     def add_callback(self, fn: Callable) -> None:
-        """`fn(meta, exc)`; called at once if already done."""
-        if self._done:
-            fn(self._meta, self._exc)
+        """`fn(meta, exc)`; called at once if already done. Callbacks of one partition run in
+        record order."""
+        b = self._batch
+        if b.done:
+            fn(self._meta(), b.exc)
+            return
+        cbs = self._callbacks
+        if cbs is None:
+            self._callbacks = fn
+            b.n_callbacks += 1
+        elif isinstance(cbs, list):
+            cbs.append(fn)
         else:
-            if self._callbacks is None:
-                self._callbacks = []
-            self._callbacks.append(fn)
+            self._callbacks = [cbs, fn]
 
     async def wait(self) -> RecordMetadata:
-        if not self._done:
-            if self._event is None:
-                self._event = trio.Event()
-            await self._event.wait()
+        # a loop: a batch split in two wakes its waiters, who then wait on their half
+        while not self._batch.done:
+            b = self._batch
+            if b.event is None:
+                b.event = trio.Event()
+            await b.event.wait()
         return self.result()
 
     def __await__(self):
         return self.wait().__await__()
-
-    def _complete(self, meta: RecordMetadata | None, exc: BaseException | None) -> None:
-        if self._done:
-            return
-        self._meta, self._exc, self._done = meta, exc, True
-        if self._event is not None:
-            self._event.set()
-        if self._callbacks:
-            for fn in self._callbacks:
-                try:
-                    fn(meta, exc)
-                except Exception:  # noqa: BLE001 - a user callback must not kill the sender
-                    pass
 
 
 def _record_size(key, value, headers) -> int:
@@ -191,6 +205,10 @@ _PID_EPOCH_SEQ = struct.Struct(">qhi")     # producer id, epoch, base sequence a
 _NULL = _varint(-1)
 # zig-zag varints of 0..8191 (offset deltas, lengths and ms deltas of a batch nearly always)
 _SMALL = [_varint(n) for n in range(8192)]
+# length of each of those; the largest value send_nowait's fast path encodes (its record's
+# length must stay below 8192 too; a producer lowers it to fit its max.request.size)
+_SMALL_LEN = [len(b) for b in _SMALL]
+_FAST_VALUE_MAX = 8000
 
 
 class ProducerBatch:
@@ -201,7 +219,8 @@ class ProducerBatch:
 
     __slots__ = ("tp", "compression", "body", "futures", "created", "alloc", "attempts",
                  "retry_at", "data", "sealed", "record_count", "last_error", "base_ts", "max_ts",
-                 "size", "order", "producer_id", "producer_epoch", "base_sequence")
+                 "size", "order", "producer_id", "producer_epoch", "base_sequence",
+                 "n_callbacks", "done", "base_offset", "log_append_time", "exc", "event")
 
     def __init__(self, tp: TopicPartition, compression: int, created: float, alloc: int,
                  order: tuple = (0,)):
@@ -224,6 +243,59 @@ class ProducerBatch:
         # so a retried or split batch goes back exactly where it was
         self.order = order
         self.producer_id, self.producer_epoch, self.base_sequence = -1, -1, NO_SEQUENCE
+        # the outcome, shared by the batch's futures (see DeliveryFuture)
+        self.n_callbacks = 0                # futures of this batch with a callback
+        self.done = False
+        self.base_offset = -1
+        self.log_append_time = -1
+        self.exc: BaseException | None = None
+        self.event: trio.Event | None = None    # made by the first waiter
+
+    def complete(self, base_offset: int, log_append_time: int | None,
+                 exc: BaseException | None = None) -> None:
+        """Settle every record of the batch: the outcome is stored once, then the callbacks
+        run in record order (the only per-record work, and only for records with one)."""
+        if self.done:
+            return
+        self.done = True
+        self.base_offset = base_offset
+        lat = self.log_append_time = -1 if log_append_time is None else log_append_time
+        self.exc = exc
+        if self.event is not None:
+            self.event.set()
+        if not self.n_callbacks:
+            return
+        topic, partition = self.tp
+        meta = None
+        for i, fut in enumerate(self.futures):
+            cbs = fut._callbacks
+            if cbs is None:
+                continue
+            if exc is None:
+                meta = RecordMetadata(topic, partition,
+                                      base_offset + i if base_offset >= 0 else -1,
+                                      fut.timestamp if lat < 0 else lat)
+            if isinstance(cbs, list):
+                for fn in cbs:
+                    try:
+                        fn(meta, exc)
+                    except Exception:  # noqa: BLE001 - a user callback must not kill the sender
+                        pass
+            else:
+                try:
+                    cbs(meta, exc)
+                except Exception:  # noqa: BLE001 - a user callback must not kill the sender
+                    pass
+
+    def adopt(self, futures: list["DeliveryFuture"]) -> None:
+        """Take over `futures` (the records of a split batch, in order)."""
+        self.futures = futures
+        n = 0
+        for i, fut in enumerate(futures):
+            fut._batch, fut._index = self, i
+            if fut._callbacks is not None:
+                n += 1
+        self.n_callbacks = n
 
     def append(self, key, value, headers, ts: int) -> None:
         if self.record_count == 0:
@@ -336,7 +408,7 @@ class RecordAccumulator:
             new = True
         batch = dq[-1]
         batch.append(key, value, headers, timestamp_ms)
-        fut = DeliveryFuture(tp.topic, tp.partition, timestamp_ms)
+        fut = DeliveryFuture(batch, batch.record_count - 1, timestamp_ms)
         batch.futures.append(fut)
         return fut, new
 
@@ -503,6 +575,8 @@ class Producer:
         self._available_cache: dict[str, tuple[int, list[int] | None]] = {}
         self._max_request_size = cfg["max.request.size"]
         self._ignore_keys = cfg["partitioner.ignore.keys"]
+        self._sticky_batch: dict[str, ProducerBatch] = {}   # topic -> open batch of its sticky tp
+        self._fast_value_max = min(_FAST_VALUE_MAX, self._max_request_size - BATCH_HEADER_SIZE - 21)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -617,6 +691,38 @@ class Producer:
                     on_delivery: Callable | None = None) -> DeliveryFuture | None:
         """`send` without waiting: None if the topic's metadata is not loaded yet or the buffer
         is full (the caller then uses `send`). Must run on the producer's trio thread."""
+        if key is None and partition is None and headers is None and value.__class__ is bytes:
+            # The hot path of a high-rate producer: a keyless record joins the open batch of
+            # its topic's sticky partition, encoded right here (no layers of calls, no
+            # estimate beyond the one the slow path makes). Anything else (a full or sent
+            # batch, a new batch, keys, headers, large values, odd timestamps) goes the long way.
+            b = self._sticky_batch.get(topic)
+            if b is not None and not b.sealed and not self._closing:
+                v = len(value)
+                if v <= self._fast_value_max and b.size + 21 + v <= self._acc.batch_size \
+                        and topic in self.cluster.metadata.topics:
+                    if self._txn is not None:
+                        self._txn.check_can_send()
+                    ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+                    d = ts - b.base_ts
+                    n = b.record_count
+                    if 0 <= d < 8192 and n < 8192:
+                        small, lens = _SMALL, _SMALL_LEN
+                        # length, attributes, ts delta, offset delta, null key, value, no headers
+                        r = 3 + v + lens[d] + lens[n] + lens[v]
+                        b.body.extend((small[r], b"\x00", small[d], small[n], b"\x01",
+                                       small[v], value, b"\x00"))
+                        b.size += r + lens[r]
+                        b.record_count = n + 1
+                        if ts > b.max_ts:
+                            b.max_ts = ts
+                        fut = DeliveryFuture(b, n, ts)
+                        b.futures.append(fut)
+                        if on_delivery is not None:
+                            fut._callbacks = on_delivery
+                            b.n_callbacks += 1
+                        self._incomplete += 1
+                        return fut
         t = self.cluster.metadata.topics.get(topic)
         if t is None or not t.partitions or self._closing:
             return None
@@ -663,6 +769,8 @@ class Producer:
         fut, new_batch = self._acc.append(tp, key, value, headers, ts, trio.current_time, size)
         if fut is None:
             return None
+        if sticky:
+            self._sticky_batch[topic] = fut._batch      # where send_nowait's fast path appends
         if self._txn is not None:
             self._txn.maybe_add_partition(tp)
         self._incomplete += 1
@@ -912,12 +1020,15 @@ class Producer:
             nb = ProducerBatch(b.tp, b.compression, b.created, allocs[i], b.order + (i,))
             for r in recs:
                 nb.append(r.key, r.value, r.headers, r.timestamp)
-            nb.futures = futs
+            nb.adopt(futs)
             nb.attempts = b.attempts
             nb.seal(b.producer_id, b.producer_epoch, seq, self._txn is not None)
             if seq >= 0:
                 seq = (seq + len(recs)) & 0x7FFFFFFF
             self._acc.reenqueue(nb)
+        b.futures = []
+        if b.event is not None:
+            b.event.set()           # its waiters go on waiting on their half
 
     async def _pipe_for(self, node: int) -> "_Pipe":
         pipe = self._pipes.get(node)
@@ -979,11 +1090,7 @@ class Producer:
         self._space.set()
         self._space = trio.Event()
         # like Kafka: the broker's log-append time when the topic uses it, else the record's own
-        lat = log_append_time if log_append_time is not None and log_append_time >= 0 else None
-        for i, fut in enumerate(b.futures):
-            fut._complete(RecordMetadata(b.tp.topic, b.tp.partition,
-                                         base_offset + i if base_offset >= 0 else -1,
-                                         fut.timestamp if lat is None else lat), None)
+        b.complete(base_offset, log_append_time)
         self._incomplete -= len(b.futures)
         if self._incomplete == 0:
             self._idle.set()
@@ -1001,8 +1108,8 @@ class Producer:
         elif self.idempotent and b.data is not None:
             # a sequence gap would follow this batch: start over with a new producer id
             self._need_new_pid = True
-        for fut in b.futures:
-            fut._complete(None, exc)
+        b.sealed = True         # out of the accumulator: the send fast path must not append
+        b.complete(-1, -1, exc)
         self._incomplete -= len(b.futures)
         if self._incomplete == 0:
             self._idle.set()

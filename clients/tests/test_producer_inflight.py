@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from clients.cluster import TopicPartition
 from clients.config import ConfigError
-from clients.producer import Producer, ProducerBatch, RecordAccumulator
+from clients.producer import DeliveryFuture, Producer, ProducerBatch, RecordAccumulator
 from partition_server.testing import LiveCluster
 from wire.errors import ErrorCode, MessageTooLargeError
 from wire.records.batch import decode_batch
@@ -51,8 +51,10 @@ def test_split_keeps_place_sequences_and_futures():
     futs = []
     for i in range(5):
         b.append(f"k{i}".encode(), f"v{i}".encode() * 50, [("h", b"x")], 1000 + i)
-        futs.append(object())
+        futs.append(DeliveryFuture(b, i, 1000 + i))
     b.futures = list(futs)
+    seen = []
+    futs[3].add_callback(lambda meta, exc: seen.append(meta.offset))
     b.seal(42, 3, 100)
     later = ProducerBatch(TP, 0, 0.0, 100, (8,))
     p._acc.batches[TP] = collections.deque([later])
@@ -67,6 +69,12 @@ def test_split_keeps_place_sequences_and_futures():
     assert d2.header.base_sequence == 100 + len(d1.records) and len(d1.records) == 2
     assert first.futures + second.futures == futs
     assert first.alloc + second.alloc == 4000
+    # the futures follow their records into the halves: offsets come from the half's answer
+    assert (first.n_callbacks, second.n_callbacks) == (0, 1)
+    first.complete(500, -1)
+    second.complete(900, -1)
+    assert [f.result().offset for f in futs] == [500, 501, 900, 901, 902]
+    assert [f.topic for f in futs] == ["t"] * 5 and seen == [901]
 
 
 def test_restamp_under_new_producer_id():
