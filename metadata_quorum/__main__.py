@@ -28,10 +28,12 @@ async def _serve(config: ControllerConfig) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = process.parse_args("raftka controller", argv)
     try:
-        config = ControllerConfig.from_properties(process.load_config_file(args.config, args.set))
+        props = process.load_config_file(args.config, args.set)
+        config = ControllerConfig.from_properties(props)
     except (OSError, ConfigError) as exc:
         print(f"raftka controller: {exc}", file=sys.stderr)
         return 2
+    process.install_test_seams(props, "metadata.log.dir")
     code = process.run("raftka controller", _serve, config)
     print(f"controller {config.node_id} stopped", file=sys.stderr, flush=True)
     return code

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 import trio
@@ -34,6 +35,17 @@ def load_config_file(path: str, sets: list[str]) -> dict[str, str]:
             raise ConfigError(f"--set expects key=value, got {item!r}")
         props[key.strip()] = value.strip()
     return props
+
+
+def install_test_seams(props: dict[str, str], data_dir_key: str) -> None:
+    """`raftka.clock.offset.file` (tests only; relative to the node's data directory,
+    `data_dir_key`): this process's wall clock follows the offset written in that file, to
+    simulate a clock jump on one node (metadata_quorum/clock.py)."""
+    path = props.get("raftka.clock.offset.file")
+    if path:
+        from metadata_quorum.clock import install_offset_file
+        base = (props.get(data_dir_key) or ".").split(",")[0].strip()
+        install_offset_file(os.path.join(base, path))
 
 
 def run(prog: str, async_fn, *args) -> int:

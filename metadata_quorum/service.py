@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 
 import trio
 
+from metadata_quorum.clock import steady_ms
 from metadata_quorum.config import ControllerConfig
 from metadata_quorum.controller.quorum_controller import QuorumController
 from metadata_quorum.controller_handlers import HANDLERS, SUPPORTED
@@ -43,7 +43,9 @@ class NotActive(Exception):
 
 
 def now_ms() -> int:
-    return int(time.time() * 1000)
+    # Every controller command's `now` times broker sessions only (no record carries it): the
+    # steady clock, so a wall-clock jump neither fences every broker nor keeps a dead one alive.
+    return steady_ms()
 
 
 class ControllerService:

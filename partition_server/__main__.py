@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ConfigError) as exc:
         print(f"raftka broker: {exc}", file=sys.stderr)
         return 2
+    process.install_test_seams(props, "log.dirs")
     code = process.run("raftka broker", _serve, config, controller_config)
     print(f"broker {config.node_id} stopped", file=sys.stderr, flush=True)
     return code

@@ -17,6 +17,7 @@ import time
 
 import trio
 
+from metadata_quorum.clock import steady_ms
 from metadata_quorum.image import MetadataImage
 from partition_server import clean_shutdown
 from partition_server.config import BrokerConfig
@@ -145,7 +146,7 @@ class Broker:
         if self.authorizer is not None:
             from partition_server.security.setup import build_authorizer
             self.authorizer = build_authorizer(image, self.config.values.get)
-        now = now_ms()
+        now = steady_ms()            # followers' caught-up times: ISR lag is a duration
         wanted = set()
         for topic in image.topics.values():
             cfg = self.topic_config(topic.name)
@@ -189,7 +190,7 @@ class Broker:
             await trio.sleep(min(lag_ms / 4000, 0.5))
             changes = []
             for hosted in list(self.replicas.partitions.values()):
-                change = hosted.state.isr_change_needed(now_ms(), lag_ms)
+                change = hosted.state.isr_change_needed(steady_ms(), lag_ms)
                 if change is not None:
                     changes.append((hosted, change))
             if changes:

@@ -126,6 +126,10 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
               "Tests only: read the kernel boot id from this file (relative to the log dir) "
               "instead of /proc/sys/kernel/random/boot_id, to simulate a reboot (KIP-966 "
               "unclean-shutdown detection). Unset in production."),
+    ConfigDef("raftka.clock.offset.file", "string", None,
+              "Tests only: this process's wall clock is shifted by the seconds written in this "
+              "file (relative to the log dir; re-read every 100 ms), to simulate a clock jump (CHAOS.md F15). Unset in "
+              "production."),
     ConfigDef("raftka.metrics.listener", "string", None,
               "host:port of the Prometheus /metrics endpoint (off when unset)."),
     ConfigDef("raftka.offsets.retention.ms", "long", None,

@@ -33,6 +33,7 @@ import time
 import msgpack
 import trio
 
+from metadata_quorum.clock import steady_ms
 from partition_server.coordinator_append import coordinator_error, wait_committed
 from partition_server.group.consumer_group import (ConsumerGroupCoordinatorState,
                                                    consumer_group_record, restore_consumer_group)
@@ -65,6 +66,7 @@ def partition_for(group_id: str, partitions: int) -> int:
 
 
 def now_ms() -> int:
+    """Wall clock: commit and record timestamps (offsets expire by them)."""
     return int(time.time() * 1000)
 
 
@@ -176,7 +178,7 @@ class GroupCoordinator:
                     self._apply_record(rec.key, rec.value, groups, consumer_groups)
                     n += 1
                 offset = h.next_offset
-        now = now_ms()
+        now = steady_ms()            # member sessions restart from now (see metadata_quorum/clock)
         for gid, value in groups.items():
             if value is None:
                 continue
@@ -259,15 +261,16 @@ class GroupCoordinator:
         next_expiry = now_ms() + self.retention_check_ms
         while True:
             await trio.sleep(0.1)
-            now = now_ms()
+            now = steady_ms()            # sessions: a wall-clock jump must not expire them all
             self.deliver(self.state.tick(now))
             for gid, mid, why in self.consumer.tick(now, self.topics_snapshot()):
                 log.info("group %s: member %s removed (%s)", gid, mid, why)
             self._log_transitions()
             self._persist_groups(now)
-            if now >= next_expiry:
-                next_expiry = now + self.retention_check_ms
-                self._expire_offsets(now)
+            wall = now_ms()
+            if wall >= next_expiry or next_expiry - wall > 2 * self.retention_check_ms:
+                next_expiry = wall + self.retention_check_ms
+                self._expire_offsets(wall)
 
     def _log_transitions(self) -> None:
         """One INFO line per group state change: the operator's view of rebalances."""

@@ -7,14 +7,14 @@ group answers INCONSISTENT_GROUP_PROTOCOL). The state machine is `group/consumer
 
 from __future__ import annotations
 
-import time
-
+from metadata_quorum.clock import steady_ms
 from wire.errors import ErrorCode
 from wire.messages.index_generated import RESPONSES
 
 
 def _now() -> int:
-    return int(time.time() * 1000)
+    # member sessions and rebalance deadlines: the steady clock (metadata_quorum/clock.py)
+    return steady_ms()
 
 
 def _topic_names(broker) -> dict:

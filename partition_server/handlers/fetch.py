@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 
+from metadata_quorum.clock import steady_ms
 from partition_server.fetch_session import FetchContext
 from partition_server.replica_manager import FetchResult, check_leader_epoch
 from partition_server.replication.partition import Role
@@ -55,7 +56,7 @@ def _available(broker, topic, p, replica_id, isolation_level=0) -> bool:
 async def handle_fetch(broker, req):
     body = req.body
     replica_id = body.replica_id if req.api_version < 15 else body.replica_state.replica_id
-    now = int(time.time() * 1000)
+    now = steady_ms()   # fetch sessions and followers' caught-up times: durations
     if req.api_version >= 7:
         ctx = broker.fetch_sessions.new_context(body.session_id, body.session_epoch,
                                                 _requested(req), _forgotten(req), now)
@@ -101,7 +102,7 @@ async def handle_fetch(broker, req):
         await broker.purgatory.wait_until(
             keys, lambda: any(_available(broker, t, p, replica_id, isolation) for t, _, p in parts),
             body.max_wait_ms / 1000)
-        now = int(time.time() * 1000)
+        now = steady_ms()
         results = gather()
         if replica_id >= 0:
             for topic, _, p in parts:

@@ -9,15 +9,15 @@ rest of the group, bounded by the rebalance timeout.
 
 from __future__ import annotations
 
-import time
-
+from metadata_quorum.clock import steady_ms
 from partition_server.group.state import GroupState
 from wire.errors import ErrorCode
 from wire.messages.index_generated import RESPONSES
 
 
 def _now() -> int:
-    return int(time.time() * 1000)
+    # member sessions and rebalance deadlines: the steady clock (metadata_quorum/clock.py)
+    return steady_ms()
 
 
 async def handle_find_coordinator(broker, req):

@@ -77,6 +77,7 @@ class PartitionLog:
         self.config = config or LogConfig()
         os.makedirs(directory, exist_ok=True)
         self.segments: list[LogSegment] = []
+        self._append_time_floor: int | None = None     # see append_as_leader
         self.epoch_cache = LeaderEpochCache(os.path.join(directory, "leader-epoch-checkpoint"))
         self.log_start_offset = self._read_offset_file("log-start-offset", 0)
         self.recovery_point = self._read_offset_file("recovery-point", 0)
@@ -176,6 +177,18 @@ class PartitionLog:
         data, headers = self._validate(records, leader=True, origin=origin)
         offset = self.log_end_offset
         log_append = self.config.message_timestamp_type == "LogAppendTime"
+        if log_append:
+            # LogAppendTime never goes backwards within a partition, even when this broker's
+            # wall clock is stepped back or it took over from a leader whose clock ran ahead
+            # (CHAOS.md F15): the stamp is at least the largest timestamp already in the log.
+            if self._append_time_floor is None:
+                # from the log (a new leader continues its predecessor's stamps), ignoring a
+                # segment a day or more ahead: CreateTime records from the future written
+                # before the topic switched to LogAppendTime must not pin every later stamp
+                self._append_time_floor = max((seg.max_timestamp for seg in self.segments
+                                               if seg.max_timestamp < now_ms + _DAY_MS),
+                                              default=-1)
+            now_ms = self._append_time_floor = max(now_ms, self._append_time_floor)
         n_records = 0
         for h in headers:
             set_base_offset(data, h.pos, offset)
@@ -502,6 +515,7 @@ def drop_producer_snapshots_after(directory: str, offset: int) -> None:
 
 
 
+_DAY_MS = 86_400_000
 _ATTR = struct.Struct(">h")
 _TS = struct.Struct(">q")
 

@@ -156,6 +156,27 @@ def test_log_append_time(tmp_path):
     assert [r.timestamp for r in rec] == [T0 + 777, T0 + 777]
 
 
+def test_log_append_time_never_goes_back(tmp_path):
+    """F15: a leader whose clock was stepped back (or a new leader whose clock is behind the old
+    one's) stamps at least the largest timestamp in the log; a client's CreateTime from a day
+    ahead, written before the switch to LogAppendTime, does not pin the stamps."""
+    plog = make(tmp_path, message_timestamp_type="LogAppendTime")
+    plog.append_as_leader(batch(1), 0, now_ms=T0 + 5000)
+    info = plog.append_as_leader(batch(1), 0, now_ms=T0 - 3_600_000)      # an hour back
+    assert info.log_append_time == T0 + 5000
+    assert plog.append_as_leader(batch(1), 0, now_ms=T0 + 6000).log_append_time == T0 + 6000
+    plog.close()
+    again = make(tmp_path, message_timestamp_type="LogAppendTime")          # the next leader
+    assert again.append_as_leader(batch(1), 1, now_ms=T0).log_append_time == T0 + 6000
+    again.close()
+
+    other = make(tmp_path / "future")
+    other.append_as_leader(build_batch([(None, b"x", [], T0 + 10 * 86_400_000)]), 0, now_ms=T0)
+    other.close()
+    switched = make(tmp_path / "future", message_timestamp_type="LogAppendTime")
+    assert switched.append_as_leader(batch(1), 0, now_ms=T0 + 1).log_append_time == T0 + 1
+
+
 def test_clean_reopen_and_unclean_recovery(tmp_path):
     plog = make(tmp_path, segment_bytes=500)
     for i in range(12):
