@@ -261,6 +261,26 @@ def _vb(value: int) -> bytes:
 
 
 def encode_record(out: bytearray, r: Record) -> None:
+    """Append record `r` (length-prefixed) to `out`."""
+    if _c_encode is not None:
+        _c_encode(out, r.attributes, r.timestamp_delta, r.offset_delta, r.key, r.value, r.headers)
+    else:
+        encode_record_py(out, r)
+
+
+def encode_record_fields(out: bytearray, offset_delta: int, timestamp_delta: int, key, value,
+                         headers=(), attributes: int = 0) -> int:
+    """Append one record given by its fields (no Record object) to `out`; returns the bytes
+    appended. For producers that encode as they go (C when built, else the reference)."""
+    if _c_encode is not None:
+        return _c_encode(out, attributes, timestamp_delta, offset_delta, key, value, headers)
+    start = len(out)
+    encode_record_py(out, Record(offset_delta, timestamp_delta, key, value, headers, attributes))
+    return len(out) - start
+
+
+def encode_record_py(out: bytearray, r: Record) -> None:
+    """The pure-Python reference encoder (the C `encode_record` must produce the same bytes)."""
     key, value = r.key, r.value
     parts = [_ONE_BYTE[r.attributes & 0x7F], _vb(r.timestamp_delta), _vb(r.offset_delta)]
     if key is None:
@@ -316,6 +336,14 @@ def _read_bytes(buf: bytes, pos: int):
 def decode_records(data, count: int, base_offset: int, base_timestamp: int,
                    log_append_time: int | None = None) -> list[DecodedRecord]:
     """Exactly `count` records filling `data` (uncompressed); DecodeError on anything else."""
+    if _c_decode is not None:
+        return _c_decode(data, count, base_offset, base_timestamp, log_append_time)
+    return decode_records_py(data, count, base_offset, base_timestamp, log_append_time)
+
+
+def decode_records_py(data, count: int, base_offset: int, base_timestamp: int,
+                      log_append_time: int | None = None) -> list[DecodedRecord]:
+    """The pure-Python reference decoder (the C `decode_records` mirrors it check by check)."""
     if count < 0 or count > len(data):
         raise DecodeError(f"record count {count} does not fit the {len(data)} bytes of records")
     buf = data if isinstance(data, bytes) else bytes(data)   # bytes index and slice fastest
@@ -350,6 +378,14 @@ def decode_records(data, count: int, base_offset: int, base_timestamp: int,
         # Kafka rejects a batch whose records do not fill it exactly ("records still remaining")
         raise DecodeError(f"{n - pos} bytes left after the batch's {count} records")
     return out
+
+
+_c_encode = _c_decode = None
+if speedups is not None:
+    # the C decoder fills DecodedRecord's slots directly (no __init__ call): tell it which
+    speedups.configure(DecodedRecord, tuple(f.name for f in dataclasses.fields(DecodedRecord)))
+    _c_encode, _c_decode = speedups.encode_record, speedups.decode_records
+IMPLEMENTATION = "c" if speedups is not None else "python"
 
 
 def decode_batch(buf, pos: int = 0, max_decompressed: int = codecs.DEFAULT_MAX_DECOMPRESSED,

@@ -29,6 +29,7 @@ from wire.records.batch import (BATCH_HEADER_SIZE, Compression, RecordBatchHeade
 
 _MAX_I32 = 2**31 - 1          # Arrow "binary" offsets are int32: 2 GiB of keys or values at most
 _LITTLE = sys.byteorder == "little"
+_MIN_I64, _MAX_I64 = -2**63, 2**63 - 1
 
 
 class RecordColumns(NamedTuple):
@@ -143,7 +144,10 @@ def _decode_body(body, count: int, base_offset: int, base_ts: int, lat, ts_type:
         if lo <= offset < hi:
             kept += 1
             offs.append(offset)
-            stamps.append(lat if lat is not None else base_ts + ts_delta)
+            ts = lat if lat is not None else base_ts + ts_delta
+            if not _MIN_I64 <= ts <= _MAX_I64:
+                raise DecodeError("record timestamp out of the int64 range")
+            stamps.append(ts)
             if key is None:
                 key_valid.append(0)
             else:
@@ -199,7 +203,9 @@ def decode_columns(data, *, start_offset: int = 0, end_offset: int = 2**63 - 1,
     batch is ignored; anything else malformed raises DecodeError.
     """
     cols = _Columns(include_headers)
-    remaining = max_records if max_records is not None else 2**63 - 1
+    # offsets are int64 on the wire: clamping the range keeps both decoders in int64
+    start_offset, end_offset = max(start_offset, _MIN_I64), min(end_offset, _MAX_I64)
+    remaining = min(max_records, _MAX_I64) if max_records is not None else _MAX_I64
     decode_one = _decode_one
     for h in iter_batches(data):
         if remaining <= 0 or h.base_offset >= end_offset:
