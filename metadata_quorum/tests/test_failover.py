@@ -274,3 +274,63 @@ def test_far_behind_broker_catches_up_through_a_snapshot(tmp_path):
         assert offsets == sorted(offsets)            # never backwards, snapshot included
     finally:
         q.stop_all()
+
+
+def test_wiped_controller_recovers_and_nothing_committed_is_lost(tmp_path):
+    """F10 of CHAOS.md: one controller's disk is wiped (a follower, then the active one) and it
+    restarts empty. The others hold every committed entry (a majority had each), the wiped node
+    copies them back from the leader, and once it has, it can be part of the majority that
+    carries on after another node dies — with every topic written before still there.
+    Not covered (as in Kafka before KIP-853's directory ids): a wipe that coincides with a
+    second fault during an election — the emptied node has forgotten its vote of that term."""
+    import shutil
+    q = Quorum(tmp_path)
+    q.start_all()
+
+    def wipe(index: int) -> None:
+        q.kill(index)
+        shutil.rmtree(q.layout.data_dir / f"controller-{CONTROLLER_IDS[index]}")
+        q.start(index)
+
+    async def caught_up(index: int, written: list[str]) -> None:
+        for _ in range(200):
+            try:
+                names, _ = await topics_in_stream(q.port(index))
+                if set(written) <= set(names):
+                    return
+            except (ConnectionClosed, OSError, DecodeError, trio.TooSlowError):
+                pass
+            await trio.sleep(0.1)
+        raise AssertionError(f"controller {index} did not get back {written}")
+
+    try:
+        async def scenario():
+            await register_broker(q)
+            written = []
+            for n in range(5):
+                active, _ = await create_topic(q, f"w-{n}", 20)
+                written.append(f"w-{n}")
+            follower = next(i for i in range(3) if i != active)
+            wipe(follower)
+            for n in range(5, 8):
+                active, _ = await create_topic(q, f"w-{n}", 20)
+                written.append(f"w-{n}")
+            await caught_up(follower, written)
+            wipe(active)                      # the active one now: a new leader takes over
+            for n in range(8, 11):
+                active, _ = await create_topic(q, f"w-{n}", 20)
+                written.append(f"w-{n}")
+            for i in range(3):
+                await caught_up(i, written)
+            # the majority without the last active controller includes both wiped nodes
+            q.kill(active)
+            await create_topic(q, "after", 20)
+            written.append("after")
+            for i in q.procs:
+                await caught_up(i, written)
+                names, _ = await topics_in_stream(q.port(i))
+                # each once, in the order committed: the wiped nodes' copies are the same log
+                assert [n for n in names if n in written] == written, (i, names)
+        trio.run(scenario)
+    finally:
+        q.stop_all()
