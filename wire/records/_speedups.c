@@ -12,6 +12,8 @@
  *                                                      (columns._decode_body)
  *   encode_record(out, attributes, timestamp_delta, offset_delta, key, value, headers)
  *       -> bytes appended to the bytearray `out`       (batch.encode_record)
+ *   encode_records(out, pending, base_timestamp, now, now_marker)
+ *       -> (max_timestamp, last_offset_delta)          (RecordBatchBuilder._encode_py)
  *   configure(DecodedRecord, field_names)              called once by batch.py
  *
  * Safety: every read goes through `reader`, which checks the position against the end of the
@@ -340,23 +342,29 @@ done:
 
 /* -- decode_columns ------------------------------------------------------------------------- */
 
-/* Grow bytearray `ba` by `extra` bytes; returns where they start (NULL with an error set). */
-static char *grow(PyObject *ba, Py_ssize_t extra)
+/* An output column: a caller's bytearray grown once per body by the most this body can add
+ * (so the record loop writes through a plain pointer instead of resizing nine bytearrays per
+ * record), then cut back to what was written. */
+typedef struct {
+    PyObject *ba;
+    Py_ssize_t start;      /* size before this body */
+    char *base, *p;
+} column;
+
+static int column_open(column *c, PyObject *ba, Py_ssize_t reserve)
 {
-    Py_ssize_t n = PyByteArray_GET_SIZE(ba);
-    if (PyByteArray_Resize(ba, n + extra) < 0)
-        return NULL;
-    return PyByteArray_AS_STRING(ba) + n;
+    c->ba = ba;
+    c->start = PyByteArray_GET_SIZE(ba);
+    if (PyByteArray_Resize(ba, c->start + reserve) < 0)
+        return -1;
+    c->base = PyByteArray_AS_STRING(ba);
+    c->p = c->base + c->start;
+    return 0;
 }
 
-static int append(PyObject *ba, const void *src, Py_ssize_t len)
+static int column_close(column *c)
 {
-    char *dst = grow(ba, len);
-    if (dst == NULL)
-        return -1;
-    if (len)
-        memcpy(dst, src, len);
-    return 0;
+    return PyByteArray_Resize(c->ba, c->p - c->base);
 }
 
 static inline void put_le(char *dst, uint64_t v, int width)
@@ -367,25 +375,28 @@ static inline void put_le(char *dst, uint64_t v, int width)
 
 #define MAX_I32 2147483647
 
-/* Append one binary value (or a null) to an Arrow binary column: data, end offset, 0/1 flag. */
-static int append_binary(reader *r, Py_ssize_t start, int64_t len, PyObject *data,
-                         PyObject *offsets, PyObject *valid)
+/* One binary value (or a null) into an Arrow binary column: data, end offset, 0/1 flag. */
+static int put_binary(const reader *r, Py_ssize_t start, int64_t len, column *data,
+                      column *offsets, column *valid)
 {
-    uint8_t flag = start >= 0;
-    if (flag && append(data, r->buf + start, (Py_ssize_t)len) < 0)
-        return -1;
-    Py_ssize_t end = PyByteArray_GET_SIZE(data);
+    if (start >= 0) {
+        memcpy(data->p, r->buf + start, (size_t)len);
+        data->p += len;
+    }
+    Py_ssize_t end = data->p - data->base;
     if (end > MAX_I32) {
         PyErr_SetString(PyExc_ValueError,
                         "more than 2 GiB of keys or values: too large for Arrow binary");
         return -1;
     }
-    char *o = grow(offsets, 4);
-    if (o == NULL)
-        return -1;
-    put_le(o, (uint64_t)end, 4);
-    return append(valid, &flag, 1);
+    put_le(offsets->p, (uint64_t)end, 4);
+    offsets->p += 4;
+    *valid->p++ = (char)(start >= 0);
+    return 0;
 }
+
+enum { C_OFFSETS, C_TIMESTAMPS, C_TYPES, C_KEY_OFFSETS, C_KEY_DATA, C_KEY_VALID,
+       C_VALUE_OFFSETS, C_VALUE_DATA, C_VALUE_VALID, N_COLUMNS };
 
 static PyObject *decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -404,12 +415,9 @@ static PyObject *decode_columns(PyObject *self, PyObject *const *args, Py_ssize_
     if (PyErr_Occurred())
         return NULL;
     int has_lat = args[4] != Py_None;
-    PyObject *offsets = args[9], *timestamps = args[10], *types = args[11];
-    PyObject *key_offsets = args[12], *key_data = args[13], *key_valid = args[14];
-    PyObject *value_offsets = args[15], *value_data = args[16], *value_valid = args[17];
     PyObject *headers = args[18];
-    for (int i = 9; i < 18; i++) {
-        if (!PyByteArray_Check(args[i])) {
+    for (int i = 0; i < N_COLUMNS; i++) {
+        if (!PyByteArray_Check(args[9 + i])) {
             PyErr_SetString(PyExc_TypeError, "decode_columns: column buffers must be bytearrays");
             return NULL;
         }
@@ -424,9 +432,18 @@ static PyObject *decode_columns(PyObject *self, PyObject *const *args, Py_ssize_
     reader r = {view.buf, view.len, 0};
     long long kept = 0;
     int stopped = 0;          /* hit `limit`: the rest of the body is not read (nor checked) */
+    int opened = 0;
     PyObject *result = NULL;
+    column col[N_COLUMNS];
     if (check_count(count, r.n) < 0)
         goto done;
+    /* at most `count` records, and all keys (or all values) fit in the body's n bytes */
+    const Py_ssize_t widths[N_COLUMNS] = {8, 8, 4, 4, -1, 1, 4, -1, 1};
+    for (; opened < N_COLUMNS; opened++) {
+        Py_ssize_t w = widths[opened];
+        if (column_open(&col[opened], args[9 + opened], w < 0 ? r.n : w * count) < 0)
+            goto done;
+    }
     for (Py_ssize_t i = 0; i < count; i++) {
         if (kept >= limit) {
             stopped = 1;
@@ -445,19 +462,16 @@ static PyObject *decode_columns(PyObject *self, PyObject *const *args, Py_ssize_
             fail("record timestamp out of the int64 range");
             goto done;
         }
-        char *o = grow(offsets, 8), *t, *ty;
-        if (o == NULL)
-            goto done;
-        put_le(o, (uint64_t)offset, 8);
-        if ((t = grow(timestamps, 8)) == NULL)
-            goto done;
-        put_le(t, (uint64_t)ts, 8);
-        if ((ty = grow(types, 4)) == NULL)
-            goto done;
-        put_le(ty, (uint64_t)ts_type, 4);
-        if (append_binary(&r, v.key_start, v.key_len, key_data, key_offsets, key_valid) < 0 ||
-            append_binary(&r, v.value_start, v.value_len, value_data, value_offsets,
-                          value_valid) < 0)
+        put_le(col[C_OFFSETS].p, (uint64_t)offset, 8);
+        col[C_OFFSETS].p += 8;
+        put_le(col[C_TIMESTAMPS].p, (uint64_t)ts, 8);
+        col[C_TIMESTAMPS].p += 8;
+        put_le(col[C_TYPES].p, (uint64_t)ts_type, 4);
+        col[C_TYPES].p += 4;
+        if (put_binary(&r, v.key_start, v.key_len, &col[C_KEY_DATA], &col[C_KEY_OFFSETS],
+                       &col[C_KEY_VALID]) < 0 ||
+            put_binary(&r, v.value_start, v.value_len, &col[C_VALUE_DATA],
+                       &col[C_VALUE_OFFSETS], &col[C_VALUE_VALID]) < 0)
             goto done;
         if (headers != Py_None) {
             PyObject *hs = read_headers(&r, &v);
@@ -474,8 +488,22 @@ static PyObject *decode_columns(PyObject *self, PyObject *const *args, Py_ssize_
         goto done;
     result = PyLong_FromLongLong(kept);
 done:
+    /* cut every column back to what was written (also on error: no stray reserved bytes) */
+    for (int i = 0; i < opened; i++) {
+        if (column_close(&col[i]) < 0)
+            Py_CLEAR(result);
+    }
     PyBuffer_Release(&view);
     return result;
+}
+
+/* Grow bytearray `ba` by `extra` bytes; returns where they start (NULL with an error set). */
+static char *grow(PyObject *ba, Py_ssize_t extra)
+{
+    Py_ssize_t n = PyByteArray_GET_SIZE(ba);
+    if (PyByteArray_Resize(ba, n + extra) < 0)
+        return NULL;
+    return PyByteArray_AS_STRING(ba) + n;
 }
 
 /* -- encode_record -------------------------------------------------------------------------- */
@@ -579,29 +607,18 @@ static int as_int64(PyObject *o, int64_t *out, const char *what)
 
 #define SMALL_HEADERS 8
 
-static PyObject *encode_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* Append one record to bytearray `out`; returns the bytes appended, -1 with an error set. */
+static Py_ssize_t encode_one(PyObject *out, int64_t attributes, int64_t ts_delta,
+                             int64_t off_delta, PyObject *key_obj, PyObject *value_obj,
+                             PyObject *headers_obj)
 {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "encode_record takes 7 arguments");
-        return NULL;
-    }
-    PyObject *out = args[0];
-    if (!PyByteArray_Check(out)) {
-        PyErr_SetString(PyExc_TypeError, "encode_record: out must be a bytearray");
-        return NULL;
-    }
-    int64_t attributes, ts_delta, off_delta;
-    if (as_int64(args[1], &attributes, "attributes") < 0 ||
-        as_int64(args[2], &ts_delta, "timestamp delta") < 0 ||
-        as_int64(args[3], &off_delta, "offset delta") < 0)
-        return NULL;
-    PyObject *headers = PySequence_Fast(args[6], "record headers must be iterable");
+    PyObject *headers = PySequence_Fast(headers_obj, "record headers must be iterable");
     if (headers == NULL)
-        return NULL;
+        return -1;
     Py_ssize_t nh = PySequence_Fast_GET_SIZE(headers);
     field key, value, small[2 * SMALL_HEADERS], *hf = small;
     Py_ssize_t got = 0;      /* header fields acquired so far */
-    PyObject *result = NULL;
+    Py_ssize_t result = -1;
     key.has_view = value.has_view = 0;
     if (nh > SMALL_HEADERS) {
         hf = PyMem_Malloc(sizeof(field) * 2 * nh);
@@ -610,11 +627,11 @@ static PyObject *encode_record(PyObject *self, PyObject *const *args, Py_ssize_t
             goto done;
         }
     }
-    if (field_get(args[4], &key, 0) < 0) {
+    if (field_get(key_obj, &key, 0) < 0) {
         key.has_view = 0;
         goto done;
     }
-    if (field_get(args[5], &value, 0) < 0) {
+    if (field_get(value_obj, &value, 0) < 0) {
         value.has_view = 0;
         goto done;
     }
@@ -659,7 +676,7 @@ static PyObject *encode_record(PyObject *self, PyObject *const *args, Py_ssize_t
     p = put_varint(p, nh);
     for (Py_ssize_t i = 0; i < 2 * nh; i++)
         p = put_field(p, &hf[i]);
-    result = PyLong_FromSsize_t(total);
+    result = total;
 done:
     field_release(&key);
     field_release(&value);
@@ -669,6 +686,88 @@ done:
         PyMem_Free(hf);
     Py_DECREF(headers);
     return result;
+}
+
+static PyObject *encode_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "encode_record takes 7 arguments");
+        return NULL;
+    }
+    if (!PyByteArray_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "encode_record: out must be a bytearray");
+        return NULL;
+    }
+    int64_t attributes, ts_delta, off_delta;
+    if (as_int64(args[1], &attributes, "attributes") < 0 ||
+        as_int64(args[2], &ts_delta, "timestamp delta") < 0 ||
+        as_int64(args[3], &off_delta, "offset delta") < 0)
+        return NULL;
+    Py_ssize_t n = encode_one(args[0], attributes, ts_delta, off_delta, args[4], args[5],
+                              args[6]);
+    return n < 0 ? NULL : PyLong_FromSsize_t(n);
+}
+
+/* RecordBatchBuilder.build's loop: `pending` is a list of (offset_delta, ts, key, value,
+ * headers, attributes, timestamp_delta) tuples where ts is an absolute timestamp, the `now`
+ * marker object, or None (keep timestamp_delta). Returns (max_timestamp, last_offset_delta). */
+static PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "encode_records takes 5 arguments");
+        return NULL;
+    }
+    PyObject *out = args[0], *pending = args[1], *now_marker = args[4];
+    int64_t base_ts, now;
+    if (!PyByteArray_Check(out) || !PyList_Check(pending)) {
+        PyErr_SetString(PyExc_TypeError, "encode_records(bytearray, list, ...)");
+        return NULL;
+    }
+    if (as_int64(args[2], &base_ts, "base timestamp") < 0 || as_int64(args[3], &now, "now") < 0)
+        return NULL;
+    int64_t max_ts = 0, last_delta = 0;
+    int have_max = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pending); i++) {
+        PyObject *item = PyList_GET_ITEM(pending, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 7) {
+            PyErr_SetString(PyExc_TypeError, "encode_records: pending items are 7-tuples");
+            return NULL;
+        }
+        PyObject *ts_obj = PyTuple_GET_ITEM(item, 1);
+        int64_t off_delta, attributes, ts_delta, ts;
+        if (as_int64(PyTuple_GET_ITEM(item, 0), &off_delta, "offset delta") < 0 ||
+            as_int64(PyTuple_GET_ITEM(item, 5), &attributes, "attributes") < 0)
+            return NULL;
+        if (ts_obj == Py_None) {
+            if (as_int64(PyTuple_GET_ITEM(item, 6), &ts_delta, "timestamp delta") < 0)
+                return NULL;
+        } else {
+            if (ts_obj == now_marker)
+                ts = now;
+            else if (as_int64(ts_obj, &ts, "timestamp") < 0)
+                return NULL;
+            if (__builtin_sub_overflow(ts, base_ts, &ts_delta)) {
+                PyErr_SetString(PyExc_ValueError, "timestamp delta out of the int64 range");
+                return NULL;
+            }
+        }
+        if (__builtin_add_overflow(base_ts, ts_delta, &ts)) {
+            PyErr_SetString(PyExc_ValueError, "record timestamp out of the int64 range");
+            return NULL;
+        }
+        if (!have_max || ts > max_ts) {
+            max_ts = ts;
+            have_max = 1;
+        }
+        if (off_delta > last_delta)
+            last_delta = off_delta;
+        if (encode_one(out, attributes, ts_delta, off_delta, PyTuple_GET_ITEM(item, 2),
+                       PyTuple_GET_ITEM(item, 3), PyTuple_GET_ITEM(item, 4)) < 0)
+            return NULL;
+    }
+    if (!have_max)
+        return Py_BuildValue("(OL)", Py_None, (long long)last_delta);
+    return Py_BuildValue("(LL)", (long long)max_ts, (long long)last_delta);
 }
 
 /* -- configure ------------------------------------------------------------------------------ */
@@ -708,6 +807,8 @@ static PyMethodDef methods[] = {
     {"encode_record", (PyCFunction)(void (*)(void))encode_record, METH_FASTCALL,
      "encode_record(out, attributes, timestamp_delta, offset_delta, key, value, headers) "
      "-> bytes appended"},
+    {"encode_records", (PyCFunction)(void (*)(void))encode_records, METH_FASTCALL,
+     "encode_records(out, pending, base_timestamp, now, now_marker) -> (max_ts, last_delta)"},
     {"configure", configure, METH_VARARGS, "configure(DecodedRecord, field_names)"},
     {NULL, NULL, 0, NULL},
 };

@@ -380,11 +380,12 @@ def decode_records_py(data, count: int, base_offset: int, base_timestamp: int,
     return out
 
 
-_c_encode = _c_decode = None
+_c_encode = _c_decode = _c_encode_records = None
 if speedups is not None:
     # the C decoder fills DecodedRecord's slots directly (no __init__ call): tell it which
     speedups.configure(DecodedRecord, tuple(f.name for f in dataclasses.fields(DecodedRecord)))
     _c_encode, _c_decode = speedups.encode_record, speedups.decode_records
+    _c_encode_records = speedups.encode_records
 IMPLEMENTATION = "c" if speedups is not None else "python"
 
 
@@ -426,7 +427,10 @@ class RecordBatchBuilder:
         self.is_transactional, self.is_control = is_transactional, is_control
         self.base_timestamp = base_timestamp
         self.timestamp_type = TimestampType(timestamp_type)
-        self._pending: list[tuple[Record, int | None]] = []   # (record, absolute ts or None)
+        # (offset_delta, ts, key, value, headers, attributes, timestamp_delta): ts is the
+        # absolute timestamp, _NOW (stamp at build time) or None (keep timestamp_delta).
+        # Plain tuples, not Records: appending is the producer's per-record cost.
+        self._pending: list[tuple] = []
         self._next_delta = 0
         self.estimated_size = BATCH_HEADER_SIZE
 
@@ -435,51 +439,66 @@ class RecordBatchBuilder:
 
     def append(self, key, value, headers=(), timestamp_ms: int | None = None) -> int:
         """Add a record at the next offset delta (no timestamp: the build time); returns it."""
-        rec = Record(self._next_delta, 0, key, value, list(headers or ()))
-        self._add(rec, _NOW if timestamp_ms is None else timestamp_ms)
-        return rec.offset_delta
+        return self._append_at(self._next_delta, key, value, headers, timestamp_ms)
+
+    def _append_at(self, delta: int, key, value, headers, timestamp_ms) -> int:
+        headers = list(headers) if headers else []
+        self._pending.append((delta, _NOW if timestamp_ms is None else timestamp_ms, key,
+                              value, headers, 0, 0))
+        if delta >= self._next_delta:
+            self._next_delta = delta + 1
+        self._grow_estimate(key, value, headers)
+        return delta
 
     def append_record(self, record: Record) -> None:
         """Add a record that keeps its own offset and timestamp deltas."""
-        self._add(record, None)
+        self._pending.append((record.offset_delta, None, record.key, record.value,
+                              record.headers, record.attributes, record.timestamp_delta))
+        if record.offset_delta >= self._next_delta:
+            self._next_delta = record.offset_delta + 1
+        self._grow_estimate(record.key, record.value, record.headers)
 
-    def _add(self, rec: Record, ts) -> None:
-        self._pending.append((rec, ts))
-        if rec.offset_delta >= self._next_delta:
-            self._next_delta = rec.offset_delta + 1
+    def _grow_estimate(self, key, value, headers) -> None:
         # varint overheads are at most ~20 bytes a record; good enough for batch cutting
-        self.estimated_size += 21 + len(rec.key or b"") + len(rec.value or b"")
-        if rec.headers:
-            self.estimated_size += sum(len(k) + len(v or b"") + 10 for k, v in rec.headers)
+        self.estimated_size += 21 + (len(key) if key else 0) + (len(value) if value else 0)
+        if headers:
+            self.estimated_size += sum(len(k) + len(v or b"") + 10 for k, v in headers)
 
     def build(self, now_ms: int | None = None) -> bytes:
         """Encode the batch. Records appended without a timestamp get `now_ms` (or the clock)."""
-        if not self._pending:
+        pending = self._pending
+        if not pending:
             raise ValueError("a record batch needs at least one record")
-        now = 0
-        if any(ts is _NOW for _, ts in self._pending) or self.base_timestamp is None:
-            now = now_ms if now_ms is not None else int(time.time() * 1000)
+        now = now_ms if now_ms is not None else int(time.time() * 1000)
         base_ts = self.base_timestamp
         if base_ts is None:
             # like the Java and Python producers: the first record's timestamp (later deltas
             # may be negative), which keeps our bytes identical to theirs
-            base_ts = next((now if ts is _NOW else ts for _, ts in self._pending
-                            if ts is not None), now)
+            base_ts = next((now if p[1] is _NOW else p[1] for p in pending if p[1] is not None),
+                           now)
         body = bytearray()
-        max_ts = None
-        last_delta = 0
-        for rec, ts in self._pending:
-            if ts is not None:
-                rec.timestamp_delta = (now if ts is _NOW else ts) - base_ts
-            rec_ts = base_ts + rec.timestamp_delta
-            if max_ts is None or rec_ts > max_ts:
-                max_ts = rec_ts
-            if rec.offset_delta > last_delta:
-                last_delta = rec.offset_delta
-            encode_record(body, rec)
+        encode = _c_encode_records if _c_encode_records is not None else _encode_records_py
+        max_ts, last_delta = encode(body, pending, base_ts, now, _NOW)
         if self.compression != Compression.NONE:
             body = codecs.compress(self.compression, body)
-        return _assemble(self, body, base_ts, max_ts, last_delta, len(self._pending))
+        return _assemble(self, body, base_ts, max_ts, last_delta, len(pending))
+
+
+def _encode_records_py(body: bytearray, pending: list, base_ts: int, now: int, now_marker
+                       ) -> tuple[int | None, int]:
+    """The reference for the C `encode_records`: RecordBatchBuilder.build's record loop."""
+    max_ts = None
+    last_delta = 0
+    for off_delta, ts, key, value, headers, attributes, ts_delta in pending:
+        if ts is not None:
+            ts_delta = (now if ts is now_marker else ts) - base_ts
+        rec_ts = base_ts + ts_delta
+        if max_ts is None or rec_ts > max_ts:
+            max_ts = rec_ts
+        if off_delta > last_delta:
+            last_delta = off_delta
+        encode_record_py(body, Record(off_delta, ts_delta, key, value, headers, attributes))
+    return max_ts, last_delta
 
 
 _NOW = object()          # "stamp with the build time" marker for appended records
@@ -523,7 +542,7 @@ def build_batch(records, *, base_offset: int = 0, partition_leader_epoch: int = 
             b.append_record(r)
         else:
             key, value, headers, ts = (tuple(r) + (None, None, None, None))[:4]
-            b._add(Record(i, 0, key, value, list(headers or ())), _NOW if ts is None else ts)
+            b._append_at(i, key, value, headers, ts)
     return b.build(now_ms)
 
 

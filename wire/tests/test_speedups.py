@@ -270,6 +270,7 @@ def implementation(request, monkeypatch):
     if request.param == "python":
         monkeypatch.setattr(batch, "_c_encode", None)
         monkeypatch.setattr(batch, "_c_decode", None)
+        monkeypatch.setattr(batch, "_c_encode_records", None)
     elif sp is None:
         pytest.skip("C extension not built")
     return request.param
@@ -296,4 +297,37 @@ def test_both_implementations_build_identical_batches(monkeypatch):
             for i in range(200)]
     c_bytes = build_batch(recs, compression=Compression.GZIP, now_ms=5)
     monkeypatch.setattr(batch, "_c_encode", None)
+    monkeypatch.setattr(batch, "_c_encode_records", None)
     assert build_batch(recs, compression=Compression.GZIP, now_ms=5) == c_bytes
+
+
+PENDING = st.lists(st.tuples(
+    I32_DELTA, st.one_of(st.none(), st.just(batch._NOW), st.integers(-2**40, 2**40)),
+    MAYBE_BYTES, MAYBE_BYTES, HEADERS, st.integers(0, 127), st.integers(-2**40, 2**40)),
+    max_size=10)
+
+
+@needs_c
+@SETTINGS
+@given(pending=PENDING, base_ts=st.integers(-2**41, 2**41), now=st.integers(0, 2**42))
+def test_builder_record_loop_matches_python(pending, base_ts, now):
+    ref, out = bytearray(), bytearray()
+    assert sp.encode_records(out, pending, base_ts, now, batch._NOW) == \
+        batch._encode_records_py(ref, pending, base_ts, now, batch._NOW)
+    assert out == ref
+
+
+@needs_c
+def test_builder_record_loop_rejects_bad_items_cleanly():
+    with pytest.raises(TypeError):
+        sp.encode_records(bytearray(), [(0, None, b"k")], 0, 0, batch._NOW)
+    with pytest.raises(ValueError, match="int64"):
+        sp.encode_records(bytearray(), [(0, 2**63 - 1, b"k", b"v", [], 0, 0)], -5, 0,
+                          batch._NOW)
+
+
+def test_mixed_records_and_tuples_keep_their_deltas(implementation):
+    data = build_batch([Record(offset_delta=5, timestamp_delta=3, key=b"r"),
+                        (b"t", b"v", [], 100)], base_timestamp=90)
+    assert [(r.offset, r.timestamp, r.key) for r in decode_batch(data).records] == \
+        [(5, 93, b"r"), (1, 100, b"t")]
