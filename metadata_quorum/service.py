@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 COMMIT_TIMEOUT_S = 5.0
 TICK_S = 0.25
+# a tick later than this past its time means this process stalled (see HeartbeatTracker.forgive)
+STALL_SLACK_MS = 750
 REBALANCE_EVERY_TICKS = 20          # preferred-leader check every 5 s
 
 
@@ -143,9 +145,17 @@ class ControllerService:
 
     async def _tick_loop(self) -> None:
         ticks = 0
+        last = steady_ms()
         while True:
             await trio.sleep(TICK_S)
             ticks += 1
+            now = steady_ms()
+            stalled_ms = now - last - int(TICK_S * 1000) - STALL_SLACK_MS
+            last = now
+            if stalled_ms > 0 and self.active:
+                log.warning("controller stalled for %d ms: broker sessions extended by as much",
+                            stalled_ms + STALL_SLACK_MS)
+                self.controller.heartbeats.forgive(stalled_ms + STALL_SLACK_MS)
             rebalance = ticks % REBALANCE_EVERY_TICKS == 0
             if self.active:
                 try:

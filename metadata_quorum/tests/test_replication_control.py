@@ -252,3 +252,19 @@ def test_a_closed_heartbeat_connection_cuts_the_session_short():
     assert c.tick(2400) == [] and not c.image.brokers[other].fenced     # it did heartbeat
     c.heartbeats.cut_short(other, 2500, grace_ms=10**6)                # never extends a session
     assert c.heartbeats.last_seen[other] == 2000
+
+
+def test_a_stalled_controller_forgives_the_stall_instead_of_fencing_everyone():
+    """The active controller did not run for 5 s (its heartbeats waited unread in sockets):
+    the sessions are extended by the stall, so the next tick fences no one; a broker that
+    stays silent after it is still fenced one session later."""
+    log, c, ep = cluster()                      # session timeout 3000 ms, all seen at 0
+    create(log, name="a", num_partitions=1, replication_factor=3)
+    for b in range(3):
+        log.run_pure(lambda: c.broker_heartbeat(b, ep[b], 10**6, False, False, 1000))
+    c.heartbeats.forgive(5000)
+    assert c.tick(6000) == []                   # 5 s since the heartbeats, all of it a stall
+    for b in (0, 1):
+        log.run_pure(lambda: c.broker_heartbeat(b, ep[b], 10**6, False, False, 6100))
+    log.commit(c.tick(9100))                    # broker 2 silent for 3 s after the stall
+    assert [b for b in range(3) if c.image.brokers[b].fenced] == [2]
