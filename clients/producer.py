@@ -18,7 +18,10 @@ when the batch completes.
 Sender: groups ready batches by the leader of their partition into one Produce request per node
 with at most one batch per partition. Up to `max.in.flight.requests.per.connection` (default 5)
 requests per node are outstanding at once, pipelined on one connection (`_Pipe`: the broker
-answers a connection's requests in order; several connections would not keep order). A batch
+answers a connection's requests in order; several connections would not keep order). When that
+connection dies, nothing drained before it died is written on the next one: requests still
+waiting for their turn go back to the queue unwritten, and the node sends nothing new until
+every request that was on the dead connection is back too, so resends keep their place. A batch
 that comes back for a retry is put back in creation order, and a partition whose next batch is
 such a resend sends it only when none of its batches is in flight, so resends go out one at a
 time, in order. With idempotence that keeps every partition in order across retries: a batch
@@ -559,6 +562,9 @@ class Producer:
         # our own connection per node (a Cluster may be shared: one reader per connection)
         self._channel = f"produce-{id(self):x}"
         self._pipe_locks: dict[int, trio.Lock] = {}
+        # node -> how many of its connections failed (died, or could not be opened): a request
+        # carries the count seen when it was drained and is written only if it is unchanged
+        self._conn_failures: dict[int, int] = {}
         self._sender_nursery: trio.Nursery | None = None
         self._incomplete = 0
         self._flushing = 0
@@ -869,7 +875,8 @@ class Producer:
                     turns = self._turns.get(node)
                     if turns is None:
                         turns = self._turns[node] = _Turns()
-                    nursery.start_soon(self._send_to, node, batches, req, turns.take())
+                    nursery.start_soon(self._send_to, node, batches, req, turns.take(),
+                                       self._conn_failures.get(node, 0))
                     sent = True
             if sent and self._max_inflight > 1:
                 next_check = now        # look again at once: the pipeline may take more
@@ -937,20 +944,27 @@ class Producer:
                                    for t, p in by_topic.items()])
 
     async def _send_to(self, node: int, batches: list[ProducerBatch], req=None,
-                       ticket: int | None = None) -> None:
+                       ticket: int | None = None, failures: int | None = None) -> None:
         """Send one Produce request and settle its batches. The sender loop builds `req` (so
         sequence numbers follow drain order) and takes a `ticket` (so requests reach the
-        connection in drain order too: new trio tasks start in no particular order)."""
+        connection in drain order too: new trio tasks start in no particular order).
+        `failures`: the node's connection failure count when the batches were drained."""
         try:
             if req is None:
                 req = self._build_produce(batches)
             try:
                 if self.acks == 0:
-                    await self._produce_call(node, req, False, ticket)
+                    await self._produce_call(node, req, False, ticket, failures)
                     for b in batches:
                         self._complete_batch(b, -1, -1)
                     return
-                resp = await self._produce_call(node, req, True, ticket)
+                resp = await self._produce_call(node, req, True, ticket, failures)
+            except _NotSent:
+                # never written: back to the queue in creation order, not counted as an attempt
+                # (the failed requests drained before it come back too, and go first)
+                for b in batches:
+                    self._acc.reenqueue(b)
+                return
             except KafkaError as exc:
                 for b in batches:
                     self._retry_or_fail(b, exc)
@@ -1039,23 +1053,41 @@ class Producer:
                 if pipe is None or pipe.dead is not None:
                     if pipe is not None:
                         await self.cluster.drop_connection(node, self._channel)
-                    conn = await self.cluster.connection(node, self._channel)
-                    version = self.cluster.version_for(conn, 0, min_version=3)
-                    pipe = self._pipes[node] = _Pipe(conn, version)
+                    try:
+                        conn = await self.cluster.connection(node, self._channel)
+                        version = self.cluster.version_for(conn, 0, min_version=3)
+                    except BaseException:
+                        self._connection_failed(node)
+                        raise
+                    pipe = self._pipes[node] = _Pipe(
+                        conn, version, on_dead=lambda: self._connection_failed(node))
                     self._sender_nursery.start_soon(pipe.reader)
         return pipe
 
+    def _connection_failed(self, node: int) -> None:
+        self._conn_failures[node] = self._conn_failures.get(node, 0) + 1
+
     async def _produce_call(self, node: int, req, expect_response: bool = True,
-                            ticket: int | None = None):
+                            ticket: int | None = None, failures: int | None = None):
         """A Produce request on the node's pipelined connection (up to
-        max.in.flight.requests.per.connection outstanding), written in ticket order."""
+        max.in.flight.requests.per.connection outstanding), written in ticket order.
+
+        Raises _NotSent, without writing it, when a connection of the node failed since the
+        request was drained (`failures` changed): requests drained before it may have failed
+        with that connection and be on their way back to the queue, and one written now on a
+        new connection would overtake them (its callbacks first, and without idempotence its
+        records first)."""
         timeout_s = self.config["request.timeout.ms"] / 1000 + 5
         turns = self._turns.get(node) if ticket is not None else None
         try:
             if turns is not None:
                 await turns.wait(ticket)
             try:
+                if failures is not None and self._conn_failures.get(node, 0) != failures:
+                    raise _NotSent()
                 pipe = await self._pipe_for(node)
+                if failures is not None and self._conn_failures.get(node, 0) != failures:
+                    raise _NotSent()
                 waiter = await pipe.send(req, timeout_s, expect_response)
             finally:
                 if turns is not None:
@@ -1399,6 +1431,10 @@ class Producer:
             self._wake()
 
 
+class _NotSent(Exception):
+    """A Produce request given back unwritten (see Producer._produce_call)."""
+
+
 class _Waiter:
     __slots__ = ("event", "value", "exc", "after", "taken")
 
@@ -1447,8 +1483,10 @@ class _Pipe:
     the BrokerConnection's stream and sans-IO state directly. Any failure or timeout closes it
     and fails every request outstanding on it (their answers can no longer be matched)."""
 
-    def __init__(self, conn: BrokerConnection, version: int):
+    def __init__(self, conn: BrokerConnection, version: int,
+                 on_dead: Callable[[], None] | None = None):
         self.conn = conn
+        self.on_dead = on_dead                # called once, when the connection fails
         self.stream = conn._stream
         self.wire = conn._conn
         self.version = version
@@ -1460,6 +1498,8 @@ class _Pipe:
     def _fail(self, exc: BaseException) -> None:
         if self.dead is None:
             self.dead = exc
+            if self.on_dead is not None:
+                self.on_dead()
         while self.waiters:
             w = self.waiters.popleft()
             w.exc = exc

@@ -146,11 +146,11 @@ async def test_inflight_idempotent_order_across_leader_restart(live):
         assert p.idempotent
         real_call = p._produce_call
 
-        async def counting_call(node, req, expect_response=True, ticket=None):
+        async def counting_call(node, req, expect_response=True, ticket=None, failures=None):
             concurrent[node] += 1
             peak[0] = max(peak[0], concurrent[node])
             try:
-                return await real_call(node, req, expect_response, ticket)
+                return await real_call(node, req, expect_response, ticket, failures)
             finally:
                 concurrent[node] -= 1
         p._produce_call = counting_call
@@ -233,7 +233,7 @@ def _fake_answers(codes):
     from types import SimpleNamespace as NS
     offsets = iter(range(0, 1000, 10))
 
-    async def call(node, req, expect_response=True, ticket=None):
+    async def call(node, req, expect_response=True, ticket=None, failures=None):
         code = codes.pop(0)
         t = req.topic_data[0]
         part = t.partition_data[0]
