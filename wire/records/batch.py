@@ -442,12 +442,18 @@ class RecordBatchBuilder:
         return self._append_at(self._next_delta, key, value, headers, timestamp_ms)
 
     def _append_at(self, delta: int, key, value, headers, timestamp_ms) -> int:
-        headers = list(headers) if headers else []
+        # the producer/sink per-record path: kept to one call, the estimate inlined
+        size = 21 + (len(key) if key else 0) + (len(value) if value else 0)
+        if headers:
+            headers = list(headers)
+            size += sum(len(k) + len(v or b"") + 10 for k, v in headers)
+        else:
+            headers = []
         self._pending.append((delta, _NOW if timestamp_ms is None else timestamp_ms, key,
                               value, headers, 0, 0))
         if delta >= self._next_delta:
             self._next_delta = delta + 1
-        self._grow_estimate(key, value, headers)
+        self.estimated_size += size
         return delta
 
     def append_record(self, record: Record) -> None:
@@ -476,12 +482,16 @@ class RecordBatchBuilder:
             # may be negative), which keeps our bytes identical to theirs
             base_ts = next((now if p[1] is _NOW else p[1] for p in pending if p[1] is not None),
                            now)
-        body = bytearray()
+        # uncompressed records go straight after room for the header (one copy less)
+        plain = self.compression == Compression.NONE
+        out = bytearray(BATCH_HEADER_SIZE if plain else 0)
         encode = _c_encode_records if _c_encode_records is not None else _encode_records_py
-        max_ts, last_delta = encode(body, pending, base_ts, now, _NOW)
-        if self.compression != Compression.NONE:
-            body = codecs.compress(self.compression, body)
-        return _assemble(self, body, base_ts, max_ts, last_delta, len(pending))
+        max_ts, last_delta = encode(out, pending, base_ts, now, _NOW)
+        if plain:
+            return _assemble(self, out, None, base_ts, max_ts, last_delta, len(pending))
+        body = codecs.compress(self.compression, out)
+        return _assemble(self, bytearray(BATCH_HEADER_SIZE), body, base_ts, max_ts, last_delta,
+                         len(pending))
 
 
 def _encode_records_py(body: bytearray, pending: list, base_ts: int, now: int, now_marker
@@ -504,16 +514,18 @@ def _encode_records_py(body: bytearray, pending: list, base_ts: int, now: int, n
 _NOW = object()          # "stamp with the build time" marker for appended records
 
 
-def _assemble(b: RecordBatchBuilder, body, base_ts: int, max_ts: int, last_delta: int,
-              count: int) -> bytes:
+def _assemble(b: RecordBatchBuilder, out: bytearray, body, base_ts: int, max_ts: int,
+              last_delta: int, count: int) -> bytes:
+    """Fill in the header at the start of `out` (then append `body`, unless the records are
+    already in `out` after the header), and the CRC."""
     attributes = int(b.compression) | (
         TIMESTAMP_TYPE_MASK if b.timestamp_type == TimestampType.LOG_APPEND_TIME else 0) | (
         TRANSACTIONAL_MASK if b.is_transactional else 0) | (CONTROL_MASK if b.is_control else 0)
-    out = bytearray(HEADER.pack(b.base_offset, BATCH_HEADER_SIZE - LOG_OVERHEAD + len(body),
-                                b.partition_leader_epoch, MAGIC, 0, attributes, last_delta,
-                                base_ts, max_ts, b.producer_id, b.producer_epoch,
-                                b.base_sequence, count))
-    out += body
+    if body is not None:
+        out += body
+    HEADER.pack_into(out, 0, b.base_offset, len(out) - LOG_OVERHEAD, b.partition_leader_epoch,
+                     MAGIC, 0, attributes, last_delta, base_ts, max_ts, b.producer_id,
+                     b.producer_epoch, b.base_sequence, count)
     _CRC.pack_into(out, 17, crc32c(memoryview(out)[CRC_START:]))
     return bytes(out)
 
@@ -537,12 +549,14 @@ def build_batch(records, *, base_offset: int = 0, partition_leader_epoch: int = 
                            producer_epoch=producer_epoch, base_sequence=base_sequence,
                            is_transactional=is_transactional, is_control=is_control,
                            base_timestamp=base_timestamp, timestamp_type=timestamp_type)
+    append_at = b._append_at
     for i, r in enumerate(records):
         if isinstance(r, Record):
             b.append_record(r)
+        elif len(r) == 4:
+            append_at(i, *r)
         else:
-            key, value, headers, ts = (tuple(r) + (None, None, None, None))[:4]
-            b._append_at(i, key, value, headers, ts)
+            append_at(i, *(tuple(r) + (None, None, None, None))[:4])
     return b.build(now_ms)
 
 
