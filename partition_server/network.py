@@ -41,6 +41,7 @@ from typing import Awaitable, Callable
 
 import trio
 
+from partition_server.error_response import error_response
 from partition_server.security import sasl as sasl_mod
 from partition_server.security.authorizer import ANONYMOUS
 from partition_server.security.tls import peer_principal
@@ -370,10 +371,17 @@ async def _serve(stream, ctx: ClientContext, dispatch: Dispatch, max_frame_bytes
                 result = await dispatch(ctx, request)
             except (trio.Cancelled, KeyboardInterrupt):
                 raise
-            except Exception:  # noqa: BLE001 - a handler bug costs this connection only
-                log.exception("request %s v%d from %s failed; closing the connection",
-                              request.name, request.api_version, ctx.peer)
-                return
+            except Exception:  # noqa: BLE001 - a handler bug fails this request only
+                # (no internals in the answer; a Produce with acks=0 expects no answer at all,
+                # so Kafka closes its connection instead)
+                result = None if request.api_key == 0 and request.body.acks == 0 else \
+                    error_response(RESPONSES[request.api_key], request.body, request.api_version)
+                log.exception("request %s v%d from %s failed; %s", request.name,
+                              request.api_version, ctx.peer,
+                              "answered UNKNOWN_SERVER_ERROR" if result is not None
+                              else "closing the connection")
+                if result is None:
+                    return
             if request.api_key == API_VERSIONS and security.uses_sasl and result is not None:
                 _advertise_sasl(result)
         if result is None:
