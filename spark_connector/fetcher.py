@@ -18,10 +18,9 @@ from typing import Iterator
 
 from spark_connector import kafka_io
 from spark_connector.offsets import DATA_LOSS_HINT, DataLossError, OffsetRange
-from wire.errors import DecodeError, ErrorCode
-from wire.records import compression as codecs
-from wire.records.batch import (BATCH_HEADER_SIZE, Compression, TimestampType, _varint,
-                                _varlong, iter_batches)
+from wire.errors import ErrorCode
+from wire.records.batch import iter_batches
+from wire.records.columns import RecordColumns, decode_columns
 
 log = logging.getLogger(__name__)
 
@@ -34,132 +33,58 @@ def arrow_schema(include_headers: bool):
     return to_arrow_schema(source_schema(include_headers), timezone="UTC")
 
 
-class _Columns:
-    """Column lists for one Arrow batch."""
+def to_arrow(cols: RecordColumns, schema, topic: str, partition: int):
+    """One Arrow RecordBatch in Spark's Kafka source schema from decoded columns.
 
-    def __init__(self):
-        self.keys, self.values, self.offsets, self.timestamps = [], [], [], []
-        self.ts_types, self.headers = [], []
+    Every column is made from buffers (`Array.from_buffers`) or by Arrow itself (`pa.repeat`
+    for topic and partition): no Python object per record, so this costs about a memcpy."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    n = cols.count
 
-    def __len__(self):
-        return len(self.offsets)
+    def buf(b):
+        return None if b is None else pa.py_buffer(b)
 
-    def to_batch(self, schema, topic: str, partition: int, include_headers: bool):
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        n = len(self.offsets)
-        ts = pc.multiply(pa.array(self.timestamps, pa.int64()), 1000)
-        arrays = [pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()),
-                  pa.array([topic] * n, pa.string()), pa.array([partition] * n, pa.int32()),
-                  pa.array(self.offsets, pa.int64()), ts.cast(schema.field("timestamp").type),
-                  pa.array(self.ts_types, pa.int32())]
-        if include_headers:
-            arrays.append(pa.array(self.headers, schema.field("headers").type))
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    key = pa.Array.from_buffers(pa.binary(), n, [buf(cols.key_validity), buf(cols.key_offsets),
+                                                 buf(cols.key_data)])
+    value = pa.Array.from_buffers(pa.binary(), n, [buf(cols.value_validity),
+                                                   buf(cols.value_offsets),
+                                                   buf(cols.value_data)])
+    offsets = pa.Array.from_buffers(pa.int64(), n, [None, buf(cols.offsets)])
+    # Kafka timestamps are milliseconds, Spark's are microseconds
+    millis = pa.Array.from_buffers(pa.int64(), n, [None, buf(cols.timestamps)])
+    ts = pc.multiply(millis, 1000).cast(schema.field("timestamp").type)
+    ts_types = pa.Array.from_buffers(pa.int32(), n, [None, buf(cols.timestamp_types)])
+    arrays = [key, value, pa.repeat(pa.scalar(topic, pa.string()), n),
+              pa.repeat(pa.scalar(partition, pa.int32()), n), offsets, ts, ts_types]
+    if cols.headers is not None:
+        arrays.append(pa.array(cols.headers, schema.field("headers").type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def decode_into(cols: _Columns, h, lo: int, hi: int, include_headers: bool) -> None:
-    """Append the records of batch `h` with offsets in [lo, hi) to `cols`.
+def decode_fetched(records, offset: int, until: int, include_headers: bool,
+                   aborted: list[tuple[int, int]] | None = None):
+    """(RecordColumns of the records in [offset, until), next offset to fetch) for one Fetch
+    response's records bytes.
 
-    The same format as wire.records.batch.decode_records, decoded straight into column lists:
-    this loop is the connector's hot path, so one- and two-byte varints (nearly every length
-    and delta of a small record) are read inline instead of through a call and no per-record
-    object is built. CRC and structure are checked as decode_batch does."""
-    reason = h.invalid_reason()
-    if reason is not None:
-        raise DecodeError(f"invalid record batch at offset {h.base_offset}: {reason}")
-    body = h.buf[h.pos + BATCH_HEADER_SIZE:h.pos + h.size_in_bytes]
-    if h.compression != Compression.NONE:
-        body = codecs.decompress(h.compression, body)
-    buf = bytes(body)
-    n = len(buf)
-    base, base_ts = h.base_offset, h.base_timestamp
-    lat = h.max_timestamp if h.timestamp_type == TimestampType.LOG_APPEND_TIME else None
-    ts_type = int(h.timestamp_type)
-    keys, values, offsets = cols.keys.append, cols.values.append, cols.offsets.append
-    stamps, types, headers = cols.timestamps.append, cols.ts_types.append, cols.headers.append
-    pos = 0
-    try:
-        for _ in range(h.records_count):
-            b = buf[pos]
-            if b < 0x80:
-                length, pos = (b >> 1) ^ -(b & 1), pos + 1
-            elif buf[pos + 1] < 0x80:
-                v = (b & 0x7F) | buf[pos + 1] << 7
-                length, pos = (v >> 1) ^ -(v & 1), pos + 2
-            else:
-                length, pos = _varint(buf, pos)
-            end = pos + length
-            if length < 1 or end > n:
-                raise DecodeError("record length runs past the end of the batch")
-            p = pos + 1                                   # attributes: unused
-            b = buf[p]
-            if b < 0x80:
-                ts_delta, p = (b >> 1) ^ -(b & 1), p + 1
-            else:
-                ts_delta, p = _varlong(buf, p)
-            b = buf[p]
-            if b < 0x80:
-                o, p = base + ((b >> 1) ^ -(b & 1)), p + 1
-            elif buf[p + 1] < 0x80:
-                v = (b & 0x7F) | buf[p + 1] << 7
-                o, p = base + ((v >> 1) ^ -(v & 1)), p + 2
-            else:
-                d, p = _varint(buf, p)
-                o = base + d
-            if o < lo or o >= hi:
-                pos = end
-                continue
-            b = buf[p]
-            if b < 0x80:
-                kl, p = (b >> 1) ^ -(b & 1), p + 1
-            else:
-                kl, p = _varint(buf, p)
-            if kl < 0:
-                key = None
-            else:
-                key, p = buf[p:p + kl], p + kl
-            b = buf[p]
-            if b < 0x80:
-                vl, p = (b >> 1) ^ -(b & 1), p + 1
-            else:
-                c = buf[p + 1]
-                if c < 0x80:
-                    v = (b & 0x7F) | c << 7
-                    vl, p = (v >> 1) ^ -(v & 1), p + 2
-                else:
-                    vl, p = _varint(buf, p)
-            if vl < 0:
-                value = None
-            else:
-                value, p = buf[p:p + vl], p + vl
-            nh, p = _varint(buf, p)
-            if include_headers:
-                hs = []
-                for _h in range(nh):
-                    hkl, p = _varint(buf, p)
-                    if hkl < 0:
-                        raise DecodeError("null header key")
-                    hk, p = buf[p:p + hkl].decode("utf-8", "replace"), p + hkl
-                    hvl, p = _varint(buf, p)
-                    if hvl < 0:
-                        hv = None
-                    else:
-                        hv, p = buf[p:p + hvl], p + hvl
-                    hs.append({"key": hk, "value": hv})
-                headers(hs)
-            elif nh:
-                p = end                                   # headers not asked for: skip them
-            if p != end:
-                raise DecodeError("record length does not match its fields")
-            keys(key)
-            values(value)
-            offsets(o)
-            stamps(lat if lat is not None else base_ts + ts_delta)
-            types(ts_type)
-            pos = end
-    except IndexError:
-        raise DecodeError("truncated record") from None
+    The next offset is past every batch seen (capped at `until`), so control batches and
+    batches dropped as aborted still move the reader on. `aborted` (read_committed: the
+    response's aborted transactions) drops whole batches; the filter must also see the control
+    batches that end each aborted transaction, which decode_columns never hands to its
+    `keep_batch`, so the batches to drop are picked here in one pass over the headers."""
+    keep = _aborted_filter(aborted) if aborted else None
+    dropped: set[int] = set()
+    next_offset = offset
+    for h in iter_batches(records):
+        if h.next_offset <= offset:
+            continue                      # the leader answers from the batch holding offset
+        next_offset = max(next_offset, min(h.next_offset, until))
+        if keep is not None and not keep(h):
+            dropped.add(h.base_offset)
+    keep_batch = (lambda h: h.base_offset not in dropped) if dropped else None
+    cols = decode_columns(records, start_offset=offset, end_offset=until,
+                          include_headers=include_headers, keep_batch=keep_batch)
+    return cols, next_offset
 
 
 def _aborted_filter(aborted: list[tuple[int, int]]):
@@ -208,23 +133,14 @@ def read_range(client_config: kafka_io.ClientConfig, rng: OffsetRange, *,
                 raise DataLossError(msg)
             log.warning("skipping lost records: %s", msg)
             return
-        cols = _Columns()
-        keep = _aborted_filter(res.aborted) if isolation_level == 1 and res.aborted else None
-        next_offset = offset
-        for h in iter_batches(res.records):
-            if h.next_offset <= offset:
-                continue                      # the leader answers from the batch holding offset
-            next_offset = max(next_offset, min(h.next_offset, until))
-            if keep is not None and not keep(h):
-                continue
-            if h.is_control:
-                continue
-            decode_into(cols, h, offset, until, include_headers)
+        cols, next_offset = decode_fetched(
+            res.records, offset, until, include_headers,
+            res.aborted if isolation_level == 1 else None)
         if next_offset > offset:
             stalled_since = None
             offset = next_offset
-            if len(cols):
-                yield cols.to_batch(schema, topic, partition, include_headers)
+            if cols.count:
+                yield to_arrow(cols, schema, topic, partition)
             continue
         # Nothing at `offset` yet: below the high watermark that means a leader change in
         # progress; at or past it, the planned end is not readable (yet). Wait, then give up.
