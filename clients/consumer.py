@@ -20,8 +20,15 @@ Config keys are Kafka's (bootstrap.servers, group.id, group.instance.id, client.
 auto.offset.reset, enable.auto.commit, auto.commit.interval.ms, isolation.level,
 max.poll.records, fetch.min.bytes, fetch.max.wait.ms, fetch.max.bytes,
 max.partition.fetch.bytes, session.timeout.ms, heartbeat.interval.ms, max.poll.interval.ms,
-partition.assignment.strategy, request.timeout.ms, retry.backoff.ms, metadata.max.age.ms);
-keyword arguments with underscores (group_id=...) work too.
+partition.assignment.strategy, request.timeout.ms, retry.backoff.ms, metadata.max.age.ms,
+group.protocol, group.remote.assignor); keyword arguments with underscores (group_id=...) work
+too.
+
+`group.protocol=consumer` joins with KIP-848's ConsumerGroupHeartbeat instead of
+JoinGroup/SyncGroup (consumer_group_member.py): the coordinator assigns (its `uniform` or
+`range` assignor, `group.remote.assignor`), heartbeats run in the background, and partitions
+move one member at a time: revoke (commit with auto-commit, on_revoked) before anyone else gets
+them. A fenced member's partitions go to on_lost (default: on_revoked) with no commit.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from clients.errors import KafkaConnectionError, KafkaTimeoutError, Retry, check
 from clients.fetcher import (READ_COMMITTED, READ_UNCOMMITTED, ConsumerRecord, TopicPartition,
                              parse_partition)
 from clients.consumer_config import NoOffsetForPartitionError, call_listener, parse_config
+from clients.consumer_group_member import ConsumerGroupMember
 from clients.group_member import CommitFailedError, GroupMember
 from wire.errors import DecodeError, ErrorCode, KafkaError
 from wire.messages.index_generated import REQUESTS
@@ -73,8 +81,17 @@ class Consumer:
         if isinstance(strategies, str):
             strategies = [s for s in strategies.split(",") if s.strip()]
         self.assignors = [s if not isinstance(s, str) else get_assignor(s) for s in strategies]
-        self.member: GroupMember | None = None
-        if self.group_id:
+        self.member: GroupMember | ConsumerGroupMember | None = None
+        if self.group_id and cfg["group.protocol"] == "consumer":
+            self.member = ConsumerGroupMember(
+                self.cluster, self.group_id,
+                rebalance_timeout_ms=int(cfg["max.poll.interval.ms"]),
+                group_instance_id=cfg["group.instance.id"],
+                server_assignor=cfg["group.remote.assignor"],
+                retry_backoff_ms=int(cfg["retry.backoff.ms"]))
+            # wake a waiting poll when there is a reconciliation to run
+            self.member.on_change = lambda: self._fetched.set()
+        elif self.group_id:
             self.member = GroupMember(
                 self.cluster, self.group_id, self.assignors,
                 session_timeout_ms=int(cfg["session.timeout.ms"]),
@@ -87,6 +104,7 @@ class Consumer:
         self._pattern_checked = float("-inf")
         self._on_assigned: Callable | None = None
         self._on_revoked: Callable | None = None
+        self._on_lost: Callable | None = None
         self._manual = False
         self._assigned: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
@@ -189,10 +207,13 @@ class Consumer:
 
     def subscribe(self, topics: Iterable[str] | str | re.Pattern, *,
                   on_assigned: Callable | None = None, on_revoked: Callable | None = None,
-                  listener=None) -> None:
+                  on_lost: Callable | None = None, listener=None) -> None:
         """Join the group for `topics` (a list), or for every topic matching a pattern (a
         compiled regex, or a string starting with "^" as librdkafka spells it). Listeners get
-        lists of TopicPartition and may be sync or async."""
+        lists of TopicPartition and may be sync or async; on_lost (partitions taken from us
+        after we were dropped from the group: no commit) defaults to on_revoked, as Kafka's
+        onPartitionsLost. With group.protocol=consumer the coordinator matches a pattern
+        against whole topic names."""
         if self.member is None:
             raise ValueError("subscribe needs group.id (use assign() without a group)")
         if self._manual:
@@ -212,7 +233,8 @@ class Consumer:
         if listener is not None:
             on_assigned = getattr(listener, "on_partitions_assigned", on_assigned)
             on_revoked = getattr(listener, "on_partitions_revoked", on_revoked)
-        self._on_assigned, self._on_revoked = on_assigned, on_revoked
+            on_lost = getattr(listener, "on_partitions_lost", on_lost)
+        self._on_assigned, self._on_revoked, self._on_lost = on_assigned, on_revoked, on_lost
         self.member.rejoin_needed = True
 
     def subscription(self) -> list[str]:
@@ -420,9 +442,36 @@ class Consumer:
                      member.assigned_partition_counts, counts)
             member.rejoin_needed = True
 
+    async def _cg_revoke(self, tps: list[TopicPartition]) -> None:
+        """Give partitions back in a rebalance: commit them (auto-commit), on_revoked, drop."""
+        tps = [TopicPartition(*tp) for tp in tps]
+        if self.config["enable.auto.commit"]:
+            with contextlib.suppress(KafkaError):
+                await self.commit({tp: self._positions[tp] for tp in tps
+                                   if tp in self._positions})
+        await call_listener(self._on_revoked, tps)
+        gone = set(tps)
+        self._set_assignment([tp for tp in self._assigned if tp not in gone])
+
+    async def _cg_assign(self, added: list, partitions: list) -> None:
+        self._set_assignment([TopicPartition(*tp) for tp in partitions])
+        await call_listener(self._on_assigned, [TopicPartition(*tp) for tp in added])
+        log.info("group %s epoch %d: assigned %s", self.group_id, self.member.generation,
+                 [f"{t}-{p}" for t, p in self._assigned])
+
+    async def _cg_lose(self, tps: list) -> None:
+        """Partitions already someone else's (we were fenced or left): no commit."""
+        tps = [TopicPartition(*tp) for tp in tps]
+        gone = set(tps)
+        self._set_assignment([tp for tp in self._assigned if tp not in gone])
+        await call_listener(self._on_lost or self._on_revoked, tps)
+
     async def _ensure_group(self) -> None:
         member = self.member
         if member is None or self._manual or (not self._topics and self._pattern is None):
+            return
+        if isinstance(member, ConsumerGroupMember):
+            await member.ensure_active(self._topics, self._pattern, self)
             return
         await self._check_pattern()
         await self._check_partition_counts()
@@ -435,9 +484,7 @@ class Consumer:
                 # fenced): our partitions are someone else's already, so they are lost, not
                 # revoked - no commit, and we do not claim them when rejoining (Kafka's
                 # onPartitionsLost; we report them through on_revoked)
-                lost = list(self._assigned)
-                self._set_assignment([])
-                await call_listener(self._on_revoked, lost)
+                await self._cg_lose(list(self._assigned))
             owned = list(self._assigned)
             cooperative = member.rebalance_protocol is RebalanceProtocol.COOPERATIVE
             if owned and not cooperative:

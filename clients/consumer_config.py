@@ -16,6 +16,11 @@ DEFAULTS: dict[str, object] = {
     "session.timeout.ms": 45_000, "heartbeat.interval.ms": 3000, "max.poll.interval.ms": 300_000,
     "partition.assignment.strategy": "range,cooperative-sticky", "request.timeout.ms": 30_000,
     "retry.backoff.ms": 100, "metadata.max.age.ms": 300_000,
+    # KIP-848: "consumer" joins with ConsumerGroupHeartbeat and lets the coordinator assign
+    # (then partition.assignment.strategy, session.timeout.ms and heartbeat.interval.ms are the
+    # broker's business: group.consumer.* on the broker); group.remote.assignor picks one of the
+    # broker's assignors (uniform, range), None = the broker's default
+    "group.protocol": "classic", "group.remote.assignor": None,
 }
 
 
@@ -48,6 +53,17 @@ def parse_config(config: dict | None, kwargs: dict) -> dict[str, object]:
     if merged["isolation.level"] not in ("read_uncommitted", "read_committed"):
         raise ValueError(f"isolation.level must be read_uncommitted or read_committed, got "
                          f"{merged['isolation.level']!r}")
+    protocol = str(merged["group.protocol"]).strip().lower()
+    if protocol not in ("classic", "consumer"):
+        raise ValueError(f"group.protocol must be classic or consumer, got "
+                         f"{merged['group.protocol']!r}")
+    merged["group.protocol"] = protocol
+    assignor = merged["group.remote.assignor"]
+    if assignor is not None and (not isinstance(assignor, str) or not assignor.strip()):
+        raise ValueError(f"group.remote.assignor must be an assignor name (uniform, range), "
+                         f"got {assignor!r}")
+    if assignor is not None and protocol != "consumer":
+        raise ValueError("group.remote.assignor needs group.protocol=consumer")
     return merged
 
 

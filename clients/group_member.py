@@ -41,7 +41,7 @@ COORDINATOR_RETRY = {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILA
 # codes after which a commit cannot succeed without rejoining (Kafka's CommitFailedException)
 COMMIT_FAILED = {ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID,
                  ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.FENCED_INSTANCE_ID,
-                 ErrorCode.STALE_MEMBER_EPOCH}
+                 ErrorCode.STALE_MEMBER_EPOCH, ErrorCode.FENCED_MEMBER_EPOCH}
 
 
 def _retriable(code: int) -> bool:
@@ -53,31 +53,20 @@ class CommitFailedError(KafkaError):
     they will be redelivered to their new owner."""
 
 
-class GroupMember:
-    def __init__(self, cluster: Cluster, group_id: str, assignors: list[PartitionAssignor], *,
-                 session_timeout_ms: int = 45_000, rebalance_timeout_ms: int = 300_000,
-                 heartbeat_interval_ms: int = 3_000, group_instance_id: str | None = None,
-                 retry_backoff_ms: int = 100):
-        if not assignors:
-            raise ValueError("partition.assignment.strategy names no assignor")
+class CoordinatorClient:
+    """What both kinds of member share: the group coordinator (found, forgotten when it moves or
+    dies) and offset commits/fetches. Subclasses say which identity a commit carries
+    (`commit_identity`) and what a refused commit means for their membership (`commit_refused`)."""
+
+    commit_max_version = 8
+
+    def __init__(self, cluster: Cluster, group_id: str, group_instance_id: str | None,
+                 retry_backoff_ms: int):
         self.cluster = cluster
         self.group_id = group_id
-        self.assignors = assignors
-        self.session_timeout_ms = session_timeout_ms
-        self.rebalance_timeout_ms = rebalance_timeout_ms
-        self.heartbeat_interval_s = heartbeat_interval_ms / 1000
         self.group_instance_id = group_instance_id
         self.retry_backoff_s = retry_backoff_ms / 1000
-        self.member_id = ""
-        self.generation = -1
-        self.protocol: PartitionAssignor | None = None
-        self.is_leader = False
-        self.stable = False          # joined and synced, heartbeats flowing
-        self.rejoin_needed = True
         self.coordinator: int | None = None
-        self.last_heartbeat_ok = 0.0            # trio time of the last good heartbeat
-        # as leader: partition counts the last assignment was computed on (a change -> rejoin)
-        self.assigned_partition_counts: dict[str, int] | None = None
 
     # -- coordinator -----------------------------------------------------------------------------
 
@@ -108,6 +97,114 @@ class GroupMember:
         except (KafkaConnectionError, KafkaTimeoutError):
             self.coordinator_dead()
             raise
+
+    def commit_identity(self) -> tuple[int, str, str | None]:
+        """(generation or member epoch, member id, group instance id) for OffsetCommit."""
+        raise NotImplementedError
+
+    def commit_refused(self, code: int, sent: tuple[int, str, str | None]) -> bool:
+        """A commit answered a COMMIT_FAILED code: True to retry it (with a fresh identity)."""
+        raise NotImplementedError
+
+    # -- offsets ---------------------------------------------------------------------------------
+
+    async def commit(self, offsets: dict[TP, tuple[int, int, str | None]],
+                     use_generation: bool) -> None:
+        """OffsetCommit {tp: (offset, leader_epoch, metadata)}. Raises CommitFailedError when
+        the group rebalanced, a typed KafkaError otherwise; retries coordinator moves."""
+        oc = REQUESTS[8]
+        by_topic: dict[str, list] = {}
+        for (topic, part), (offset, epoch, meta) in sorted(offsets.items()):
+            by_topic.setdefault(topic, []).append(oc.OffsetCommitRequestPartition(
+                partition_index=part, committed_offset=offset, committed_leader_epoch=epoch,
+                committed_metadata=meta or ""))
+        deadline = trio.current_time() + 30
+        while True:
+            sent = self.commit_identity() if use_generation else (-1, "", None)
+            req = oc(group_id=self.group_id, generation_id_or_member_epoch=sent[0],
+                     member_id=sent[1], group_instance_id=sent[2],
+                     topics=[oc.OffsetCommitRequestTopic(name=t, partitions=ps)
+                             for t, ps in by_topic.items()])
+            try:
+                resp = await self._call(req, max_version=self.commit_max_version)
+                codes = {p.error_code for t in resp.topics for p in t.partitions} - {0}
+            except (KafkaConnectionError, KafkaTimeoutError):
+                codes = {ErrorCode.NOT_COORDINATOR}
+            if not codes:
+                return
+            code = min(codes)
+            if code in COMMIT_FAILED:
+                if not (use_generation and self.commit_refused(code, sent)) \
+                        or trio.current_time() > deadline:
+                    raise CommitFailedError(
+                        f"commit for group {self.group_id!r} refused: {ErrorCode(code).name} "
+                        "(the group rebalanced)", code)
+            elif code in COORDINATOR_RETRY:
+                self.coordinator_dead()
+            elif not _retriable(code):
+                check(code, None, f"commit for group {self.group_id!r}")
+            if trio.current_time() > deadline:
+                check(code, None, f"commit for group {self.group_id!r}")
+            await trio.sleep(self.retry_backoff_s)
+
+    async def fetch_committed(self, tps: list[TP], require_stable: bool = True
+                              ) -> dict[TP, tuple[int, int, str | None] | None]:
+        """{tp: (offset, leader_epoch, metadata)} or None where nothing is committed."""
+        of = REQUESTS[9]
+        by_topic: dict[str, list[int]] = {}
+        for t, p in tps:
+            by_topic.setdefault(t, []).append(p)
+        deadline = trio.current_time() + 30
+        while True:
+            def build(v):
+                return of(group_id=self.group_id, require_stable=require_stable,
+                          topics=[of.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
+                                  for t, ps in by_topic.items()])
+            code = 0
+            try:
+                resp = await self._call_versioned(build, 9, max_version=7)
+                code = resp.error_code or next((p.error_code for t in resp.topics
+                                                for p in t.partitions if p.error_code), 0)
+            except (KafkaConnectionError, KafkaTimeoutError):
+                code = ErrorCode.NOT_COORDINATOR
+            if code == 0:
+                out: dict = {tp: None for tp in tps}
+                for t in resp.topics:
+                    for p in t.partitions:
+                        if p.committed_offset >= 0:
+                            out[(t.name, p.partition_index)] = (
+                                p.committed_offset, p.committed_leader_epoch, p.metadata)
+                return out
+            if code in COORDINATOR_RETRY:
+                self.coordinator_dead()
+            elif not _retriable(code):
+                check(code, None, f"offsets of group {self.group_id!r}")
+            if trio.current_time() > deadline:
+                check(code, None, f"offsets of group {self.group_id!r}")
+            await trio.sleep(self.retry_backoff_s)
+
+
+class GroupMember(CoordinatorClient):
+    def __init__(self, cluster: Cluster, group_id: str, assignors: list[PartitionAssignor], *,
+                 session_timeout_ms: int = 45_000, rebalance_timeout_ms: int = 300_000,
+                 heartbeat_interval_ms: int = 3_000, group_instance_id: str | None = None,
+                 retry_backoff_ms: int = 100):
+        if not assignors:
+            raise ValueError("partition.assignment.strategy names no assignor")
+        super().__init__(cluster, group_id, group_instance_id, retry_backoff_ms)
+        self.assignors = assignors
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.heartbeat_interval_s = heartbeat_interval_ms / 1000
+        self.member_id = ""
+        self.generation = -1
+        self.protocol: PartitionAssignor | None = None
+        self.is_leader = False
+        self.stable = False          # joined and synced, heartbeats flowing
+        self.rejoin_needed = True
+        self.last_heartbeat_ok = 0.0            # trio time of the last good heartbeat
+        # as leader: partition counts the last assignment was computed on (a change -> rejoin)
+        self.assigned_partition_counts: dict[str, int] | None = None
 
     # -- join + sync -----------------------------------------------------------------------------
 
@@ -277,79 +374,10 @@ class GroupMember:
             log.info("group %s: leave failed (%s); the session will expire", self.group_id, exc)
         self.reset_member()
 
-    # -- offsets ---------------------------------------------------------------------------------
+    def commit_identity(self) -> tuple[int, str, str | None]:
+        return self.generation, self.member_id, self.group_instance_id
 
-    async def commit(self, offsets: dict[TP, tuple[int, int, str | None]],
-                     use_generation: bool) -> None:
-        """OffsetCommit {tp: (offset, leader_epoch, metadata)}. Raises CommitFailedError when
-        the group rebalanced, a typed KafkaError otherwise; retries coordinator moves."""
-        oc = REQUESTS[8]
-        by_topic: dict[str, list] = {}
-        for (topic, part), (offset, epoch, meta) in sorted(offsets.items()):
-            by_topic.setdefault(topic, []).append(oc.OffsetCommitRequestPartition(
-                partition_index=part, committed_offset=offset, committed_leader_epoch=epoch,
-                committed_metadata=meta or ""))
-        deadline = trio.current_time() + 30
-        while True:
-            req = oc(group_id=self.group_id,
-                     generation_id_or_member_epoch=self.generation if use_generation else -1,
-                     member_id=self.member_id if use_generation else "",
-                     group_instance_id=self.group_instance_id if use_generation else None,
-                     topics=[oc.OffsetCommitRequestTopic(name=t, partitions=ps)
-                             for t, ps in by_topic.items()])
-            try:
-                resp = await self._call(req, max_version=8)
-                codes = {p.error_code for t in resp.topics for p in t.partitions} - {0}
-            except (KafkaConnectionError, KafkaTimeoutError):
-                codes = {ErrorCode.NOT_COORDINATOR}
-            if not codes:
-                return
-            code = min(codes)
-            if code in COMMIT_FAILED:
-                if use_generation and self.stable:
-                    self._on_group_error(code, "commit")
-                raise CommitFailedError(f"commit for group {self.group_id!r} refused: "
-                                        f"{ErrorCode(code).name} (the group rebalanced)", code)
-            if code in COORDINATOR_RETRY:
-                self.coordinator_dead()
-            elif not _retriable(code):
-                check(code, None, f"commit for group {self.group_id!r}")
-            if trio.current_time() > deadline:
-                check(code, None, f"commit for group {self.group_id!r}")
-            await trio.sleep(self.retry_backoff_s)
-
-    async def fetch_committed(self, tps: list[TP], require_stable: bool = True
-                              ) -> dict[TP, tuple[int, int, str | None] | None]:
-        """{tp: (offset, leader_epoch, metadata)} or None where nothing is committed."""
-        of = REQUESTS[9]
-        by_topic: dict[str, list[int]] = {}
-        for t, p in tps:
-            by_topic.setdefault(t, []).append(p)
-        deadline = trio.current_time() + 30
-        while True:
-            def build(v):
-                return of(group_id=self.group_id, require_stable=require_stable,
-                          topics=[of.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
-                                  for t, ps in by_topic.items()])
-            code = 0
-            try:
-                resp = await self._call_versioned(build, 9, max_version=7)
-                code = resp.error_code or next((p.error_code for t in resp.topics
-                                                for p in t.partitions if p.error_code), 0)
-            except (KafkaConnectionError, KafkaTimeoutError):
-                code = ErrorCode.NOT_COORDINATOR
-            if code == 0:
-                out: dict = {tp: None for tp in tps}
-                for t in resp.topics:
-                    for p in t.partitions:
-                        if p.committed_offset >= 0:
-                            out[(t.name, p.partition_index)] = (
-                                p.committed_offset, p.committed_leader_epoch, p.metadata)
-                return out
-            if code in COORDINATOR_RETRY:
-                self.coordinator_dead()
-            elif not _retriable(code):
-                check(code, None, f"offsets of group {self.group_id!r}")
-            if trio.current_time() > deadline:
-                check(code, None, f"offsets of group {self.group_id!r}")
-            await trio.sleep(self.retry_backoff_s)
+    def commit_refused(self, code: int, sent) -> bool:
+        if self.stable:
+            self._on_group_error(code, "commit")
+        return False
