@@ -25,6 +25,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#define SPEEDUPS_VERSION 1
+
 static PyObject *DecodeError;          /* wire.errors.DecodeError */
 static PyTypeObject *DecodedRecordType; /* set by configure() */
 static PyObject *field_descr[5];        /* offset, timestamp, key, value, headers slots */
@@ -344,27 +346,33 @@ done:
 
 /* An output column: a caller's bytearray grown once per body by the most this body can add
  * (so the record loop writes through a plain pointer instead of resizing nine bytearrays per
- * record), then cut back to what was written. */
+ * record), then cut back to what was written. While we write, we hold a buffer export on it:
+ * any other resize (say, from a __del__ run by the garbage collector during an allocation)
+ * fails with BufferError instead of moving the memory under our pointer. */
 typedef struct {
     PyObject *ba;
-    Py_ssize_t start;      /* size before this body */
+    Py_buffer view;
     char *base, *p;
 } column;
 
 static int column_open(column *c, PyObject *ba, Py_ssize_t reserve)
 {
-    c->ba = ba;
-    c->start = PyByteArray_GET_SIZE(ba);
-    if (PyByteArray_Resize(ba, c->start + reserve) < 0)
+    Py_ssize_t start = PyByteArray_GET_SIZE(ba);
+    if (PyByteArray_Resize(ba, start + reserve) < 0)
         return -1;
-    c->base = PyByteArray_AS_STRING(ba);
-    c->p = c->base + c->start;
+    if (PyObject_GetBuffer(ba, &c->view, PyBUF_WRITABLE) < 0)
+        return -1;
+    c->ba = ba;
+    c->base = c->view.buf;
+    c->p = c->base + start;
     return 0;
 }
 
 static int column_close(column *c)
 {
-    return PyByteArray_Resize(c->ba, c->p - c->base);
+    Py_ssize_t size = c->p - c->base;
+    PyBuffer_Release(&c->view);
+    return PyByteArray_Resize(c->ba, size);
 }
 
 static inline void put_le(char *dst, uint64_t v, int width)
@@ -708,6 +716,43 @@ static PyObject *encode_record(PyObject *self, PyObject *const *args, Py_ssize_t
     return n < 0 ? NULL : PyLong_FromSsize_t(n);
 }
 
+/* One pending item of encode_records: its timestamp delta, then the record. */
+static int encode_pending(PyObject *out, PyObject *item, int64_t base_ts, int64_t now,
+                          PyObject *now_marker, int64_t *max_ts, int *have_max,
+                          int64_t *last_delta)
+{
+    PyObject *ts_obj = PyTuple_GET_ITEM(item, 1);
+    int64_t off_delta, attributes, ts_delta, ts;
+    if (as_int64(PyTuple_GET_ITEM(item, 0), &off_delta, "offset delta") < 0 ||
+        as_int64(PyTuple_GET_ITEM(item, 5), &attributes, "attributes") < 0)
+        return -1;
+    if (ts_obj == Py_None) {
+        if (as_int64(PyTuple_GET_ITEM(item, 6), &ts_delta, "timestamp delta") < 0)
+            return -1;
+    } else {
+        if (ts_obj == now_marker)
+            ts = now;
+        else if (as_int64(ts_obj, &ts, "timestamp") < 0)
+            return -1;
+        if (__builtin_sub_overflow(ts, base_ts, &ts_delta)) {
+            PyErr_SetString(PyExc_ValueError, "timestamp delta out of the int64 range");
+            return -1;
+        }
+    }
+    if (__builtin_add_overflow(base_ts, ts_delta, &ts)) {
+        PyErr_SetString(PyExc_ValueError, "record timestamp out of the int64 range");
+        return -1;
+    }
+    if (!*have_max || ts > *max_ts) {
+        *max_ts = ts;
+        *have_max = 1;
+    }
+    if (off_delta > *last_delta)
+        *last_delta = off_delta;
+    return encode_one(out, attributes, ts_delta, off_delta, PyTuple_GET_ITEM(item, 2),
+                      PyTuple_GET_ITEM(item, 3), PyTuple_GET_ITEM(item, 4)) < 0 ? -1 : 0;
+}
+
 /* RecordBatchBuilder.build's loop: `pending` is a list of (offset_delta, ts, key, value,
  * headers, attributes, timestamp_delta) tuples where ts is an absolute timestamp, the `now`
  * marker object, or None (keep timestamp_delta). Returns (max_timestamp, last_offset_delta). */
@@ -733,36 +778,12 @@ static PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_
             PyErr_SetString(PyExc_TypeError, "encode_records: pending items are 7-tuples");
             return NULL;
         }
-        PyObject *ts_obj = PyTuple_GET_ITEM(item, 1);
-        int64_t off_delta, attributes, ts_delta, ts;
-        if (as_int64(PyTuple_GET_ITEM(item, 0), &off_delta, "offset delta") < 0 ||
-            as_int64(PyTuple_GET_ITEM(item, 5), &attributes, "attributes") < 0)
-            return NULL;
-        if (ts_obj == Py_None) {
-            if (as_int64(PyTuple_GET_ITEM(item, 6), &ts_delta, "timestamp delta") < 0)
-                return NULL;
-        } else {
-            if (ts_obj == now_marker)
-                ts = now;
-            else if (as_int64(ts_obj, &ts, "timestamp") < 0)
-                return NULL;
-            if (__builtin_sub_overflow(ts, base_ts, &ts_delta)) {
-                PyErr_SetString(PyExc_ValueError, "timestamp delta out of the int64 range");
-                return NULL;
-            }
-        }
-        if (__builtin_add_overflow(base_ts, ts_delta, &ts)) {
-            PyErr_SetString(PyExc_ValueError, "record timestamp out of the int64 range");
-            return NULL;
-        }
-        if (!have_max || ts > max_ts) {
-            max_ts = ts;
-            have_max = 1;
-        }
-        if (off_delta > last_delta)
-            last_delta = off_delta;
-        if (encode_one(out, attributes, ts_delta, off_delta, PyTuple_GET_ITEM(item, 2),
-                       PyTuple_GET_ITEM(item, 3), PyTuple_GET_ITEM(item, 4)) < 0)
+        /* a headers iterable may run Python code that changes `pending`: keep our item */
+        Py_INCREF(item);
+        int rc = encode_pending(out, item, base_ts, now, now_marker, &max_ts, &have_max,
+                                &last_delta);
+        Py_DECREF(item);
+        if (rc < 0)
             return NULL;
     }
     if (!have_max)
@@ -827,5 +848,10 @@ PyMODINIT_FUNC PyInit__speedups(void)
     Py_DECREF(errors);
     if (DecodeError == NULL)
         return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    /* batch.py refuses a build whose VERSION differs from its own (a stale in-place build
+     * left by an older checkout): bump both together when an entry point changes */
+    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", SPEEDUPS_VERSION) < 0)
+        Py_CLEAR(m);
+    return m;
 }

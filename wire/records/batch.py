@@ -36,12 +36,19 @@ from wire.records.crc32c import crc32c
 
 # The C accelerator (wire/records/_speedups.c, built by setup.py when a compiler is present).
 # The pure-Python code in this module stays the reference; RAFTKA_PURE_PYTHON=1 forces it.
+SPEEDUPS_VERSION = 1           # must equal SPEEDUPS_VERSION in _speedups.c
 speedups = None
+SPEEDUPS_UNUSED_BECAUSE = "RAFTKA_PURE_PYTHON=1"
 if os.environ.get("RAFTKA_PURE_PYTHON") != "1":
     try:
         from wire.records import _speedups as speedups
-    except ImportError:
-        pass
+        SPEEDUPS_UNUSED_BECAUSE = None
+        if getattr(speedups, "VERSION", None) != SPEEDUPS_VERSION:
+            # an in-place build from older sources: the Python code is right, that build may not
+            SPEEDUPS_UNUSED_BECAUSE = "stale build (run `pip install -e .` to rebuild)"
+            speedups = None
+    except ImportError as e:
+        SPEEDUPS_UNUSED_BECAUSE = f"not built ({e}; `pip install -e .` builds it)"
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 BATCH_HEADER_SIZE = HEADER.size          # 61

@@ -36,7 +36,7 @@ def test_extension_built_when_a_compiler_is_present():
         pytest.skip("RAFTKA_PURE_PYTHON=1 forces the fallback")
     if not _compiler_present():
         pytest.skip("no C compiler: the pure-Python fallback is expected")
-    assert sp is not None, "wire/records/_speedups.c was not built: run `pip install -e .`"
+    assert sp is not None, f"the C accelerator is unused: {batch.SPEEDUPS_UNUSED_BECAUSE}"
     assert batch.IMPLEMENTATION == "c" and columns.IMPLEMENTATION == "c"
 
 
