@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import trio.testing
 
 from clients.cluster import ClusterMetadata, PartitionInfo, TopicInfo, TopicPartition
 from clients.producer import Producer
@@ -146,3 +147,35 @@ async def test_fast_path_refuses_what_send_nowait_refuses():
     small.send_nowait("t", b"a")
     assert small.send_nowait("t", b"x" * 700) is None         # larger than max.request.size
     assert TopicPartition("t", 0) in small._acc.batches
+
+
+async def test_batch_holds_no_future_and_waiters_follow_a_split():
+    import sys
+
+    import trio
+    p = _producer(partitions=1)
+    futs = [p.send_nowait("t", b"v%d" % i) for i in range(4)]
+    # nothing but our list refers to a future: one the caller drops is freed at once, so a
+    # producer with many records in flight leaves no per-record object to the garbage collector
+    for f in futs:
+        assert sys.getrefcount(f) == 3          # the list, the loop variable, the argument
+    b = futs[0]._batch
+    got = []
+
+    async def wait(f):
+        got.append((await f).offset)
+    async with trio.open_nursery() as nursery:
+        for f in (futs[0], futs[3]):
+            nursery.start_soon(wait, f)
+        await trio.testing.wait_all_tasks_blocked()
+        p._acc.drain([b.tp], 1 << 20)
+        p._seal(b)
+        p._split(b)                              # as after MESSAGE_TOO_LARGE
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == [] and not futs[3].done()
+        first, second = p._acc.batches[b.tp]
+        p._complete_batch(second, 70, -1)
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == [71] and not futs[0].done()
+        p._complete_batch(first, 50, -1)
+    assert sorted(got) == [50, 71] and p._incomplete == 0

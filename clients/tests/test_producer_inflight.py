@@ -51,10 +51,10 @@ def test_split_keeps_place_sequences_and_futures():
     futs = []
     for i in range(5):
         b.append(f"k{i}".encode(), f"v{i}".encode() * 50, [("h", b"x")], 1000 + i)
-        futs.append(DeliveryFuture(b, i, 1000 + i))
-    b.futures = list(futs)
+        futs.append(DeliveryFuture(b, i))
+    b.callbacks, b.timestamps = [None] * 5, [1000 + i for i in range(5)]
     seen = []
-    futs[3].add_callback(lambda meta, exc: seen.append(meta.offset))
+    futs[3].add_callback(lambda meta, exc: seen.append((meta.offset, meta.timestamp)))
     b.seal(42, 3, 100)
     later = ProducerBatch(TP, 0, 0.0, 100, (8,))
     p._acc.batches[TP] = collections.deque([later])
@@ -67,14 +67,17 @@ def test_split_keeps_place_sequences_and_futures():
     h = d1.header
     assert (h.producer_id, h.producer_epoch, h.base_sequence) == (42, 3, 100)
     assert d2.header.base_sequence == 100 + len(d1.records) and len(d1.records) == 2
-    assert first.futures + second.futures == futs
     assert first.alloc + second.alloc == 4000
     # the futures follow their records into the halves: offsets come from the half's answer
     assert (first.n_callbacks, second.n_callbacks) == (0, 1)
+    assert first.timestamps + second.timestamps == [1000 + i for i in range(5)]
+    assert not futs[4].done()
     first.complete(500, -1)
     second.complete(900, -1)
     assert [f.result().offset for f in futs] == [500, 501, 900, 901, 902]
-    assert [f.topic for f in futs] == ["t"] * 5 and seen == [901]
+    assert [f.result().timestamp for f in futs] == [1000 + i for i in range(5)]
+    assert [f.topic for f in futs] == ["t"] * 5 and seen == [(901, 1003)]
+    assert futs[4]._batch is second and futs[4]._index == 2
 
 
 def test_restamp_under_new_producer_id():
