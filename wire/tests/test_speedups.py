@@ -331,3 +331,21 @@ def test_mixed_records_and_tuples_keep_their_deltas(implementation):
                         (b"t", b"v", [], 100)], base_timestamp=90)
     assert [(r.offset, r.timestamp, r.key) for r in decode_batch(data).records] == \
         [(5, 93, b"r"), (1, 100, b"t")]
+
+
+@needs_c
+def test_decoders_leave_the_garbage_collector_as_they_found_it():
+    import gc
+    good = _py_encode([Record(0, 0, b"k", b"v", [("h", b"x")])])
+    bad = good[:-1]
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            for body in (good, bad):
+                _outcome(sp.decode_records, body, 1, 0, 0, None)
+                assert gc.isenabled() is enabled
+                _columns_outcome(columns._decode_body_c, body, 1, 0, 0, None, 0, 10, 10, True)
+                assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
