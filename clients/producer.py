@@ -223,6 +223,8 @@ _SMALL = [_varint(n) for n in range(8192)]
 # length of each of those; the largest value send_nowait's fast path encodes (its record's
 # length must stay below 8192 too; a producer lowers it to fit its max.request.size)
 _SMALL_LEN = [len(b) for b in _SMALL]
+_ATTR_TS = [b"\x00" + z for z in _SMALL]         # attributes 0, then a timestamp delta
+_NULL_KEY_LEN = [_NULL + z for z in _SMALL]       # a null key, then a value length
 _FAST_VALUE_MAX = 8000
 
 
@@ -742,11 +744,12 @@ class Producer:
                     d = ts - b.base_ts
                     n = b.record_count
                     if 0 <= d < 8192 and n < 8192:
-                        small, lens = _SMALL, _SMALL_LEN
-                        # length, attributes, ts delta, offset delta, null key, value, no headers
+                        lens = _SMALL_LEN
+                        # length, attributes + ts delta, offset delta, null key + value length,
+                        # value, no headers
                         r = 3 + v + lens[d] + lens[n] + lens[v]
-                        b.body.extend((small[r], b"\x00", small[d], small[n], b"\x01",
-                                       small[v], value, b"\x00"))
+                        b.body.extend((_SMALL[r], _ATTR_TS[d], _SMALL[n], _NULL_KEY_LEN[v], value,
+                                       b"\x00"))
                         b.size += r + lens[r]
                         b.record_count = n + 1
                         if ts > b.max_ts:
