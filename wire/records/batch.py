@@ -18,6 +18,13 @@ Two levels of API:
 - clients, the controller and tests: `build_batch`/`RecordBatchBuilder`, `decode_batch`,
   control records (`build_end_txn_marker`, `build_control_batch`, `control_record_type`).
 Anything malformed from a peer raises `DecodeError`; misuse by local code raises ValueError.
+
+The per-record loops (decode_records, encode_record, the builder's record loop) run in C when
+wire/records/_speedups.c is built (`pip install -e .` builds it; `IMPLEMENTATION` says which is
+in use). The Python functions below (`decode_records_py`, `encode_record_py`,
+`_encode_records_py`) are the reference: the C code mirrors them check by check, with the same
+DecodeError messages, and tests compare the two. RAFTKA_PURE_PYTHON=1 forces the reference.
+`encode_record_fields` appends one record from its fields, for producers that encode as they go.
 """
 
 from __future__ import annotations

@@ -349,3 +349,34 @@ def test_decoders_leave_the_garbage_collector_as_they_found_it():
                 assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+@needs_c
+@pytest.mark.slow
+def test_soak_random_mutations_agree():
+    """RAFTKA_SOAK=1: many more mutated bodies than the hypothesis tests, both decoders."""
+    import random
+    rnd = random.Random(int(os.environ.get("RAFTKA_SEED", "7")))
+
+    def field():
+        return rnd.choice([None, b"", os.urandom(rnd.randint(0, 300))])
+    for _ in range(100_000):
+        recs = [Record(rnd.randint(-2**31, 2**31 - 1) if rnd.random() < 0.2 else i,
+                       rnd.choice([0, -1, 2**40, rnd.randint(-2**63, 2**63 - 1)]), field(),
+                       field(), [(rnd.choice(["k", "é", ""]), field())
+                                 for _ in range(rnd.randint(0, 4))])
+                for i in range(rnd.randint(1, 6))]
+        body = bytearray(_py_encode(recs))
+        for _ in range(rnd.randint(0, 4)):
+            body[rnd.randrange(len(body))] ^= rnd.randint(1, 255)
+        if rnd.random() < 0.3:
+            body = body[:rnd.randint(0, len(body))]
+        body = bytes(body)
+        count = len(recs) + rnd.choice([0, 0, 0, -1, 1])
+        lat = rnd.choice([None, 123])
+        assert _outcome(sp.decode_records, body, count, 2**63 - 5, 2**63 - 50, lat) == \
+            _outcome(batch.decode_records_py, body, count, 2**63 - 5, 2**63 - 50, lat)
+        args = (body, count, 5, 2**63 - 50, lat, rnd.randint(-2, 3), 2**63 - 1,
+                rnd.randint(0, 7), rnd.random() < 0.5)
+        assert _columns_outcome(columns._decode_body_c, *args) == \
+            _columns_outcome(columns._decode_body, *args)
