@@ -5,20 +5,24 @@
  * DecodeError messages, so tests can compare the two on any input (valid, truncated, corrupt).
  *
  *   decode_records(data, count, base_offset, base_timestamp, log_append_time)
- *       -> list[DecodedRecord]                         (batch.decode_records)
+ *       -> list[DecodedRecord]                         (batch.decode_records_py)
  *   decode_columns(body, count, base_offset, base_ts, lat, ts_type, lo, hi, limit,
  *                  offsets, timestamps, types, key_offsets, key_data, key_valid,
  *                  value_offsets, value_data, value_valid, headers) -> records appended
  *                                                      (columns._decode_body)
  *   encode_record(out, attributes, timestamp_delta, offset_delta, key, value, headers)
- *       -> bytes appended to the bytearray `out`       (batch.encode_record)
+ *       -> bytes appended to the bytearray `out`       (batch.encode_record_py)
  *   encode_records(out, pending, base_timestamp, now, now_marker)
- *       -> (max_timestamp, last_offset_delta)          (RecordBatchBuilder._encode_py)
+ *       -> (max_timestamp, last_offset_delta)          (batch._encode_records_py)
  *   configure(DecodedRecord, field_names)              called once by batch.py
  *
  * Safety: every read goes through `reader`, which checks the position against the end of the
  * buffer before touching a byte; lengths are int64 and checked against the remaining bytes
  * before any copy. Corrupt input raises DecodeError (wire.errors), never reads out of bounds.
+ * Checked under AddressSanitizer + UBSan with the tests and a fuzz loop.
+ *
+ * Portability: plain C99 plus GCC/Clang's __builtin_*_overflow. A compiler without them fails
+ * the build, which setup.py marks optional: the pure-Python code is then used.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
