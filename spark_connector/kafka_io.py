@@ -26,19 +26,16 @@ import ssl
 import threading
 import time
 
-from wire.connection import ClientConnection
-from wire.errors import ErrorCode, KafkaError
-from wire.messages.index_generated import REQUESTS
-
-API_PRODUCE, API_FETCH, API_LIST_OFFSETS, API_METADATA = 0, 1, 2, 3
-API_SASL_HANDSHAKE, API_API_VERSIONS, API_SASL_AUTHENTICATE = 17, 18, 36
+from spark_connector.framing import (API_API_VERSIONS, API_FETCH, API_LIST_OFFSETS,
+                                     API_METADATA, API_PRODUCE, API_SASL_AUTHENTICATE,
+                                     API_SASL_HANDSHAKE, ClientFraming, request_class)
+from wire.errors import DecodeError, ErrorCode, KafkaError
 
 # The versions this module knows how to fill in. Fetch stops at 12: v13+ names topics by id.
 OUR_VERSIONS = {API_PRODUCE: (3, 11), API_FETCH: (4, 12), API_LIST_OFFSETS: (1, 8),
                 API_METADATA: (1, 12), API_SASL_HANDSHAKE: (1, 1), API_SASL_AUTHENTICATE: (0, 2)}
 
 EARLIEST, LATEST = -2, -1          # ListOffsets special timestamps (also Spark's JSON -2 / -1)
-RECV_BYTES = 1 << 20
 
 
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -141,7 +138,7 @@ class BrokerSocket:
 
     def __init__(self, host: str, port: int, config: ClientConfig):
         self.host, self.port, self.config = host, port, config
-        self._conn = ClientConnection()
+        self._framing = ClientFraming()
         self._sock: socket.socket | None = None
         self.api_versions: dict[int, tuple[int, int]] = {}
 
@@ -159,7 +156,7 @@ class BrokerSocket:
         except OSError as exc:
             raise ConnectionClosed(f"cannot reach {self.host}:{self.port}: {exc}") from None
         self._sock = sock
-        resp = self.request(REQUESTS[API_API_VERSIONS](
+        resp = self.request(request_class(API_API_VERSIONS)(
             client_software_name="raftka-spark", client_software_version="0.1"), 3)
         if resp.error_code:
             raise kafka_error(resp.error_code, "ApiVersions")
@@ -169,7 +166,7 @@ class BrokerSocket:
 
     def _sasl(self) -> None:
         mechanism = self.config.sasl_mechanism
-        hs = self.request(REQUESTS[API_SASL_HANDSHAKE](mechanism=mechanism),
+        hs = self.request(request_class(API_SASL_HANDSHAKE)(mechanism=mechanism),
                           self.version(API_SASL_HANDSHAKE))
         if hs.error_code:
             raise kafka_error(hs.error_code, f"SASL handshake for {mechanism} (broker offers "
@@ -184,7 +181,7 @@ class BrokerSocket:
         scram.verify(server_final)
 
     def _sasl_round(self, token: bytes) -> bytes:
-        auth = self.request(REQUESTS[API_SASL_AUTHENTICATE](auth_bytes=token),
+        auth = self.request(request_class(API_SASL_AUTHENTICATE)(auth_bytes=token),
                             self.version(API_SASL_AUTHENTICATE))
         if auth.error_code:
             raise kafka_error(auth.error_code, f"SASL authentication ({auth.error_message})")
@@ -203,23 +200,30 @@ class BrokerSocket:
     def request(self, message, version: int):
         if self._sock is None:
             raise ConnectionClosed(f"{self.host}:{self.port}: not connected")
-        data = self._conn.send_request(message, version, self.config.client_id)
+        framing = self._framing
+        data = framing.encode_request(message, version, self.config.client_id)
         try:
             self._sock.sendall(data)
-            while True:
-                got = self._conn.next_response()
-                if got is not None:
-                    return got[1]
-                chunk = self._sock.recv(RECV_BYTES)
-                if not chunk:
-                    raise ConnectionClosed(f"{self.host}:{self.port} closed the connection")
-                self._conn.receive_data(chunk)
+            # the whole answer is read into one buffer sized from its prefix (a Fetch answer is
+            # megabytes: no growing buffer, no copy per chunk)
+            payload = self._recv_exactly(framing.frame_size(bytes(self._recv_exactly(4))))
+            return framing.decode_response(payload)
         except OSError as exc:        # timeouts included: the connection is unusable after one
             self.close()
             raise ConnectionClosed(f"{self.host}:{self.port}: {exc}") from None
-        except ConnectionClosed:
+        except (ConnectionClosed, DecodeError):
             self.close()
             raise
+
+    def _recv_exactly(self, n: int) -> memoryview:
+        buf = memoryview(bytearray(n))
+        got = 0
+        while got < n:
+            k = self._sock.recv_into(buf[got:])
+            if not k:
+                raise ConnectionClosed(f"{self.host}:{self.port} closed the connection")
+            got += k
+        return buf
 
     def close(self) -> None:
         if self._sock is not None:
@@ -368,7 +372,7 @@ class KafkaClient:
     def refresh_metadata(self, topics: list[str] | None = None
                          ) -> dict[str, dict[int, PartitionInfo]]:
         """Partitions of `topics` (None: every topic). Unknown topics are simply absent."""
-        md = REQUESTS[API_METADATA]
+        md = request_class(API_METADATA)
         sock = self._any_socket()
         req = md(topics=None if topics is None else
                  [md.MetadataRequestTopic(name=t) for t in topics],
@@ -412,7 +416,7 @@ class KafkaClient:
             first_error = None
             for addr, tps in by_leader.items():
                 sock = self._socket(addr)
-                lo = REQUESTS[API_LIST_OFFSETS]
+                lo = request_class(API_LIST_OFFSETS)
                 topics: dict[str, list] = {}
                 for t, p in tps:
                     topics.setdefault(t, []).append(lo.ListOffsetsPartition(
@@ -441,7 +445,7 @@ class KafkaClient:
               isolation_level: int = 0, max_wait_ms: int = 200) -> FetchResult:
         """One Fetch of one partition from its leader. OFFSET_OUT_OF_RANGE is returned (the
         caller decides whether that is data loss); other errors are retried or raised."""
-        fr = REQUESTS[API_FETCH]
+        fr = request_class(API_FETCH)
 
         def attempt():
             sock = self._leader_socket(topic, partition)
@@ -469,7 +473,7 @@ class KafkaClient:
         duplicate, never a loss)."""
         out: dict[tuple[str, int], int] = {}
         todo = dict(batches)
-        pr = REQUESTS[API_PRODUCE]
+        pr = request_class(API_PRODUCE)
 
         def attempt():
             by_leader: dict[tuple[str, int], list] = {}

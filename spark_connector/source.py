@@ -22,7 +22,6 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 
 from spark_connector import kafka_io
 from spark_connector import offsets as off
-from spark_connector.fetcher import read_range
 from spark_connector.options import OffsetSpec, SourceOptions, sink_options, source_options
 from spark_connector.schema import check_sink_schema, source_schema
 
@@ -107,6 +106,9 @@ def _partitions_for(ranges: list[off.OffsetRange]) -> list[RangePartition]:
 
 
 def _read(o: SourceOptions, partition: RangePartition):
+    # imported here: the driver's planner process never reads, and the record codecs
+    # (compression libraries, CRC, the C decoder) are not worth loading there
+    from spark_connector.fetcher import read_range
     return read_range(o.client, partition.range, include_headers=o.include_headers,
                       fail_on_data_loss=o.fail_on_data_loss, isolation_level=o.isolation_level,
                       fetch_max_bytes=o.fetch_max_bytes, poll_timeout_ms=o.poll_timeout_ms)
