@@ -271,3 +271,77 @@ async def test_regex_range_static_and_bad_assignor(cluster):
                 while True:
                     await c.poll(200)
         assert err.value.code == ErrorCode.UNSUPPORTED_ASSIGNOR
+
+
+async def test_member_that_stops_polling_leaves_and_its_partitions_are_lost(cluster):
+    """max.poll.interval.ms passes without a poll: the member leaves (epoch -1), the other member
+    takes everything; the next poll reports the partitions lost (no commit) and rejoins."""
+    topic, group = "kip848-idle", "g-kip848-idle"
+    create_topic(cluster, topic, 4)
+    lost: list = []
+    a = Consumer(config=config(cluster, group, **{"max.poll.interval.ms": 1500}))
+    b = Consumer(config=config(cluster, group))
+    async with trio.open_nursery() as nursery:
+        await a.start(nursery)
+        await b.start(nursery)
+        a.subscribe([topic], on_lost=lambda tps: lost.extend(tps))
+        b.subscribe([topic])
+        b_stop = trio.Event()
+        nursery.start_soon(run_member, b, [], b_stop)
+        with trio.fail_after(30):
+            while sorted(len(c.assignment()) for c in (a, b)) != [2, 2]:
+                await a.poll(100)
+        mine = a.assignment()
+        first_epoch = a.member.generation
+        await trio.sleep(3)                            # no poll: the watchdog leaves
+        assert not a.member.stable
+        await wait_until(lambda: len(b.assignment()) == 4, 20, "b to take all four")
+        with trio.fail_after(30):
+            while sorted(len(c.assignment()) for c in (a, b)) != [2, 2]:
+                await a.poll(100)
+        assert sorted(lost) == sorted(mine)
+        assert a.member.generation > first_epoch
+        b_stop.set()
+        await a.close()
+        await b.close()
+
+
+async def test_coordinator_sigkill_heartbeats_find_the_new_one(cluster):
+    """The group coordinator's broker dies: heartbeats find the new coordinator, which carries
+    the group on (same member, no fencing), and every record is consumed once."""
+    from partition_server.group.coordinator import OFFSETS_TOPIC, partition_for
+    topic, group = "kip848-failover", "g-kip848-failover"
+    create_topic(cluster, topic, 3)
+    lost: list = []
+    killed = None
+    c = Consumer(config=config(cluster, group))
+    got: list[int] = []
+    try:
+        async with trio.open_nursery() as nursery:
+            await c.start(nursery)
+            c.subscribe([topic], on_lost=lambda tps: lost.extend(tps))
+            stop = trio.Event()
+            nursery.start_soon(run_member, c, got, stop)
+            await wait_until(lambda: len(c.assignment()) == 3 and c.member.stable, 30,
+                             "the member to own all three partitions")
+            await trio.to_thread.run_sync(produce, cluster, topic, 0, 60, 3)
+            await wait_until(lambda: len(got) >= 60, 30, "the first 60 records")
+            await c.commit()
+            member_id = c.member.member_id
+            admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+            md = admin.list_topics(OFFSETS_TOPIC, timeout=10).topics[OFFSETS_TOPIC]
+            killed = md.partitions[partition_for(group, len(md.partitions))].leader
+            cluster.kill(f"broker-{killed}")
+            await trio.to_thread.run_sync(produce, cluster, topic, 60, 60, 3)
+            await wait_until(lambda: len(got) >= 120, 40, "the records written after the kill")
+            # a heartbeat has gone to the new coordinator and was answered
+            sent = c.member.state.heartbeat_interval_ms
+            await trio.sleep(3 * sent / 1000 + 1)
+            assert c.member.member_id == member_id and c.member.stable and not lost
+            assert c.member.coordinator != killed
+            stop.set()
+            await c.close()
+    finally:
+        if killed is not None:
+            await trio.to_thread.run_sync(cluster.restart_broker, killed)
+    assert sorted(got) == list(range(120))
