@@ -41,13 +41,14 @@ from typing import Callable, Iterable
 
 import trio
 
-from clients.assignors import RebalanceProtocol, get_assignor
+from clients.assignors import get_assignor
 from clients.cluster import Cluster
 from clients.consumer_offsets import EARLIEST, LATEST, drop_on_cancel, list_offsets
 from clients.errors import KafkaConnectionError, KafkaTimeoutError, Retry, check, classify
 from clients.fetcher import (READ_COMMITTED, READ_UNCOMMITTED, ConsumerRecord, TopicPartition,
                              parse_partition)
 from clients.consumer_config import NoOffsetForPartitionError, call_listener, parse_config
+from clients.consumer_group_classic import ensure_classic_group
 from clients.consumer_group_member import ConsumerGroupMember
 from clients.group_member import CommitFailedError, GroupMember
 from wire.errors import DecodeError, ErrorCode, KafkaError
@@ -411,37 +412,6 @@ class Consumer:
 
     # -- group -----------------------------------------------------------------------------------
 
-    async def _check_pattern(self) -> None:
-        if self._pattern is None:
-            return
-        now = trio.current_time()
-        if now - self._pattern_checked < min(self.cluster.metadata_max_age_s, 5.0) \
-                and self._topics:
-            return
-        self._pattern_checked = now
-        md = await self.cluster.refresh_metadata(all_topics=True)
-        matched = sorted(t for t, info in md.topics.items()
-                         if not info.is_internal and self._pattern.search(t))
-        if matched != self._topics:
-            self._topics = matched
-            self.member.rejoin_needed = True
-
-    async def _check_partition_counts(self) -> None:
-        """The leader rejoins when a subscribed topic's partition count changed since it
-        assigned (new partitions would otherwise go unread), like Kafka's ConsumerCoordinator."""
-        member = self.member
-        if not member.is_leader or not member.stable or member.assigned_partition_counts is None:
-            return
-        if self.cluster.metadata_stale():
-            await self.cluster.refresh_metadata(self._topics)
-        md = self.cluster.metadata
-        counts = {t: len(md.topics[t].partitions) for t in member.assigned_partition_counts
-                  if t in md.topics}
-        if counts != member.assigned_partition_counts:
-            log.info("group %s: partition counts changed %s -> %s; rebalancing", self.group_id,
-                     member.assigned_partition_counts, counts)
-            member.rejoin_needed = True
-
     async def _cg_revoke(self, tps: list[TopicPartition]) -> None:
         """Give partitions back in a rebalance: commit them (auto-commit), on_revoked, drop."""
         tps = [TopicPartition(*tp) for tp in tps]
@@ -473,52 +443,7 @@ class Consumer:
         if isinstance(member, ConsumerGroupMember):
             await member.ensure_active(self._topics, self._pattern, self)
             return
-        await self._check_pattern()
-        await self._check_partition_counts()
-        if not member.rejoin_needed and member.stable:
-            return
-        deadline = trio.current_time() + member.rebalance_timeout_ms / 1000 + 60
-        while member.rejoin_needed or not member.stable:
-            if not member.member_id and self._assigned:
-                # we were removed from the group (session expired, poll interval exceeded,
-                # fenced): our partitions are someone else's already, so they are lost, not
-                # revoked - no commit, and we do not claim them when rejoining (Kafka's
-                # onPartitionsLost; we report them through on_revoked)
-                await self._cg_lose(list(self._assigned))
-            owned = list(self._assigned)
-            cooperative = member.rebalance_protocol is RebalanceProtocol.COOPERATIVE
-            if owned and not cooperative:
-                # eager: give everything back before joining (commit what we consumed first)
-                if self.config["enable.auto.commit"] and member.generation >= 0:
-                    with contextlib.suppress(KafkaError):
-                        await self.commit()
-                await call_listener(self._on_revoked, owned)
-                self._set_assignment([])
-                owned = []
-            new = await member.join(self._topics, owned, deadline)
-            if new is None:
-                await trio.sleep(member.retry_backoff_s)
-                continue
-            new_set = {TopicPartition(*tp) for tp in new}
-            if member.rebalance_protocol is RebalanceProtocol.COOPERATIVE:
-                revoked = [tp for tp in owned if tp not in new_set]
-                added = sorted(tp for tp in new_set if tp not in set(owned))
-                if revoked:
-                    if self.config["enable.auto.commit"]:
-                        with contextlib.suppress(KafkaError):
-                            await self.commit({tp: self._positions[tp] for tp in revoked
-                                               if tp in self._positions})
-                    await call_listener(self._on_revoked, revoked)
-                    member.rejoin_needed = True      # KIP-429: rejoin so they can move
-                self._set_assignment(sorted(new_set))
-                await call_listener(self._on_assigned, added)
-            else:
-                if owned:                    # a cooperative->eager switch: revoke all first
-                    await call_listener(self._on_revoked, owned)
-                self._set_assignment(sorted(new_set))
-                await call_listener(self._on_assigned, sorted(new_set))
-            log.info("group %s generation %d: assigned %s", self.group_id, member.generation,
-                     [f"{t}-{p}" for t, p in self._assigned])
+        await ensure_classic_group(self)
 
     # -- poll ------------------------------------------------------------------------------------
 
