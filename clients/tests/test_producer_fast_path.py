@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import trio
 import trio.testing
 
 from clients.cluster import ClusterMetadata, PartitionInfo, TopicInfo, TopicPartition
@@ -152,7 +153,6 @@ async def test_fast_path_refuses_what_send_nowait_refuses():
 async def test_batch_holds_no_future_and_waiters_follow_a_split():
     import sys
 
-    import trio
     p = _producer(partitions=1)
     futs = [p.send_nowait("t", b"v%d" % i) for i in range(4)]
     # nothing but our list refers to a future: one the caller drops is freed at once, so a

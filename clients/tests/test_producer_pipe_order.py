@@ -1,12 +1,12 @@
-"""_Pipe (clients/producer.py): answers to pipelined Produce requests that arrive together are
-handed to their callers in request order, so delivery callbacks keep Kafka's per-partition
-order. (Before the fix, tasks woken together ran in trio's arbitrary order: the live
+"""ProducePipe (clients/producer_pipe.py): answers to pipelined Produce requests that arrive
+together are handed to their callers in request order, so delivery callbacks keep Kafka's
+per-partition order. (Before the fix, tasks woken together ran in trio's arbitrary order: the live
 idempotence chaos test saw sequences 312, 311, 310, 309 complete in that order.)"""
 
 import trio
 import trio.testing
 
-from clients.producer import _Pipe
+from clients.producer_pipe import ProducePipe
 from wire.connection import ClientConnection, ServerConnection
 from wire.messages.index_generated import REQUESTS, RESPONSES
 
@@ -23,7 +23,7 @@ class _Conn:
 
 async def test_answers_arriving_together_are_taken_in_request_order():
     client, server = trio.testing.memory_stream_pair()
-    pipe = _Pipe(_Conn(client), 9)
+    pipe = ProducePipe(_Conn(client), 9)
     taken: list[int] = []
 
     async def serve():

@@ -23,7 +23,7 @@ PRODUCE_VERSION = 9
 
 
 class _Conn:
-    """What `_Pipe` uses of a BrokerConnection."""
+    """What `ProducePipe` uses of a BrokerConnection."""
 
     def __init__(self, stream):
         from wire.connection import ClientConnection
