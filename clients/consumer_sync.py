@@ -11,7 +11,8 @@ The consumer lives on one trio loop in a background thread (`LoopThread`) for it
 heartbeats keep flowing between `poll` calls and connections and metadata are reused. Every
 public method crosses into that loop and blocks until it is done. Rebalance listeners run on the
 loop thread (inside `poll`); they may be plain functions, and must not call back into this
-facade (that would wait on the thread they are running on).
+facade (that would wait on the thread they are running on). `group.protocol=consumer`
+(KIP-848) works the same way: its heartbeats run on that loop, its reconciliation inside `poll`.
 """
 
 from __future__ import annotations

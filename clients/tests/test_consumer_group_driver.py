@@ -233,3 +233,23 @@ async def test_static_member_leaves_with_minus_two_and_fatal_errors_raise(nurser
         await drive(m, hooks, lambda: False)
     assert err.value.code == ErrorCode.GROUP_AUTHORIZATION_FAILED
     assert "GROUP_AUTHORIZATION_FAILED" in str(err.value)
+
+
+def test_config_group_protocol_and_remote_assignor():
+    from clients.consumer import Consumer
+    from clients.consumer_config import parse_config
+    from clients.group_member import GroupMember
+    assert parse_config({}, {})["group.protocol"] == "classic"
+    assert parse_config({"group.protocol": "CONSUMER"}, {})["group.protocol"] == "consumer"
+    with pytest.raises(ValueError, match="group.protocol must be classic or consumer"):
+        parse_config({"group.protocol": "eager"}, {})
+    with pytest.raises(ValueError, match="needs group.protocol=consumer"):
+        parse_config({"group.remote.assignor": "range"}, {})
+    with pytest.raises(ValueError, match="group.remote.assignor must be"):
+        parse_config({"group.protocol": "consumer", "group.remote.assignor": ""}, {})
+    c = Consumer("127.0.0.1:1", group_id="g", group_protocol="consumer",
+                 group_remote_assignor="uniform", group_instance_id="i")
+    assert isinstance(c.member, ConsumerGroupMember)
+    assert c.member.state.server_assignor == "uniform" and c.member.state.instance_id == "i"
+    assert c.member.rebalance_timeout_ms == 300_000
+    assert isinstance(Consumer("127.0.0.1:1", group_id="g").member, GroupMember)
