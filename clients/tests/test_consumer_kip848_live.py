@@ -255,6 +255,24 @@ async def test_regex_range_static_and_bad_assignor(cluster):
                                           ("kip848-rx-1", "kip848-rx-2") for p in range(2)]
         member_id = c.member.member_id
         await c.commit()
+    # a subscription change goes out on the next heartbeat: the old partitions are revoked, the
+    # new topic's assigned (committed above, so nothing of the old topics comes back)
+    revoked: list = []
+    async with Consumer(config=config(cluster, "g-kip848-rx")) as c:
+        c.subscribe("^kip848-rx-.*", on_revoked=lambda tps: revoked.extend(tps))
+        with trio.fail_after(20):
+            while len(c.assignment()) < 4:
+                assert await c.poll(200) == []
+        c.subscribe(["kip848-other"], on_revoked=lambda tps: revoked.extend(tps))
+        other: list[int] = []
+        with trio.move_on_after(20):
+            while len(other) < 10:
+                other += [int(r.value) for r in await c.poll(200)]
+        assert sorted(other) == list(range(100, 110))
+        assert sorted(c.assignment()) == [TopicPartition("kip848-other", p) for p in range(2)]
+        assert sorted(revoked) == [TopicPartition(t, p) for t in ("kip848-rx-1", "kip848-rx-2")
+                                   for p in range(2)]
+        await c.unsubscribe()
     # the static member left with epoch -2; the same instance id joins again at once
     async with Consumer(config=cfg) as c:
         c.subscribe("^kip848-rx-.*")
