@@ -272,6 +272,14 @@ class Producer(Sender, Transactions):
             raise KafkaError("producer is closed", ErrorCode.UNKNOWN_SERVER_ERROR)
         if self._txn is not None:
             self._txn.check_can_send()
+        if key is None and partition is None and headers is None and \
+                value.__class__ is bytes and topic in self._sticky_batch:
+            # send_nowait's fast path; None when it would have to wait (buffer full) or the
+            # record is too large: the long way below waits or raises
+            fut = self.send_nowait(topic, value, timestamp_ms=timestamp_ms,
+                                   on_delivery=on_delivery)
+            if fut is not None:
+                return fut
         if isinstance(value, str):
             value = value.encode()
         if isinstance(key, str):

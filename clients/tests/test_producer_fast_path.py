@@ -14,7 +14,7 @@ import trio.testing
 
 from clients.cluster import ClusterMetadata, PartitionInfo, TopicInfo, TopicPartition
 from clients.producer import Producer
-from wire.errors import KafkaError
+from wire.errors import KafkaError, MessageTooLargeError
 from wire.records.batch import build_batch, decode_batch
 
 
@@ -179,3 +179,18 @@ async def test_batch_holds_no_future_and_waiters_follow_a_split():
         assert got == [71] and not futs[0].done()
         p._complete_batch(first, 50, -1)
     assert sorted(got) == [50, 71] and p._incomplete == 0
+
+
+async def test_async_send_takes_the_fast_path_and_still_waits_or_raises():
+    p = _producer(partitions=1, **{"max.request.size": 600})
+    seen = []
+    first = await p.send("t", b"a")
+    second = await p.send("t", b"b", on_delivery=lambda m, e: seen.append(m.offset))
+    assert second._batch is first._batch and second._index == 1
+    with pytest.raises(MessageTooLargeError):
+        await p.send("t", b"x" * 700)
+    b = first._batch
+    p._acc.drain([b.tp], 1 << 20)
+    p._seal(b)
+    p._complete_batch(b, 40, -1)
+    assert seen == [41] and [r.value for r in decode_batch(b.data).records] == [b"a", b"b"]
