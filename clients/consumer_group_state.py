@@ -242,7 +242,18 @@ class ConsumerGroupMemberState:
             self.heartbeat_interval_ms = heartbeat_interval_ms
         self._next_heartbeat_ms = now_ms + self.heartbeat_interval_ms
         if assignment is not None:
-            self.target = _norm(assignment)
+            new = _norm(assignment)
+            if self.target is not None and new != self.target and new == self.owned:
+                # a target we already match (it took back partitions we had been given but
+                # had not taken yet): the coordinator still counts them as ours until a
+                # heartbeat lists what we own, so list it now - else it waits for a revocation
+                # that already happened until our rebalance timeout removes us
+                self._sent.pop("topic_partitions", None)
+                self._next_heartbeat_ms = now_ms
+                self.target = new
+                self.state = MemberState.ACKNOWLEDGING
+                return
+            self.target = new
         if self.target is not None and self.target != self.owned:
             self.state = MemberState.RECONCILING
         elif self.state is not MemberState.JOINING or self.target is not None:
@@ -292,6 +303,9 @@ class ConsumerGroupMemberState:
                       else MemberState.ACKNOWLEDGING)
         if changed:
             self._next_heartbeat_ms = 0          # acknowledge at once: others wait for it
+            # always list what we own in the ack, even when it equals what we last listed
+            # (given p, took it, gave it back): the coordinator counts p as ours until told
+            self._sent.pop("topic_partitions", None)
 
     def unresolved(self, names: dict) -> set:
         """Topic ids of the target that neither metadata nor we can name yet."""

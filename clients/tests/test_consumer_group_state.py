@@ -152,6 +152,39 @@ def test_answer_to_an_earlier_heartbeat_does_not_end_a_leave():
     assert hb.member_epoch == -1
 
 
+def test_target_taken_back_before_reconciling_is_acknowledged():
+    """Given orders-1, then (before we took it) a target without it: the coordinator counts it
+    as ours, being revoked, until a heartbeat lists what we own - list it now (found by the
+    churn simulation below: the group waited for the rebalance timeout)."""
+    m = joined({T1: [0]})
+    reconcile(m)
+    m.heartbeat_request(1)
+    m.on_response(1, 0, member_epoch=1)
+    m.heartbeat_request(1001)
+    m.on_response(1001, 0, member_epoch=2, assignment={T1: [0, 1]})
+    m.heartbeat_request(2001)
+    m.on_response(2001, 0, member_epoch=2, assignment={T1: [0]})
+    assert m.state is MemberState.ACKNOWLEDGING and m.time_to_heartbeat_ms(2001) == 0
+    assert m.heartbeat_request(2001).topic_partitions == {T1: (0,)}
+
+
+def test_ack_lists_owned_even_when_equal_to_the_last_list():
+    """Took orders-1 and gave it back between two heartbeats: owned is what we last sent, but
+    the coordinator granted orders-1 meanwhile and waits to hear it is gone."""
+    m = joined({T1: [0]})
+    reconcile(m)
+    m.heartbeat_request(1)
+    m.on_response(1, 0, member_epoch=1)
+    m.heartbeat_request(1001)
+    m.on_response(1001, 0, member_epoch=2, assignment={T1: [0, 1]})
+    took = m.reconciliation(NAMES)
+    m.heartbeat_request(1002)                         # a heartbeat goes out before the ack
+    m.reconciled(took)
+    m.on_response(1003, 0, member_epoch=2, assignment={T1: [0]})
+    reconcile(m)                                      # gives orders-1 back
+    assert m.heartbeat_request(1003).topic_partitions == {T1: (0,)}
+
+
 def test_subscription_change_sent_on_next_heartbeat():
     m = joined()
     m.heartbeat_request(1000)
@@ -327,3 +360,113 @@ def test_fenced_member_rejoins_and_gets_partitions_back():
     g.step()
     assert sorted(len(v) for v in g.owners().values()) == [2, 2]
     assert b.member_epoch > 0
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_churn_never_double_owns_and_converges(seed, monkeypatch):
+    churn(seed, monkeypatch)
+
+
+@pytest.mark.slow
+def test_random_churn_soak(monkeypatch):
+    for seed in range(40, 1500):
+        churn(seed, monkeypatch)
+
+
+def churn(seed, monkeypatch):
+    """Seeded simulation: members join, leave and change subscriptions at random, heartbeats
+    are delivered late and in any order across members (one in flight per member), some never
+    reach the coordinator, reconciliations run late. After every event no partition is owned
+    by two members; once the churn stops the group converges (every partition of a subscribed
+    topic owned once, every member STABLE). Lost *answers* are left out: see the xfail above."""
+    import random
+    rng = random.Random(seed)
+    # member ids from the seed, so that a failing seed replays exactly
+    monkeypatch.setattr("partition_server.group.consumer_group.uuid.uuid4",
+                        lambda: uuid.UUID(int=rng.getrandbits(128)))
+    coord = ConsumerGroupCoordinatorState(heartbeat_interval_ms=100)
+    topics = {"orders": (T1, 5), "payments": (T2, 3)}
+    names = {T1: "orders", T2: "payments"}
+    members: dict[int, ConsumerGroupMemberState] = {}
+    pending: list = []                      # (member key, request) sent, not yet delivered
+    now = 0
+    next_key = 0
+
+    def deliver(key, hb):
+        m = members.get(key)
+        owned = None if hb.topic_partitions is None else {t: list(ps) for t, ps in
+                                                          hb.topic_partitions.items()}
+        r = coord.heartbeat("g", hb.member_id, hb.member_epoch, instance_id=hb.instance_id,
+                            rebalance_timeout_ms=hb.rebalance_timeout_ms,
+                            subscribed_names=hb.subscribed_topic_names,
+                            subscribed_regex=hb.subscribed_topic_regex,
+                            server_assignor=hb.server_assignor, owned=owned, topics=topics,
+                            now_ms=now)
+        if m is not None:
+            m.on_response(now, r.error, r.message, r.member_id, r.member_epoch, 100,
+                          None if r.assignment is None else {t: list(p) for t, p in
+                                                             r.assignment.items()})
+
+    def check():
+        seen = {}
+        for key, m in members.items():
+            for tp in m.assigned:
+                assert tp not in seen, f"seed {seed}: {tp} owned by {seen[tp]} and {key}"
+                seen[tp] = key
+
+    def step(churn: bool):
+        nonlocal now, next_key
+        now += rng.choice((1, 10, 50, 100))
+        roll = rng.random()
+        if churn and roll < 0.05 and len(members) < 5:
+            m = ConsumerGroupMemberState("g", server_assignor=rng.choice(("uniform", "range")),
+                                         retry_backoff_ms=20)
+            m.subscribe(names=rng.choice((["orders"], ["orders", "payments"], ["payments"])))
+            members[next_key] = m
+            next_key += 1
+        elif churn and roll < 0.08 and members:
+            key = rng.choice(sorted(members))
+            m = members.pop(key)
+            if m.in_flight:                  # closing drops the connection and its request
+                pending[:] = [(k, hb) for k, hb in pending if k != key]
+                m.on_failure(now)
+            if m.leave():
+                pending.append((key, m.heartbeat_request(now)))    # on its way
+        elif churn and roll < 0.1 and members:
+            members[rng.choice(sorted(members))].subscribe(
+                names=rng.choice((["orders"], ["orders", "payments"])))
+        for key, m in members.items():
+            if m.state is MemberState.FENCED:
+                m.lost_handed_over()
+            if rng.random() < 0.5:
+                rec = m.reconciliation(names)
+                if rec is not None:
+                    m.reconciled(rec)
+            hb = m.heartbeat_request(now)
+            if hb is not None:
+                if churn and rng.random() < 0.05:
+                    m.on_failure(now, coordinator=True)      # never reached the coordinator
+                else:
+                    pending.append((key, hb))
+        rng.shuffle(pending)
+        keep = []
+        for key, hb in pending:
+            if rng.random() < 0.6:
+                deliver(key, hb)
+            else:
+                keep.append((key, hb))
+        pending[:] = keep
+        check()
+
+    for _ in range(400):
+        step(churn=True)
+    if not members:
+        return
+    for _ in range(300):
+        step(churn=False)
+    subscribed = set()
+    for m in members.values():
+        subscribed |= set(m.subscribed_names)
+    expected = sorted((t, p) for t, (_, n) in topics.items() if t in subscribed for p in range(n))
+    assert sorted(tp for m in members.values() for tp in m.assigned) == expected, seed
+    assert all(m.state is MemberState.STABLE for m in members.values()), seed
