@@ -15,6 +15,10 @@ Membership, as Kafka's AbstractCoordinator:
 The leader runs the assignor the coordinator chose among the protocols every member offered, on
 partition counts from fresh metadata. Fatal answers (INCONSISTENT_GROUP_PROTOCOL,
 GROUP_AUTHORIZATION_FAILED, INVALID_SESSION_TIMEOUT, FENCED_INSTANCE_ID...) raise typed errors.
+
+`CoordinatorClient` (finding the coordinator, OffsetCommit/OffsetFetch) is shared with the
+KIP-848 member in consumer_group_member.py, which commits with its member epoch instead of a
+generation.
 """
 
 from __future__ import annotations
