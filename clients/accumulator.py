@@ -306,6 +306,9 @@ class ProducerBatch:
             if self.compression:
                 body = codecs.compress(self.compression, body)
             attrs = self.compression | (TRANSACTIONAL_FLAG if transactional else 0)
+            if self.timestamps:
+                # send_nowait's fast path leaves max_ts to this (one max() per batch)
+                self.max_ts = max(self.max_ts, max(self.timestamps))
             out = bytearray(HEADER.pack(0, BATCH_HEADER_SIZE - 12 + len(body), -1, MAGIC, 0,
                                         attrs, self.record_count - 1, self.base_ts,
                                         self.max_ts, producer_id, producer_epoch, base_sequence,

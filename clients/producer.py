@@ -197,6 +197,7 @@ class Producer(Sender, Transactions):
         self._ignore_keys = cfg["partitioner.ignore.keys"]
         self._sticky_batch: dict[str, ProducerBatch] = {}   # topic -> open batch of its sticky tp
         self._fast_value_max = min(FAST_VALUE_MAX, self._max_request_size - BATCH_HEADER_SIZE - 21)
+        self._fast_room = cfg["batch.size"] - 21      # the slow path's estimate: 21 + value
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -327,7 +328,7 @@ class Producer(Sender, Transactions):
             b = self._sticky_batch.get(topic)
             if b is not None and not b.sealed and not self._closing:
                 v = len(value)
-                if v <= self._fast_value_max and b.size + 21 + v <= self._acc.batch_size:
+                if v <= self._fast_value_max and b.size + v <= self._fast_room:
                     if self._txn is not None:
                         self._txn.check_can_send()
                     ts = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
@@ -342,8 +343,6 @@ class Producer(Sender, Transactions):
                                        NULL_KEY_LEN[v], value, b"\x00"))
                         b.size += r + lens[r]
                         b.record_count = n + 1
-                        if ts > b.max_ts:
-                            b.max_ts = ts
                         b.callbacks.append(on_delivery)
                         b.timestamps.append(ts)
                         if on_delivery is not None:
