@@ -323,11 +323,6 @@ def test_three_members_share_six_partitions_one_leaves(assignor):
     assert sorted(tp for v in owners.values() for tp in v) == [("orders", p) for p in range(6)]
 
 
-@pytest.mark.xfail(strict=True, reason="broker bug (partition_server/group/consumer_group.py): a "
-                   "full heartbeat whose owned partitions differ from the assignment the "
-                   "coordinator last sent gets assignment=None, so a member that lost the answer "
-                   "carrying a revocation never hears of it until its rebalance timeout; Kafka "
-                   "resends the assignment on a full request")
 def test_lost_answer_is_recovered_with_previous_epoch():
     g = Group(4)
     a = g.add("a")
@@ -378,7 +373,7 @@ def churn(seed, monkeypatch):
     are delivered late and in any order across members (one in flight per member), some never
     reach the coordinator, reconciliations run late. After every event no partition is owned
     by two members; once the churn stops the group converges (every partition of a subscribed
-    topic owned once, every member STABLE). Lost *answers* are left out: see the xfail above."""
+    topic owned once, every member STABLE). Lost *answers* are left out: see test_lost_answer_is_recovered_with_previous_epoch."""
     import random
     rng = random.Random(seed)
     # member ids from the seed, so that a failing seed replays exactly

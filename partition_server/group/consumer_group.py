@@ -336,7 +336,10 @@ class ConsumerGroupCoordinatorState:
         g.reconcile(m, now_ms)
         current = _norm(m.assigned)
         send = None
-        if current != m.last_sent:
+        # a full heartbeat (owned partitions given) that does not match what we want the member
+        # to own gets the assignment again, as Kafka's coordinator does: the answer that carried
+        # it may have been lost (else the member would wait out its rebalance timeout)
+        if current != m.last_sent or (owned is not None and _norm(owned) != current):
             send, m.last_sent = current, current
         return HeartbeatResult(ErrorCode.NONE, member_id, m.member_epoch, send)
 
