@@ -43,8 +43,9 @@ After (2026-11-23, 300k records, 3 rounds, medians, see the figures below for th
 | 15:21 (6.9-7.8) | 0.33 (0.41, 0.33, 0.88; 86k vs 259k) | 1.12 |
 | 15:27 (9.9-9.1) | 0.92 (0.55, 1.29, 0.65; 117k vs 128k) | 1.35 |
 | 15:28 (9.1-8.4) | 0.77 (0.77, 0.64, 1.16; 191k vs 250k) | 1.41 |
+| 15:36, e9f7580 (11.4-8.3) | 0.99 (0.91, 1.27, 1.02; 222k vs 225k) | 0.94 |
 
-The median run is ~0.7 at acks=1 (15 rounds: median 0.73, 11 of 15 at or above 0.55) and
+The median run is ~0.77 at acks=1 (18 rounds: median 0.78, 15 of 18 at or above 0.55) and
 ~1.1 at acks=all, but single runs swing from 0.33 to 1.05 with the other jobs on the machine:
 our process's CPU per run is steady (CPU time of 5 back-to-back runs within +-15%) while its
 wait for a CPU went from 0.3 s to 2.3 s. librdkafka's 2-3 busy threads also get 2-3 shares of
