@@ -14,6 +14,7 @@ Runs (2026-11-23, 2 cores shared with other jobs):
 | 200k x 2, before background fetch | ~20 | 49k / 117k | 0.42 | 57k / 315k | 0.18 |
 | 200k x 3, background fetch | ~6 | 202k / 172k | 1.17 | 202k / 906k | 0.22 |
 | 300k x 3, background fetch | ~5 | 181k / 261k | 0.69 | 197k / 1129k | 0.17 |
+| 300k x 3, C record decoder (4th session) | ~5 | 297k / 209k | 1.42 | 424k / 718k | 0.59 |
 
 Reading: uncompressed we are within a factor of ~1.5 of librdkafka; compressed, librdkafka
 decompresses and parses in C on its own threads while we spend ~5 us per record decoding in
