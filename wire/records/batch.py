@@ -355,14 +355,15 @@ def decode_records(data, count: int, base_offset: int, base_timestamp: int,
     return decode_records_py(data, count, base_offset, base_timestamp, log_append_time)
 
 
-def decode_records_py(data, count: int, base_offset: int, base_timestamp: int,
-                      log_append_time: int | None = None) -> list[DecodedRecord]:
-    """The pure-Python reference decoder (the C `decode_records` mirrors it check by check)."""
+def iter_record_fields(data, count: int):
+    """The pure-Python reference parser of an uncompressed records body: yields
+    (timestamp_delta, offset_delta, key, value, headers) for each of `count` records, checking
+    each record as it goes and, once all are read, that they fill `data` exactly. The C
+    decoders mirror its checks and DecodeError messages one by one."""
     if count < 0 or count > len(data):
         raise DecodeError(f"record count {count} does not fit the {len(data)} bytes of records")
     buf = data if isinstance(data, bytes) else bytes(data)   # bytes index and slice fastest
     n = len(buf)
-    out = []
     pos = 0
     for _ in range(count):
         length, pos = _varint(buf, pos)
@@ -386,12 +387,19 @@ def decode_records_py(data, count: int, base_offset: int, base_timestamp: int,
             headers.append((hk.decode("utf-8", "replace"), hv))
         if pos != end:
             raise DecodeError("record length does not match its fields")
-        ts = log_append_time if log_append_time is not None else base_timestamp + ts_delta
-        out.append(DecodedRecord(base_offset + off_delta, ts, key, value, headers))
+        yield ts_delta, off_delta, key, value, headers
     if pos != n:
         # Kafka rejects a batch whose records do not fill it exactly ("records still remaining")
         raise DecodeError(f"{n - pos} bytes left after the batch's {count} records")
-    return out
+
+
+def decode_records_py(data, count: int, base_offset: int, base_timestamp: int,
+                      log_append_time: int | None = None) -> list[DecodedRecord]:
+    """The pure-Python reference decoder (the C `decode_records` mirrors it check by check)."""
+    return [DecodedRecord(base_offset + off_delta,
+                          log_append_time if log_append_time is not None
+                          else base_timestamp + ts_delta, key, value, headers)
+            for ts_delta, off_delta, key, value, headers in iter_record_fields(data, count)]
 
 
 _c_encode = _c_decode = _c_encode_records = None

@@ -25,7 +25,7 @@ from typing import Callable, NamedTuple
 from wire.errors import DecodeError
 from wire.records import compression as codecs
 from wire.records.batch import (BATCH_HEADER_SIZE, Compression, RecordBatchHeader, TimestampType,
-                                _varint, _varlong, iter_batches, speedups)
+                                iter_batches, iter_record_fields, speedups)
 
 _MAX_I32 = 2**31 - 1          # Arrow "binary" offsets are int32: 2 GiB of keys or values at most
 _LITTLE = sys.byteorder == "little"
@@ -93,55 +93,22 @@ def _le(typecode: str, values) -> bytes:
     return a.tobytes()
 
 
-def _read_bytes(buf: bytes, pos: int):
-    n, pos = _varint(buf, pos)
-    if n < 0:
-        return None, pos
-    end = pos + n
-    if end > len(buf):
-        raise DecodeError("record field runs past the end of the batch")
-    return buf[pos:end], end
-
-
 def _decode_body(body, count: int, base_offset: int, base_ts: int, lat, ts_type: int, lo: int,
                  hi: int, limit: int, cols: _Columns) -> int:
     """Append the records of one uncompressed body with offsets in [lo, hi), at most `limit`
     of them, to `cols`; returns how many were appended. Checks exactly what decode_records
     checks (same DecodeError messages), for every record it reads."""
-    if count < 0 or count > len(body):
-        raise DecodeError(f"record count {count} does not fit the {len(body)} bytes of records")
-    buf = body if isinstance(body, bytes) else bytes(body)
-    n = len(buf)
     offs, stamps, key_ends, value_ends = [], [], [], []
     key_data, value_data = cols.key_data, cols.value_data
     key_valid, value_valid, headers = cols.key_valid, cols.value_valid, cols.headers
-    pos = 0
     kept = 0
-    for _ in range(count):
-        if kept >= limit:
-            return _flush(cols, offs, stamps, key_ends, value_ends, ts_type)
-        length, pos = _varint(buf, pos)
-        end = pos + length
-        if length < 1 or end > n:
-            raise DecodeError("record length runs past the end of the batch")
-        ts_delta, pos = _varlong(buf, pos + 1)             # skip the unused attributes
-        off_delta, pos = _varint(buf, pos)
-        key, pos = _read_bytes(buf, pos)
-        value, pos = _read_bytes(buf, pos)
-        nh, pos = _varint(buf, pos)
-        if nh < 0 or nh > end - pos:
-            raise DecodeError("bad header count")
-        hs = []
-        for _h in range(nh):
-            hk, pos = _read_bytes(buf, pos)
-            hv, pos = _read_bytes(buf, pos)
-            if hk is None:
-                raise DecodeError("null header key")
-            hs.append((hk.decode("utf-8", "replace"), hv))
-        if pos != end:
-            raise DecodeError("record length does not match its fields")
-        offset = base_offset + off_delta
-        if lo <= offset < hi:
+    if limit <= 0 and (count < 0 or count > len(body)):      # refused even when none is wanted
+        raise DecodeError(f"record count {count} does not fit the {len(body)} bytes of records")
+    if limit > 0:
+        for ts_delta, off_delta, key, value, hs in iter_record_fields(body, count):
+            offset = base_offset + off_delta
+            if not lo <= offset < hi:
+                continue
             kept += 1
             offs.append(offset)
             ts = lat if lat is not None else base_ts + ts_delta
@@ -162,8 +129,8 @@ def _decode_body(body, count: int, base_offset: int, base_ts: int, lat, ts_type:
             value_ends.append(len(value_data))
             if headers is not None:
                 headers.append(hs)
-    if pos != n:
-        raise DecodeError(f"{n - pos} bytes left after the batch's {count} records")
+            if kept >= limit:
+                break                 # the rest of the body is not read (nor checked)
     return _flush(cols, offs, stamps, key_ends, value_ends, ts_type)
 
 
