@@ -102,35 +102,38 @@ def _decode_body(body, count: int, base_offset: int, base_ts: int, lat, ts_type:
     key_data, value_data = cols.key_data, cols.value_data
     key_valid, value_valid, headers = cols.key_valid, cols.value_valid, cols.headers
     kept = 0
-    if limit <= 0 and (count < 0 or count > len(body)):      # refused even when none is wanted
-        raise DecodeError(f"record count {count} does not fit the {len(body)} bytes of records")
-    if limit > 0:
-        for ts_delta, off_delta, key, value, hs in iter_record_fields(body, count):
-            offset = base_offset + off_delta
-            if not lo <= offset < hi:
-                continue
-            kept += 1
-            offs.append(offset)
-            ts = lat if lat is not None else base_ts + ts_delta
-            if not _MIN_I64 <= ts <= _MAX_I64:
-                raise DecodeError("record timestamp out of the int64 range")
-            stamps.append(ts)
-            if key is None:
-                key_valid.append(0)
-            else:
-                key_valid.append(1)
-                key_data += key
-            key_ends.append(len(key_data))
-            if value is None:
-                value_valid.append(0)
-            else:
-                value_valid.append(1)
-                value_data += value
-            value_ends.append(len(value_data))
-            if headers is not None:
-                headers.append(hs)
-            if kept >= limit:
-                break                 # the rest of the body is not read (nor checked)
+    if limit <= 0 and count != 0:
+        # over the limit before the first record: nothing is read, only the count is checked
+        if count < 0 or count > len(body):
+            raise DecodeError(f"record count {count} does not fit the {len(body)} bytes of records")
+        return _flush(cols, offs, stamps, key_ends, value_ends, ts_type)
+    for i, (ts_delta, off_delta, key, value, hs) in enumerate(iter_record_fields(body, count)):
+        offset = base_offset + off_delta
+        if not lo <= offset < hi:
+            continue
+        kept += 1
+        offs.append(offset)
+        ts = lat if lat is not None else base_ts + ts_delta
+        if not _MIN_I64 <= ts <= _MAX_I64:
+            raise DecodeError("record timestamp out of the int64 range")
+        stamps.append(ts)
+        if key is None:
+            key_valid.append(0)
+        else:
+            key_valid.append(1)
+            key_data += key
+        key_ends.append(len(key_data))
+        if value is None:
+            value_valid.append(0)
+        else:
+            value_valid.append(1)
+            value_data += value
+        value_ends.append(len(value_data))
+        if headers is not None:
+            headers.append(hs)
+        if kept >= limit and i < count - 1:
+            break                 # the records left are not read (nor checked); after the
+                                  # last one, the parser still checks the body's end
     return _flush(cols, offs, stamps, key_ends, value_ends, ts_type)
 
 

@@ -157,3 +157,4 @@ def test_matches_decode_batch(impl, batches, lo, span, include_headers, max_reco
     got = decode_columns(data, start_offset=lo, end_offset=hi, include_headers=include_headers,
                          max_records=max_records)
     assert _as_rows(got) == _reference(data, lo, hi, include_headers, max_records)
+
