@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterator, NamedTuple
 
 from spark_connector import kafka_io
 from spark_connector.offsets import DATA_LOSS_HINT, DataLossError, OffsetRange
@@ -62,16 +63,25 @@ def to_arrow(cols: RecordColumns, schema, topic: str, partition: int):
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def decode_fetched(records, offset: int, until: int, include_headers: bool,
-                   aborted: list[tuple[int, int]] | None = None):
-    """(RecordColumns of the records in [offset, until), next offset to fetch) for one Fetch
-    response's records bytes.
+class FetchedRange(NamedTuple):
+    """What one Fetch answer holds for [offset, until): where the next fetch starts, and the
+    batches read_committed drops."""
+    records: bytes
+    offset: int
+    until: int
+    next_offset: int
+    dropped: frozenset
+
+
+def scan_fetched(records, offset: int, until: int,
+                 aborted: list[tuple[int, int]] | None = None) -> FetchedRange:
+    """One pass over the batch headers of a Fetch answer (no record is decoded).
 
     The next offset is past every batch seen (capped at `until`), so control batches and
     batches dropped as aborted still move the reader on. `aborted` (read_committed: the
     response's aborted transactions) drops whole batches; the filter must also see the control
     batches that end each aborted transaction, which decode_columns never hands to its
-    `keep_batch`, so the batches to drop are picked here in one pass over the headers."""
+    `keep_batch`, so the batches to drop are picked here."""
     keep = _aborted_filter(aborted) if aborted else None
     dropped: set[int] = set()
     next_offset = offset
@@ -81,10 +91,22 @@ def decode_fetched(records, offset: int, until: int, include_headers: bool,
         next_offset = max(next_offset, min(h.next_offset, until))
         if keep is not None and not keep(h):
             dropped.add(h.base_offset)
+    return FetchedRange(records, offset, until, next_offset, frozenset(dropped))
+
+
+def decode_scanned(f: FetchedRange, include_headers: bool) -> RecordColumns:
+    dropped = f.dropped
     keep_batch = (lambda h: h.base_offset not in dropped) if dropped else None
-    cols = decode_columns(records, start_offset=offset, end_offset=until,
+    return decode_columns(f.records, start_offset=f.offset, end_offset=f.until,
                           include_headers=include_headers, keep_batch=keep_batch)
-    return cols, next_offset
+
+
+def decode_fetched(records, offset: int, until: int, include_headers: bool,
+                   aborted: list[tuple[int, int]] | None = None):
+    """(RecordColumns of the records in [offset, until), next offset to fetch) for one Fetch
+    answer's records bytes: `scan_fetched`, then decode."""
+    f = scan_fetched(records, offset, until, aborted)
+    return decode_scanned(f, include_headers), f.next_offset
 
 
 def _aborted_filter(aborted: list[tuple[int, int]]):
@@ -107,13 +129,34 @@ def read_range(client_config: kafka_io.ClientConfig, rng: OffsetRange, *,
                include_headers: bool = False, fail_on_data_loss: bool = True,
                isolation_level: int = 0, fetch_max_bytes: int = 4 << 20,
                poll_timeout_ms: int = 120_000) -> Iterator:
+    """Arrow batches of the records of `rng`, one per Fetch answer.
+
+    The next Fetch is sent (on a helper thread) as soon as an answer's batch headers say
+    where it starts, before that answer is decoded and handed to Spark: the broker's work and
+    the transfer overlap with Spark consuming the previous batch, instead of the task waiting
+    for each round trip in turn. At most one Fetch is in flight per task."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftka-prefetch")
+    try:
+        yield from _read_range(pool, client_config, rng, include_headers, fail_on_data_loss,
+                               isolation_level, fetch_max_bytes, poll_timeout_ms)
+    finally:
+        # an abandoned read (task killed, limit reached) leaves at most one Fetch to finish
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _read_range(pool, client_config, rng, include_headers, fail_on_data_loss, isolation_level,
+                fetch_max_bytes, poll_timeout_ms):
     schema = arrow_schema(include_headers)
     client = kafka_io.get_client(client_config)
     topic, partition = rng.topic, rng.partition
     offset, until = rng.from_offset, rng.until_offset
     stalled_since = None
+    prefetched = None          # Future of the Fetch at `offset`, sent while the last was decoded
     while offset < until:
-        res = client.fetch(topic, partition, offset, fetch_max_bytes, isolation_level)
+        if prefetched is not None:
+            res, prefetched = prefetched.result(), None
+        else:
+            res = client.fetch(topic, partition, offset, fetch_max_bytes, isolation_level)
         if res.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
             earliest = client.list_offsets({(topic, partition): kafka_io.EARLIEST})[
                 (topic, partition)]
@@ -133,11 +176,15 @@ def read_range(client_config: kafka_io.ClientConfig, rng: OffsetRange, *,
                 raise DataLossError(msg)
             log.warning("skipping lost records: %s", msg)
             return
-        cols, next_offset = decode_fetched(
-            res.records, offset, until, include_headers,
-            res.aborted if isolation_level == 1 else None)
+        scanned = scan_fetched(res.records, offset, until,
+                               res.aborted if isolation_level == 1 else None)
+        next_offset = scanned.next_offset
         if next_offset > offset:
             stalled_since = None
+            if next_offset < until:
+                prefetched = pool.submit(client.fetch, topic, partition, next_offset,
+                                         fetch_max_bytes, isolation_level)
+            cols = decode_scanned(scanned, include_headers)
             offset = next_offset
             if cols.count:
                 yield to_arrow(cols, schema, topic, partition)

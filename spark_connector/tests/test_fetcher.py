@@ -117,3 +117,71 @@ def test_truncated_tail_is_left_for_the_next_fetch():
     second = build_batch([(b"c", b"3", [], 1)], base_offset=2)
     batch, next_offset = arrow_of(first + second[:-5], 0, 10, False)
     assert [g["offset"] for g in rows(batch)] == [0, 1] and next_offset == 2
+
+
+class _FakeLog:
+    """A partition log served as a leader would: whole batches from the one holding `offset`,
+    at least one, then as many as fit `max_bytes`."""
+
+    def __init__(self, batches: list[bytes], fail_at: int | None = None):
+        from wire.records.batch import iter_batches as _iter
+        self.batches = [(next(_iter(b)), b) for b in batches]
+        self.fail_at, self.fetched = fail_at, []
+
+    def fetch(self, topic, partition, offset, max_bytes=4 << 20, isolation_level=0,
+              max_wait_ms=200):
+        from spark_connector.kafka_io import FetchResult
+        self.fetched.append(offset)
+        if offset == self.fail_at:
+            raise RuntimeError(f"fetch at {offset} failed")
+        out = b""
+        for h, raw in self.batches:
+            if h.next_offset <= offset:
+                continue
+            if out and len(out) + len(raw) > max_bytes:
+                break
+            out += raw
+        end = self.batches[-1][0].next_offset
+        return FetchResult(0, end, end, 0, out, [])
+
+
+def _read_with(monkeypatch, log, lo, hi, max_bytes):
+    from spark_connector import fetcher, kafka_io
+    from spark_connector.offsets import OffsetRange
+    monkeypatch.setattr(kafka_io, "get_client", lambda cfg: log)
+    return fetcher.read_range(kafka_io.ClientConfig("h:1"), OffsetRange("t", 0, lo, hi),
+                              fetch_max_bytes=max_bytes)
+
+
+def _log_of(n_batches, per_batch=10):
+    return [build_batch([(b"k%d" % i, b"v" * 100, [], 1) for i in range(per_batch)],
+                        base_offset=b * per_batch) for b in range(n_batches)]
+
+
+def test_read_range_with_prefetch_reads_every_record_once(monkeypatch):
+    log = _FakeLog(_log_of(40))
+    size = len(log.batches[0][1])
+    batches = list(_read_with(monkeypatch, log, 5, 395, max_bytes=3 * size))
+    offsets = [o for b in batches for o in b.column("offset").to_pylist()]
+    assert offsets == list(range(5, 395))
+    # each fetch starts where the previous answer ended; none past the range
+    assert log.fetched == sorted(set(log.fetched)) and log.fetched[0] == 5
+    assert all(o < 395 for o in log.fetched)
+
+
+def test_read_range_prefetch_error_reaches_the_task(monkeypatch):
+    log = _FakeLog(_log_of(10), fail_at=30)
+    size = len(log.batches[0][1])
+    it = _read_with(monkeypatch, log, 0, 100, max_bytes=3 * size)
+    assert next(it).num_rows == 30
+    with pytest.raises(RuntimeError, match="fetch at 30 failed"):
+        list(it)
+
+
+def test_read_range_closed_early_does_not_hang(monkeypatch):
+    log = _FakeLog(_log_of(10))
+    size = len(log.batches[0][1])
+    it = _read_with(monkeypatch, log, 0, 100, max_bytes=size)
+    assert next(it).num_rows == 10
+    it.close()                  # Spark stops reading (a limit, a killed task)
+    assert len(log.fetched) <= 2
