@@ -37,7 +37,7 @@ import trio
 
 from clients.admin import AdminClient
 from clients.errors import KafkaTimeoutError
-from clients.producer import Producer
+from clients.producer import DeliveryFuture, Producer
 
 
 class LoopThread:
@@ -108,20 +108,26 @@ class SendFuture:
     `future()` returns it for `concurrent.futures.wait` / `as_completed`. Most producers never
     pay for it: `result()` after `flush()` reads the batch's outcome directly.
 
-    Thread safety: the loop thread alone writes `_dfut` / `_exc` and the batch's outcome. A
+    Thread safety: the loop thread alone writes `_out` and the batch's outcome. A
     caller thread reads the outcome directly only once it is known complete - the record was
     sent before a `flush` (or a transaction's commit/abort, or `close`) that returned - or when
     it runs on the loop thread itself (inside a delivery callback); otherwise it goes through
     the Future, which the loop thread completes."""
 
-    __slots__ = ("_owner", "_seq", "_item", "_dfut", "_exc", "_cf")
+    # One object per record and no tuple of arguments: every object a send allocates is more
+    # work for the garbage collector while records are queued or their handles kept.
+    __slots__ = ("_owner", "_seq", "_topic", "_value", "_cb", "_extra", "_out", "_cf")
 
-    def __init__(self, owner: "SyncProducer", seq: int, item: tuple):
+    def __init__(self, owner: "SyncProducer", seq: int, topic: str, value, cb, extra):
         self._owner = owner
         self._seq = seq
-        self._item = item        # the send's arguments until drained (then None)
-        self._dfut = None        # the producer's DeliveryFuture, once in the accumulator
-        self._exc = None         # the error that kept the record out of the accumulator
+        self._topic = topic
+        self._value = value
+        self._cb = cb
+        self._extra = extra      # None, or (key, partition, headers, timestamp_ms)
+        # None until the loop thread takes the record; then the producer's DeliveryFuture, or
+        # the error that kept the record out of the accumulator
+        self._out = None
         self._cf = None          # concurrent.futures.Future, made on demand
 
     # -- outcome, read directly when it is safe (see the class docstring) ------------------------
@@ -131,10 +137,10 @@ class SendFuture:
         return self._seq <= o._settled or threading.get_ident() == o._loop_ident
 
     def done(self) -> bool:
-        d = self._dfut
-        if d is not None:
-            return d.done()
-        return self._exc is not None
+        d = self._out
+        if d is None:
+            return False
+        return d.__class__ is not DeliveryFuture or d.done()
 
     def running(self) -> bool:
         return not self.done()
@@ -149,10 +155,12 @@ class SendFuture:
     def _direct(self):
         """(True, meta, exc) when the outcome can be read on this thread now."""
         if self._settled_here():
-            if self._exc is not None:
-                return True, None, self._exc
-            d = self._dfut
-            if d is not None and d.done():
+            d = self._out
+            if d is None:
+                pass
+            elif d.__class__ is not DeliveryFuture:
+                return True, None, d
+            elif d.done():
                 exc = d.exception()
                 return True, (None if exc is not None else d.result()), exc
         return False, None, None
@@ -284,14 +292,18 @@ class SyncProducer:
         txn = self._producer._txn
         if txn is not None:
             txn.check_can_send()     # misuse fails here, in the caller's thread
-        size = (0 if value is None else len(value)) + (0 if key is None else len(key))
+        if key is None and partition is None and headers is None and timestamp_ms is None:
+            extra = None
+            size = 0 if value is None else len(value)
+        else:
+            extra = (key, partition, headers, timestamp_ms)
+            size = (0 if value is None else len(value)) + (0 if key is None else len(key))
         with self._lock:
             if self._pending >= self._max_queued or \
                     (self._pending and self._pending_bytes + size > self._max_queued_bytes):
                 self._wait_for_room(size)
             self._seq = seq = self._seq + 1
-            h = SendFuture(self, seq, (topic, value, key, partition, headers, timestamp_ms,
-                                       on_delivery))
+            h = SendFuture(self, seq, topic, value, on_delivery, extra)
             self._queue.append(h)
             self._pending += 1
             self._pending_bytes += size
@@ -348,43 +360,41 @@ class SyncProducer:
         popleft = items.popleft
         while items:
             h = popleft()
-            topic, value, key, partition, headers, ts, cb = item = h._item
+            value = h._value
+            extra = h._extra
             try:
-                if key is None and partition is None and headers is None and ts is None:
-                    d = send_nowait(topic, value, on_delivery=cb)
+                if extra is None:
+                    d = send_nowait(h._topic, value, on_delivery=h._cb)
                 else:
-                    d = send_nowait(topic, value, key, partition=partition, headers=headers,
-                                    timestamp_ms=ts, on_delivery=cb)
+                    key, partition, headers, ts = extra
+                    size += 0 if key is None else len(key)
+                    d = send_nowait(h._topic, value, key, partition=partition, headers=headers,
+                                    timestamp_ms=ts, on_delivery=h._cb)
             except Exception as exc:  # noqa: BLE001 - reported through the handle
-                h._item = None
-                h._exc = exc
-                d = False
+                d = exc
             n += 1
-            size += (0 if value is None else len(value)) + (0 if key is None else len(key))
+            if value is not None:
+                size += len(value)
             if d is None:
                 # metadata not loaded or buffer full: the async send waits; keep order behind it
                 self._blocked = True
                 self._blocked_handle = h
                 self._backlog = items
-                self._loop.nursery.start_soon(self._send_blocking, h, item)
+                self._loop.nursery.start_soon(self._send_blocking, h)
                 break
-            if d is not False:
-                h._item = None
-                h._dfut = d
+            h._out = d
         if self._unlinked:
             self._link_drained()
         return n, size
 
-    async def _send_blocking(self, h: SendFuture, item: tuple) -> None:
-        topic, value, key, partition, headers, ts, cb = item
+    async def _send_blocking(self, h: SendFuture) -> None:
+        key, partition, headers, ts = h._extra or (None, None, None, None)
         try:
-            d = await self._producer.send(topic, value, key, partition=partition,
-                                          headers=headers, timestamp_ms=ts, on_delivery=cb)
+            h._out = await self._producer.send(h._topic, h._value, key, partition=partition,
+                                               headers=headers, timestamp_ms=ts,
+                                               on_delivery=h._cb)
         except Exception as exc:  # noqa: BLE001 - reported through the handle
-            h._exc = exc
-        else:
-            h._dfut = d
-        h._item = None
+            h._out = exc
         self._blocked = False
         self._blocked_handle = None
         if self._unlinked:
@@ -401,9 +411,9 @@ class SyncProducer:
 
     def _link(self, h: SendFuture) -> None:
         """Complete `h`'s Future when its record is settled (on the loop thread)."""
-        if h._dfut is None and h._exc is None:
+        if h._out is None:
             self._drain()
-            if h._dfut is None and h._exc is None:
+            if h._out is None:
                 self._unlinked.append(h)    # behind a blocked record: linked once drained
                 return
         self._link_now(h)
@@ -411,18 +421,18 @@ class SyncProducer:
     def _link_drained(self) -> None:
         waiting, self._unlinked = self._unlinked, []
         for h in waiting:
-            if h._dfut is None and h._exc is None:
+            if h._out is None:
                 self._unlinked.append(h)
             else:
                 self._link_now(h)
 
     @staticmethod
     def _link_now(h: SendFuture) -> None:
-        cf = h._cf
-        if h._exc is not None:
-            cf.set_exception(h._exc)
+        cf, d = h._cf, h._out
+        if d.__class__ is not DeliveryFuture:
+            cf.set_exception(d)
         else:
-            h._dfut.add_callback(lambda meta, exc: _settle(cf, meta, exc))
+            d.add_callback(lambda meta, exc: _settle(cf, meta, exc))
 
     async def _drain_queue(self) -> None:
         """Until everything queued so far is in the accumulator (or failed)."""
@@ -529,9 +539,8 @@ class SyncProducer:
             if self._waiting:
                 self._space.notify_all()
         for h in left:
-            if h._dfut is None and h._exc is None:
-                h._item = None
-                h._exc = exc
+            if h._out is None:
+                h._out = exc
         self._link_drained()
 
     def __enter__(self) -> "SyncProducer":

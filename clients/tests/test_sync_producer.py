@@ -185,11 +185,11 @@ def test_back_pressure_bounds_the_queue_then_delivers(live):
             used = p._producer._acc.used
         finally:
             live.kill(f"broker-{leader}", signal.SIGCONT)
-        # bounded: the queue holds buffer.memory worth of keys + values (64 records of 1 KB;
-        # max_queued=500 would allow more), the accumulator buffer.memory (64 at most), and
-        # one record waits between the two
-        assert peak <= 65 and used <= 64 * 1024
-        assert 64 <= len(accepted) <= 64 + 64 + 2
+        # bounded: the queue holds buffer.memory worth of keys + values (65 records of 1,000
+        # B; max_queued=500 would allow more), the accumulator buffer.memory (64 at most),
+        # and one record waits between the two
+        assert peak <= 66 and used <= 64 * 1024
+        assert 64 <= len(accepted) and len(accepted) * 1000 <= 2 * 64 * 1024 + 2000
         assert 1.3 <= t_block < 10
         p.flush(60)
         failed = [f for f in accepted if f.exception() is not None]
