@@ -96,6 +96,11 @@ class LoopThread:
             self._thread.join(10)
 
 
+# Records moved into the accumulator per pass of the loop thread (a few ms of work): between
+# passes the sender task runs, so batches go out while a fast caller is still producing.
+DRAIN_PASS = 4096
+
+
 class SendFuture:
     """What `SyncProducer.send` returns: a light handle on one record's outcome, with the
     `concurrent.futures.Future` methods callers use (`result`, `exception`, `done`,
@@ -332,33 +337,47 @@ class SyncProducer:
     # -- on the loop thread ----------------------------------------------------------------------
 
     def _drain(self) -> None:
-        """Move every queued record into the accumulator, in order, until the queue is empty
-        or one record has to wait (metadata not loaded, buffer.memory full): the rest waits
-        behind it in `_backlog`."""
-        while not self._blocked:
-            if self._backlog:
-                items, self._backlog = self._backlog, collections.deque()
-            else:
-                with self._lock:
-                    if not self._queue:
-                        self._poked = False
-                        return
-                    items, self._queue = self._queue, collections.deque()
-            done, size = self._accumulate(items)
+        """Move everything queued into the accumulator, in order, until one record has to wait
+        (metadata not loaded, buffer.memory full; the rest waits behind it in `_backlog`).
+
+        One pass per call: what a fast caller queued meanwhile is taken by another pass,
+        scheduled behind the loop's other work, so the sender gets its turn between passes
+        (looping here until the queue stays empty would keep the network idle for as long as
+        the caller keeps up)."""
+        if self._blocked:
+            return      # the blocked record's task calls _drain again when it is through
+        if self._backlog:
+            items, self._backlog = self._backlog, collections.deque()
+        else:
             with self._lock:
-                self._pending -= done
-                self._pending_bytes -= size
-                if self._waiting:
-                    self._space.notify_all()
-        # blocked: the blocked record's task calls _drain again when it is through
+                if not self._queue:
+                    self._poked = False
+                    return
+                items, self._queue = self._queue, collections.deque()
+        done, size = self._accumulate(items)
+        with self._lock:
+            self._pending -= done
+            self._pending_bytes -= size
+            if self._waiting:
+                self._space.notify_all()
+            again = not self._blocked and (self._backlog or self._queue)
+            if not again and not self._blocked:
+                self._poked = False
+        if again:
+            self._loop.run_sync_soon(self._drain)
 
     def _accumulate(self, items: collections.deque) -> tuple[int, int]:
-        """Hand `items` to the producer until one must wait; returns (count, key+value bytes)
-        of the records that left the queue (accumulated, failed, or now waiting)."""
+        """Hand up to DRAIN_PASS of `items` to the producer, until one must wait; the rest
+        goes to `_backlog`. Returns (count, key+value bytes) of the records that left the
+        queue (accumulated, failed, or now waiting)."""
         send_nowait = self._producer.send_nowait
         n = size = 0
         popleft = items.popleft
+        limit = DRAIN_PASS
         while items:
+            if n == limit:
+                self._backlog = items      # next pass, after the sender's turn
+                break
             h = popleft()
             value = h._value
             extra = h._extra
