@@ -238,13 +238,14 @@ def _settle(cf: concurrent.futures.Future, meta, exc) -> None:
 class SyncProducer:
     """A `Producer` behind a blocking API; any number of threads may share one.
 
-    `send` costs the calling thread a few microseconds: it appends the record to a deque under
-    one lock and returns a `SendFuture`; the producer's loop thread takes everything queued in
-    one go (one lock per drain, not per record) and appends it to the accumulator with the
-    async producer's `send_nowait`, the user's `on_delivery` passed straight through (no
-    callback at all for records without one). The loop is woken only when the queue goes from
-    empty to non-empty; a record arriving while the loop is still busy with the previous lot
-    waits for the loop's next pass, never for a timer.
+    `send` costs the calling thread ~1-2 us: it appends the record to a deque under one lock
+    and returns a `SendFuture`; the producer's loop thread takes everything queued in one go
+    (one lock per pass, not per record) and appends it, up to DRAIN_PASS records per pass, to
+    the accumulator with the async producer's `send_nowait`, the user's `on_delivery` passed
+    straight through (no callback at all for records without one). The loop is woken only when
+    the queue goes from empty to non-empty; records arriving while it is still busy with the
+    previous lot are taken by its next pass, never left for a timer. Records are stamped
+    (CreateTime) when the loop takes them, as before, not in `send`.
 
     Back-pressure: records queued but not yet in the accumulator are bounded by `max_queued`
     records and `buffer.memory` bytes (keys + values); the accumulator itself is bounded by
@@ -254,6 +255,7 @@ class SyncProducer:
     def __init__(self, bootstrap: str | None = None, config: dict | None = None,
                  max_queued: int = 100_000, **kwargs):
         self._producer = Producer(bootstrap, config, **kwargs)
+        self._txn = self._producer._txn       # set once, in Producer.__init__
         self._max_queued = max_queued
         self._max_queued_bytes = self._producer.config["buffer.memory"]
         self._max_block_s = self._producer.config["max.block.ms"] / 1000
@@ -294,9 +296,8 @@ class SyncProducer:
         Blocks only when the queue is full (back-pressure), up to `max.block.ms`."""
         if self._closed:
             raise RuntimeError("producer is closed")
-        txn = self._producer._txn
-        if txn is not None:
-            txn.check_can_send()     # misuse fails here, in the caller's thread
+        if self._txn is not None:
+            self._txn.check_can_send()     # misuse fails here, in the caller's thread
         if key is None and partition is None and headers is None and timestamp_ms is None:
             extra = None
             size = 0 if value is None else len(value)
@@ -331,6 +332,8 @@ class SyncProducer:
                     timeout=self._max_block_s):
                 raise KafkaTimeoutError(f"send queue full for {self._max_block_s:g} s "
                                         "(max.block.ms)")
+            if self._closed:
+                raise RuntimeError("producer is closed")
         finally:
             self._waiting -= 1
 
