@@ -243,3 +243,38 @@ def test_close_while_broker_paused_fails_records_instead_of_hanging(live):
         assert isinstance(f.exception(timeout=5), KafkaTimeoutError)
         with pytest.raises(KafkaTimeoutError):
             f.result(timeout=5)
+
+
+def test_transaction_commit_and_abort_settle_the_handles(live):
+    """Records queued by send() join the transaction before commit/abort; once commit returns
+    every handle holds its offset, read without waiting; after an abort every handle is
+    settled too (written then aborted, or failed) and none hangs. read_committed sees only
+    the committed ones."""
+    topic = _topic(live, "sync-txn", 2)
+    tid = f"sync-txn-{uuid.uuid4().hex[:6]}"
+    with SyncProducer(live.bootstrap, {"transactional.id": tid, "linger.ms": 5,
+                                       "transaction.timeout.ms": 20000}) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        committed = [p.send(topic, b"c%d" % i, partition=i % 2) for i in range(200)]
+        p.commit_transaction()
+        assert all(h._seq <= p._settled for h in committed)     # read directly, no Future
+        metas = [h.result() for h in committed]
+        assert all(h._cf is None for h in committed)
+        assert sorted(m.offset for m in metas if m.partition == 0) == list(range(100))
+        p.begin_transaction()
+        aborted = [p.send(topic, b"a%d" % i, partition=i % 2) for i in range(50)]
+        p.abort_transaction()
+        assert all(h.done() for h in aborted)
+        assert all(h.exception() is None or isinstance(h.exception(), KafkaError)
+                   for h in aborted)
+    with SyncConsumer(live.bootstrap, {"auto.offset.reset": "earliest",
+                                        "enable.auto.commit": False,
+                                        "isolation.level": "read_committed"}) as c:
+        c.assign([(topic, 0), (topic, 1)])
+        values, deadline = [], time.monotonic() + 20
+        while len(values) < 200 and time.monotonic() < deadline:
+            values += [r.value for r in c.poll(500)]
+        time.sleep(0.5)
+        values += [r.value for r in c.poll(200)]
+    assert sorted(values) == sorted(b"c%d" % i for i in range(200))
