@@ -7,11 +7,12 @@ committed offsets are all there, and the group is stable again within session ti
 import threading
 import time
 
+import msgpack
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from partition_server.group.coordinator import OFFSETS_TOPIC, partition_for
+from partition_server.group.coordinator import GROUP_KEY, OFFSETS_TOPIC, partition_for
 from partition_server.testing import LiveCluster
 
 pytestmark = pytest.mark.live
@@ -98,6 +99,31 @@ def _coordinator(admin, group):
     return md.partitions[partition_for(group, len(md.partitions))].leader
 
 
+def _group_record_committed(cluster, group) -> bool:
+    """The coordinator's record of the group is below the high watermark of its
+    __consumer_offsets partition, so a new coordinator will load it (the coordinator appends it
+    once the generation settles; replication may take a while on a loaded machine)."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    n = len(admin.list_topics(OFFSETS_TOPIC, timeout=10).topics[OFFSETS_TOPIC].partitions)
+    key = msgpack.packb([GROUP_KEY, group])
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "f13-probe",
+                  "enable.auto.commit": False})
+    try:
+        tp = TopicPartition(OFFSETS_TOPIC, partition_for(group, n), 0)
+        _, high = c.get_watermark_offsets(tp, timeout=10)
+        c.assign([tp])
+        found, pos, end = False, 0, time.time() + 10
+        while pos < high and time.time() < end:
+            m = c.poll(0.5)
+            if m is None or m.error():
+                continue
+            found = found or (m.key() == key and m.value() is not None)
+            pos = m.offset() + 1
+        return found
+    finally:
+        c.close()
+
+
 def _setup(cluster, topic, group, members):
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     for fut in admin.create_topics([NewTopic(topic, 6, 3, config={"min.insync.replicas": "2"})]).values():
@@ -137,7 +163,7 @@ def _finish(cluster, admin, group, seen, ms, killed, t_kill):
 def test_steady_group_keeps_its_generation_through_coordinator_sigkill(cluster):
     topic, group = "f13-steady", "g-f13-steady"
     admin, seen, ms = _setup(cluster, topic, group, 3)
-    time.sleep(1.0)                                    # the settled generation is persisted
+    _wait(lambda: _group_record_committed(cluster, group), 30, "the settled generation committed")
     state, before = _describe(admin, group)
     assert state == "STABLE" and len(before) == 3
     killed = _coordinator(admin, group)
