@@ -190,12 +190,16 @@ class Broker:
             await trio.sleep(min(lag_ms / 4000, 0.5))
             changes = []
             for hosted in list(self.replicas.partitions.values()):
-                change = hosted.state.isr_change_needed(steady_ms(), lag_ms)
+                change = hosted.state.isr_change_needed(steady_ms(), lag_ms, self._isr_eligible)
                 if change is not None:
                     changes.append((hosted, change))
             if changes:
                 from partition_server.replication.isr import send_alter_partition
                 await send_alter_partition(self, changes)
+
+    def _isr_eligible(self, broker_id: int) -> bool:
+        b = self.image.brokers.get(broker_id)
+        return b is not None and b.usable
 
     def checkpoint_high_watermarks(self) -> None:
         offsets = self.replicas.high_watermarks_to_checkpoint()

@@ -223,9 +223,13 @@ class PartitionState:
         """The leader's own log grew; with a single-member ISR that alone moves the HW."""
         return self.maybe_advance_high_watermark()
 
-    def isr_change_needed(self, now_ms: int, replica_lag_time_max_ms: int) -> IsrChange | None:
+    def isr_change_needed(self, now_ms: int, replica_lag_time_max_ms: int,
+                          eligible=None) -> IsrChange | None:
         """Propose one ISR shrink (laggards) or expansion (caught-up replicas), if any; or the
-        pending one again when its outcome was left uncertain."""
+        pending one again when its outcome was left uncertain. `eligible(broker_id)` (KIP-841):
+        only a broker the metadata shows unfenced may join — a follower that just died looks
+        caught up for up to replica.lag.time.max.ms, and the controller would refuse it
+        (INELIGIBLE_REPLICA) on every tick until then."""
         if self.role is not Role.LEADER:
             return None
         if self.pending_isr is not None:
@@ -243,7 +247,8 @@ class PartitionState:
                        if r not in self.isr and s.log_end_offset != UNKNOWN_OFFSET
                        and s.log_end_offset >= self._high_watermark
                        and s.log_end_offset >= self.epoch_start_offset
-                       and now_ms - s.last_caught_up_ms <= replica_lag_time_max_ms]
+                       and now_ms - s.last_caught_up_ms <= replica_lag_time_max_ms
+                       and (eligible is None or eligible(r))]
             if not joining:
                 return None
             new_isr = tuple(sorted(set(self.isr) | set(joining)))

@@ -77,6 +77,16 @@ def test_caught_up_follower_is_proposed_back_in():
     assert p.pending_isr is None
 
 
+def test_only_an_eligible_broker_is_proposed_back_in():
+    """KIP-841: a caught-up follower whose broker the metadata shows fenced (it just died) is
+    not proposed; once unfenced it is."""
+    p, log = leader(leo=10, isr=(0, 1), now=0)
+    p.update_follower_fetch(1, 10, 1)
+    p.update_follower_fetch(2, 10, 4)
+    assert p.isr_change_needed(5, 1000, eligible=lambda b: b != 2) is None
+    assert p.isr_change_needed(6, 1000, eligible=lambda b: True).new_isr == (0, 1, 2)
+
+
 def test_follower_that_keeps_up_with_moving_leader_counts_as_caught_up():
     p, log = leader(leo=10)
     p.update_follower_fetch(1, 10, 0)
