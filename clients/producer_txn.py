@@ -144,6 +144,11 @@ class Transactions:
         self._fail_unsent(TransactionAbortedError("transaction aborted before the record was "
                                                   "sent"))
         await self._flush_within(timeout_s, "abort_transaction")
+        # an AddPartitionsToTxn still in flight (its records just failed unsent): EndTxn must
+        # follow its answer, or the coordinator may see EndTxn first (INVALID_TXN_STATE)
+        with trio.move_on_after(self._max_block_s if timeout_s is None else timeout_s):
+            while txn.adding:
+                await trio.sleep(0.005)
         if txn.started and await self._end_txn(False, timeout_s):
             txn.needs_epoch_bump = False      # EndTxn v5 bumped it already, sequences reset
         if txn.needs_epoch_bump:
