@@ -19,7 +19,7 @@ import trio
 
 from clients.cluster import TopicPartition
 from wire.records import compression as codecs
-from wire.records.batch import BATCH_HEADER_SIZE, HEADER, MAGIC
+from wire.records.batch import BATCH_HEADER_SIZE, HEADER, MAGIC, _vb, encode_record_fields
 from wire.records.crc32c import crc32c
 
 NO_SEQUENCE = -1
@@ -127,28 +127,10 @@ def record_size(key, value, headers) -> int:
     return size
 
 
-_VARINT1 = [bytes([z]) for z in range(0x80)]
-
-
-def _varint(n: int) -> bytes:
-    """Zig-zag varint (Kafka's record encoding); one- and two-byte values take a fast path."""
-    z = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
-    if z < 0x80:
-        return _VARINT1[z]
-    if z < 0x4000:
-        return bytes(((z & 0x7F) | 0x80, z >> 7))
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 _PID_EPOCH_SEQ = struct.Struct(">qhi")     # producer id, epoch, base sequence at header byte 43
-_NULL = _varint(-1)
+_NULL = _vb(-1)
 # zig-zag varints of 0..8191 (offset deltas, lengths and ms deltas of a batch nearly always)
-SMALL_VARINT = [_varint(n) for n in range(8192)]
+SMALL_VARINT = [_vb(n) for n in range(8192)]
 # length of each of those; the largest value send_nowait's fast path encodes (its record's
 # length must stay below 8192 too; a producer lowers it to fit its max.request.size)
 SMALL_VARINT_LEN = [len(b) for b in SMALL_VARINT]
@@ -265,38 +247,11 @@ class ProducerBatch:
             self.base_ts = self.max_ts = ts
         elif ts > self.max_ts:
             self.max_ts = ts
-        small = SMALL_VARINT
-        d = ts - self.base_ts
-        n = self.record_count
-        parts = [b"\x00", small[d] if 0 <= d < 8192 else _varint(d),
-                 small[n] if n < 8192 else _varint(n)]
-        if key is None:
-            parts.append(_NULL)
-        else:
-            k = len(key)
-            parts += (small[k] if k < 8192 else _varint(k), key)
-        if value is None:
-            parts.append(_NULL)
-        else:
-            v = len(value)
-            parts += (small[v] if v < 8192 else _varint(v), value)
-        if headers:
-            parts.append(_varint(len(headers)))
-            for hk, hv in headers:
-                hk = hk.encode() if isinstance(hk, str) else hk
-                parts += (_varint(len(hk)), hk)
-                if hv is None:
-                    parts.append(_NULL)
-                else:
-                    parts += (_varint(len(hv)), hv)
-        else:
-            parts.append(b"\x00")
-        rec = b"".join(parts)
-        r = len(rec)
-        length = small[r] if r < 8192 else _varint(r)
-        self.body.append(length)
-        self.body.append(rec)
-        self.size += len(length) + len(rec)
+        # the long way (keys, headers, big values): wire.records' encoder (C when built)
+        rec = bytearray()
+        self.size += encode_record_fields(rec, self.record_count, ts - self.base_ts, key, value,
+                                          headers or ())
+        self.body.append(bytes(rec))
         self.record_count += 1
 
     def seal(self, producer_id: int, producer_epoch: int, base_sequence: int,
