@@ -38,7 +38,7 @@ from partition_server.coordinator_append import coordinator_error, wait_committe
 from partition_server.group.consumer_group import (ConsumerGroupCoordinatorState,
                                                    consumer_group_record, restore_consumer_group)
 from partition_server.group.lag import LagMonitor
-from partition_server.group.state import (GroupConfig, GroupCoordinatorState, GroupState,
+from partition_server.group.state import (GroupConfig, GroupCoordinatorState, GroupState, StoreGroup,
                                           expired_offsets, group_record, restore_group)
 from partition_server.replication.partition import Role
 from wire.errors import ErrorCode
@@ -52,6 +52,20 @@ OFFSETS_TOPIC = "__consumer_offsets"
 OFFSET_KEY = 1
 GROUP_KEY = 2
 CONSUMER_GROUP_KEY = 3          # KIP-848 groups
+
+
+GROUP_STORE_TIMEOUT_S = 5.0    # Kafka's offsets.commit.timeout.ms
+
+
+def sync_store_error(err: ErrorCode) -> ErrorCode:
+    """What SyncGroup answers when the generation could not be stored (Kafka's mapping)."""
+    if err in (ErrorCode.NONE, ErrorCode.NOT_COORDINATOR):
+        return err
+    if err in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
+               ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT,
+               ErrorCode.COORDINATOR_NOT_AVAILABLE):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 def java_string_hash(s: str) -> int:
@@ -243,6 +257,9 @@ class GroupCoordinator:
     def deliver(self, effects: list) -> None:
         from partition_server.group.state import JoinResult
         for e in effects:
+            if isinstance(e, StoreGroup):
+                self._nursery.start_soon(self._store_group, e.group_id, e.generation_id)
+                continue
             kind = "join" if isinstance(e, JoinResult) else "sync"
             for key in [k for k in self.waiters if k[0] == kind and k[2] == e.member_id]:
                 event, box = self.waiters.pop(key)
@@ -258,6 +275,11 @@ class GroupCoordinator:
         return box[0] if box else None
 
     async def tick_loop(self) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery               # generation stores run here (see deliver)
+            await self._ticks()
+
+    async def _ticks(self) -> None:
         next_expiry = now_ms() + self.retention_check_ms
         while True:
             await trio.sleep(0.1)
@@ -315,8 +337,8 @@ class GroupCoordinator:
     def _persist_groups(self, now: int) -> None:
         """Write the group record of every group whose settled generation changed."""
         for gid, g in list(self.state.groups.items()):
-            if self.owns(gid) != ErrorCode.NONE:
-                continue
+            if self.owns(gid) != ErrorCode.NONE or g.storing is not None:
+                continue                    # a generation being stored is _store_group's
             if g.state is GroupState.EMPTY and gid not in self._empty_since:
                 self._empty_since[gid] = now
             elif g.members:
@@ -338,6 +360,25 @@ class GroupCoordinator:
                                   [(msgpack.packb([CONSUMER_GROUP_KEY, gid]), msgpack.packb(rec))])
             if err == ErrorCode.NONE:
                 self._persisted[("consumer", gid)] = rec
+
+    async def _store_group(self, gid: str, generation: int) -> None:
+        """Make the group record of a generation the leader just assigned durable (acks=all),
+        then answer the members' SyncGroups (Kafka's storeGroup). A failed store answers them
+        with the error and rebalances."""
+        g = self.state.groups.get(gid)
+        rec = group_record(g) if g is not None and g.storing == generation else None
+        if rec is None:
+            return                          # overtaken by a rebalance, which answered everyone
+        value = msgpack.packb(rec + [self._empty_since.get(gid, steady_ms())])
+        err = await self._append_and_wait(self.partition_of(gid),
+                                          [(msgpack.packb([GROUP_KEY, gid]), value)],
+                                          GROUP_STORE_TIMEOUT_S)
+        if err == ErrorCode.NONE:
+            self._persisted[gid] = rec
+        else:
+            log.warning("group %s: generation %d not stored (%s): rebalancing", gid, generation,
+                        err.name)
+        self.deliver(self.state.stored(gid, generation, sync_store_error(err), steady_ms()))
 
     def _expire_offsets(self, now: int) -> None:
         gone = expired_offsets(self.offsets, self.state.groups, now, self.retention_ms,

@@ -6,7 +6,9 @@ States and transitions:
 
     EMPTY ──join──▶ PREPARING_REBALANCE ──all known members joined (after the initial delay for
         a new group) or rebalance timeout──▶ COMPLETING_REBALANCE (generation + 1, leader chosen,
-        join answers sent) ──leader's SyncGroup──▶ STABLE (assignments sent)
+        join answers sent) ──leader's SyncGroup──▶ (StoreGroup effect: the caller makes the
+        group record durable) ──stored()──▶ STABLE (assignments sent)
+        or ──store failed──▶ PREPARING_REBALANCE (the error sent to every waiting member)
     STABLE / COMPLETING_REBALANCE ──join of a new member, leave, session expiry, changed
         protocols──▶ PREPARING_REBALANCE
     PREPARING_REBALANCE ──rebalance completes with no member──▶ EMPTY (generation + 1)
@@ -69,6 +71,16 @@ class SyncResult:
 
 
 @dataclasses.dataclass
+class StoreGroup:
+    """Effect: persist the group record of `generation_id` (acks=all) and then call
+    `GroupCoordinatorState.stored`. As in Kafka, no member learns its assignment before the
+    generation is durable, so a coordinator failover never forgets a generation whose members
+    already run with it (they would all have to rejoin)."""
+    group_id: str
+    generation_id: int
+
+
+@dataclasses.dataclass
 class GroupConfig:
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1_800_000
@@ -90,6 +102,7 @@ class Group:
         self.pending_members: dict[str, int] = {}   # ids handed out by MEMBER_ID_REQUIRED
         self.rebalance_deadline_ms = 0
         self.initial_delay_until_ms = 0
+        self.storing: int | None = None             # generation whose record is being stored
 
     # -- helpers ----------------------------------------------------------------------------------
 
@@ -119,6 +132,7 @@ class Group:
         if self.state is not GroupState.PREPARING_REBALANCE:
             self.rebalance_deadline_ms = now_ms + timeout
         self.state = GroupState.PREPARING_REBALANCE
+        self.storing = None                         # a store in flight answers no one now
         # Members waiting in SyncGroup for the old generation are answered now with
         # REBALANCE_IN_PROGRESS so they rejoin at once (instead of waiting out the rebalance
         # timeout, which is max.poll.interval.ms — minutes — for most clients); their session
@@ -260,15 +274,33 @@ class GroupCoordinatorState:
         if g.state is GroupState.STABLE:
             return self._sync_result(g, member_id), []
         g.pending_sync.add(member_id)
-        if member_id != g.leader_id:
+        if member_id != g.leader_id or g.storing is not None:
             return None, []
         for mid, m in g.members.items():
             m.assignment = assignments.get(mid, b"")
-        g.state = GroupState.STABLE
-        effects = [self._sync_result(g, mid) for mid in g.pending_sync]
+        g.storing = g.generation_id
+        return None, [StoreGroup(group_id, g.generation_id)]
+
+    def stored(self, group_id: str, generation_id: int, error: ErrorCode, now_ms: int) -> list:
+        """The group record of `generation_id` is durable (error NONE) or could not be stored;
+        returns the SyncGroup answers to deliver. A store overtaken by a rebalance (or a deleted
+        group) answers no one: the rebalance already did."""
+        g = self.groups.get(group_id)
+        if g is None or g.storing != generation_id or g.generation_id != generation_id \
+                or g.state is not GroupState.COMPLETING_REBALANCE:
+            return []
+        g.storing = None
+        if error == ErrorCode.NONE:
+            g.state = GroupState.STABLE
+            effects = [self._sync_result(g, mid) for mid in sorted(g.pending_sync)]
+            g.pending_sync.clear()
+            return effects
+        # Kafka's resetAndPropagateAssignmentError, then a new rebalance
+        for m in g.members.values():
+            m.assignment = b""
+        effects = [SyncResult(mid, error) for mid in sorted(g.pending_sync)]
         g.pending_sync.clear()
-        mine = next(e for e in effects if e.member_id == member_id)
-        return mine, [e for e in effects if e.member_id != member_id]
+        return effects + g._prepare_rebalance(now_ms)
 
     @staticmethod
     def _sync_result(g: Group, member_id: str) -> SyncResult:
@@ -370,10 +402,11 @@ class GroupCoordinatorState:
 # -- persistence (pure): a group's membership as a record value, and back ---------------------------
 
 def group_record(g: Group) -> list | None:
-    """The value persisted for a group once it is Stable or Empty (Kafka's GroupMetadata record):
-    enough for a new coordinator to keep the generation going without a rebalance. None while a
-    rebalance is in flight (only settled generations are persisted)."""
-    if g.state not in (GroupState.STABLE, GroupState.EMPTY):
+    """The value persisted for a group once it is Stable or Empty, or its generation is being
+    stored (Kafka's GroupMetadata record): enough for a new coordinator to keep the generation
+    going without a rebalance. None while a rebalance is in flight (only settled generations
+    are persisted)."""
+    if g.state not in (GroupState.STABLE, GroupState.EMPTY) and g.storing is None:
         return None
     members = [[m.member_id, m.group_instance_id, m.client_id, m.client_host, m.session_timeout_ms,
                 m.rebalance_timeout_ms, dict(m.protocols).get(g.protocol_name, b""), m.assignment]

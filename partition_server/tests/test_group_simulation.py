@@ -5,8 +5,10 @@ the leader computes a range assignment, SyncGroup, heartbeats, rejoin on REBALAN
 ILLEGAL_GENERATION, a fresh member id after UNKNOWN_MEMBER_ID) over a network with random
 delays, while members die, stall past their session timeout, leave and come back. Invariants:
 
-- after every event: no partition is handed to two members in the same generation, and every
-  assignment a member receives was made by that generation's leader;
+- after every event: no partition is handed to two members in the same generation, every
+  assignment a member receives was made by that generation's leader, and no member receives an
+  assignment before its generation's record is stored (the store takes a while and sometimes
+  fails, which must rebalance);
 - once the faults stop, the group becomes Stable with every live member in it and every partition
   owned exactly once (liveness).
 
@@ -23,7 +25,7 @@ import msgpack
 import pytest
 
 from partition_server.group.state import (GroupConfig, GroupCoordinatorState, GroupState,
-                                          JoinResult, SyncResult)
+                                          JoinResult, StoreGroup, SyncResult)
 from wire.errors import ErrorCode
 
 PARTITIONS = 7
@@ -40,6 +42,8 @@ class Sim:
         self.clients: list[Client] = []
         self.handed: dict[int, dict[int, str]] = {}     # generation → partition → member
         self.leaders: dict[int, str] = {}               # generation → leader member id
+        self.stored: set[int] = set()                   # generations whose record is durable
+        self.failed_stores = 0
         self.events = 0
 
     def at(self, t: int, fn, *args) -> None:
@@ -61,15 +65,29 @@ class Sim:
 
     def deliver(self, effects) -> None:
         for e in effects:
+            if isinstance(e, StoreGroup):              # an acks=all append: slower, may fail
+                self.at(self.now + 3 * self.net(), self._store_done, e)
+                continue
             client = next((c for c in self.clients if c.member_id == e.member_id and c.waiting), None)
             if client is not None:
                 self.at(self.now + self.net(), client.on_result, e)
+
+    def _store_done(self, e: StoreGroup) -> None:
+        err = ErrorCode.NONE
+        if self.rng.random() < 0.1:
+            err = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            self.failed_stores += 1
+        else:
+            self.stored.add(e.generation_id)
+        self.deliver(self.coord.stored(e.group_id, e.generation_id, err, self.now))
 
     def tick(self) -> None:
         self.deliver(self.coord.tick(self.now))
         self.at(self.now + 100, self.tick)
 
     def record_sync(self, member_id: str, generation: int, assignment: bytes) -> None:
+        assert generation in self.stored, \
+            f"{member_id} got its generation {generation} assignment before it was stored"
         parts = msgpack.unpackb(assignment) if assignment else []
         owners = self.handed.setdefault(generation, {})
         for p in parts:

@@ -99,10 +99,9 @@ def _coordinator(admin, group):
     return md.partitions[partition_for(group, len(md.partitions))].leader
 
 
-def _group_record_committed(cluster, group) -> bool:
-    """The coordinator's record of the group is below the high watermark of its
-    __consumer_offsets partition, so a new coordinator will load it (the coordinator appends it
-    once the generation settles; replication may take a while on a loaded machine)."""
+def _stored_members(cluster, group) -> list[str] | None:
+    """Member ids of the last group record of `group` below the high watermark of its
+    __consumer_offsets partition: what a new coordinator would load (None: no record yet)."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     n = len(admin.list_topics(OFFSETS_TOPIC, timeout=10).topics[OFFSETS_TOPIC].partitions)
     key = msgpack.packb([GROUP_KEY, group])
@@ -112,14 +111,16 @@ def _group_record_committed(cluster, group) -> bool:
         tp = TopicPartition(OFFSETS_TOPIC, partition_for(group, n), 0)
         _, high = c.get_watermark_offsets(tp, timeout=10)
         c.assign([tp])
-        found, pos, end = False, 0, time.time() + 10
+        members, pos, end = None, 0, time.time() + 10
         while pos < high and time.time() < end:
             m = c.poll(0.5)
             if m is None or m.error():
                 continue
-            found = found or (m.key() == key and m.value() is not None)
+            if m.key() == key:
+                members = None if m.value() is None else \
+                    sorted(mem[0] for mem in msgpack.unpackb(m.value())[4])
             pos = m.offset() + 1
-        return found
+        return members
     finally:
         c.close()
 
@@ -134,8 +135,9 @@ def _setup(cluster, topic, group, members):
     for m in ms:
         m.start()
     _wait(lambda: len({(p, o) for p, o, _ in seen}) >= 300, 60, "the first 300 records")
-    _wait(lambda: sorted(p for m in ms for p in m.assignment) == list(range(6)), 30,
-          "a complete, disjoint assignment")
+    _wait(lambda: all(m.assignment for m in ms)
+          and sorted(p for m in ms for p in m.assignment) == list(range(6)), 30,
+          "a complete, disjoint assignment to every member")
     return admin, seen, ms
 
 
@@ -163,9 +165,11 @@ def _finish(cluster, admin, group, seen, ms, killed, t_kill):
 def test_steady_group_keeps_its_generation_through_coordinator_sigkill(cluster):
     topic, group = "f13-steady", "g-f13-steady"
     admin, seen, ms = _setup(cluster, topic, group, 3)
-    _wait(lambda: _group_record_committed(cluster, group), 30, "the settled generation committed")
     state, before = _describe(admin, group)
     assert state == "STABLE" and len(before) == 3
+    # SyncGroup answers only once the generation is stored, so this holds at once (an earlier
+    # generation's record, from before every member had joined, would not do)
+    assert _stored_members(cluster, group) == before
     killed = _coordinator(admin, group)
     t_kill = time.time()
     cluster.kill(f"broker-{killed}")
