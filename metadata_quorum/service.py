@@ -37,6 +37,7 @@ COMMIT_TIMEOUT_S = 5.0
 TICK_S = 0.25
 # a tick later than this past its time means this process stalled (see HeartbeatTracker.forgive)
 STALL_SLACK_MS = 750
+STALL_GRACE_MS = 1000               # time after a stall to read the heartbeats that waited
 REBALANCE_EVERY_TICKS = 20          # preferred-leader check every 5 s
 
 
@@ -156,9 +157,9 @@ class ControllerService:
             # an isolated stall is forgiven; under continuous starvation (every tick late) the
             # sessions run as usual, so a dead broker is still fenced, at most one stall later
             if stalled_ms > 0 and self.active and not was_stalled:
-                log.warning("controller stalled for %d ms: broker sessions extended by as much",
-                            stalled_ms + STALL_SLACK_MS)
-                self.controller.heartbeats.forgive(stalled_ms + STALL_SLACK_MS)
+                log.warning("controller stalled for %d ms: every broker session gets %d ms more "
+                            "at least", stalled_ms + STALL_SLACK_MS, STALL_GRACE_MS)
+                self.controller.heartbeats.forgive(now, STALL_GRACE_MS)
             was_stalled = stalled_ms > 0
             rebalance = ticks % REBALANCE_EVERY_TICKS == 0
             if self.active:

@@ -59,13 +59,16 @@ class HeartbeatTracker:
         if seen is not None:
             self.last_seen[broker_id] = min(seen, now_ms + grace_ms - self.session_timeout_ms)
 
-    def forgive(self, stalled_ms: int) -> None:
-        """This controller was not running for `stalled_ms` (CPU starvation, a GC or swap
-        pause, SIGSTOP): heartbeats sent meanwhile wait unread in its sockets, so the stall must
-        not count against the brokers, or the first tick after it fences every one of them at
-        once and takes every partition offline."""
-        for b in self.last_seen:
-            self.last_seen[b] += stalled_ms
+    def forgive(self, now_ms: int, grace_ms: int) -> None:
+        """This controller was not running for a while (CPU starvation, a GC or swap pause,
+        SIGSTOP): heartbeats sent meanwhile wait unread in its sockets, so the first tick after
+        the stall must not fence every broker at once and take every partition offline. Every
+        session gets at least `grace_ms` left — time to read what waits in the sockets. Not
+        the stall's length added on: stalls that keep coming would then keep a dead broker
+        alive for as long as they came."""
+        floor = now_ms + grace_ms - self.session_timeout_ms
+        for b, seen in self.last_seen.items():
+            self.last_seen[b] = max(seen, floor)
 
     def reset_sessions(self, broker_ids, now_ms: int) -> None:
         self.last_seen = {b: now_ms for b in broker_ids}

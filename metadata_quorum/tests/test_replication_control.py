@@ -256,15 +256,30 @@ def test_a_closed_heartbeat_connection_cuts_the_session_short():
 
 def test_a_stalled_controller_forgives_the_stall_instead_of_fencing_everyone():
     """The active controller did not run for 5 s (its heartbeats waited unread in sockets):
-    the sessions are extended by the stall, so the next tick fences no one; a broker that
-    stays silent after it is still fenced one session later."""
+    every session gets a grace after the stall, so the next tick fences no one; a broker that
+    stays silent after it is fenced once the grace is over."""
     log, c, ep = cluster()                      # session timeout 3000 ms, all seen at 0
     create(log, name="a", num_partitions=1, replication_factor=3)
     for b in range(3):
         log.run_pure(lambda: c.broker_heartbeat(b, ep[b], 10**6, False, False, 1000))
-    c.heartbeats.forgive(5000)
+    c.heartbeats.forgive(6000, 1000)
     assert c.tick(6000) == []                   # 5 s since the heartbeats, all of it a stall
     for b in (0, 1):
         log.run_pure(lambda: c.broker_heartbeat(b, ep[b], 10**6, False, False, 6100))
-    log.commit(c.tick(9100))                    # broker 2 silent for 3 s after the stall
+    assert c.tick(6900) == []                   # broker 2 still within its grace
+    log.commit(c.tick(7100))                    # grace over: broker 2 fenced, 0 and 1 not
+    assert [b for b in range(3) if c.image.brokers[b].fenced] == [2]
+
+
+def test_stalls_that_keep_coming_do_not_keep_a_dead_broker_alive():
+    """Each stall gives at most the grace: a broker that died before a series of stalls is
+    fenced within one grace of the last one, not after the sum of them."""
+    log, c, ep = cluster()                      # session timeout 3000 ms
+    for b in range(3):
+        log.run_pure(lambda: c.broker_heartbeat(b, ep[b], 10**6, False, False, 1000))
+    for now in (3500, 5000, 6500):               # stalls; 0 and 1 heartbeat after each
+        c.heartbeats.forgive(now, 1000)
+        for b in (0, 1):
+            log.run_pure(lambda: c.broker_heartbeat(b, ep[b], 10**6, False, False, now + 100))
+    log.commit(c.tick(7600))
     assert [b for b in range(3) if c.image.brokers[b].fenced] == [2]
