@@ -29,6 +29,8 @@ JoinGroup/SyncGroup (consumer_group_member.py): the coordinator assigns (its `un
 `range` assignor, `group.remote.assignor`), heartbeats run in the background, and partitions
 move one member at a time: revoke (commit with auto-commit, on_revoked) before anyone else gets
 them. A fenced member's partitions go to on_lost (default: on_revoked) with no commit.
+session.timeout.ms, heartbeat.interval.ms and partition.assignment.strategy are then the
+coordinator's (group.consumer.* on the broker): setting one is a ValueError, as in Kafka.
 """
 
 from __future__ import annotations

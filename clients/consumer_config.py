@@ -24,6 +24,9 @@ DEFAULTS: dict[str, object] = {
 }
 
 
+CLASSIC_ONLY = {"session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"}
+
+
 class NoOffsetForPartitionError(KafkaError):
     """auto.offset.reset=none and the partition has no committed offset (or it is out of
     range)."""
@@ -34,8 +37,8 @@ def parse_config(config: dict | None, kwargs: dict) -> dict[str, object]:
     """Merge Kafka-style keys and keyword arguments over the defaults, coercing strings (from a
     properties file) to the defaults' types; unknown keys are kept (and ignored)."""
     merged = dict(DEFAULTS)
-    for key, value in list((config or {}).items()) + [(k.replace("_", "."), v)
-                                                      for k, v in kwargs.items()]:
+    given = list((config or {}).items()) + [(k.replace("_", "."), v) for k, v in kwargs.items()]
+    for key, value in given:
         default = DEFAULTS.get(key)
         if isinstance(value, str) and isinstance(default, bool):
             if value.lower() not in ("true", "false"):
@@ -64,6 +67,13 @@ def parse_config(config: dict | None, kwargs: dict) -> dict[str, object]:
                          f"got {assignor!r}")
     if assignor is not None and protocol != "consumer":
         raise ValueError("group.remote.assignor needs group.protocol=consumer")
+    if protocol == "consumer":
+        # As Kafka's Java consumer does (a ConfigException): with KIP-848 the coordinator owns
+        # these; quietly ignoring one would leave its user believing it applies.
+        for key in sorted({k for k, _ in given} & CLASSIC_ONLY):
+            raise ValueError(f"{key} is not supported with group.protocol=consumer: the group "
+                             f"coordinator decides it (group.consumer.* on the broker"
+                             f"{'; group.remote.assignor picks its assignor' if 'assignment' in key else ''})")
     return merged
 
 

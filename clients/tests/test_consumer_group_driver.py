@@ -247,6 +247,14 @@ def test_config_group_protocol_and_remote_assignor():
         parse_config({"group.remote.assignor": "range"}, {})
     with pytest.raises(ValueError, match="group.remote.assignor must be"):
         parse_config({"group.protocol": "consumer", "group.remote.assignor": ""}, {})
+    # the coordinator owns these with KIP-848: setting one is refused, as Kafka's Java client does
+    for key, value in (("session.timeout.ms", 10_000), ("heartbeat.interval.ms", 500),
+                       ("partition.assignment.strategy", "range")):
+        with pytest.raises(ValueError, match=f"{key} is not supported with group.protocol=consumer"):
+            parse_config({"group.protocol": "consumer", key: value}, {})
+        assert parse_config({key: value}, {})[key] == value          # classic: as before
+    with pytest.raises(ValueError, match="session.timeout.ms is not supported"):
+        Consumer("127.0.0.1:1", group_id="g", group_protocol="consumer", session_timeout_ms=6000)
     c = Consumer("127.0.0.1:1", group_id="g", group_protocol="consumer",
                  group_remote_assignor="uniform", group_instance_id="i")
     assert isinstance(c.member, ConsumerGroupMember)
