@@ -374,7 +374,8 @@ class GroupCoordinator:
                                           [(msgpack.packb([GROUP_KEY, gid]), value)],
                                           GROUP_STORE_TIMEOUT_S)
         if err == ErrorCode.NONE:
-            self._persisted[gid] = rec
+            if self.owns(gid) == ErrorCode.NONE:     # not unloaded meanwhile
+                self._persisted[gid] = rec
         else:
             log.warning("group %s: generation %d not stored (%s): rebalancing", gid, generation,
                         err.name)
