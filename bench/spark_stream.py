@@ -9,6 +9,11 @@
    one untimed warm-up query per source (JVM class loading and code generation, Spark's Python
    workers starting), each query runs twice, alternating with the other source, and the
    faster run counts.
+4. with --ceiling (the default), a third contender runs in the same alternation:
+   format("raftka_ceiling") (bench/spark_ceiling_source.py), a Python streaming source with the
+   raftka source's schema and partitioning whose executors hand Spark pre-built Arrow batches
+   from memory (no network, no decoding). ceiling/parquet is what Spark's Python Data Source
+   API allows on this machine; raftka/ceiling is how much of that the connector keeps.
 
     python bench/spark_stream.py                       # starts its own 3+3 cluster
     python bench/spark_stream.py --records 200000 --bootstrap 127.0.0.1:9092
@@ -46,9 +51,21 @@ def main(argv=None) -> int:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--bootstrap", help="use a running cluster instead of starting one")
+    ap.add_argument("--ceiling", action=argparse.BooleanOptionalAction, default=True,
+                    help="also time the in-memory ceiling source (default: on)")
+    ap.add_argument("--ceiling-batch-rows", type=int, default=30000,
+                    help="rows per Arrow batch the ceiling source yields")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="timed runs per source (alternating); the fastest counts")
     args = ap.parse_args(argv)
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    here = Path(__file__).resolve().parent
+    sys.path.insert(0, str(here.parent))
+    sys.path.insert(0, str(here))
+    # Spark's Python workers must import the ceiling source (by module, so that its per-worker
+    # cache of batches outlives a task) and the connector
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(here), str(here.parent)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from spark_connector.tests.live_helpers import create_topic, spark_session
@@ -66,6 +83,8 @@ def main(argv=None) -> int:
         create_topic(bootstrap, topic, args.partitions, rf=1)
         spark = spark_session(str(work / "spark"))
         from pyspark.sql import functions as F
+
+        from spark_connector import offsets as off
         n = args.records
         src = spark.range(n, numPartitions=args.partitions).select(
             F.lpad(F.col("id").cast("string"), 16, "0").alias("key"),
@@ -96,15 +115,31 @@ def main(argv=None) -> int:
         def parquet_stream():
             return spark.readStream.schema(schema).parquet(pq)
 
+        streams = {"raftka": raftka_stream, "parquet": parquet_stream}
+        if args.ceiling:
+            from spark_ceiling_source import CeilingDataSource
+            spark.dataSource.register(CeilingDataSource)
+            from spark_connector.tests.live_helpers import client
+            ends = client(bootstrap).list_offsets(
+                {(topic, p): -1 for p in range(args.partitions)})
+            ends_json = json.dumps(off.to_json_dict(ends))
+
+            def ceiling_stream():
+                return (spark.readStream.format("raftka_ceiling").option("ends", ends_json)
+                        .option("batchRows", str(args.ceiling_batch_rows)).load())
+            streams["ceiling"] = ceiling_stream
+
         load_before = os.getloadavg()[0]
-        warmup = {"raftka": timed_query(raftka_stream(), "raftka_warmup")[1],
-                  "parquet": timed_query(parquet_stream(), "parquet_warmup")[1]}
-        runs: dict[str, list] = {"raftka": [], "parquet": []}
-        for i in range(2):
-            runs["raftka"].append(timed_query(raftka_stream(), f"raftka{i}"))
-            runs["parquet"].append(timed_query(parquet_stream(), f"parquet{i}"))
-        raftka_rows, raftka_s = min(runs["raftka"], key=lambda r: r[1])
-        parquet_rows, parquet_s = min(runs["parquet"], key=lambda r: r[1])
+        warmup = {name: timed_query(make(), f"{name}_warmup")[1]
+                  for name, make in streams.items()}
+        runs: dict[str, list] = {name: [] for name in streams}
+        for i in range(args.rounds):
+            for name, make in streams.items():
+                runs[name].append(timed_query(make(), f"{name}{i}"))
+        best = {name: min(r, key=lambda x: x[1]) for name, r in runs.items()}
+        rate = {name: rows / s for name, (rows, s) in best.items()}
+        raftka_rows, raftka_s = best["raftka"]
+        parquet_rows, parquet_s = best["parquet"]
         out = {
             "records": n, "value_bytes": 100, "partitions": args.partitions, "master": "local[2]",
             "sink_rows_per_s": round(n / sink_s),
@@ -112,12 +147,19 @@ def main(argv=None) -> int:
             "raftka_stream_rows_per_s": round(raftka_rows / raftka_s),
             "parquet_stream_rows": parquet_rows, "parquet_stream_s": round(parquet_s, 2),
             "parquet_stream_rows_per_s": round(parquet_rows / parquet_s),
-            "ratio_raftka_to_parquet": round((raftka_rows / raftka_s) / (parquet_rows / parquet_s),
-                                             3),
+            "ratio_raftka_to_parquet": round(rate["raftka"] / rate["parquet"], 3),
             "runs_s": {k: [round(r[1], 2) for r in v] for k, v in runs.items()},
             "warmup_s": {k: round(v, 2) for k, v in warmup.items()},
             "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         }
+        if "ceiling" in best:
+            c_rows, c_s = best["ceiling"]
+            out.update({
+                "ceiling_stream_rows": c_rows, "ceiling_stream_s": round(c_s, 2),
+                "ceiling_stream_rows_per_s": round(rate["ceiling"]),
+                "ceiling_batch_rows": args.ceiling_batch_rows,
+                "ratio_ceiling_to_parquet": round(rate["ceiling"] / rate["parquet"], 3),
+                "ratio_raftka_to_ceiling": round(rate["raftka"] / rate["ceiling"], 3)})
         print(json.dumps(out, indent=2))
         spark.stop()
     finally:
