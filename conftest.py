@@ -30,8 +30,14 @@ def _no_leaked_connection_hook():
 def pytest_unconfigure(config):
     """The summary is printed by now. librdkafka clients that a failing test could not close
     keep logging connection errors to stderr (from their own threads) until the process exits,
-    and CI keeps only the tail of the log: silence them so the summary is what it shows."""
+    and CI keeps only the tail of the log: silence them so the summary is what it shows. Now,
+    and again at exit, because pytest puts back the stderr it captured after this hook."""
+    import atexit
     import sys
-    sys.stderr.flush()
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
+
+    def silence():
+        sys.stderr.flush()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+    silence()
+    atexit.register(silence)
