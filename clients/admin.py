@@ -18,12 +18,15 @@ timeouts) are retried with backoff within `default.api.timeout.ms`.
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 from typing import Iterable
 
 import trio
 
+from clients.admin_types import (  # noqa: F401 - re-exported: callers import them from here
+    ResourceType, PatternType, AclOperation, AclPermissionType, ConfigResourceType,
+    AlterConfigOpType, NewTopic, PartitionDescription, TopicDescription, ConfigResource,
+    ConfigEntry, AlterConfigOp, AclBinding, AclBindingFilter, GroupListing, MemberDescription,
+    GroupDescription, OffsetAndMetadata, CONFIG_SOURCES, EARLIEST, LATEST)
 from clients.cluster import COORDINATOR_GROUP, Cluster, TopicPartition
 from clients.config import ADMIN, ConfigError, resolve
 from clients.errors import (KafkaConnectionError, KafkaTimeoutError, Retry, UnknownTopicError,
@@ -31,188 +34,6 @@ from clients.errors import (KafkaConnectionError, KafkaTimeoutError, Retry, Unkn
 from wire.errors import ErrorCode, KafkaError
 from wire.messages.index_generated import REQUESTS
 from wire.messages.consumer_protocol_assignment_generated import ConsumerProtocolAssignment
-
-
-class ResourceType(enum.IntEnum):          # org.apache.kafka.common.resource.ResourceType
-    UNKNOWN = 0
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-    DELEGATION_TOKEN = 6
-    USER = 7
-
-
-class PatternType(enum.IntEnum):           # org.apache.kafka.common.resource.PatternType
-    UNKNOWN = 0
-    ANY = 1
-    MATCH = 2
-    LITERAL = 3
-    PREFIXED = 4
-
-
-class AclOperation(enum.IntEnum):          # org.apache.kafka.common.acl.AclOperation
-    UNKNOWN = 0
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-    CREATE_TOKENS = 13
-    DESCRIBE_TOKENS = 14
-
-
-class AclPermissionType(enum.IntEnum):     # org.apache.kafka.common.acl.AclPermissionType
-    UNKNOWN = 0
-    ANY = 1
-    DENY = 2
-    ALLOW = 3
-
-
-class ConfigResourceType(enum.IntEnum):    # org.apache.kafka.common.config.ConfigResource.Type
-    UNKNOWN = 0
-    TOPIC = 2
-    BROKER = 4
-    BROKER_LOGGER = 8
-    CLIENT_METRICS = 16
-    GROUP = 32
-
-
-class AlterConfigOpType(enum.IntEnum):
-    SET = 0
-    DELETE = 1
-    APPEND = 2
-    SUBTRACT = 3
-
-
-CONFIG_SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
-                  3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG",
-                  5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
-                  7: "CLIENT_METRICS_CONFIG", 8: "GROUP_CONFIG"}
-
-EARLIEST = -2          # ListOffsets timestamp specs
-LATEST = -1
-MAX_TIMESTAMP = -3
-
-
-@dataclasses.dataclass
-class NewTopic:
-    name: str
-    num_partitions: int = -1          # -1: the broker's num.partitions
-    replication_factor: int = -1      # -1: the broker's default.replication.factor
-    configs: dict[str, str] = dataclasses.field(default_factory=dict)
-    replica_assignment: dict[int, list[int]] | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class PartitionDescription:
-    partition: int
-    leader: int
-    leader_epoch: int
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-    offline: tuple[int, ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class TopicDescription:
-    name: str
-    topic_id: str
-    is_internal: bool
-    partitions: list[PartitionDescription]
-
-
-@dataclasses.dataclass(frozen=True)
-class ConfigResource:
-    type: ConfigResourceType
-    name: str
-
-
-@dataclasses.dataclass(frozen=True)
-class ConfigEntry:
-    name: str
-    value: str | None
-    source: str
-    read_only: bool
-    sensitive: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class AlterConfigOp:
-    name: str
-    value: str | None = None
-    op: AlterConfigOpType = AlterConfigOpType.SET
-
-
-@dataclasses.dataclass(frozen=True)
-class AclBinding:
-    resource_type: ResourceType
-    resource_name: str
-    pattern_type: PatternType
-    principal: str
-    host: str
-    operation: AclOperation
-    permission: AclPermissionType
-
-    def as_dict(self) -> dict:
-        return {"resource_type": self.resource_type.name, "resource_name": self.resource_name,
-                "pattern_type": self.pattern_type.name, "principal": self.principal,
-                "host": self.host, "operation": self.operation.name,
-                "permission": self.permission.name}
-
-
-@dataclasses.dataclass(frozen=True)
-class AclBindingFilter:
-    """Fields left None match anything."""
-    resource_type: ResourceType = ResourceType.ANY
-    resource_name: str | None = None
-    pattern_type: PatternType = PatternType.ANY
-    principal: str | None = None
-    host: str | None = None
-    operation: AclOperation = AclOperation.ANY
-    permission: AclPermissionType = AclPermissionType.ANY
-
-
-@dataclasses.dataclass(frozen=True)
-class GroupListing:
-    group_id: str
-    protocol_type: str
-    state: str
-    type: str
-
-
-@dataclasses.dataclass(frozen=True)
-class MemberDescription:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    host: str
-    assignment: list[TopicPartition]
-
-
-@dataclasses.dataclass(frozen=True)
-class GroupDescription:
-    group_id: str
-    state: str
-    protocol_type: str
-    protocol: str
-    members: list[MemberDescription]
-    coordinator: int
-
-
-@dataclasses.dataclass(frozen=True)
-class OffsetAndMetadata:
-    offset: int
-    metadata: str = ""
-    leader_epoch: int = -1
 
 
 def _uuid_str(u) -> str:
