@@ -113,11 +113,13 @@ async def test_three_consumers_share_six_partitions_then_one_leaves(cluster):
             await c.start(nursery)
             c.subscribe([topic], **own.listener(n))
             nursery.start_soon(run_member, c, got[n], stops[n])
+        # a member holds its partitions a heartbeat before the coordinator confirms it stable
         await wait_until(lambda: sorted(len(c.assignment()) for c in consumers.values())
-                         == [2, 2, 2], 30, "three members with two partitions each")
+                         == [2, 2, 2] and all(c.member.state.state.value == "stable"
+                                              for c in consumers.values()),
+                         30, "three stable members with two partitions each")
         assert sorted(tp for c in consumers.values() for tp in c.assignment()) == \
             [TopicPartition(topic, p) for p in range(6)]
-        assert all(c.member.state.state.value == "stable" for c in consumers.values())
         epochs = {c.member.generation for c in consumers.values()}
         assert min(epochs) > 0
 

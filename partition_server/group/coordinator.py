@@ -102,6 +102,7 @@ class GroupCoordinator:
             cfg["offsets.retention.minutes"] * 60_000
         self.retention_check_ms = cfg["offsets.retention.check.interval.ms"]
         self._persisted: dict[str, list] = {}        # group → last group record written/loaded
+        self._persisted_at: dict[tuple, int] = {}    # ("consumer", group) → offset it went to
         self._empty_since: dict[str, int] = {}       # group → when it last became Empty
         self.offsets: dict[str, dict[tuple[str, int], tuple]] = {}
         self.loaded: set[int] = set()
@@ -221,7 +222,7 @@ class GroupCoordinator:
     def _unload(self, pid: int) -> None:
         self.loaded.discard(pid)
         for table in (self.state.groups, self.consumer.groups, self.offsets, self._persisted,
-                      self._empty_since):
+                      self._empty_since, self._persisted_at):
             for key in list(table):
                 group_id = key[1] if isinstance(key, tuple) else key
                 if self.partition_of(group_id) == pid:
@@ -356,10 +357,33 @@ class GroupCoordinator:
             rec = consumer_group_record(g)
             if rec == self._persisted.get(("consumer", gid)):
                 continue
-            err, _ = self._append(self.partition_of(gid),
-                                  [(msgpack.packb([CONSUMER_GROUP_KEY, gid]), msgpack.packb(rec))])
+            err, last = self._append(self.partition_of(gid),
+                                     [(msgpack.packb([CONSUMER_GROUP_KEY, gid]), msgpack.packb(rec))])
             if err == ErrorCode.NONE:
                 self._persisted[("consumer", gid)] = rec
+                self._persisted_at[("consumer", gid)] = last
+
+    async def persist_consumer_group(self, gid: str) -> ErrorCode:
+        """Make the KIP-848 group's current record committed before a heartbeat answer shows
+        it (as Kafka's coordinator runtime answers only once its records are committed): a new
+        epoch or assignment a member acts on then survives a coordinator failover, so the member
+        is not fenced for it. Written here if it changed, else waits for the last write (the
+        tick may have written it a moment ago)."""
+        key = ("consumer", gid)
+        g = self.consumer.groups.get(gid)
+        pid = self.partition_of(gid)
+        if g is not None:
+            rec = consumer_group_record(g)
+            if rec != self._persisted.get(key):
+                err, last = self._append(pid, [(msgpack.packb([CONSUMER_GROUP_KEY, gid]),
+                                                msgpack.packb(rec))])
+                if err != ErrorCode.NONE:
+                    return coordinator_error(err)
+                self._persisted[key], self._persisted_at[key] = rec, last
+        last = self._persisted_at.get(key)
+        if last is None:
+            return ErrorCode.NONE
+        return await wait_committed(self.broker, OFFSETS_TOPIC, pid, last, GROUP_STORE_TIMEOUT_S)
 
     async def _store_group(self, gid: str, generation: int) -> None:
         """Make the group record of a generation the leader just assigned durable (acks=all),
@@ -458,6 +482,7 @@ class GroupCoordinator:
             self._forget_group(group_id)
             self.consumer.groups.pop(group_id, None)
             self._persisted.pop(("consumer", group_id), None)
+            self._persisted_at.pop(("consumer", group_id), None)
         return err
 
     def subscribed_topics(self, group_id: str) -> set[str] | None:

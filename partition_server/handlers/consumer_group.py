@@ -8,6 +8,7 @@ group answers INCONSISTENT_GROUP_PROTOCOL). The state machine is `group/consumer
 from __future__ import annotations
 
 from metadata_quorum.clock import steady_ms
+from partition_server.group.coordinator import sync_store_error
 from wire.errors import ErrorCode
 from wire.messages.index_generated import RESPONSES
 
@@ -40,6 +41,12 @@ async def handle_consumer_group_heartbeat(broker, req):
         subscribed_regex=regex, server_assignor=b.server_assignor, owned=owned,
         topics=groups.topics_snapshot(), client_id=req.client_id or "",
         client_host="/127.0.0.1", now_ms=_now())
+    if r.error == ErrorCode.NONE:
+        stored = await groups.persist_consumer_group(b.group_id)
+        if stored != ErrorCode.NONE:
+            # the member retries with the epoch it had (the coordinator takes that as a lost
+            # answer) or rejoins; what it was about to be told is not durable yet
+            return cls(error_code=sync_store_error(stored), member_id=r.member_id, member_epoch=-1)
     assignment = None
     if r.assignment is not None:
         assignment = cls.Assignment(topic_partitions=[

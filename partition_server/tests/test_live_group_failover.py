@@ -148,12 +148,25 @@ def _finish(cluster, admin, group, seen, ms, killed, t_kill):
         _produce(cluster, f"{ms[0].topic}", 300, 60)
         _wait(lambda: len({(p, o) for p, o, _ in seen}) >= 360, SESSION_MS / 1000 + 25,
               "all 360 records after the failover")
-        _wait(lambda: _describe(admin, group, 5)[0] == "STABLE" and all(m.assignment for m in ms)
-              and sorted(p for m in ms for p in m.assignment) == list(range(6)),
-              SESSION_MS / 1000 + 5, "a stable group, every member owning partitions, every "
-              "partition owned once")
+        seen_last = {}
+
+        def stable():
+            seen_last["assignments"] = [sorted(m.assignment) for m in ms]
+            # a fresh admin client each time: one from before the kill may keep asking the
+            # dead coordinator's address
+            fresh = AdminClient({"bootstrap.servers": cluster.bootstrap})
+            seen_last["describe"] = None
+            seen_last["describe"] = _describe(fresh, group, 5)
+            return seen_last["describe"][0] == "STABLE" and all(m.assignment for m in ms) \
+                and sorted(p for m in ms for p in m.assignment) == list(range(6))
+        try:
+            _wait(stable, SESSION_MS / 1000 + 5, "a stable group, every member owning "
+                  "partitions, every partition owned once")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; last seen: {seen_last}") from None
         resumed = min(t for p, o, t in seen if t > t_kill)
-        return resumed - t_kill, _describe(admin, group)
+        return resumed - t_kill, _describe(AdminClient({"bootstrap.servers": cluster.bootstrap}),
+                                           group)
     finally:
         for m in ms:
             m.stop.set()

@@ -36,15 +36,17 @@ def _topic(cluster, name, n=600):
 
 
 def _confluent_member(cluster, topic, group, seconds, seen, assignments, name, first_at=None,
-                      until=None):
-    """Consume and commit after each record for `seconds`, or until `until()` is true (then a
-    short grace so the group is stable when the assignment is read)."""
+                      until=None, live=None):
+    """Consume and commit after each record for `seconds`, or until `until()` is true; `live`
+    (if given) holds every member's assignment as of its last poll."""
     c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
                   "auto.offset.reset": "earliest", "enable.auto.commit": False,
                   "session.timeout.ms": 6000})
     c.subscribe([topic])
     end = time.time() + seconds
     while time.time() < end:
+        if live is not None:
+            live[name] = {tp.partition for tp in c.assignment()}
         if until is not None and until():
             break
         m = c.poll(0.2)
@@ -64,24 +66,30 @@ def _confluent_member(cluster, topic, group, seconds, seen, assignments, name, f
 def test_three_confluent_consumers_share_partitions_and_commit(cluster):
     topic, group = "grp-confluent", "g-confluent"
     _topic(cluster, topic)
-    seen, assignments = [], {}
-    done = threading.Event()
+    seen, assignments, live, settled = [], {}, {}, {}
+    done = threading.Lock(), threading.Event()
 
     def until():
-        if len(set(seen)) >= 600:
-            done.set()
-        return done.is_set()
+        # every record read, and the group settled with all three members holding partitions
+        # (the last records can be read while a rebalance is still handing them out)
+        with done[0]:
+            if not done[1].is_set() and len(set(seen)) >= 600 and len(live) == 3 \
+                    and all(live.values()) \
+                    and sorted(p for parts in live.values() for p in parts) == list(range(6)):
+                settled.update(live)
+                done[1].set()
+        return done[1].is_set()
     threads = [threading.Thread(target=_confluent_member,
                                 args=(cluster, topic, group, 90, seen, assignments, f"c{i}"),
-                                kwargs={"until": until})
+                                kwargs={"until": until, "live": live})
                for i in range(3)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert len(set(seen)) == 600                       # every record at least once
-    owned = [p for parts in assignments.values() for p in parts]
-    assert sorted(owned) == list(range(6)), assignments   # disjoint, complete
+    owned = [p for parts in settled.values() for p in parts]
+    assert sorted(owned) == list(range(6)), (settled, live)   # disjoint, complete, all three
     c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
     committed = c.committed([TopicPartition(topic, p) for p in range(6)], timeout=10)
     c.close()
