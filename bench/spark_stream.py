@@ -144,8 +144,9 @@ def main(argv=None) -> int:
         # One untimed warm-up query per source first (reported as warmup_s): the first streaming
         # query of a JVM pays class loading and code generation shared by both sources, and the
         # first Python data-source query also starts Spark's Python workers; a streaming
-        # application pays that once, not per micro-batch. Then each query runs twice, the two
-        # sources alternating (raftka, parquet, raftka, parquet), and the faster run counts.
+        # application pays that once, not per micro-batch. Then each query runs --rounds times,
+        # the sources alternating (raftka, parquet, ceiling, fixed, raftka, ...), and the fastest
+        # run of each counts.
         def raftka_stream():
             return (spark.readStream.format("raftka").option("kafka.bootstrap.servers", bootstrap)
                     .option("subscribe", topic).option("startingOffsets", "earliest").load())
