@@ -38,8 +38,9 @@ from partition_server.coordinator_append import coordinator_error, wait_committe
 from partition_server.group.consumer_group import (ConsumerGroupCoordinatorState,
                                                    consumer_group_record, restore_consumer_group)
 from partition_server.group.lag import LagMonitor
-from partition_server.group.state import (GroupConfig, GroupCoordinatorState, GroupState, StoreGroup,
-                                          expired_offsets, group_record, restore_group)
+from partition_server.group.state import (GroupConfig, GroupCoordinatorState, GroupState,
+                                          StoreGroup, expired_offsets, group_record,
+                                          restore_group)
 from partition_server.replication.partition import Role
 from wire.errors import ErrorCode
 from wire.messages.consumer_protocol_subscription_generated import ConsumerProtocolSubscription
