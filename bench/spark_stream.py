@@ -18,7 +18,7 @@
    Python streaming source's query (fixed_query_s).
 
 --compiled-pyspark runs Spark from a SPARK_HOME without python/lib/pyspark.zip (see
-spark_home_without_zip): Spark's Python processes then import compiled pyspark instead of
+spark_connector/spark_home.py): Spark's Python processes then import compiled pyspark instead of
 compiling it from the zip at each start.
 
 Besides wall-clock rows/s (the issue's figure) the bench reports rows/s inside the micro-batches
@@ -60,24 +60,6 @@ def timed_query(df_stream, name: str):
     return rows, elapsed, in_batches
 
 
-def spark_home_without_zip(shim: Path) -> Path:
-    """A SPARK_HOME that is the current one (pip's: the pyspark package) minus `python/`.
-
-    Spark puts $SPARK_HOME/python/lib/pyspark.zip first on the PYTHONPATH of every Python
-    process it starts, and the zip holds no bytecode: each new process compiles the pyspark
-    modules it imports (~1 s of CPU). Spark starts a new one per streaming query from a Python
-    source (the planner behind initialOffset/latestOffset/partitions). Without the zip the
-    processes import the installed pyspark, whose bytecode is cached. Same pyspark version
-    either way: pip installs the zip and the package from one wheel."""
-    from pyspark.find_spark_home import _find_spark_home
-    home = Path(_find_spark_home())
-    shim.mkdir(parents=True)
-    for entry in home.iterdir():
-        if entry.name != "python":
-            (shim / entry.name).symlink_to(entry)
-    return shim
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -104,11 +86,12 @@ def main(argv=None) -> int:
         [str(here), str(here.parent)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from spark_connector.spark_home import make_spark_home
     from spark_connector.tests.live_helpers import create_topic, spark_session
 
     work = Path(tempfile.mkdtemp(prefix="raftka-spark-bench-"))
     if args.compiled_pyspark:
-        os.environ["SPARK_HOME"] = str(spark_home_without_zip(work / "spark-home"))
+        os.environ["SPARK_HOME"] = str(make_spark_home(work / "spark-home"))
     cluster = None
     if args.bootstrap:
         bootstrap = args.bootstrap

@@ -369,3 +369,49 @@ def test_min_offsets_per_trigger_waits_for_enough_records(spark, cluster, tmp_pa
     finally:
         q.stop()
     assert q.exception() is None or INFRA in str(q.exception()), q.exception()
+
+
+SHIM_SCRIPT = r"""
+import sys
+from pathlib import Path
+from spark_connector.spark_home import use_compiled_pyspark
+bootstrap, topic, work = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+home = use_compiled_pyspark(work / "cache")
+from spark_connector.tests.live_helpers import spark_session
+spark = spark_session(str(work / "local"))
+# executors import the installed pyspark, not the bytecode-less zip
+where = spark.sparkContext.parallelize([0], 1).map(lambda _: __import__("pyspark").__file__).first()
+q = (spark.readStream.format("raftka").option("kafka.bootstrap.servers", bootstrap)
+     .option("subscribe", topic).option("startingOffsets", "earliest").load()
+     .writeStream.format("memory").queryName("shim").trigger(availableNow=True)
+     .option("checkpointLocation", str(work / "ck")).start())
+q.awaitTermination(180)
+print("HOME", home)
+print("WORKER_PYSPARK", where)
+print("ROWS", spark.sql("select count(*) from shim").first()[0])
+spark.stop()
+"""
+
+
+def test_streaming_query_through_the_compiled_pyspark_spark_home(cluster, tmp_path):
+    """spark_connector.spark_home (the SPARK_HOME without pip's bytecode-less pyspark.zip that
+    bench/spark_stream.py --compiled-pyspark measured ~0.5 s faster per query): a streaming
+    query over format("raftka") runs from it, in its own JVM, and Spark's Python workers
+    import the installed pyspark."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    create_topic(cluster.bootstrap, "shim", 2)
+    _produce(cluster.bootstrap, "shim", [(i % 2, None, b"v%d" % i, [], 1_700_000_000_000 + i)
+                                         for i in range(30)])
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_HOME"}
+    out = subprocess.run([sys.executable, "-c", SHIM_SCRIPT, cluster.bootstrap, "shim",
+                          str(tmp_path)], cwd=root, env=env, capture_output=True, text=True,
+                         timeout=400)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+    assert lines["HOME"].startswith(str(tmp_path / "cache"))
+    assert ".zip" not in lines["WORKER_PYSPARK"], lines["WORKER_PYSPARK"]
+    assert lines["ROWS"] == "30"
