@@ -18,7 +18,7 @@ facade (that would wait on the thread they are running on). `group.protocol=cons
 from __future__ import annotations
 
 from clients.consumer import Consumer
-from clients.sync import LoopThread
+from clients.loop_thread import LoopThread
 
 
 class SyncConsumer:
