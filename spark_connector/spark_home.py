@@ -11,7 +11,8 @@ version) and py4j, whose bytecode is cached — which needs `PYSPARK_PYTHON` to 
 that has pyspark installed, as this connector needs anyway.
 
     from spark_connector.spark_home import use_compiled_pyspark
-    use_compiled_pyspark()              # before the first SparkSession; keeps a SPARK_HOME set
+    use_compiled_pyspark()     # before the first SparkSession; a SPARK_HOME already set is kept;
+                               # the shim goes to ~/.cache/raftka (XDG_CACHE_HOME)
 
     python -m spark_connector.spark_home DIR   # makes DIR, prints `export SPARK_HOME=DIR`
 """
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 
@@ -47,14 +47,16 @@ def make_spark_home(target: Path, source: Path | None = None) -> Path:
 
 
 def use_compiled_pyspark(cache_dir: Path | None = None) -> Path | None:
-    """Point SPARK_HOME at a shim made by `make_spark_home` (one per pyspark version, under the
-    temp directory unless `cache_dir` is given), unless SPARK_HOME is already set: an operator's
-    own Spark installation wins. Returns the SPARK_HOME now in use (None: left as it was)."""
+    """Point SPARK_HOME at a shim made by `make_spark_home` (one per pyspark version, in this
+    user's cache directory — not a shared temp directory, where someone else could plant one —
+    unless `cache_dir` is given), unless SPARK_HOME is already set: an operator's own Spark
+    installation wins. Returns the SPARK_HOME now in use (None: left as it was)."""
     if os.environ.get("SPARK_HOME"):
         return None
     import pyspark
-    base = Path(cache_dir) if cache_dir is not None else Path(tempfile.gettempdir())
-    home = make_spark_home(base / f"raftka-spark-home-{pyspark.__version__}")
+    base = Path(cache_dir) if cache_dir is not None else \
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "raftka"
+    home = make_spark_home(base / f"spark-home-{pyspark.__version__}")
     os.environ["SPARK_HOME"] = str(home)
     return home
 

@@ -34,6 +34,14 @@ def test_use_keeps_an_operators_spark_home(tmp_path, monkeypatch):
     assert os.environ["SPARK_HOME"] == str(home) and (home / "jars").is_dir()
 
 
+def test_default_place_is_the_users_cache_not_a_shared_temp_dir(tmp_path, monkeypatch):
+    import pyspark
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    home = use_compiled_pyspark()
+    assert home == tmp_path / "cache" / "raftka" / f"spark-home-{pyspark.__version__}"
+
+
 def test_spark_submit_runs_from_the_shim(tmp_path):
     """Spark itself starts from the shim: spark-submit --version through its bin/."""
     home = make_spark_home(tmp_path / "sh")
