@@ -63,8 +63,8 @@ def fsync_dir(path: str) -> None:
 
 
 class DurableFileJournal(pysyncobj.journal.FileJournal):
-    """pysyncobj's file journal (an mmap'ed file), synced before every append or truncation
-    returns. deleteEntriesTo rewrites the journal entry by entry: one sync at the
+    """pysyncobj's file journal (an mmap'ed file), synced (msync) before every append or
+    truncation returns. deleteEntriesTo rewrites the journal entry by entry: one sync at the
     end, not one per entry."""
 
     def __init__(self, journal_file: str):
@@ -74,10 +74,8 @@ class DurableFileJournal(pysyncobj.journal.FileJournal):
 
     def _sync(self) -> None:
         if not self._batching:
-            # fsync, not msync + fsync: on Linux pages written through a shared mapping are
-            # dirty in the page cache like any other, fsync writes them back (msync(MS_SYNC) is
-            # an fsync of the range there), and fsync also keeps the file's size, which grows
-            # through a plain write when the journal is extended
+            self.flush()                # msync: the mapped pages
+            # fsync: the file's size too (a journal that grew was extended through a write)
             os.fsync(self._FileJournal__journalFile._ResizableFile__f.fileno())
 
     def add(self, command, idx, term):
