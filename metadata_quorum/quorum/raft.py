@@ -11,12 +11,9 @@
 - Replicated state is what `SyncObjConsumer` serialises: `next_offset`, `image`, a bounded `tail`
   of recent encoded records. Everything set before `SyncObjConsumer.__init__` (the listener, the
   lock) is local and not serialised.
-- Durability: pysyncobj never syncs its journal, so `DurableFileJournal` (installed in place of
-  its FileJournal) syncs every append and truncation before it returns, and the term/vote file
-  before a vote or a new term is acted on: a follower acknowledges entries (and a leader counts
-  its own copy) only once they are on disk, as Raft requires. Not yet synced: the snapshot file
-  (`raft.dump`) and the rename that installs it — a power loss right after log compaction can
-  lose what the snapshot replaced on that node.
+- Durability: pysyncobj writes its journal without fsync. A committed entry survives a process
+  kill (the page cache keeps it) and the loss of one node's disk (the other voters have it), but
+  a power loss of a majority at once can lose the newest entries.
 """
 
 from __future__ import annotations
@@ -26,8 +23,6 @@ import os
 import threading
 from typing import Callable
 
-import pysyncobj.journal
-import pysyncobj.syncobj
 from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.config import FAIL_REASON
 
@@ -38,76 +33,6 @@ log = logging.getLogger(__name__)
 
 MAX_TAIL = 50_000
 FAIL_REASONS = {v: k for k, v in vars(FAIL_REASON).items() if not k.startswith("_")}
-
-
-class DurableMetaStorer(pysyncobj.journal.MetaStorer):
-    """Term and vote, fsynced before the rename (and the rename's directory after it): a
-    node must not forget a vote it granted, or it can vote twice in one term."""
-
-    def storeMeta(self, meta):
-        path = self.getPath()
-        with open(path + ".tmp", "wb") as f:
-            f.write(pysyncobj.journal.dumps(meta))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(path + ".tmp", path)
-        fsync_dir(os.path.dirname(path) or ".")
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class DurableFileJournal(pysyncobj.journal.FileJournal):
-    """pysyncobj's file journal (an mmap'ed file), synced (msync) before every append or
-    truncation returns. deleteEntriesTo rewrites the journal entry by entry: one sync at the
-    end, not one per entry."""
-
-    def __init__(self, journal_file: str):
-        super().__init__(journal_file)
-        self._FileJournal__metaStorer = DurableMetaStorer(journal_file + ".meta")
-        self._batching = False
-
-    def _sync(self) -> None:
-        if not self._batching:
-            self.flush()                # msync: the mapped pages
-            # fsync: the file's size too (a journal that grew was extended through a write)
-            os.fsync(self._FileJournal__journalFile._ResizableFile__f.fileno())
-
-    def add(self, command, idx, term):
-        super().add(command, idx, term)
-        self._sync()
-
-    def clear(self):
-        super().clear()
-        self._sync()
-
-    def deleteEntriesFrom(self, entryFrom):
-        super().deleteEntriesFrom(entryFrom)
-        self._sync()
-
-    def deleteEntriesTo(self, entryTo):
-        self._batching = True
-        try:
-            super().deleteEntriesTo(entryTo)
-        finally:
-            self._batching = False
-        self._sync()
-
-
-def _create_journal(journal_file=None):
-    if journal_file is None:
-        return pysyncobj.journal.MemoryJournal()
-    return DurableFileJournal(journal_file)
-
-
-# SyncObj builds its journal with the createJournal it imported: ours instead (every SyncObj in
-# a controller process is ours)
-pysyncobj.syncobj.createJournal = _create_journal
 
 
 class MetadataLog(SyncObjConsumer):
