@@ -16,6 +16,18 @@ def coordinator_error(err: ErrorCode) -> ErrorCode:
     return err
 
 
+def store_error(err: ErrorCode) -> ErrorCode:
+    """What a group member is answered when the coordinator could not store the group state
+    its request changed (Kafka's mapping for SyncGroup / ConsumerGroupHeartbeat)."""
+    if err in (ErrorCode.NONE, ErrorCode.NOT_COORDINATOR):
+        return err
+    if err in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
+               ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT,
+               ErrorCode.COORDINATOR_NOT_AVAILABLE):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
 async def wait_completion(broker, topic: str, partition: int, last_offset: int,
                           timeout_s: float) -> ErrorCode | None:
     """Wait, as an acks=all produce does, until `last_offset` is committed or can no longer be;

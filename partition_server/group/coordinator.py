@@ -34,7 +34,8 @@ import msgpack
 import trio
 
 from metadata_quorum.clock import steady_ms
-from partition_server.coordinator_append import coordinator_error, wait_committed
+from partition_server.coordinator_append import (coordinator_error, store_error,
+                                                  wait_committed)
 from partition_server.group.consumer_group import (ConsumerGroupCoordinatorState,
                                                    consumer_group_record, restore_consumer_group)
 from partition_server.group.lag import LagMonitor
@@ -56,17 +57,6 @@ CONSUMER_GROUP_KEY = 3          # KIP-848 groups
 
 
 GROUP_STORE_TIMEOUT_S = 5.0    # Kafka's offsets.commit.timeout.ms
-
-
-def sync_store_error(err: ErrorCode) -> ErrorCode:
-    """What SyncGroup answers when the generation could not be stored (Kafka's mapping)."""
-    if err in (ErrorCode.NONE, ErrorCode.NOT_COORDINATOR):
-        return err
-    if err in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
-               ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT,
-               ErrorCode.COORDINATOR_NOT_AVAILABLE):
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 def java_string_hash(s: str) -> int:
@@ -358,11 +348,17 @@ class GroupCoordinator:
             rec = consumer_group_record(g)
             if rec == self._persisted.get(("consumer", gid)):
                 continue
-            err, last = self._append(self.partition_of(gid),
-                                     [(msgpack.packb([CONSUMER_GROUP_KEY, gid]), msgpack.packb(rec))])
-            if err == ErrorCode.NONE:
-                self._persisted[("consumer", gid)] = rec
-                self._persisted_at[("consumer", gid)] = last
+            self._append_consumer_group(gid, rec)
+
+    def _append_consumer_group(self, gid: str, rec: list) -> ErrorCode:
+        """Append a KIP-848 group's record (not waiting for it to commit) and remember it and
+        its offset."""
+        err, last = self._append(self.partition_of(gid),
+                                 [(msgpack.packb([CONSUMER_GROUP_KEY, gid]), msgpack.packb(rec))])
+        if err == ErrorCode.NONE:
+            self._persisted[("consumer", gid)] = rec
+            self._persisted_at[("consumer", gid)] = last
+        return err
 
     async def persist_consumer_group(self, gid: str) -> ErrorCode:
         """Make the KIP-848 group's current record committed before a heartbeat answer shows
@@ -372,19 +368,17 @@ class GroupCoordinator:
         tick may have written it a moment ago)."""
         key = ("consumer", gid)
         g = self.consumer.groups.get(gid)
-        pid = self.partition_of(gid)
         if g is not None:
             rec = consumer_group_record(g)
             if rec != self._persisted.get(key):
-                err, last = self._append(pid, [(msgpack.packb([CONSUMER_GROUP_KEY, gid]),
-                                                msgpack.packb(rec))])
+                err = self._append_consumer_group(gid, rec)
                 if err != ErrorCode.NONE:
                     return coordinator_error(err)
-                self._persisted[key], self._persisted_at[key] = rec, last
         last = self._persisted_at.get(key)
         if last is None:
             return ErrorCode.NONE
-        return await wait_committed(self.broker, OFFSETS_TOPIC, pid, last, GROUP_STORE_TIMEOUT_S)
+        return await wait_committed(self.broker, OFFSETS_TOPIC, self.partition_of(gid), last,
+                                    GROUP_STORE_TIMEOUT_S)
 
     async def _store_group(self, gid: str, generation: int) -> None:
         """Make the group record of a generation the leader just assigned durable (acks=all),
@@ -404,7 +398,7 @@ class GroupCoordinator:
         else:
             log.warning("group %s: generation %d not stored (%s): rebalancing", gid, generation,
                         err.name)
-        self.deliver(self.state.stored(gid, generation, sync_store_error(err), steady_ms()))
+        self.deliver(self.state.stored(gid, generation, store_error(err), steady_ms()))
 
     def _expire_offsets(self, now: int) -> None:
         gone = expired_offsets(self.offsets, self.state.groups, now, self.retention_ms,

@@ -8,7 +8,7 @@ group answers INCONSISTENT_GROUP_PROTOCOL). The state machine is `group/consumer
 from __future__ import annotations
 
 from metadata_quorum.clock import steady_ms
-from partition_server.group.coordinator import sync_store_error
+from partition_server.coordinator_append import store_error
 from wire.errors import ErrorCode
 from wire.messages.index_generated import RESPONSES
 
@@ -46,7 +46,7 @@ async def handle_consumer_group_heartbeat(broker, req):
         if stored != ErrorCode.NONE:
             # the member retries with the epoch it had (the coordinator takes that as a lost
             # answer) or rejoins; what it was about to be told is not durable yet
-            return cls(error_code=sync_store_error(stored), member_id=r.member_id, member_epoch=-1)
+            return cls(error_code=store_error(stored), member_id=r.member_id, member_epoch=-1)
     assignment = None
     if r.assignment is not None:
         assignment = cls.Assignment(topic_partitions=[
