@@ -19,7 +19,7 @@ import threading
 import time
 
 import trio
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from chaos_tests.checkers import FAIL, OK, UNKNOWN, History
 from clients.connection import BrokerConnection, ConnectionClosed
@@ -340,6 +340,23 @@ class Reader:
         self.c.close()
 
 
+_LEADER_MOVING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                  KafkaError._TIMED_OUT}
+
+
+def _high_watermark(c: Consumer, tp: TopicPartition, timeout_s: float) -> int:
+    """The partition's high watermark, asked again while leadership is still moving after the
+    faults (a preferred-leader election can answer NOT_LEADER_FOR_PARTITION once)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return c.get_watermark_offsets(tp, timeout=15)[1]
+        except KafkaException as exc:
+            if exc.args[0].code() not in _LEADER_MOVING or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def final_read(bootstrap: str, topic: str, partitions: int, history: History,
                timeout_s: float = 60) -> int:
     """Record every committed record of the topic as the final log; returns how many."""
@@ -349,7 +366,7 @@ def final_read(bootstrap: str, topic: str, partitions: int, history: History,
     try:
         for p in range(partitions):
             tp = TopicPartition(topic, p, 0)
-            _, high = c.get_watermark_offsets(tp, timeout=15)
+            high = _high_watermark(c, tp, timeout_s)
             c.assign([tp])
             seen = 0
             deadline = time.monotonic() + timeout_s
