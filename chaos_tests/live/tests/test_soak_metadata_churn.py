@@ -154,9 +154,9 @@ class Churn:
         actions = [(self.create, 3), (self.delete, 2), (self.alter, 4), (self.pause, 1)]
         while time.monotonic() < deadline:
             act = self.rng.choices([a for a, _ in actions], [w for _, w in actions])[0]
-            if act is self.delete and len(self.live) <= MAX_CHURN_TOPICS // 2:
+            if act == self.delete and len(self.live) <= MAX_CHURN_TOPICS // 2:
                 act = self.create
-            if act is self.create and len(self.live) >= MAX_CHURN_TOPICS:
+            if act == self.create and len(self.live) >= MAX_CHURN_TOPICS:
                 act = self.delete
             act()
             # a gentle pace: metadata churn, not a load test (and the machine is shared)
