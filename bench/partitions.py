@@ -559,61 +559,47 @@ def run_one(setup_name: str, partitions: int, args, workdir: Path) -> dict:
     return result
 
 
-def _cell(result: dict, path: str, fmt: str = "{}") -> str:
+COLUMNS = [  # title, JSON paths shown joined by " / "
+    ("setup", ["setup"]), ("partitions", ["partitions"]),
+    ("create / all led s", ["create.create_s", "create.all_led_s"]),
+    ("Metadata p50 / p99 ms", ["metadata.metadata_p50_ms", "metadata.metadata_p99_ms"]),
+    ("produce 1000p / 6p rec/s / ratio", ["throughput.wide_produce_rps",
+     "throughput.narrow_produce_rps", "throughput.produce_rps_ratio_wide_to_narrow"]),
+    ("consume 1000p / 6p rec/s / ratio", ["throughput.wide_consume_rps",
+     "throughput.narrow_consume_rps", "throughput.consume_rps_ratio_wide_to_narrow"]),
+    ("broker restart: unfenced / in every ISR s", ["broker_restart.unfenced_s",
+                                                   "broker_restart.in_every_isr_s"]),
+    ("controller SIGKILL → commit s", ["controller_failover.first_commit_median_s"]),
+    ("full restart → ready s", ["full_restart.ready_s"]),
+    ("unclean exits at full stop", ["full_restart.not_clean"]),
+]
+
+
+def _cell(result: dict, path: str) -> str:
     node = result
     for k in path.split("."):
         if not isinstance(node, dict) or k not in node:
-            err = node.get("error") if isinstance(node, dict) else None
-            return "FAILED" if err else "-"
+            return "FAILED" if isinstance(node, dict) and "error" in node else "-"
         node = node[k]
-    return fmt.format(node)
+    return f"{node:,}" if isinstance(node, int) else \
+        (", ".join(node) if isinstance(node, list) else str(node))
 
 
 def print_table(results: list[dict]) -> None:
-    cols = [("setup", "setup"), ("partitions", "partitions"),
-            ("create s", "create.create_s"), ("all led s", "create.all_led_s"),
-            ("metadata p50/p99 ms", None), ("produce 1000p/6p", None), ("consume 1000p/6p", None),
-            ("broker restart: unfenced / in ISR s", None), ("controller kill → commit s", None),
-            ("full restart ready s", "full_restart.ready_s")]
-    rows = []
+    print("| " + " | ".join(t for t, _ in COLUMNS) + " |\n|" + "---|" * len(COLUMNS))
     for r in results:
-        row = []
-        for title, path in cols:
-            if path:
-                row.append(_cell(r, path))
-            elif title.startswith("metadata"):
-                row.append(f"{_cell(r, 'metadata.metadata_p50_ms')} / "
-                           f"{_cell(r, 'metadata.metadata_p99_ms')}")
-            elif title.startswith(("produce", "consume")):
-                k = title.split()[0]
-                row.append(f"{_cell(r, f'throughput.wide_{k}_rps', '{:,}')} / "
-                           f"{_cell(r, f'throughput.narrow_{k}_rps', '{:,}')} "
-                           f"({_cell(r, f'throughput.{k}_rps_ratio_wide_to_narrow')})")
-            elif title.startswith("broker"):
-                row.append(f"{_cell(r, 'broker_restart.unfenced_s')} / "
-                           f"{_cell(r, 'broker_restart.in_every_isr_s')}")
-            else:
-                row.append(_cell(r, "controller_failover.first_commit_median_s"))
-        rows.append(row)
-    print("| " + " | ".join(t for t, _ in cols) + " |")
-    print("|" + "---|" * len(cols))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
-    print()
-    print("| setup | partitions | process | idle CPU % of a core | RSS MiB |")
-    print("|---|---|---|---|---|")
+        print("| " + " | ".join(" / ".join(_cell(r, p) for p in paths)
+                                for _, paths in COLUMNS) + " |")
+    print("\n| setup | partitions | process | idle CPU % of a core | RSS MiB |\n|---|---|---|---|---|")
     for r in results:
         for name, v in (r.get("idle") or {}).items():
-            if isinstance(v, dict):
-                print(f"| {r['setup']} | {r['partitions']} | {name} | {v.get('cpu_pct', '-')} | "
-                      f"{v.get('rss_mib', '-')} |")
-    failures = [(r["setup"], r["partitions"], k, v["error"]) for r in results
-                for k, v in [("run", r)] + [(k, v) for k, v in r.items() if isinstance(v, dict)]
-                if isinstance(v, dict) and "error" in v]
-    if failures:
-        print()
-        for setup, n, k, err in failures:
-            print(f"FAILED {setup} {n} {k}: {err}")
+            if isinstance(v, dict) and "cpu_pct" in v:
+                print(f"| {r['setup']} | {r['partitions']} | {name} | {v['cpu_pct']} | "
+                      f"{v['rss_mib']} |")
+    for r in results:
+        for k, v in [("run", r)] + list(r.items()):
+            if isinstance(v, dict) and "error" in v:
+                print(f"FAILED {r['setup']} {r['partitions']} {k}: {v['error']}")
 
 
 def main() -> int:
