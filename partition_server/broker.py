@@ -65,7 +65,6 @@ class Broker:
         self.replicas.on_log_dir_failure = self._on_log_dir_failure
         self.hw_checkpoint_path = os.path.join(self.log_dir, HIGH_WATERMARK_FILE)
         self.replicas.high_watermarks = read_checkpoint(self.hw_checkpoint_path)
-        self._hw_checkpointed: dict | None = None      # what the file holds, once we wrote it
         if config["raftka.storage.fault.file"]:
             self.replicas.storage_fault_file = os.path.join(self.log_dir,
                                                             config["raftka.storage.fault.file"])
@@ -216,13 +215,12 @@ class Broker:
     def checkpoint_high_watermarks(self, force: bool = True) -> None:
         """Write every high watermark to the checkpoint file; unless `force`, only when one
         changed since the last write (an idle broker writes nothing)."""
-        offsets = self.replicas.high_watermarks_to_checkpoint()
-        if offsets is None or (not force and offsets == self._hw_checkpointed):
+        offsets = self.replicas.high_watermarks_to_checkpoint(only_if_changed=not force)
+        if offsets is None:
             return
         try:
             self.replicas.check_storage()
             write_checkpoint(self.hw_checkpoint_path, offsets)
-            self._hw_checkpointed = offsets
         except OSError as exc:
             log.error("writing %s failed: %s", self.hw_checkpoint_path, exc)
             self.replicas.storage_failed(None, exc)

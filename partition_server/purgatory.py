@@ -31,7 +31,7 @@ class Watch:
 
     __slots__ = ("keys", "wake", "_purgatory")
 
-    def __init__(self, purgatory: "Purgatory", keys: list, wake: Callable[[Hashable], None]):
+    def __init__(self, purgatory: "Purgatory", keys: dict, wake: Callable[[Hashable], None]):
         self._purgatory = purgatory
         self.keys = keys
         self.wake = wake
@@ -39,13 +39,12 @@ class Watch:
     def add_keys(self, keys: Iterable[Hashable]) -> None:
         for key in keys:
             self._purgatory._add(key, self)
-            self.keys.append(key)
+            self.keys[key] = None
 
     def remove_keys(self, keys: Iterable[Hashable]) -> None:
-        gone = set(keys)
-        for key in gone:
-            self._purgatory._remove(key, self)
-        self.keys = [k for k in self.keys if k not in gone]
+        for key in keys:
+            if self.keys.pop(key, 0) is None:
+                self._purgatory._remove(key, self)
 
     def cancel(self) -> None:
         p, self._purgatory = self._purgatory, None
@@ -54,7 +53,7 @@ class Watch:
         for key in self.keys:
             p._remove(key, self)
         p._all.discard(self)
-        self.keys = []
+        self.keys = {}
 
 
 class Purgatory:
@@ -66,7 +65,7 @@ class Purgatory:
 
     def watch(self, keys: Iterable[Hashable], wake: Callable[[Hashable], None]) -> Watch:
         """Register `wake` on every key until the returned watch is cancelled."""
-        w = Watch(self, [], wake)
+        w = Watch(self, {}, wake)
         self._all.add(w)
         w.add_keys(keys)
         return w

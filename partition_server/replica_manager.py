@@ -114,6 +114,7 @@ class ReplicaManager:
         self.timed_flush: set[TopicPartition] = set()
         self.compacted: set[TopicPartition] = set()
         self.isr_candidates: set[TopicPartition] = set()
+        self._hw_dirty: set[TopicPartition] = set()   # high watermarks not checkpointed yet
 
     def check_storage(self) -> None:
         """Raise the error a full disk gives while the fault-injection file exists (only when
@@ -160,6 +161,8 @@ class ReplicaManager:
             hosted.rebuild_producer_state()
             hosted.offline = self.log_dir_failed
             self.partitions[key] = hosted
+            hosted.state.on_high_watermark_change = lambda: self._hw_dirty.add(key)
+            self._hw_dirty.add(key)
             if plog.config.flush_ms != NEVER:
                 self.timed_flush.add(key)
             if "compact" in plog.config.cleanup_policy:
@@ -185,6 +188,7 @@ class ReplicaManager:
         for index in (self.led, self.timed_flush, self.compacted, self.isr_candidates):
             index.discard((topic, partition))
         hosted.state.stop_replica()
+        self._hw_dirty.add((topic, partition))
         if delete:
             self.high_watermarks.pop((topic, partition), None)
         else:
@@ -202,13 +206,18 @@ class ReplicaManager:
     def hosted_keys(self) -> Iterable[TopicPartition]:
         return list(self.partitions)
 
-    def high_watermarks_to_checkpoint(self) -> dict[TopicPartition, int] | None:
+    def high_watermarks_to_checkpoint(self, only_if_changed: bool = False
+                                      ) -> dict[TopicPartition, int] | None:
         """Every known high watermark, or None when the log directory failed (nothing may be
-        written there any more)."""
-        if self.log_dir_failed:
+        written there any more) or, with `only_if_changed`, when none changed since the last
+        call: an idle broker neither walks its partitions nor rewrites the file."""
+        if self.log_dir_failed or (only_if_changed and not self._hw_dirty):
             return None
-        for key, hosted in self.partitions.items():
-            self.high_watermarks[key] = hosted.state.high_watermark
+        dirty, self._hw_dirty = self._hw_dirty, set()
+        for key in dirty if only_if_changed else self.partitions:
+            hosted = self.partitions.get(key)
+            if hosted is not None:
+                self.high_watermarks[key] = hosted.state.high_watermark
         return dict(self.high_watermarks)
 
     # -- produce ---------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ session's `FetchClock` (replication/partition.py) moves on every fetch, and a fo
 fetch offset is the leader's log end counts as caught up as of that fetch.
 
 As a safety net against a change that nothing notified, a session reads all its partitions again
-every `FULL_SCAN_MS` (bounded: once per 30 s per follower session).
+every `FULL_SCAN_MS` (bounded: once a minute per follower session).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from partition_server.replica_manager import FetchResult
 from partition_server.replication.partition import FetchClock
 from wire.errors import ErrorCode, KafkaError
 
-FULL_SCAN_MS = 30_000
+FULL_SCAN_MS = 60_000
 
 
 class SessionWatch:

@@ -115,6 +115,7 @@ class PartitionState:
         # A restarted broker only knows the high watermark it checkpointed (or 0); it is never
         # above the local log end offset.
         self._high_watermark = min(high_watermark, log.log_end_offset)
+        self.on_high_watermark_change = None  # the replica manager's checkpoint dirty mark
         self._leo_seen = log.log_end_offset   # our log end as of the last local append
 
     # -- transitions ---------------------------------------------------------------------------
@@ -214,7 +215,7 @@ class PartitionState:
             return False
         candidate = min(offsets)
         if candidate > self._high_watermark:
-            self._high_watermark = candidate
+            self._set_high_watermark(candidate)
             return True
         return False
 
@@ -320,8 +321,14 @@ class PartitionState:
     def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
         if self.role is Role.FOLLOWER:
             hw = min(leader_high_watermark, self.log.log_end_offset)
-            self._high_watermark = max(self._high_watermark, hw)
+            self._set_high_watermark(max(self._high_watermark, hw))
 
     def truncated_to(self, offset: int) -> None:
         """The local log was truncated (divergence); the HW cannot exceed the new end."""
-        self._high_watermark = min(self._high_watermark, offset)
+        self._set_high_watermark(min(self._high_watermark, offset))
+
+    def _set_high_watermark(self, value: int) -> None:
+        if value != self._high_watermark:
+            self._high_watermark = value
+            if self.on_high_watermark_change is not None:
+                self.on_high_watermark_change()

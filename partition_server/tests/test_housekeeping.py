@@ -10,6 +10,7 @@ from partition_server.housekeeping import Sweep
 from partition_server.log import LogConfig, PartitionLog
 from partition_server.log.offset_checkpoint import read_checkpoint
 from partition_server.replica_manager import ReplicaManager
+from wire.records.batch import build_batch
 
 
 def test_sweep_visits_every_key_once_per_period_in_slices():
@@ -36,15 +37,23 @@ def _manager(tmp_path, n):
 def test_high_watermark_checkpoint_is_written_only_when_one_changed(tmp_path):
     rm = _manager(tmp_path, 3)
     path = str(tmp_path / "replication-offset-checkpoint")
-    fake = types.SimpleNamespace(replicas=rm, hw_checkpoint_path=path, _hw_checkpointed=None)
+    fake = types.SimpleNamespace(replicas=rm, hw_checkpoint_path=path)
     Broker.checkpoint_high_watermarks(fake, force=False)
     assert read_checkpoint(path) == {("t", 0): 0, ("t", 1): 0, ("t", 2): 0}
     (tmp_path / "replication-offset-checkpoint").unlink()
     Broker.checkpoint_high_watermarks(fake, force=False)     # nothing changed: not written
     assert not (tmp_path / "replication-offset-checkpoint").exists()
-    rm.get("t", 1).state._high_watermark = 5
+    # replica 1 fetches past a new record: partition 1's high watermark moves to 1
+    assert rm.append_records("t", 1, build_batch([(None, b"v", [], 0)]), 1, 0).error == 0
+    rm.read("t", 1, 1, 1 << 20, 1, 1, -1, 0, min_one=True)
+    assert rm.get("t", 1).state.high_watermark == 1
     Broker.checkpoint_high_watermarks(fake, force=False)
-    assert read_checkpoint(path)[("t", 1)] == 5
+    assert read_checkpoint(path) == {("t", 0): 0, ("t", 1): 1, ("t", 2): 0}
+    (tmp_path / "replication-offset-checkpoint").unlink()
+    Broker.checkpoint_high_watermarks(fake, force=False)
+    assert not (tmp_path / "replication-offset-checkpoint").exists()
+    Broker.checkpoint_high_watermarks(fake)                  # shutdown: always written
+    assert read_checkpoint(path)[("t", 1)] == 1
 
 
 async def test_isr_tick_checks_a_slice_of_the_led_partitions_and_flagged_ones(tmp_path,

@@ -403,14 +403,22 @@ class TransactionCoordinator:
 
     async def _snapshot_loop(self) -> None:
         """Producer-state snapshots of every hosted partition that changed (txn/snapshot.py);
-        they bound how much log a restart replays. Lives here as the broker's txn machinery."""
+        they bound how much log a restart replays. Lives here as the broker's txn machinery.
+        Each partition is visited once per SNAPSHOT_INTERVAL_S, a slice per second (a sweep,
+        partition_server/housekeeping.py), so no single tick walks every partition."""
+        from partition_server.housekeeping import Sweep
         from partition_server.txn.snapshot import SNAPSHOT_INTERVAL_S, maybe_snapshot
         last: dict = {}
         expiration_ms = self.broker.config["producer.id.expiration.ms"]
+        replicas = self.broker.replicas
+        sweep = Sweep(lambda: replicas.partitions, SNAPSHOT_INTERVAL_S, 1.0)
         while True:
-            await trio.sleep(SNAPSHOT_INTERVAL_S)
+            await trio.sleep(1.0)
             now = now_ms()
-            for hosted in list(self.broker.replicas.partitions.values()):
+            for key in sweep.next_slice():
+                hosted = replicas.get(*key)
+                if hosted is None:
+                    continue
                 gone = hosted.producers.expire_producers(now, expiration_ms)
                 if gone:
                     log.info("%s-%d: %d idle producer(s) expired", hosted.topic, hosted.partition,
