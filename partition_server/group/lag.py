@@ -68,6 +68,12 @@ class LagMonitor:
     def __init__(self, broker):
         self.broker = broker
         self.table: dict[tuple[str, str, int], PartitionLag] = {}
+        # (topic, partition, committed offset) → timestamp of the record there. A committed
+        # record (below the high watermark) does not change, so an idle group costs one
+        # ListOffsets per leader per refresh, not a Fetch per partition; entries not used by a
+        # refresh are dropped.
+        self._timestamps: dict[tuple[str, int, int], int | None] = {}
+        self._used: dict[tuple[str, int, int], int | None] = {}
         self.peers = PeerConnections(broker, f"raftka-lag-{broker.config.node_id}")
 
     async def run(self) -> None:
@@ -89,6 +95,7 @@ class LagMonitor:
                 wanted.setdefault((topic, partition), []).append((gid, value[0]))
         table = {}
         now = int(time.time() * 1000)
+        self._used = {}
         remote: dict[int, list] = {}
         for (topic, partition), users in wanted.items():
             hosted = self.broker.replicas.get(topic, partition)
@@ -97,8 +104,8 @@ class LagMonitor:
                 for gid, committed in users:
                     ts = None
                     if 0 <= committed < hw:
-                        ts = timestamp_at(hosted.log.read(committed, 1, min_one=True).read_bytes(),
-                                          committed)
+                        ts = self._cached(topic, partition, committed, lambda: timestamp_at(
+                            hosted.log.read(committed, 1, min_one=True).read_bytes(), committed))
                     table[(gid, topic, partition)] = compute_lag(committed, hw, ts, now)
                 continue
             p = self.broker.image.partition(topic, partition)
@@ -112,6 +119,16 @@ class LagMonitor:
                     log.debug("lag: leader %d unreachable: %s", leader, exc)
                     await self.peers.drop(leader)
         self.table = table
+        self._timestamps = self._used
+
+    def _cached(self, topic: str, partition: int, committed: int, lookup):
+        key = (topic, partition, committed)
+        if key in self._timestamps:
+            ts = self._timestamps[key]
+        else:
+            ts = lookup()
+        self._used[key] = ts
+        return ts
 
     async def _ask_leader(self, leader: int, items: list, table: dict, now: int) -> None:
         conn = await self.peers.get(leader)
@@ -132,7 +149,10 @@ class LagMonitor:
                 continue
             for gid, committed in users:
                 ts = None
-                if 0 <= committed < hw:
+                key = (topic, partition, committed)
+                if 0 <= committed < hw and key in self._timestamps:
+                    ts = self._used[key] = self._timestamps[key]
+                elif 0 <= committed < hw:
                     got = await conn.request(fr(
                         replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
                         isolation_level=0, topics=[fr.FetchTopic(topic=topic, partitions=[
@@ -143,4 +163,6 @@ class LagMonitor:
                         for pd in t.partitions:
                             if pd.error_code == 0 and pd.records:
                                 ts = timestamp_at(bytes(pd.records), committed)
+                    if ts is not None:
+                        self._used[key] = ts
                 table[(gid, topic, partition)] = compute_lag(committed, hw, ts, now)

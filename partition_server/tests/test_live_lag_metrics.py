@@ -95,3 +95,36 @@ def test_lag_in_messages_and_seconds_on_metrics(cluster):
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(f"http://127.0.0.1:{cluster.layout.metrics_port(0)}/nope", timeout=5)
     assert err.value.code == 404
+
+
+async def test_lag_refresh_reads_a_record_only_when_the_committed_offset_moves():
+    """An idle group costs no record read per refresh: the timestamp at a committed offset
+    (below the high watermark) is kept while the committed offset stays."""
+    import types
+
+    from partition_server.group.lag import LagMonitor
+    from partition_server.replication.partition import Role
+    from wire.errors import ErrorCode
+
+    reads = []
+    data = build_batch([(b"k", b"v%d" % i, [], 1_000 + i) for i in range(10)], base_offset=0)
+
+    class Log:
+        def read(self, offset, max_bytes, min_one=False):
+            reads.append(offset)
+            return types.SimpleNamespace(read_bytes=lambda: data)
+    hosted = types.SimpleNamespace(state=types.SimpleNamespace(role=Role.LEADER, high_watermark=10),
+                                   offline=False, log=Log())
+    offsets = {"g": {("t", 0): (4, None)}}
+    broker = types.SimpleNamespace(
+        config=types.SimpleNamespace(node_id=0),
+        groups=types.SimpleNamespace(offsets=offsets, owns=lambda gid: ErrorCode.NONE),
+        replicas=types.SimpleNamespace(get=lambda t, p: hosted))
+    lag = LagMonitor(broker)
+    await lag.refresh()
+    await lag.refresh()
+    assert reads == [4] and lag.table[("g", "t", 0)].messages == 6
+    offsets["g"][("t", 0)] = (7, None)
+    await lag.refresh()
+    await lag.refresh()
+    assert reads == [4, 7] and lag.table[("g", "t", 0)].messages == 3
