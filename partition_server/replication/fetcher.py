@@ -31,6 +31,10 @@ MAX_WAIT_MS = 500
 RESYNC_INTERVAL_S = 60
 
 
+def _no_mark(key) -> None:
+    pass
+
+
 @dataclasses.dataclass
 class FetchStats:
     """Per leader, for /metrics: the partitions the last fetch named and got back."""
@@ -133,7 +137,7 @@ class FetcherManager:
                     await conn.connect(timeout_s=2)
                 plan = session.build(self.by_leader.get(leader, ()),
                                      lambda key: self._position(key, leader))
-                resp = await conn.request(self._build(plan), FETCH_VERSION,
+                resp = await conn.request(self._request(plan), FETCH_VERSION,
                                           timeout_s=MAX_WAIT_MS / 1000 + 5)
             except (ConnectionClosed, OSError, DecodeError, trio.TooSlowError, ValueError) as exc:
                 log.debug("fetch from broker %d failed: %s", leader, exc)
@@ -162,8 +166,9 @@ class FetcherManager:
         else:
             st.incremental_fetches += 1
 
-    def _position(self, key, leader: int) -> FetchPosition | None:
-        if self.assignments.get(key) != leader:
+    def _position(self, key, leader: int | None = None) -> FetchPosition | None:
+        """Where `key` fetches from now; None if it is not fetched (from `leader`)."""
+        if leader is not None and self.assignments.get(key) != leader:
             return None
         hosted = self.broker.replicas.get(*key)
         if hosted is None or hosted.state.role is not Role.FOLLOWER or hosted.offline:
@@ -172,7 +177,13 @@ class FetcherManager:
         return FetchPosition(plog.log_end_offset, plog.latest_epoch, hosted.state.leader_epoch,
                              plog.log_start_offset)
 
-    def _build(self, plan: FetchPlan):
+    def _build(self, parts):
+        """A sessionless full fetch of `parts` (session 0, epoch -1): the fetch before sessions,
+        which the deterministic simulation (chaos_tests/sim) drives with `_process`."""
+        send = [(key, pos) for key in parts if (pos := self._position(key)) is not None]
+        return self._request(FetchPlan(0, -1, send, []))
+
+    def _request(self, plan: FetchPlan):
         cls = REQUESTS[1]
         max_bytes = self.broker.config["replica.fetch.max.bytes"]
         topics: dict[str, list] = {}
@@ -191,24 +202,34 @@ class FetcherManager:
                    forgotten_topics_data=[cls.ForgottenTopic(topic=t, partitions=ps)
                                           for t, ps in forgotten.items()])
 
-    def _process(self, resp, session: FollowerSession, leader: int) -> bool:
+    def _process(self, resp, asked_in, leader: int) -> bool:
         """Apply a fetch response from `leader`; True if some partition reported an error.
         Partitions missing from an incremental answer have no news: their view stays. A
         partition whose state moved on while the fetch was in flight (another leader or leader
         epoch, or a different log end) is skipped, as Kafka's fetcher does: the answer was right
         for the question asked, and applying a late "you diverged at N" from a previous leader
         would truncate records committed since. Skipped and applied partitions are marked so
-        the next fetch sends their new position."""
+        the next fetch sends their new position.
+
+        `asked_in`: the session the fetch was made in (its `sent` is what the leader answered
+        about), or a sessionless request body (`_build`)."""
+        if isinstance(asked_in, FollowerSession):
+            positions, mark = asked_in.sent, asked_in.mark
+        else:
+            positions = {(t.topic, p.partition): FetchPosition(
+                p.fetch_offset, p.last_fetched_epoch, p.current_leader_epoch, p.log_start_offset)
+                for t in asked_in.topics for p in t.partitions}
+            mark = _no_mark
         errors = False
         now = int(time.time() * 1000)
         for t in resp.responses:
             for p in t.partitions:
                 key = (t.topic, p.partition_index)
-                asked = session.sent.get(key)
+                asked = positions.get(key)
                 hosted = self.broker.replicas.get(*key)
                 if asked is None or hosted is None or hosted.state.role is not Role.FOLLOWER:
                     continue
-                session.mark(key)
+                mark(key)
                 if hosted.state.leader_id != leader or \
                         (asked.current_leader_epoch, asked.fetch_offset) != \
                         (hosted.state.leader_epoch, hosted.log.log_end_offset):

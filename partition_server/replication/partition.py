@@ -7,7 +7,8 @@ States and transitions (driven by the metadata image, never by peers):
     any  ──stop_replica()──▶ NONE            (partition deleted or this broker removed)
 
 A change older than the current (leader epoch, partition epoch) is stale and ignored; one equal
-to it is already applied and changes nothing (each metadata image re-applies every partition).
+to it is already applied and changes nothing (the broker applies only changed partitions of
+each metadata image, but a config change or a snapshot load re-applies unchanged ones).
 
 Leader side, as Kafka's `Partition` (KIP-101 leader epochs, KIP-497 AlterPartition, KIP-841):
 - each follower's log end offset is the fetch offset it last sent; its `last_caught_up_ms` moves
@@ -129,8 +130,8 @@ class PartitionState:
     def become_leader(self, leader_epoch: int, partition_epoch: int, replicas: list[int],
                       isr: list[int], now_ms: int) -> bool:
         """Apply a metadata change naming this broker leader; False if it is stale or already
-        applied (every metadata image re-applies every partition: an unchanged one must not
-        drop an AlterPartition in flight)."""
+        applied (a config change or snapshot load re-applies unchanged partitions: one must
+        not drop an AlterPartition in flight)."""
         if self._stale(leader_epoch, partition_epoch) or (
                 self.role is Role.LEADER and
                 (leader_epoch, partition_epoch) == (self.leader_epoch, self.partition_epoch)):
