@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 
 import trio
@@ -13,13 +12,12 @@ from metadata_quorum.config import ConfigError, ControllerConfig
 
 async def _serve(config: ControllerConfig) -> None:
     from metadata_quorum.service import ControllerService
+    stop = process.install_stop_signals()
     svc = ControllerService(config)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(svc.run)
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for _ in signals:
-                    break
+            await stop.wait()
             nursery.cancel_scope.cancel()
     finally:
         svc.close()

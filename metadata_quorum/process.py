@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 
 import trio
@@ -61,3 +62,26 @@ def run(prog: str, async_fn, *args) -> int:
         print(f"{prog}: {errors}", file=sys.stderr)
         return 1
     return 0
+
+
+
+def install_stop_signals() -> trio.Event:
+    """An event set at the first SIGTERM or SIGINT (call it inside trio, first thing). Later
+    ones change nothing, so they cannot cut the clean stop short: Ctrl-C reaches every process
+    of the terminal's group and `raftka dev` sends its own SIGTERM too. (trio's
+    open_signal_receiver re-delivers signals still pending when it closes, with their default
+    action: a second SIGTERM killed brokers between their controlled shutdown and closing their
+    logs, and they restarted as after a crash.) The stop is bounded; SIGKILL still ends a
+    process at once."""
+    stop = trio.Event()
+    token = trio.lowlevel.current_trio_token()
+
+    def handler(signum, frame):
+        try:
+            token.run_sync_soon(stop.set)   # safe from a signal handler (trio's docs)
+        except trio.RunFinishedError:
+            pass                            # trio is done: the process is exiting anyway
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop

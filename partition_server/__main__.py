@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 
 import trio
@@ -14,22 +13,21 @@ from partition_server.config import BrokerConfig
 
 async def _serve(config: BrokerConfig, controller_config=None) -> None:
     from partition_server.broker import Broker
+    stop = process.install_stop_signals()
     broker = Broker(config)
     controller = None
     try:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async with trio.open_nursery() as nursery:
-                if controller_config is not None:
-                    # combined mode (process.roles=broker,controller): one process, both roles
-                    from metadata_quorum.service import ControllerService
-                    controller = ControllerService(controller_config)
-                    await nursery.start(controller.run)
-                nursery.start_soon(broker.run)
-                async for _ in signals:
-                    break
-                # Controlled shutdown: hand leadership away before stopping (bounded).
-                await broker.controlled_shutdown(timeout_s=5)
-                nursery.cancel_scope.cancel()
+        async with trio.open_nursery() as nursery:
+            if controller_config is not None:
+                # combined mode (process.roles=broker,controller): one process, both roles
+                from metadata_quorum.service import ControllerService
+                controller = ControllerService(controller_config)
+                await nursery.start(controller.run)
+            nursery.start_soon(broker.run)
+            await stop.wait()
+            # Controlled shutdown: hand leadership away before stopping (bounded).
+            await broker.controlled_shutdown(timeout_s=5)
+            nursery.cancel_scope.cancel()
     finally:
         broker.close()
         if controller is not None:

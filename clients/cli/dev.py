@@ -121,6 +121,7 @@ class ManagedProcess:
                  log_path: Path | None = None):
         self.name = name
         self.ready = threading.Event()
+        self._terminated = False
         self._marker = ready_marker
         self._quiet = quiet
         # Every line also goes to a per-process log file (appended across restarts) so a failed
@@ -131,7 +132,8 @@ class ManagedProcess:
             self._log = open(log_path, "a", buffering=1)
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, text=True, bufsize=1)
-        threading.Thread(target=self._pump, daemon=True).start()
+        self._pump_thread = threading.Thread(target=self._pump, daemon=True)
+        self._pump_thread.start()
 
     def _pump(self) -> None:
         assert self.proc.stdout is not None
@@ -143,14 +145,21 @@ class ManagedProcess:
             if not self._quiet:
                 sys.stderr.write(f"[{self.name}] {line}")
 
-    def stop(self, timeout: float) -> None:
-        if self.proc.poll() is None:
+    def terminate(self) -> None:
+        """SIGTERM, once: the node then stops cleanly (a second one is ignored by the node)."""
+        if self.proc.poll() is None and not self._terminated:
+            self._terminated = True
             self.proc.send_signal(signal.SIGTERM)
+
+    def stop(self, timeout: float) -> None:
+        self.terminate()
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        # the node's last lines ("broker 0 stopped") reach its log before we return
+        self._pump_thread.join(timeout=5)
 
 
 def start_cluster(layout: DevLayout, quiet: bool = False) -> list[ManagedProcess]:
@@ -191,8 +200,7 @@ def stop_cluster(procs: list[ManagedProcess]) -> None:
     controllers = [p for p in procs if p.name.startswith("controller")]
     for group in (brokers, controllers):
         for p in group:
-            if p.proc.poll() is None:
-                p.proc.send_signal(signal.SIGTERM)
+            p.terminate()
         for p in group:
             p.stop(timeout=15)
 

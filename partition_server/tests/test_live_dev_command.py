@@ -1,5 +1,6 @@
 """`raftka dev`: the bootstrap line, a clean stop on SIGTERM, and resuming with the same data."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -40,6 +41,42 @@ def test_dev_prints_bootstrap_stops_cleanly_and_resumes(tmp_path):
         admin = AdminClient({"bootstrap.servers": line.split("=", 1)[1]})
         topics = admin.list_topics(timeout=20).topics
         assert "kept" in topics and len(topics["kept"].partitions) == 2
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+
+
+def test_ctrl_c_stops_every_node_cleanly_despite_the_second_signal(tmp_path):
+    """Ctrl-C in a terminal sends SIGINT to every process of the group, and `raftka dev` then
+    sends each node a SIGTERM of its own: the second signal must not cut a node's clean stop
+    short (trio re-delivered it with its default action, killing brokers before they closed
+    their logs). Every node says it stopped, and the restarted brokers find a clean shutdown."""
+    base = free_base_port()
+    proc = subprocess.Popen([sys.executable, "-m", "clients.cli.main", "dev", "--data-dir",
+                             str(tmp_path), "--base-port", str(base), "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        line = proc.stdout.readline().strip()
+        admin = AdminClient({"bootstrap.servers": line.split("=", 1)[1]})
+        for fut in admin.create_topics([NewTopic("kept", 6, 3)]).values():
+            fut.result(30)
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)              # what the terminal does on Ctrl-C
+        assert proc.wait(90) == 0
+    logs = tmp_path / "logs"
+    for name, stopped in [(f"broker-{b}", f"broker {b} stopped") for b in range(3)] + \
+            [(f"controller-{c}", f"controller {c} stopped") for c in (3000, 3001, 3002)]:
+        assert stopped in (logs / f"{name}.log").read_text(), f"{name} did not stop cleanly"
+    sizes = {b: (logs / f"broker-{b}.log").stat().st_size for b in range(3)}
+    proc, line = start(tmp_path, base)
+    try:
+        assert line.startswith("bootstrap.servers=")
+        for b in range(3):
+            with open(logs / f"broker-{b}.log") as f:
+                f.seek(sizes[b])
+                restart_log = f.read()
+            assert "no clean shutdown" not in restart_log and "unclean shutdown" not in restart_log
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
