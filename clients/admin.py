@@ -28,7 +28,8 @@ from clients.admin_types import (  # noqa: F401 - re-exported: callers import th
     ConfigEntry, AlterConfigOp, AclBinding, AclBindingFilter, GroupListing, MemberDescription,
     GroupDescription, OffsetAndMetadata, CONFIG_SOURCES, EARLIEST, LATEST)
 from clients.cluster import COORDINATOR_GROUP, Cluster, TopicPartition
-from clients.config import ADMIN, ConfigError, resolve
+from clients.config import ADMIN, ConfigError, client_security, resolve
+from common.security import ClientSecurity
 from clients.errors import (KafkaConnectionError, KafkaTimeoutError, Retry, UnknownTopicError,
                             check, classify)
 from wire.errors import ErrorCode, KafkaError
@@ -67,7 +68,7 @@ def _err(code: int, message: str | None = None, what: str = "") -> KafkaError | 
 
 class AdminClient:
     def __init__(self, bootstrap: str | Cluster | None = None, config: dict | None = None,
-                 **kwargs):
+                 *, security: ClientSecurity | None = None, **kwargs):
         props = dict(config or {})
         props.update({k.replace("_", "."): v for k, v in kwargs.items()})
         if isinstance(bootstrap, str):
@@ -82,7 +83,8 @@ class AdminClient:
                                    request_timeout_ms=cfg["request.timeout.ms"],
                                    connect_timeout_ms=cfg["socket.connection.setup.timeout.ms"],
                                    retry_backoff_ms=cfg["retry.backoff.ms"],
-                                   metadata_max_age_ms=cfg["metadata.max.age.ms"])
+                                   metadata_max_age_ms=cfg["metadata.max.age.ms"],
+                                   security=security or client_security(cfg))
             self._own_cluster = True
         self.timeout_s = cfg["default.api.timeout.ms"] / 1000
         self.backoff_s = cfg["retry.backoff.ms"] / 1000

@@ -45,6 +45,7 @@ import trio
 
 from clients.assignors import get_assignor
 from clients.cluster import Cluster
+from clients.config import client_security
 from clients.consumer_offsets import EARLIEST, LATEST, drop_on_cancel, list_offsets
 from clients.errors import KafkaConnectionError, KafkaTimeoutError, Retry, check, classify
 from clients.fetcher import (READ_COMMITTED, READ_UNCOMMITTED, ConsumerRecord, TopicPartition,
@@ -53,6 +54,7 @@ from clients.consumer_config import NoOffsetForPartitionError, call_listener, pa
 from clients.consumer_group_classic import ensure_classic_group
 from clients.consumer_group_member import ConsumerGroupMember
 from clients.group_member import CommitFailedError, GroupMember
+from common.security import ClientSecurity
 from wire.errors import DecodeError, ErrorCode, KafkaError
 from wire.messages.index_generated import REQUESTS
 
@@ -66,7 +68,7 @@ LEADER_ERRORS = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PA
 
 class Consumer:
     def __init__(self, bootstrap_servers: str | None = None, config: dict | None = None,
-                 **kwargs):
+                 *, security: ClientSecurity | None = None, **kwargs):
         cfg = parse_config(config, kwargs)
         if bootstrap_servers is not None:
             cfg["bootstrap.servers"] = bootstrap_servers
@@ -79,7 +81,8 @@ class Consumer:
         self.cluster = Cluster(cfg["bootstrap.servers"], client_id=str(cfg["client.id"]),
                                request_timeout_ms=int(cfg["request.timeout.ms"]),
                                retry_backoff_ms=int(cfg["retry.backoff.ms"]),
-                               metadata_max_age_ms=int(cfg["metadata.max.age.ms"]))
+                               metadata_max_age_ms=int(cfg["metadata.max.age.ms"]),
+                               security=security or client_security(cfg))
         strategies = cfg["partition.assignment.strategy"]
         if isinstance(strategies, str):
             strategies = [s for s in strategies.split(",") if s.strip()]

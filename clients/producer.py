@@ -87,7 +87,8 @@ from clients.accumulator import (ATTR_TS, BATCH_HEADER_SIZE, FAST_VALUE_MAX, NUL
                                  SMALL_VARINT, SMALL_VARINT_LEN, DeliveryFuture, ProducerBatch,
                                  RecordAccumulator, RecordMetadata, record_size)
 from clients.cluster import Cluster, TopicPartition
-from clients.config import COMPRESSION, PRODUCER, ConfigError, resolve
+from clients.config import COMPRESSION, PRODUCER, ConfigError, client_security, resolve
+from common.security import ClientSecurity
 from clients.errors import KafkaTimeoutError, UnknownTopicError
 from clients.partitioner import StickyPartitioner, partition_for_key
 from clients.producer_pipe import ProducePipe, Turnstile
@@ -104,7 +105,7 @@ class Producer(Sender, Transactions):
     task; leaving flushes and closes) or `await p.start(nursery)` / `await p.aclose()`."""
 
     def __init__(self, bootstrap: str | Cluster | None = None, config: dict | None = None,
-                 **kwargs):
+                 *, security: ClientSecurity | None = None, **kwargs):
         props = dict(config or {})
         props.update({k.replace("_", "."): v for k, v in kwargs.items()})
         if isinstance(bootstrap, str):
@@ -148,7 +149,8 @@ class Producer(Sender, Transactions):
                                    request_timeout_ms=cfg["request.timeout.ms"],
                                    connect_timeout_ms=cfg["socket.connection.setup.timeout.ms"],
                                    retry_backoff_ms=cfg["retry.backoff.ms"],
-                                   metadata_max_age_ms=cfg["metadata.max.age.ms"])
+                                   metadata_max_age_ms=cfg["metadata.max.age.ms"],
+                                   security=security or client_security(cfg))
             self._own_cluster = True
         self._acc = RecordAccumulator(cfg["batch.size"], cfg["linger.ms"] / 1000,
                                       cfg["buffer.memory"], COMPRESSION[cfg["compression.type"]])

@@ -14,7 +14,7 @@ import time
 
 import trio
 
-from clients.connection import BrokerConnection, ConnectionClosed
+from common.connection import BrokerConnection, ConnectionClosed
 from partition_server.replication.partition import Role
 from wire.errors import DecodeError, ErrorCode, KafkaError
 from wire.messages.index_generated import REQUESTS
@@ -68,7 +68,8 @@ class FetcherManager:
                     continue
                 try:
                     if conn is None:
-                        conn = BrokerConnection(reg.host, reg.port, f"replica-{self.broker.broker_id}")
+                        conn = BrokerConnection(reg.host, reg.port, f"replica-{self.broker.broker_id}",
+                                                security=self.broker.inter_broker_security)
                         await conn.connect(timeout_s=2)
                     req = self._build(parts)
                     resp = await conn.request(req, FETCH_VERSION, timeout_s=MAX_WAIT_MS / 1000 + 5)

@@ -41,10 +41,10 @@ from typing import Awaitable, Callable
 
 import trio
 
-from partition_server.error_response import error_response
-from partition_server.security import sasl as sasl_mod
-from partition_server.security.authorizer import ANONYMOUS
-from partition_server.security.tls import peer_principal
+from common import sasl as sasl_mod
+from common.error_response import error_response
+from common.principal import ANONYMOUS
+from common.tls import peer_principal
 from wire import framing
 from wire.connection import ServerConnection, UnsupportedRequest, unsupported_api_versions_response
 from wire.errors import DecodeError, ErrorCode

@@ -1,4 +1,4 @@
-"""metadata_quorum/clock.py: the steady clock ignores wall-clock jumps; the test seam jumps the
+"""common/clock.py: the steady clock ignores wall-clock jumps; the test seam jumps the
 wall clock (checked in a child process: the seam patches time.time process-wide)."""
 
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 CHILD = r"""
 import sys, time
-from metadata_quorum import clock
+from common import clock
 path = sys.argv[1]
 open(path, "w").write("0")
 clock.install_offset_file(path, poll_s=0.01)

@@ -1,5 +1,6 @@
-"""Server-side SASL mechanisms as pure state machines: PLAIN (RFC 4616) and SCRAM-SHA-256/512
-(RFC 5802, RFC 7677), as Kafka's SaslServer implementations behave.
+"""SASL as pure state machines: the server side of PLAIN (RFC 4616) and SCRAM-SHA-256/512
+(RFC 5802, RFC 7677), as Kafka's SaslServer implementations behave, and the one SCRAM client
+(`ScramClient`) and key derivation (`scram_keys`, `make_credential`) every part of raftka uses.
 
 Each mechanism object is fed the client's tokens with `evaluate(token) -> challenge bytes`; it
 raises `SaslAuthenticationError` (→ SASL_AUTHENTICATION_FAILED) on a bad token or bad
@@ -250,9 +251,13 @@ def new_server(mechanism: str, lookup: CredentialLookup):
 
 
 class ScramClient:
-    """Client side of SCRAM, for inter-node links (brokers → controllers) and tests."""
+    """Client side of SCRAM (RFC 5802 / 7677) as Kafka uses it, without channel binding: the one
+    implementation behind inter-node links, our clients and CLI, the Spark connector and tests.
+    `mechanism` is a Kafka type code (SCRAM_SHA_256/512) or name ("SCRAM-SHA-256")."""
 
-    def __init__(self, mechanism: int, user: str, password: str, nonce: str | None = None):
+    def __init__(self, mechanism: int | str, user: str, password: str, nonce: str | None = None):
+        if isinstance(mechanism, str):
+            mechanism = MECHANISM_NAMES[mechanism]
         self.mechanism, self.user, self.password = mechanism, user, password
         self._algo = _HASH[mechanism]
         self._nonce = nonce or _b64(os.urandom(24))
@@ -263,15 +268,25 @@ class ScramClient:
         return ("n,," + self._bare).encode()
 
     def final(self, server_first: bytes) -> bytes:
-        attrs = dict(_attributes(bytes(server_first).decode()))
-        nonce, salt, iterations = attrs["r"], _unb64(attrs["s"]), int(attrs["i"])
+        text = bytes(server_first).decode()
+        try:
+            attrs = dict(_attributes(text))
+        except SaslAuthenticationError:
+            raise SaslAuthenticationError("malformed SCRAM server-first message") from None
+        if "e" in attrs:                                  # server-error (RFC 5802 §7)
+            raise SaslAuthenticationError(attrs["e"])
+        nonce = attrs.get("r", "")
+        if "s" not in attrs or "i" not in attrs or not attrs["i"].isdigit():
+            raise SaslAuthenticationError("malformed SCRAM server-first message")
         if not nonce.startswith(self._nonce):
-            raise SaslAuthenticationError("server nonce does not extend ours")
+            raise SaslAuthenticationError("malformed SCRAM server-first message: the server "
+                                          "nonce does not extend ours")
+        salt, iterations = _unb64(attrs["s"]), int(attrs["i"])
         salted = salted_password(self.mechanism, self.password, salt, iterations)
         client_key = hmac.new(salted, b"Client Key", self._algo).digest()
         stored = hashlib.new(self._algo, client_key).digest()
         without_proof = f"c={_b64(b'n,,')},r={nonce}"
-        auth_message = f"{self._bare},{bytes(server_first).decode()},{without_proof}".encode()
+        auth_message = f"{self._bare},{text},{without_proof}".encode()
         signature = hmac.new(stored, auth_message, self._algo).digest()
         proof = bytes(a ^ b for a, b in zip(client_key, signature))
         server_key = hmac.new(salted, b"Server Key", self._algo).digest()
@@ -279,7 +294,10 @@ class ScramClient:
         return f"{without_proof},p={_b64(proof)}".encode()
 
     def verify(self, server_final: bytes) -> None:
+        """The server proves it knows the credential too (no talking to an impostor)."""
         text = bytes(server_final).decode()
+        if text.startswith("e="):
+            raise SaslAuthenticationError(text[2:])
         if not text.startswith("v=") or not hmac.compare_digest(_unb64(text[2:]),
                                                                 self._server_signature):
             raise SaslAuthenticationError("server signature does not verify")

@@ -6,10 +6,10 @@ import base64
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from partition_server.security import sasl
-from partition_server.security.sasl import (SCRAM_SHA_256, SCRAM_SHA_512, PlainServer,
-                                            SaslAuthenticationError, ScramClient, ScramServer,
-                                            make_credential)
+from common import sasl
+from common.sasl import (SCRAM_SHA_256, SCRAM_SHA_512, PlainServer,
+                         SaslAuthenticationError, ScramClient, ScramServer,
+                         make_credential)
 
 RFC_SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
 
@@ -117,3 +117,23 @@ def test_random_tokens_only_raise_authentication_errors(first, second):
         except SaslAuthenticationError:
             pass
         assert not server.complete
+
+
+def test_scram_client_by_name_rfc_7677_and_server_errors():
+    """The client the Spark connector and our clients share: mechanism by Kafka name, the RFC
+    7677 vector, and the server's errors (a bad signature, e=..., a malformed server-first)."""
+    c = ScramClient("SCRAM-SHA-256", "user", "pencil", nonce="rOprNGfwEbeRWgbNEkqO")
+    assert c.first() == b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
+    final = c.final(b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
+                    b"s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
+    assert final == (b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
+                     b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
+    c.verify(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
+    with pytest.raises(SaslAuthenticationError, match="signature"):
+        c.verify(b"v=AAAA")
+    with pytest.raises(SaslAuthenticationError, match="unknown-user"):
+        c.verify(b"e=unknown-user")
+    with pytest.raises(SaslAuthenticationError, match="malformed"):
+        ScramClient("SCRAM-SHA-512", "u", "p", nonce="abc").final(b"r=zzz,s=AA==,i=1")
+    with pytest.raises(SaslAuthenticationError, match="other-error"):
+        ScramClient("SCRAM-SHA-512", "u", "p", nonce="abc").final(b"e=other-error")

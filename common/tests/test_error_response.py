@@ -1,10 +1,10 @@
-"""UNKNOWN_SERVER_ERROR answers shaped like the request (partition_server/error_response.py)."""
+"""UNKNOWN_SERVER_ERROR answers shaped like the request (common/error_response.py)."""
 
 import random
 
 import pytest
 
-from partition_server.error_response import CODE, error_response
+from common.error_response import CODE, error_response
 from wire.messages.index_generated import REQUESTS, RESPONSES
 from wire.testing import random_message
 
@@ -94,7 +94,7 @@ async def test_a_failing_handler_answers_unknown_server_error_and_keeps_the_conn
 
     import trio
 
-    from partition_server.network import serve_listener
+    from common.network import serve_listener
     from partition_server.tests.test_security_network import connect
 
     supported = {18: (0, 3), 3: (0, 12), 0: (3, 9)}

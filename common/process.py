@@ -11,7 +11,7 @@ import sys
 
 import trio
 
-from metadata_quorum.config import ConfigError, load_properties
+from common.properties import ConfigError, parse_properties
 
 
 def parse_args(prog: str, argv: list[str] | None) -> argparse.Namespace:
@@ -28,7 +28,7 @@ def parse_args(prog: str, argv: list[str] | None) -> argparse.Namespace:
 def load_config_file(path: str, sets: list[str]) -> dict[str, str]:
     """Properties from `path`, then `key=value` overrides. Raises ConfigError or OSError."""
     with open(path) as f:
-        props = load_properties(f.read())
+        props = parse_properties(f.read())
     for item in sets:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
@@ -40,10 +40,10 @@ def load_config_file(path: str, sets: list[str]) -> dict[str, str]:
 def install_test_seams(props: dict[str, str], data_dir_key: str) -> None:
     """`raftka.clock.offset.file` (tests only; relative to the node's data directory,
     `data_dir_key`): this process's wall clock follows the offset written in that file, to
-    simulate a clock jump on one node (metadata_quorum/clock.py)."""
+    simulate a clock jump on one node (common/clock.py)."""
     path = props.get("raftka.clock.offset.file")
     if path:
-        from metadata_quorum.clock import install_offset_file
+        from common.clock import install_offset_file
         base = (props.get(data_dir_key) or ".").split(",")[0].strip()
         install_offset_file(os.path.join(base, path))
 

@@ -141,11 +141,11 @@ def generate_dev_ca(directory: Path, hosts=("127.0.0.1", "localhost"),
 
 
 def main(argv=None) -> int:
-    """`python -m partition_server.security.tls DIR [HOST ...]`: a dev CA + server certificate."""
+    """`python -m common.tls DIR [HOST ...]`: a dev CA + server certificate."""
     import sys
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
-        print("usage: python -m partition_server.security.tls DIR [HOST ...]", file=sys.stderr)
+        print("usage: python -m common.tls DIR [HOST ...]", file=sys.stderr)
         return 2
     hosts = tuple(args[1:]) or ("127.0.0.1", "localhost")
     for name, path in generate_dev_ca(Path(args[0]), hosts).items():
