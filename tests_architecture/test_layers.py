@@ -51,14 +51,12 @@ SPECIAL = {
 }
 
 # what partition_server may import from metadata_quorum: the records and the image it replays,
-# and the controller's read-only queries and tables over that image, which the broker answers
-# from its own copy (Describe ACLs / client quotas, the topic config table, topic name checks)
+# and two of the controller's read-only queries over that image, which the broker answers from
+# its own copy (DescribeAcls, DescribeClientQuotas)
 MAY_READ = {
     "metadata_quorum.records", "metadata_quorum.image",
     "metadata_quorum.controller.acl_control",          # AclFilter, describe_acls
-    "metadata_quorum.controller.config_control",       # TOPIC_CONFIGS
     "metadata_quorum.controller.quota_control",        # describe_client_quotas
-    "metadata_quorum.controller.replication_control",  # validate_topic_name
 }
 
 OURS = {"wire", "common", "metadata_quorum", "partition_server", "clients", "spark_connector",
