@@ -14,6 +14,8 @@
 | default.replication.factor | 1 | replication factor of a topic created without one |
 | min.insync.replicas | 1 | of topics without a topic or cluster-wide setting: decides when replicas leaving the ISR become eligible leaders (KIP-966 ELR). Set it to the brokers' value: a controller value above the brokers' could elect a replica missing records the leader committed |
 | raftka.controller.stream.tail.records | 50000 | committed records kept for the metadata stream; a broker further behind loads a snapshot |
+| raftka.controller.raft.log.compaction.min.entries | 20000 | pysyncobj compacts its Raft log into a snapshot (`raft.dump`) past this many entries... |
+| raftka.controller.raft.log.compaction.min.time.ms | 60000 | ...or this long after the last compaction, whichever comes first |
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class ControllerConfig:
     # on the first tick after a crash (~1 s to the first ack), one fenced at 1 s only on the third
     disconnect_fence_ms: int = 500
     min_insync_replicas: int = 1
+    raft_compaction_min_entries: int = 20_000
+    raft_compaction_min_time_ms: int = 60_000
     # the raw properties, for the listener's security settings (same keys as a broker's:
     # listener.security.protocol.map's CONTROLLER entry, ssl.*, sasl.*, raftka.inter.node.*)
     props: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
@@ -88,7 +92,9 @@ class ControllerConfig:
                    as_int("num.partitions", 1, 1), as_int("default.replication.factor", 1, 1),
                    as_int("raftka.controller.stream.tail.records", 50_000, 2),
                    as_int("raftka.controller.disconnect.fence.ms", 500, 0),
-                   as_int("min.insync.replicas", 1, 1))
+                   as_int("min.insync.replicas", 1, 1),
+                   as_int("raftka.controller.raft.log.compaction.min.entries", 20_000, 1),
+                   as_int("raftka.controller.raft.log.compaction.min.time.ms", 60_000, 1))
         if not problems:
             try:    # the listener's TLS/SASL settings, checked now rather than at first connect
                 from common.listener_security import controller_listener_security

@@ -47,11 +47,13 @@ def _resp(api_key: int, **kw):
 
 async def _mutate(svc, command):
     """(result, None) or (None, NOT_CONTROLLER)."""
-    from metadata_quorum.service import NotActive
+    from metadata_quorum.service import CommandRefused, NotActive
     try:
         return await svc.mutate(command), None
     except NotActive:
         return None, ErrorCode.NOT_CONTROLLER
+    except CommandRefused:
+        return None, ErrorCode.INVALID_REQUEST
 
 
 async def handle_api_versions(svc, req):
@@ -340,13 +342,16 @@ async def handle_fetch(svc, req):
     svc.observers[b.replica_id] = (offset, int(time.time() * 1000))
     pd = cls.PartitionData(partition_index=0, high_watermark=svc.next_offset,
                            last_stable_offset=svc.next_offset, log_start_offset=svc.tail_start)
-    if offset < svc.tail_start:
-        pd.snapshot_id = cls.SnapshotId(end_offset=svc.next_offset, epoch=0)
-    elif offset > svc.next_offset:
+    encoded = svc.tail[offset - svc.tail_start:offset - svc.tail_start + MAX_FETCH_RECORDS] \
+        if svc.tail_start <= offset < svc.next_offset else []
+    if offset > svc.next_offset:
+        # this voter is behind the broker (restarting, or cut off): the broker asks another
         pd.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
-    elif offset < svc.next_offset:
-        start = offset - svc.tail_start
-        pd.records = _records_batch(offset, svc.tail[start:start + MAX_FETCH_RECORDS])
+    elif offset < svc.tail_start or (offset < svc.next_offset and not encoded):
+        # older than the records kept for the stream: the broker loads the image (FetchSnapshot)
+        pd.snapshot_id = cls.SnapshotId(end_offset=svc.next_offset, epoch=0)
+    elif encoded:
+        pd.records = _records_batch(offset, encoded)
     return cls(responses=[cls.FetchableTopicResponse(topic=METADATA_TOPIC, partitions=[pd])])
 
 

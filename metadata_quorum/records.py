@@ -185,6 +185,25 @@ class RemoveUserScramCredentialRecord(Record):
     mechanism: int
 
 
+# Metadata transactions (KIP-868): an operation too big for one Raft entry is written as several,
+# between a Begin and an End; replay holds its records back until the End and drops them on an
+# Abort (which a newly active controller writes for a transaction its predecessor left open).
+
+@_record(23)
+class BeginTransactionRecord(Record):
+    name: str = ""
+
+
+@_record(24)
+class EndTransactionRecord(Record):
+    pass
+
+
+@_record(25)
+class AbortTransactionRecord(Record):
+    reason: str = ""
+
+
 _UUID_FIELDS = {"topic_id", "acl_id"}
 
 
@@ -230,11 +249,58 @@ def encode_batch(records: list[Record]) -> bytes:
     return msgpack.packb([encode_record(r) for r in records], use_bin_type=True)
 
 
-def decode_batch(data: bytes) -> list[Record]:
+def split_batch(data: bytes) -> list[bytes]:
+    """A Raft entry's encoded records, each still encoded."""
     try:
         items = msgpack.unpackb(data, raw=False)
     except Exception as exc:  # noqa: BLE001
         raise MetadataRecordError(f"undecodable record batch: {exc}") from None
-    if not isinstance(items, list):
-        raise MetadataRecordError("record batch is not a list")
-    return [decode_record(item) for item in items]
+    if not isinstance(items, list) or not all(isinstance(x, bytes) for x in items):
+        raise MetadataRecordError("record batch is not a list of records")
+    return items
+
+
+def decode_batch(data: bytes) -> list[Record]:
+    return [decode_record(item) for item in split_batch(data)]
+
+
+# A Raft entry carries at most this many bytes of records (plus msgpack framing): pysyncobj sends
+# an entry at least its appendEntriesBatchSizeBytes long in pieces, and that path labels pieces by
+# the wrong length (pieces go missing: "pickle data was truncated"), so no entry may reach it.
+MAX_ENTRY_BYTES = 64 * 1024
+# One record alone may not exceed this (it cannot be split); the Raft layer sets
+# appendEntriesBatchSizeBytes well above it.
+MAX_RECORD_BYTES = 1024 * 1024
+
+
+_ITEM_OVERHEAD = 5          # msgpack's bin header of one record, at most
+_LIST_OVERHEAD = 5          # and of the entry's list
+
+
+class RecordTooLarge(MetadataRecordError):
+    """One metadata record is larger than MAX_RECORD_BYTES (e.g. an absurd config value)."""
+
+
+def encode_entries(records: list[Record], max_entry_bytes: int = MAX_ENTRY_BYTES) -> list[bytes]:
+    """Raft entries for `records`, proposed in order. Records that fit in one entry are one
+    entry, atomic as a Raft entry is. More become a metadata transaction (KIP-868): the first
+    entry opens with a BeginTransactionRecord, the last closes with an EndTransactionRecord,
+    and replay applies nothing of it before the End (see image.py)."""
+    encoded = [encode_record(rec) for rec in records]
+    for item in encoded:
+        if len(item) > MAX_RECORD_BYTES:
+            raise RecordTooLarge(f"a metadata record of {len(item)} bytes is over the "
+                                 f"{MAX_RECORD_BYTES}-byte limit")
+    if _LIST_OVERHEAD + sum(len(x) + _ITEM_OVERHEAD for x in encoded) <= max_entry_bytes:
+        return [msgpack.packb(encoded, use_bin_type=True)]
+    entries, current, size = [], [], _LIST_OVERHEAD
+    items = [encode_record(BeginTransactionRecord(f"{len(records)} records"))] + encoded + \
+        [encode_record(EndTransactionRecord())]
+    for item in items:
+        if current and size + len(item) + _ITEM_OVERHEAD > max_entry_bytes:
+            entries.append(msgpack.packb(current, use_bin_type=True))
+            current, size = [], _LIST_OVERHEAD
+        current.append(item)
+        size += len(item) + _ITEM_OVERHEAD
+    entries.append(msgpack.packb(current, use_bin_type=True))
+    return entries

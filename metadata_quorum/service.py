@@ -27,8 +27,9 @@ from common.clock import steady_ms
 from metadata_quorum.config import ControllerConfig
 from metadata_quorum.controller.quorum_controller import QuorumController
 from metadata_quorum.controller_handlers import HANDLERS, SUPPORTED
-from metadata_quorum.quorum.raft import RaftQuorum, fail_reason
-from metadata_quorum.records import NoOpRecord, encode_batch
+from metadata_quorum.quorum.raft import Committed, RaftQuorum, Reset, fail_reason
+from metadata_quorum.records import (AbortTransactionRecord, NoOpRecord, RecordTooLarge,
+                                     encode_entries)
 from common.network import serve_listener
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,10 @@ class NotActive(Exception):
     """This controller is not the active one (or lost leadership mid-command)."""
 
 
+class CommandRefused(Exception):
+    """The command's records cannot be committed at all (a record over the size limit)."""
+
+
 def now_ms() -> int:
     # Every controller command's `now` times broker sessions only (no record carries it): the
     # steady clock, so a wall-clock jump neither fences every broker nor keeps a dead one alive.
@@ -58,7 +63,9 @@ class ControllerService:
                                            config.default_replication_factor,
                                            config.min_insync_replicas)
         peers = {nid: f"{h}:{p}" for nid, (h, p) in config.raft_peers.items()}
-        self.quorum = RaftQuorum(config.node_id, peers, config.metadata_dir, config.password)
+        self.quorum = RaftQuorum(config.node_id, peers, config.metadata_dir, config.password,
+                                 compaction_min_entries=config.raft_compaction_min_entries,
+                                 compaction_min_time_s=config.raft_compaction_min_time_ms / 1000)
         self.next_offset = 0
         self.tail: list[bytes] = []
         self.tail_start = 0
@@ -71,34 +78,57 @@ class ControllerService:
 
     # -- commit path --------------------------------------------------------------------------
 
-    def _on_commit_threadsafe(self, first: int, records: list, encoded: list) -> None:
+    def _on_event_threadsafe(self, event: Committed | Reset) -> None:
         try:
-            self.token.run_sync_soon(self._on_commit, first, records, encoded)
+            self.token.run_sync_soon(self._on_event, event)
         except trio.RunFinishedError:
             pass
 
-    def _on_commit(self, first: int, records: list, encoded: list) -> None:
-        if first != self.next_offset:
-            log.error("metadata offset gap: expected %d, got %d", self.next_offset, first)
-        for i, rec in enumerate(records):
-            self.controller.replay(first + i, rec)
-        self.next_offset = first + len(records)
-        self.tail.extend(encoded)
-        limit = self.config.stream_tail_records
-        if len(self.tail) > limit:
-            drop = len(self.tail) - limit // 2
-            del self.tail[:drop]
-            self.tail_start += drop
-        event, self.new_data = self.new_data, trio.Event()
-        event.set()
+    def _on_event(self, event: Committed | Reset) -> None:
+        """Mirror the Raft state machine's committed state (on the trio thread, in order)."""
+        if isinstance(event, Reset):
+            log.info("metadata state reset to offset %d (Raft snapshot loaded)", event.next_offset)
+            self._install(event)
+        else:
+            if event.first != self.next_offset:
+                # cannot happen while every state change reaches us as an event; should it,
+                # the image (from the log) is still right, and the stream restarts at this
+                # entry: brokers further back load a snapshot instead of reading a hole
+                log.error("metadata offset gap: expected %d, got %d; the stream now starts at %d",
+                          self.next_offset, event.first, event.first)
+                self.tail_start, self.tail = event.first, []
+            self.controller.load_image(event.image)
+            self.next_offset = event.first + len(event.encoded)
+            self.tail.extend(event.encoded)
+            limit = self.config.stream_tail_records
+            if len(self.tail) > limit:
+                drop = len(self.tail) - limit // 2
+                del self.tail[:drop]
+                self.tail_start += drop
+        wake, self.new_data = self.new_data, trio.Event()
+        wake.set()
+
+    def _install(self, state: Reset) -> None:
+        self.controller.load_image(state.image)
+        self.next_offset, self.tail_start, self.tail = state.next_offset, state.tail_start, \
+            list(state.tail)
 
     async def commit(self, records: list) -> None:
+        """Commit `records` as one atomic operation: one Raft entry, or several forming a
+        metadata transaction (records.encode_entries). Proposed back to back; an error on any
+        entry fails the whole (an open transaction left behind is aborted before the next
+        command: `_abort_open_transaction`)."""
+        try:
+            entries = encode_entries(records)
+        except RecordTooLarge as exc:
+            raise CommandRefused(str(exc)) from None
         done = trio.Event()
-        box: dict = {}
+        results: list = []
 
         def finish(res, err):
-            box["res"], box["err"] = res, err
-            done.set()
+            results.append(err)
+            if err != 0 or len(results) == len(entries):
+                done.set()
 
         def callback(res, err):
             try:
@@ -106,19 +136,31 @@ class ControllerService:
             except trio.RunFinishedError:
                 pass
 
-        self.quorum.propose(encode_batch(records), callback)
-        with trio.move_on_after(COMMIT_TIMEOUT_S):
+        for entry in entries:
+            self.quorum.propose(entry, callback)
+        with trio.move_on_after(COMMIT_TIMEOUT_S + len(entries) * 0.1):
             await done.wait()
         if not done.is_set():
             raise NotActive("commit timed out (no quorum?)")
-        if box["err"] != 0:
-            raise NotActive(f"commit failed: {fail_reason(box['err'])}")
+        failed = [err for err in results if err != 0]
+        if failed:
+            raise NotActive(f"commit failed: {fail_reason(failed[0])}")
+
+    async def _abort_open_transaction(self) -> None:
+        """A metadata transaction left open in the committed log (a multi-entry commit that
+        failed part-way, here or on the previous active controller) is aborted before anything
+        else is written, as KRaft's active controller does on taking over (KIP-868)."""
+        if self.controller.image.in_transaction:
+            log.warning("aborting a metadata transaction left open at offset %d",
+                        self.controller.image.offset)
+            await self.commit([AbortTransactionRecord("left open by a failed commit")])
 
     async def mutate(self, command):
         """Run `command(now_ms) -> (records, result)` as the active controller."""
         async with self.lock:
             if not self.active:
                 raise NotActive("not the active controller")
+            await self._abort_open_transaction()
             records, result = command(now_ms())
             if records:
                 await self.commit(records)
@@ -133,6 +175,7 @@ class ControllerService:
                 try:
                     async with self.lock:
                         await self.commit([NoOpRecord()])
+                        await self._abort_open_transaction()
                         self.controller.become_active(now_ms())
                         self.active = True
                     log.info("controller %d is now active (term %s)", self.config.node_id,
@@ -172,9 +215,7 @@ class ControllerService:
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self.token = trio.lowlevel.current_trio_token()
-        image, next_offset, tail_start, tail = self.quorum.log.subscribe(self._on_commit_threadsafe)
-        self.controller.load_image(image)
-        self.next_offset, self.tail_start, self.tail = next_offset, tail_start, tail
+        self._install(self.quorum.log.subscribe(self._on_event_threadsafe))
         host, port = self.config.listener
         async with trio.open_nursery() as nursery:
             from common.listener_security import controller_listener_security

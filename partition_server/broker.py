@@ -19,12 +19,12 @@ import trio
 
 from common.clock import steady_ms
 from metadata_quorum.image import MetadataImage
-from partition_server import clean_shutdown
+from partition_server import clean_shutdown, housekeeping
 from partition_server.config import BrokerConfig
 from partition_server.controller_client import ControllerClient
 from partition_server.fetch_session import FetchSessionCache
+from partition_server.image_delta import config_changed_topics, diff_images
 from partition_server.log import LogConfig, PartitionLog
-from partition_server.log.cleaner import LogCleaner
 from partition_server.log.offset_checkpoint import HIGH_WATERMARK_FILE, read_checkpoint, write_checkpoint
 from common.network import serve_listener
 from partition_server.purgatory import Purgatory
@@ -33,8 +33,6 @@ from partition_server.replication.fetcher import FetcherManager
 from partition_server.replication.partition import Role
 
 log = logging.getLogger(__name__)
-
-COMPACTION_BUDGET_BYTES = 4 << 20
 
 # broker defaults → topic config names, for topics without an override
 BROKER_TO_TOPIC = {
@@ -67,12 +65,16 @@ class Broker:
         self.replicas.on_log_dir_failure = self._on_log_dir_failure
         self.hw_checkpoint_path = os.path.join(self.log_dir, HIGH_WATERMARK_FILE)
         self.replicas.high_watermarks = read_checkpoint(self.hw_checkpoint_path)
+        self._hw_checkpointed: dict | None = None      # what the file holds, once we wrote it
         if config["raftka.storage.fault.file"]:
             self.replicas.storage_fault_file = os.path.join(self.log_dir,
                                                             config["raftka.storage.fault.file"])
         self.purgatory = Purgatory()
+        self.replicas.on_change = self.purgatory.notify
+        from partition_server.handlers.fetch_follower import close_session
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"],
-                                                config["min.incremental.fetch.session.eviction.ms"])
+                                                config["min.incremental.fetch.session.eviction.ms"],
+                                                on_close=close_session)
         # the client side of this broker's own links: TLS/SASL values, never process-wide
         from common.listener_security import controller_client_security, inter_node_security
         self.inter_broker_security = inter_node_security(
@@ -101,6 +103,7 @@ class Broker:
         from partition_server.handlers.producer_id import ProducerIdBlock
         self.producer_ids = ProducerIdBlock()
         self.image = MetadataImage()
+        self._apply_failed: list = []       # (TopicImage, PartitionState) that could not open
         # security: credentials (inter-node user + metadata SCRAM records) and the authorizer,
         # rebuilt from every image (None: no authorizer configured, everything allowed)
         from common.listener_security import credential_lookup, static_credentials
@@ -148,38 +151,61 @@ class Broker:
     # -- metadata -------------------------------------------------------------------------------
 
     async def on_image(self, image: MetadataImage) -> None:
-        """Make local replicas match the new image: leadership, new and deleted partitions."""
-        self.image = image
+        """Make local replicas match the new image: leadership, new and deleted partitions.
+        Only what changed since the previous image is applied (image_delta.py): an idle
+        cluster's metadata changes (a broker registering, one partition's ISR) cost O(topics)
+        identity checks plus the changed partitions, not a walk over every partition."""
+        old, self.image = self.image, image
         if self.authorizer is not None:
             from partition_server.security.setup import build_authorizer
             self.authorizer = build_authorizer(image, self.config.values.get)
+        config_topics = config_changed_topics(old, image)
+        delta = diff_images(old, image, config_topics)
+        for key in delta.removed:
+            self.fetchers.unfollow(*key)
+            self.replicas.remove_partition(*key, delete=True)
+            self.purgatory.notify(key)
         now = steady_ms()            # followers' caught-up times: ISR lag is a duration
-        wanted = set()
-        for topic in image.topics.values():
-            cfg = self.topic_config(topic.name)
-            min_isr = int(cfg.get("min.insync.replicas", "1"))
-            for p in topic.partitions.values():
-                if self.broker_id not in p.replicas:
-                    continue
-                wanted.add((topic.name, p.partition_id))
-                try:
-                    role = self.replicas.apply_partition(
-                        topic.name, topic.topic_id, p.partition_id, list(p.replicas), list(p.isr),
-                        p.leader, p.leader_epoch, p.partition_epoch, cfg, min_isr, now)
-                except OSError as exc:
-                    log.error("cannot open %s-%d: %s", topic.name, p.partition_id, exc)
-                    continue
-                if role is Role.FOLLOWER and p.leader >= 0:
-                    self.fetchers.follow(topic.name, p.partition_id, p.leader)
-                else:
-                    self.fetchers.unfollow(topic.name, p.partition_id)
-        for key in list(self.replicas.hosted_keys()):
-            if key not in wanted:
-                self.fetchers.unfollow(*key)
-                self.replicas.remove_partition(*key, delete=True)
+        retry, self._apply_failed = self._apply_failed, []
+        configs: dict = {}                  # per topic: computed once, not per partition
+        retry = [(image.topics[t.name], p) for t, p in retry
+                 if image.partition(t.name, p.partition_id) is p]   # else it is in the delta
+        for t, p in delta.apply + retry:
+            if t.name not in configs:
+                configs[t.name] = self.topic_config(t.name)
+            self._apply_partition(t, p, configs[t.name], now)
+        if image.brokers is not old.brokers:
+            # A broker registered, was fenced or unfenced (rare): ISR expansion depends on
+            # whether the follower's broker is usable (KIP-841), so look at every partition we
+            # lead on the next ISR tick instead of waiting for the sweep.
+            self.replicas.isr_candidates |= self.replicas.led
         self.groups.on_image()
         self.txn.on_image()
-        self.purgatory.notify_all()
+        if config_topics is None:
+            self.purgatory.notify_all()     # a broker-level default changed: anything may have
+
+    def _apply_partition(self, topic, p, cfg: dict, now: int) -> None:
+        key = (topic.name, p.partition_id)
+        if self.broker_id not in p.replicas:
+            if self.replicas.get(*key) is not None:
+                self.fetchers.unfollow(*key)
+                self.replicas.remove_partition(*key, delete=True)
+                self.purgatory.notify(key)
+            return
+        min_isr = int(cfg.get("min.insync.replicas", "1"))
+        try:
+            role = self.replicas.apply_partition(
+                topic.name, topic.topic_id, p.partition_id, list(p.replicas), list(p.isr),
+                p.leader, p.leader_epoch, p.partition_epoch, cfg, min_isr, now)
+        except OSError as exc:
+            log.error("cannot open %s-%d: %s", topic.name, p.partition_id, exc)
+            self._apply_failed.append((topic, p))       # tried again with the next image
+            return
+        if role is Role.FOLLOWER and p.leader >= 0:
+            self.fetchers.follow(topic.name, p.partition_id, p.leader)
+        else:
+            self.fetchers.unfollow(topic.name, p.partition_id)
+        self.purgatory.notify(key)          # waiters and fetch sessions re-check this partition
 
     def on_heartbeat_state(self) -> None:
         if self.client.caught_up and not self.caught_up_once.is_set():
@@ -190,64 +216,23 @@ class Broker:
 
     # -- housekeeping -----------------------------------------------------------------------------
 
-    async def _isr_loop(self) -> None:
-        """Propose ISR shrinks/expansions for partitions we lead (AlterPartition)."""
-        lag_ms = self.config["replica.lag.time.max.ms"]
-        while True:
-            await trio.sleep(min(lag_ms / 4000, 0.5))
-            changes = []
-            for hosted in list(self.replicas.partitions.values()):
-                change = hosted.state.isr_change_needed(steady_ms(), lag_ms, self._isr_eligible)
-                if change is not None:
-                    changes.append((hosted, change))
-            if changes:
-                from partition_server.replication.isr import send_alter_partition
-                await send_alter_partition(self, changes)
-
-    def _isr_eligible(self, broker_id: int) -> bool:
+    def isr_eligible(self, broker_id: int) -> bool:
         b = self.image.brokers.get(broker_id)
         return b is not None and b.usable
 
-    def checkpoint_high_watermarks(self) -> None:
+    def checkpoint_high_watermarks(self, force: bool = True) -> None:
+        """Write every high watermark to the checkpoint file; unless `force`, only when one
+        changed since the last write (an idle broker writes nothing)."""
         offsets = self.replicas.high_watermarks_to_checkpoint()
-        if offsets is None:
+        if offsets is None or (not force and offsets == self._hw_checkpointed):
             return
         try:
             self.replicas.check_storage()
             write_checkpoint(self.hw_checkpoint_path, offsets)
+            self._hw_checkpointed = offsets
         except OSError as exc:
             log.error("writing %s failed: %s", self.hw_checkpoint_path, exc)
             self.replicas.storage_failed(None, exc)
-
-    async def _housekeeping_loop(self) -> None:
-        interval = self.config["log.retention.check.interval.ms"] / 1000
-        next_retention = trio.current_time() + interval
-        hw_interval = self.config["replica.high.watermark.checkpoint.interval.ms"] / 1000
-        next_hw_checkpoint = trio.current_time() + hw_interval
-        while True:
-            await trio.sleep(min(1.0, hw_interval))
-            now = now_ms()
-            if trio.current_time() >= next_hw_checkpoint:
-                self.checkpoint_high_watermarks()
-                next_hw_checkpoint = trio.current_time() + hw_interval
-            for hosted in list(self.replicas.partitions.values()):
-                if hosted.offline:
-                    continue
-                try:
-                    self.replicas.check_storage()
-                    hosted.log.maybe_flush(now)
-                    if trio.current_time() >= next_retention:
-                        hosted.log.apply_retention(now)
-                    if "compact" in hosted.log.config.cleanup_policy:
-                        # a bounded slice of compaction per second per log, between events
-                        if hosted.cleaner is None:
-                            hosted.cleaner = LogCleaner(hosted.log)
-                        hosted.cleaner.clean_step(COMPACTION_BUDGET_BYTES, now)
-                except OSError as exc:
-                    log.error("housekeeping of %s-%d failed: %s", hosted.topic, hosted.partition, exc)
-                    self.replicas.storage_failed(hosted, exc)
-            if trio.current_time() >= next_retention:
-                next_retention = trio.current_time() + interval
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -276,8 +261,8 @@ class Broker:
             nursery.start_soon(self.client.follow_metadata, self.on_image)
             nursery.start_soon(self.client.heartbeat_loop, self.on_heartbeat_state)
             nursery.start_soon(self.fetchers.run)
-            nursery.start_soon(self._isr_loop)
-            nursery.start_soon(self._housekeeping_loop)
+            nursery.start_soon(housekeeping.isr_loop, self)
+            nursery.start_soon(housekeeping.housekeeping_loop, self)
             nursery.start_soon(self.groups.tick_loop)
             nursery.start_soon(self.txn.run)
             nursery.start_soon(self.groups.lag.run)

@@ -198,24 +198,29 @@ class ControllerClient:
                     await on_image(new)
 
     def _replay(self, data: bytes) -> MetadataImage | None:
-        image = self.image
+        """Replay a fetched batch as one image change (image.apply_records copies each part it
+        touches once, however many records the batch holds)."""
+        pairs = []
+        expected = self.image.offset + 1
         for h in iter_batches(data):
             for rec in decode_batch(h.bytes()).records:
-                if rec.offset <= image.offset:
+                if rec.offset < expected:
                     continue
-                if rec.offset != image.offset + 1:
-                    log.error("metadata gap at %d (have %d)", rec.offset, image.offset)
+                if rec.offset != expected:
+                    log.error("metadata gap at %d (have %d)", rec.offset, expected - 1)
                     return None
                 try:
-                    image = image.apply(rec.offset, decode_record(rec.value))
+                    record = decode_record(rec.value)
                 except MetadataRecordError as exc:
                     log.error("undecodable metadata record at %d: %s", rec.offset, exc)
-                    image = image.apply(rec.offset, None)
-        if image is self.image:
+                    record = None           # counted as skipped by the image
+                pairs.append((rec.offset, record))
+                expected += 1
+        if not pairs:
             return None
-        self.image = image
+        self.image = self.image.apply_records(pairs)
         self._signal()
-        return image
+        return self.image
 
     async def _load_snapshot(self, conn: BrokerConnection, on_image) -> None:
         cls = REQUESTS[59]

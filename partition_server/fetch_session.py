@@ -17,8 +17,9 @@ Request (session_id, session_epoch) → context:
                INVALID_FETCH_SESSION_EPOCH; unknown S: FETCH_SESSION_ID_NOT_FOUND). Requested
                partitions are added or update their fetch position; forgotten ones are removed;
                the fetch covers every partition of the session, and the response carries only
-               partitions with records, an error, a diverging epoch or a changed high watermark,
-               last stable offset or log start offset. Partitions that returned records move to
+               partitions with records, an error, a diverging epoch or a changed high
+               watermark, last stable offset or log start offset (and, for a follower, the
+               partitions the request names: see `FetchContext.select`). Partitions that returned records move to
                the end of the session's order so one busy partition cannot starve the rest
                under `max_bytes` (Kafka does the same).
 
@@ -57,14 +58,34 @@ class FetchSession:
     next_epoch: int
     partitions: "OrderedDict[PartitionKey, CachedPartition]"
     last_used_ms: int
+    # a follower's session (handlers/fetch.py): keys notified since its last read, or all
+    dirty: set = dataclasses.field(default_factory=set)
+    all_dirty: bool = False
+    edge: object = None                 # the broker's watch on the session's partitions
 
 
-@dataclasses.dataclass
 class FetchContext:
-    error: ErrorCode = ErrorCode.NONE
-    session: FetchSession | None = None
-    incremental: bool = False
-    partitions: list = dataclasses.field(default_factory=list)   # [(PartitionKey, request partition)]
+    def __init__(self, error: ErrorCode = ErrorCode.NONE, session: "FetchSession | None" = None,
+                 incremental: bool = False, partitions: list | None = None,
+                 requested: frozenset = frozenset(), added: list | None = None,
+                 forgotten: list | None = None):
+        self.error = error
+        self.session = session
+        self.incremental = incremental
+        self._partitions = partitions or []   # [(PartitionKey, request partition)]
+        self.requested = requested            # keys named by an incremental request
+        self.added = added or []              # keys that joined the session with this request
+        self.forgotten = forgotten or []      # keys that left it
+        self.answer_requested = False         # a follower's fetch: see `select`
+
+    @property
+    def partitions(self) -> list:
+        """Every partition this fetch covers: an incremental fetch covers the whole session
+        (built on demand: a follower's session fetch reads only what changed, see
+        handlers/fetch.py)."""
+        if self.incremental:
+            return [(k, c.request) for k, c in self.session.partitions.items()]
+        return self._partitions
 
     @property
     def session_id(self) -> int:
@@ -85,7 +106,12 @@ class FetchContext:
             changed = (res.high_watermark != cached.high_watermark
                        or res.last_stable_offset != cached.last_stable_offset
                        or res.log_start_offset != cached.log_start_offset)
+            # In a follower's session a partition the request names is always answered: a
+            # follower that dropped an answer as stale re-sends its position to get the news it
+            # missed (a high watermark it was told but did not apply would not be sent again).
+            # Consumers get Kafka's rule: only news.
             must = (not self.incremental or changed or res.size > 0
+                    or (self.answer_requested and key in self.requested)
                     or res.error != ErrorCode.NONE or res.diverging_epoch is not None)
             if must:
                 chosen.append((key, res))
@@ -101,7 +127,9 @@ class FetchContext:
 
 
 class FetchSessionCache:
-    def __init__(self, max_slots: int = 1000, eviction_ms: int = 120_000, rng=None):
+    def __init__(self, max_slots: int = 1000, eviction_ms: int = 120_000, rng=None,
+                 on_close=None):
+        self.on_close = on_close        # called with each session leaving the cache
         self.max_slots = max_slots
         self.eviction_ms = eviction_ms
         self.sessions: "OrderedDict[int, FetchSession]" = OrderedDict()   # LRU first
@@ -112,36 +140,41 @@ class FetchSessionCache:
         """`requested`: [(PartitionKey, request partition)], `forgotten`: [PartitionKey]."""
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
             if session_id != NO_SESSION:
-                self.sessions.pop(session_id, None)
+                self._close(self.sessions.pop(session_id, None))
             if epoch == FINAL_EPOCH or self.max_slots <= 0:
                 return FetchContext(partitions=list(requested))
             session = self._create(requested, now_ms)
-            return FetchContext(session=session, partitions=list(requested))
+            return FetchContext(session=session, partitions=list(requested),
+                                added=[k for k, _ in requested] if session is not None else [])
         session = self.sessions.get(session_id)
         if session is None:
             return FetchContext(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
         if epoch != session.next_epoch:
             return FetchContext(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+        gone, added = [], []
         for key in forgotten:
-            session.partitions.pop(key, None)
+            if session.partitions.pop(key, None) is not None:
+                gone.append(key)
         for key, req in requested:
             cached = session.partitions.get(key)
             if cached is None:
                 session.partitions[key] = CachedPartition(req)
+                added.append(key)
             else:
                 cached.request = req
         session.next_epoch = 1 if session.next_epoch >= MAX_EPOCH else session.next_epoch + 1
         session.last_used_ms = now_ms
         self.sessions.move_to_end(session_id)
         return FetchContext(session=session, incremental=True,
-                            partitions=[(k, c.request) for k, c in session.partitions.items()])
+                            requested=frozenset(k for k, _ in requested), added=added,
+                            forgotten=gone)
 
     def _create(self, requested: list, now_ms: int) -> FetchSession | None:
         if len(self.sessions) >= self.max_slots:
             oldest_id, oldest = next(iter(self.sessions.items()))
             if now_ms - oldest.last_used_ms < self.eviction_ms:
                 return None
-            del self.sessions[oldest_id]
+            self._close(self.sessions.pop(oldest_id))
         session_id = NO_SESSION
         while session_id == NO_SESSION or session_id in self.sessions:
             session_id = self._rng.randint(1, MAX_EPOCH)
@@ -149,3 +182,7 @@ class FetchSessionCache:
                                now_ms)
         self.sessions[session_id] = session
         return session
+
+    def _close(self, session: FetchSession | None) -> None:
+        if session is not None and self.on_close is not None:
+            self.on_close(session)

@@ -43,6 +43,17 @@ def render(broker) -> str:
            [(_labels(topic=t, partition=p), len(h.state.isr)) for t, p, h in led])
     family("raftka_fetch_sessions", "gauge", "Incremental fetch sessions (KIP-227) cached here.",
            [("", len(broker.fetch_sessions.sessions))])
+    fetch_stats = sorted(broker.fetchers.stats.items())
+    family("raftka_replica_fetch_request_partitions", "gauge",
+           "Partitions named (fetched or forgotten) by the last follower fetch, per leader.",
+           [(_labels(leader=b), s.request_partitions) for b, s in fetch_stats])
+    family("raftka_replica_fetch_response_partitions", "gauge",
+           "Partitions in the answer to the last follower fetch, per leader.",
+           [(_labels(leader=b), s.response_partitions) for b, s in fetch_stats])
+    family("raftka_replica_fetch_requests_total", "counter",
+           "Follower fetches sent, per leader and kind (full or incremental, KIP-227).",
+           [(_labels(leader=b, kind=k), n) for b, s in fetch_stats
+            for k, n in (("full", s.full_fetches), ("incremental", s.incremental_fetches))])
     groups = broker.groups
     family("raftka_consumer_group_members", "gauge", "Members of the groups coordinated here.",
            [(_labels(group=gid, type="classic", state=g.state.value), len(g.members))

@@ -22,6 +22,7 @@ import logging
 import os
 from typing import Iterable
 
+from partition_server.log.config import NEVER
 from partition_server.replication.partition import PartitionState, Role
 from partition_server.txn import snapshot as producer_snapshot
 from partition_server.txn.producer_state import ProducerStateManager
@@ -97,10 +98,22 @@ class ReplicaManager:
         self.log_dir_failed = False
         self.on_log_dir_failure = None
         self.storage_fault_file = None       # fault-injection shim, see `check_storage`
+        # `on_change((topic, partition))`: a log grew or its start moved (the broker wakes the
+        # fetch purgatory and the fetch sessions holding the partition). Callers of the append
+        # paths may notify as well; a duplicate wake is harmless.
+        self.on_change = lambda key: None
         # High watermarks as last checkpointed (partition_server/log/offset_checkpoint.py):
         # a partition opened after a restart starts from here instead of 0. Entries of
         # partitions not hosted (yet) are kept so an early checkpoint doesn't erase them.
         self.high_watermarks: dict[TopicPartition, int] = {}
+        # Indexes for the periodic jobs (broker.py), so an idle broker's timers touch only what
+        # can need work, not every hosted partition: partitions led here (ISR checks), logs
+        # with a finite flush.ms, compacted logs; partitions where a follower outside the ISR
+        # fetched or an AlterPartition must be sent again (checked on the next ISR tick).
+        self.led: set[TopicPartition] = set()
+        self.timed_flush: set[TopicPartition] = set()
+        self.compacted: set[TopicPartition] = set()
+        self.isr_candidates: set[TopicPartition] = set()
 
     def check_storage(self) -> None:
         """Raise the error a full disk gives while the fault-injection file exists (only when
@@ -111,12 +124,14 @@ class ReplicaManager:
     def storage_failed(self, hosted: "HostedPartition | None", exc: OSError) -> None:
         if hosted is not None:
             hosted.offline = True
+            self.on_change((hosted.topic, hosted.partition))
         if self.log_dir_failed:
             return
         self.log_dir_failed = True
         log.error("log directory failed (%s): every replica goes offline", exc)
         for other in self.partitions.values():
             other.offline = True
+            self.on_change((other.topic, other.partition))
         if self.on_log_dir_failure is not None:
             self.on_log_dir_failure()
 
@@ -145,6 +160,10 @@ class ReplicaManager:
             hosted.rebuild_producer_state()
             hosted.offline = self.log_dir_failed
             self.partitions[key] = hosted
+            if plog.config.flush_ms != NEVER:
+                self.timed_flush.add(key)
+            if "compact" in plog.config.cleanup_policy:
+                self.compacted.add(key)
         hosted.min_insync_replicas = min_insync_replicas
         # the controller judges the ELR by the same figure (replication_control.min_insync)
         hosted.state.min_insync_replicas = max(1, min(min_insync_replicas, len(replicas)))
@@ -153,12 +172,18 @@ class ReplicaManager:
                 hosted.log.assign_epoch_start(leader_epoch, hosted.log.log_end_offset)
         else:
             hosted.state.become_follower(leader, leader_epoch, partition_epoch, replicas, isr)
+        if hosted.state.role is Role.LEADER:
+            self.led.add(key)
+        else:
+            self.led.discard(key)
         return hosted.state.role
 
     def remove_partition(self, topic: str, partition: int, delete: bool) -> None:
         hosted = self.partitions.pop((topic, partition), None)
         if hosted is None:
             return
+        for index in (self.led, self.timed_flush, self.compacted, self.isr_candidates):
+            index.discard((topic, partition))
         hosted.state.stop_replica()
         if delete:
             self.high_watermarks.pop((topic, partition), None)
@@ -223,6 +248,7 @@ class ReplicaManager:
             self.storage_failed(hosted, exc)
             return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR)
         state.after_local_append()
+        self.on_change((topic, partition))
         first = info.first_offset
         for h, last_seq in headers:
             count = h.last_offset_delta + 1
@@ -255,6 +281,7 @@ class ReplicaManager:
             self.storage_failed(hosted, exc)
             return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR)
         hosted.state.after_local_append()
+        self.on_change((topic, partition))
         h = next(iter_batches(memoryview(batch)))
         if h.producer_id >= 0:
             if control_type is not None:
@@ -280,7 +307,8 @@ class ReplicaManager:
 
     def read(self, topic: str, partition: int, fetch_offset: int, max_bytes: int,
              current_leader_epoch: int, replica_id: int, last_fetched_epoch: int,
-             now_ms: int, min_one: bool, isolation_level: int = 0) -> FetchResult:
+             now_ms: int, min_one: bool, isolation_level: int = 0,
+             fetch_clock=None) -> FetchResult:
         hosted = self.partitions.get((topic, partition))
         if hosted is None:
             return FetchResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
@@ -301,7 +329,9 @@ class ReplicaManager:
                 return FetchResult(ErrorCode.NONE, state.high_watermark, state.high_watermark,
                                    plog.log_start_offset, diverging_epoch=diverging)
         if is_follower:
-            state.update_follower_fetch(replica_id, fetch_offset, now_ms)
+            state.update_follower_fetch(replica_id, fetch_offset, now_ms, fetch_clock)
+            if replica_id not in state.isr:
+                self.isr_candidates.add((topic, partition))     # it may be able to join
         if fetch_offset < plog.log_start_offset or fetch_offset > plog.log_end_offset:
             return FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, state.high_watermark,
                                state.high_watermark, plog.log_start_offset)

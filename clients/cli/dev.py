@@ -77,7 +77,8 @@ class DevLayout:
             # rule): RF 3, so the brokers' min.insync.replicas=2 can be met
             "default.replication.factor": "3",
             "min.insync.replicas": "2",        # the brokers' value (eligible leader replicas)
-        } | {k: v for k, v in self.overrides.items() if k in CONTROLLER_DEFAULTS} \
+        } | {k: v for k, v in self.overrides.items()
+             if k in CONTROLLER_DEFAULTS or k.startswith("raftka.controller.")} \
           | (self._secure().controller_properties() if self.secure else {})
 
     def broker_properties(self, broker_id: int) -> dict[str, str]:

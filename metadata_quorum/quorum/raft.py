@@ -21,13 +21,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.config import FAIL_REASON
 
 from metadata_quorum.image import MetadataImage
-from metadata_quorum.records import MetadataRecordError, decode_batch, encode_record
+from metadata_quorum.records import MAX_RECORD_BYTES, MetadataRecordError, decode_record, split_batch
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +35,28 @@ MAX_TAIL = 50_000
 FAIL_REASONS = {v: k for k, v in vars(FAIL_REASON).items() if not k.startswith("_")}
 
 
+class Committed(NamedTuple):
+    """A committed entry: its records (encoded) from offset `first`, and the image after it."""
+    first: int
+    encoded: list
+    image: MetadataImage
+
+
+class Reset(NamedTuple):
+    """The whole state was replaced: pysyncobj loaded its dump at start-up (on its first tick,
+    after the service subscribed) or installed a leader's snapshot. Listeners start over."""
+    image: MetadataImage
+    next_offset: int
+    tail_start: int
+    tail: list
+
+
 class MetadataLog(SyncObjConsumer):
     """Replicated metadata state; `apply` is the single replicated method."""
 
     def __init__(self):
         # Local, unreplicated attributes first (SyncObjConsumer records these as non-state).
-        self._listener: Callable[[int, list, list], None] | None = None
+        self._listener: Callable[[Committed | Reset], None] | None = None
         self._lock = threading.Lock()
         self.bad_batches_local = 0
         super().__init__()
@@ -54,7 +70,8 @@ class MetadataLog(SyncObjConsumer):
     def apply(self, batch: bytes) -> int:
         """Append a committed batch; returns its first offset (-1 for an undecodable batch)."""
         try:
-            records = decode_batch(batch)
+            encoded = split_batch(batch)
+            records = [decode_record(item) for item in encoded]
         except MetadataRecordError as exc:
             # Deterministic on every node: the same bytes fail the same way everywhere.
             log.error("skipping undecodable metadata batch: %s", exc)
@@ -62,35 +79,46 @@ class MetadataLog(SyncObjConsumer):
             return -1
         with self._lock:
             first = self.next_offset
-            encoded = [encode_record(rec) for rec in records]
-            image = self.image
-            for i, rec in enumerate(records):
-                image = image.apply(first + i, rec)
-            self.image = image
+            self.image = self.image.apply_all(first, records)
             self.next_offset = first + len(records)
             self.tail.extend(encoded)
             if len(self.tail) > MAX_TAIL:
                 drop = len(self.tail) - MAX_TAIL // 2
                 del self.tail[:drop]
                 self.tail_start += drop
-            listener = self._listener
-        if listener is not None:
-            try:
-                listener(first, records, encoded)
-            except Exception:  # noqa: BLE001 - the applier must never raise
-                log.exception("metadata listener failed")
+            event = Committed(first, encoded, self.image)
+        self._notify(event)
         return first
 
-    def subscribe(self, listener: Callable[[int, list, list], None]):
-        """Install the listener; returns (image, next_offset, tail_start, tail) atomically."""
+    def _deserialize(self, data):
+        """pysyncobj replaces the replicated state (dump load, snapshot install) without
+        replaying entries: tell the listener, which would otherwise keep serving the old state
+        and see the next entry as a gap (the restart failure of issue 17)."""
+        with self._lock:
+            super()._deserialize(data)
+            event = Reset(self.image, self.next_offset, self.tail_start, list(self.tail))
+        log.info("metadata state loaded from a Raft snapshot: next offset %d", event.next_offset)
+        self._notify(event)
+
+    def _notify(self, event) -> None:
+        listener = self._listener
+        if listener is not None:
+            try:
+                listener(event)
+            except Exception:  # noqa: BLE001 - the applier must never raise
+                log.exception("metadata listener failed")
+
+    def subscribe(self, listener: Callable[[Committed | Reset], None]) -> Reset:
+        """Install the listener; returns the current state atomically with it."""
         with self._lock:
             self._listener = listener
-            return self.image, self.next_offset, self.tail_start, list(self.tail)
+            return Reset(self.image, self.next_offset, self.tail_start, list(self.tail))
 
 
 class RaftQuorum:
     def __init__(self, node_id: int, raft_peers: dict[int, str], data_dir: str, password: str | None,
-                 election_timeout_s: tuple[float, float] = (0.2, 0.4)):
+                 election_timeout_s: tuple[float, float] = (0.2, 0.4),
+                 compaction_min_entries: int = 20_000, compaction_min_time_s: float = 60):
         """`raft_peers`: {node_id: "host:port"} of every voter's Raft port, this node included."""
         os.makedirs(data_dir, exist_ok=True)
         self.node_id = node_id
@@ -108,8 +136,11 @@ class RaftQuorum:
             connectionRetryTime=0.5,
             password=password,
             dynamicMembershipChange=False,
-            logCompactionMinEntries=20_000,
-            logCompactionMinTime=60,
+            logCompactionMinEntries=compaction_min_entries,
+            logCompactionMinTime=compaction_min_time_s,
+            # entries stay far below this (records.MAX_ENTRY_BYTES), so pysyncobj never takes its
+            # piecewise path for one large entry, which garbles entries (see records.py)
+            appendEntriesBatchSizeBytes=4 * MAX_RECORD_BYTES,
         )
         self.log = MetadataLog()
         others = [addr for nid, addr in sorted(raft_peers.items()) if nid != node_id]

@@ -304,9 +304,15 @@ class GroupCoordinator:
         self._last_logged = seen
 
     def topics_snapshot(self) -> dict:
-        """{name: (topic id, partitions)} of the user topics, for server-side assignment."""
-        return {name: (t.topic_id, len(t.partitions)) for name, t in self.broker.image.topics.items()
-                if not name.startswith("__")}
+        """{name: (topic id, partitions)} of the user topics, for server-side assignment.
+        Computed once per metadata image: the tick asks for it ten times a second."""
+        image = self.broker.image
+        cached = getattr(self, "_topics_snapshot", None)
+        if cached is None or cached[0] is not image:
+            cached = self._topics_snapshot = (image, {
+                name: (t.topic_id, len(t.partitions)) for name, t in image.topics.items()
+                if not name.startswith("__")})
+        return cached[1]
 
     def is_consumer_group(self, group_id: str) -> bool:
         g = self.consumer.groups.get(group_id)

@@ -4,7 +4,8 @@ Fetch (consumers and followers): whole batches only, at least one batch in the r
 larger than the limits (KIP-74), consumers never see beyond the high watermark; long-polls until
 `min_bytes` are available or `max_wait_ms` passes, woken by appends and high-watermark moves.
 Incremental fetch sessions (KIP-227, v7+) are kept in `broker.fetch_sessions`
-(partition_server/fetch_session.py); session errors are top-level FETCH_SESSION_ID_NOT_FOUND /
+(partition_server/fetch_session.py); a follower's session fetch reads only the partitions that
+changed (handlers/fetch_follower.py); session errors are top-level FETCH_SESSION_ID_NOT_FOUND /
 INVALID_FETCH_SESSION_EPOCH. Codes per partition: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
 UNKNOWN_LEADER_EPOCH, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID from v13,
 where topics are named by id), KAFKA_STORAGE_ERROR.
@@ -16,6 +17,7 @@ import time
 
 from common.clock import steady_ms
 from partition_server.fetch_session import FetchContext
+from partition_server.handlers.fetch_follower import fetch_in_session
 from partition_server.replica_manager import FetchResult, check_leader_epoch
 from partition_server.replication.partition import Role
 from wire.errors import ErrorCode, KafkaError
@@ -64,6 +66,10 @@ async def handle_fetch(broker, req):
         ctx = FetchContext(partitions=_requested(req))
     if ctx.error != ErrorCode.NONE:
         return RESPONSES[1](error_code=ctx.error, session_id=0, responses=[])
+    if replica_id >= 0 and ctx.session is not None and req.api_version < 13:
+        # a follower's session: read only what changed (handlers/fetch_follower.py)
+        return await fetch_in_session(broker, req, ctx, replica_id, now,
+                                      lambda results, sid: _response(req, results, sid))
     parts = [(_name(broker, req, key), key, p) for key, p in ctx.partitions]
     unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if req.api_version < 13 else \
         ErrorCode.UNKNOWN_TOPIC_ID
@@ -93,8 +99,7 @@ async def handle_fetch(broker, req):
 
     results = gather()
     if replica_id >= 0:
-        for topic, _, p in parts:
-            broker.purgatory.notify((topic, p.partition))   # the high watermark may have moved
+        _notify_all_parts(broker, parts)
     total = sum(r.size for _, r in results)
     errors = any(r.error != ErrorCode.NONE for _, r in results)
     if total < body.min_bytes and not errors and body.max_wait_ms > 0:
@@ -105,9 +110,15 @@ async def handle_fetch(broker, req):
         now = steady_ms()
         results = gather()
         if replica_id >= 0:
-            for topic, _, p in parts:
-                broker.purgatory.notify((topic, p.partition))
+            _notify_all_parts(broker, parts)
     return _response(req, ctx.select(results), ctx.session_id)
+
+
+def _notify_all_parts(broker, parts) -> None:
+    """A sessionless follower fetch: the high watermarks may have moved (acks=all produces
+    wait on them)."""
+    for topic, _, p in parts:
+        broker.purgatory.notify((topic, p.partition))
 
 
 def _response(req, results, session_id: int):
@@ -225,6 +236,7 @@ async def handle_delete_records(broker, req):
                     out.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 else:
                     out.low_watermark = hosted.log.delete_records_before(offset, int(time.time() * 1000))
+                    broker.purgatory.notify((t.name, p.partition_index))   # the log start moved
             parts.append(out)
         topics.append(cls.DeleteRecordsTopicResult(name=t.name, partitions=parts))
     return cls(topics=topics)

@@ -1,4 +1,6 @@
-"""Follower fetchers: one task per source (leader) broker, one Fetch in flight each.
+"""Follower fetchers: one task per source (leader) broker, one Fetch in flight each, in an
+incremental fetch session (KIP-227, `follower_session.py`): after a first full fetch, a request
+names only the partitions whose position changed, and the answer only those with news.
 
 Each Fetch carries, per followed partition, our log end offset, the epoch of our last batch and
 our current leader epoch (KIP-320/595). The leader answers with batches to append, its high
@@ -9,12 +11,14 @@ above its end (truncate to it) or below its start (start over at its start).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
 import trio
 
 from common.connection import BrokerConnection, ConnectionClosed
+from partition_server.replication.follower_session import FetchPlan, FetchPosition, FollowerSession
 from partition_server.replication.partition import Role
 from wire.errors import DecodeError, ErrorCode, KafkaError
 from wire.messages.index_generated import REQUESTS
@@ -24,22 +28,64 @@ log = logging.getLogger(__name__)
 
 FETCH_VERSION = 12
 MAX_WAIT_MS = 500
+RESYNC_INTERVAL_S = 60
+
+
+@dataclasses.dataclass
+class FetchStats:
+    """Per leader, for /metrics: the partitions the last fetch named and got back."""
+    request_partitions: int = 0
+    response_partitions: int = 0
+    full_fetches: int = 0
+    incremental_fetches: int = 0
 
 
 class FetcherManager:
     def __init__(self, broker):
         self.broker = broker
         self.assignments: dict[tuple[str, int], int] = {}     # partition → leader broker id
+        self.by_leader: dict[int, set[tuple[str, int]]] = {}  # leader → partitions followed
+        self.sessions: dict[int, FollowerSession] = {}        # leader → its running session
+        self.stats: dict[int, FetchStats] = {}                # leader → what the last fetch held
         self.changed = trio.Event()
 
     def follow(self, topic: str, partition: int, leader: int) -> None:
-        if self.assignments.get((topic, partition)) != leader:
-            self.assignments[(topic, partition)] = leader
-            self._signal()
+        """Follow from `leader`; called again on a new leader epoch, which moves the position."""
+        key = (topic, partition)
+        old = self.assignments.get(key)
+        if old != leader:
+            if old is not None:
+                self._drop(key, old)
+            self.assignments[key] = leader
+            followed = self.by_leader.setdefault(leader, set())
+            followed.add(key)
+            if len(followed) == 1:
+                self._signal()
+        self.mark(key)
 
     def unfollow(self, topic: str, partition: int) -> None:
-        if self.assignments.pop((topic, partition), None) is not None:
-            self._signal()
+        key = (topic, partition)
+        old = self.assignments.pop(key, None)
+        if old is not None:
+            self._drop(key, old)
+
+    def _drop(self, key, leader: int) -> None:
+        followed = self.by_leader.get(leader)
+        if followed is not None:
+            followed.discard(key)
+            if not followed:
+                del self.by_leader[leader]
+                self._signal()
+        session = self.sessions.get(leader)
+        if session is not None:
+            session.mark(key)                   # the next fetch lists it as forgotten
+
+    def mark(self, key) -> None:
+        """`key`'s fetch position may have changed: compare it again on the next fetch."""
+        leader = self.assignments.get(key)
+        session = self.sessions.get(leader) if leader is not None else None
+        if session is not None:
+            session.mark(key)
 
     def _signal(self) -> None:
         event, self.changed = self.changed, trio.Event()
@@ -49,7 +95,7 @@ class FetcherManager:
         running: dict[int, trio.CancelScope] = {}
         async with trio.open_nursery() as nursery:
             while True:
-                leaders = set(self.assignments.values())
+                leaders = set(self.by_leader)
                 for leader in leaders - set(running):
                     running[leader] = await nursery.start(self._fetch_from, leader)
                 for leader in set(running) - leaders:
@@ -57,68 +103,116 @@ class FetcherManager:
                 await self.changed.wait()
 
     async def _fetch_from(self, leader: int, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        session = FollowerSession()
         with trio.CancelScope() as scope:
             task_status.started(scope)
-            conn = None
-            while True:
-                parts = [k for k, v in self.assignments.items() if v == leader]
-                reg = self.broker.image.brokers.get(leader)
-                if not parts or reg is None:
-                    await trio.sleep(0.1)
-                    continue
-                try:
-                    if conn is None:
-                        conn = BrokerConnection(reg.host, reg.port, f"replica-{self.broker.broker_id}",
-                                                security=self.broker.inter_broker_security)
-                        await conn.connect(timeout_s=2)
-                    req = self._build(parts)
-                    resp = await conn.request(req, FETCH_VERSION, timeout_s=MAX_WAIT_MS / 1000 + 5)
-                except (ConnectionClosed, OSError, DecodeError, trio.TooSlowError, ValueError) as exc:
-                    log.debug("fetch from broker %d failed: %s", leader, exc)
-                    if conn is not None:
-                        with trio.CancelScope(shield=True):
-                            await conn.aclose()
-                    conn = None
-                    await trio.sleep(0.2)
-                    continue
-                if self._process(resp, req, leader):
-                    await trio.sleep(0.05)      # errors: let metadata catch up before retrying
+            self.sessions[leader] = session
+            try:
+                await self._fetch_loop(leader, session)
+            finally:
+                if self.sessions.get(leader) is session:
+                    del self.sessions[leader]
 
-    def _build(self, parts):
-        cls = REQUESTS[1]
-        topics: dict[str, list] = {}
-        for topic, partition in parts:
-            hosted = self.broker.replicas.get(topic, partition)
-            if hosted is None or hosted.state.role is not Role.FOLLOWER or hosted.offline:
+    async def _fetch_loop(self, leader: int, session: FollowerSession) -> None:
+        conn = None
+        next_resync = trio.current_time() + RESYNC_INTERVAL_S
+        while True:
+            reg = self.broker.image.brokers.get(leader)
+            if not self.by_leader.get(leader) or reg is None:
+                await trio.sleep(0.1)
                 continue
-            plog = hosted.log
-            topics.setdefault(topic, []).append(cls.FetchPartition(
-                partition=partition, current_leader_epoch=hosted.state.leader_epoch,
-                fetch_offset=plog.log_end_offset, last_fetched_epoch=plog.latest_epoch,
-                log_start_offset=plog.log_start_offset,
-                partition_max_bytes=self.broker.config["replica.fetch.max.bytes"]))
-        return cls(replica_id=self.broker.broker_id, max_wait_ms=MAX_WAIT_MS, min_bytes=1,
-                   max_bytes=16 << 20, isolation_level=0, session_id=0, session_epoch=-1,
-                   topics=[cls.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()])
+            if trio.current_time() >= next_resync:
+                # A safety net, O(followed) once a minute: positions that moved without a
+                # mark (a storage failure taking replicas offline, retention moving a log
+                # start) are compared again, so nothing waits longer than this.
+                session.mark_all(self.by_leader.get(leader, ()))
+                next_resync = trio.current_time() + RESYNC_INTERVAL_S
+            try:
+                if conn is None:
+                    conn = BrokerConnection(reg.host, reg.port, f"replica-{self.broker.broker_id}",
+                                            security=self.broker.inter_broker_security)
+                    await conn.connect(timeout_s=2)
+                plan = session.build(self.by_leader.get(leader, ()),
+                                     lambda key: self._position(key, leader))
+                resp = await conn.request(self._build(plan), FETCH_VERSION,
+                                          timeout_s=MAX_WAIT_MS / 1000 + 5)
+            except (ConnectionClosed, OSError, DecodeError, trio.TooSlowError, ValueError) as exc:
+                log.debug("fetch from broker %d failed: %s", leader, exc)
+                session.on_failure()
+                if conn is not None:
+                    with trio.CancelScope(shield=True):
+                        await conn.aclose()
+                conn = None
+                await trio.sleep(0.2)
+                continue
+            self._count(leader, plan, resp)
+            if not session.on_response(plan, resp.error_code, resp.session_id):
+                log.info("fetch session with broker %d: %s, starting a new one", leader,
+                         ErrorCode(resp.error_code).name)
+                await trio.sleep(0.05)
+                continue
+            if self._process(resp, session, leader):
+                await trio.sleep(0.05)      # errors: let metadata catch up before retrying
 
-    def _process(self, resp, req, leader: int) -> bool:
-        """Apply a fetch response to `req` sent to `leader`; True if some partition reported
-        an error. A partition whose state moved on while the fetch was in flight (another
-        leader or leader epoch, or a different log end) is skipped, as Kafka's fetcher does:
-        the answer was right for the question asked, and applying a late "you diverged at N"
-        from a previous leader would truncate records committed since."""
-        asked = {(t.topic, p.partition): (p.current_leader_epoch, p.fetch_offset)
-                 for t in req.topics for p in t.partitions}
+    def _count(self, leader: int, plan: FetchPlan, resp) -> None:
+        st = self.stats.setdefault(leader, FetchStats())
+        st.request_partitions = len(plan.send) + len(plan.forgotten)
+        st.response_partitions = sum(len(t.partitions) for t in resp.responses)
+        if plan.full:
+            st.full_fetches += 1
+        else:
+            st.incremental_fetches += 1
+
+    def _position(self, key, leader: int) -> FetchPosition | None:
+        if self.assignments.get(key) != leader:
+            return None
+        hosted = self.broker.replicas.get(*key)
+        if hosted is None or hosted.state.role is not Role.FOLLOWER or hosted.offline:
+            return None
+        plog = hosted.log
+        return FetchPosition(plog.log_end_offset, plog.latest_epoch, hosted.state.leader_epoch,
+                             plog.log_start_offset)
+
+    def _build(self, plan: FetchPlan):
+        cls = REQUESTS[1]
+        max_bytes = self.broker.config["replica.fetch.max.bytes"]
+        topics: dict[str, list] = {}
+        for (topic, partition), pos in plan.send:
+            topics.setdefault(topic, []).append(cls.FetchPartition(
+                partition=partition, current_leader_epoch=pos.current_leader_epoch,
+                fetch_offset=pos.fetch_offset, last_fetched_epoch=pos.last_fetched_epoch,
+                log_start_offset=pos.log_start_offset, partition_max_bytes=max_bytes))
+        forgotten: dict[str, list] = {}
+        for topic, partition in plan.forgotten:
+            forgotten.setdefault(topic, []).append(partition)
+        return cls(replica_id=self.broker.broker_id, max_wait_ms=MAX_WAIT_MS, min_bytes=1,
+                   max_bytes=16 << 20, isolation_level=0, session_id=plan.session_id,
+                   session_epoch=plan.session_epoch,
+                   topics=[cls.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
+                   forgotten_topics_data=[cls.ForgottenTopic(topic=t, partitions=ps)
+                                          for t, ps in forgotten.items()])
+
+    def _process(self, resp, session: FollowerSession, leader: int) -> bool:
+        """Apply a fetch response from `leader`; True if some partition reported an error.
+        Partitions missing from an incremental answer have no news: their view stays. A
+        partition whose state moved on while the fetch was in flight (another leader or leader
+        epoch, or a different log end) is skipped, as Kafka's fetcher does: the answer was right
+        for the question asked, and applying a late "you diverged at N" from a previous leader
+        would truncate records committed since. Skipped and applied partitions are marked so
+        the next fetch sends their new position."""
         errors = False
         now = int(time.time() * 1000)
         for t in resp.responses:
             for p in t.partitions:
-                hosted = self.broker.replicas.get(t.topic, p.partition_index)
-                if hosted is None or hosted.state.role is not Role.FOLLOWER:
+                key = (t.topic, p.partition_index)
+                asked = session.sent.get(key)
+                hosted = self.broker.replicas.get(*key)
+                if asked is None or hosted is None or hosted.state.role is not Role.FOLLOWER:
                     continue
-                expected = asked.get((t.topic, p.partition_index))
-                if expected is None or hosted.state.leader_id != leader or \
-                        expected != (hosted.state.leader_epoch, hosted.log.log_end_offset):
+                session.mark(key)
+                if hosted.state.leader_id != leader or \
+                        (asked.current_leader_epoch, asked.fetch_offset) != \
+                        (hosted.state.leader_epoch, hosted.log.log_end_offset):
                     log.debug("dropping a stale fetch answer for %s-%d", t.topic, p.partition_index)
                     continue
                 try:

@@ -43,6 +43,7 @@ async def send_alter_partition(broker, changes) -> None:
     except ControllerUnavailable:
         for hosted, _ in changes:
             hosted.state.isr_change_uncertain()
+            broker.replicas.isr_candidates.add((hosted.topic, hosted.partition))   # send again
         return
     results = {(t.topic_id, p.partition_index): p for t in resp.topics for p in t.partitions}
     for hosted, change in changes:
@@ -55,6 +56,7 @@ async def send_alter_partition(broker, changes) -> None:
                 hosted.state.isr_change_failed()
             else:
                 hosted.state.isr_change_uncertain()
+                broker.replicas.isr_candidates.add((hosted.topic, hosted.partition))
         else:
             log.info("ISR of %s-%d is now %s", hosted.topic, change.partition, list(res.isr))
             # Apply at once (same leader epoch); the metadata stream will confirm it.

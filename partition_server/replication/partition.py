@@ -62,12 +62,26 @@ class LogLike(Protocol):
 UNKNOWN_OFFSET = -1
 
 
+class FetchClock:
+    """When a follower's incremental fetch session (KIP-227) last fetched, shared by every
+    partition of the session: a session fetch reads only partitions that changed, so an idle
+    partition's follower state is not touched, yet the fetch covers it. `alive` goes False when
+    the session is closed or evicted."""
+
+    __slots__ = ("last_fetch_ms", "alive")
+
+    def __init__(self, now_ms: int = 0):
+        self.last_fetch_ms = now_ms
+        self.alive = True
+
+
 @dataclasses.dataclass
 class FollowerState:
     log_end_offset: int = UNKNOWN_OFFSET
     last_caught_up_ms: int = 0
     last_fetch_leader_leo: int = UNKNOWN_OFFSET
     last_fetch_ms: int = 0
+    fetch_clock: FetchClock | None = None     # the session this partition is fetched in
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +115,7 @@ class PartitionState:
         # A restarted broker only knows the high watermark it checkpointed (or 0); it is never
         # above the local log end offset.
         self._high_watermark = min(high_watermark, log.log_end_offset)
+        self._leo_seen = log.log_end_offset   # our log end as of the last local append
 
     # -- transitions ---------------------------------------------------------------------------
 
@@ -138,6 +153,7 @@ class PartitionState:
         else:
             self.followers = {r: self.followers.get(r, FollowerState(last_caught_up_ms=now_ms))
                               for r in replicas if r != self.broker_id}
+        self._leo_seen = self.log.log_end_offset
         self.maybe_advance_high_watermark()
         return True
 
@@ -202,11 +218,15 @@ class PartitionState:
             return True
         return False
 
-    def update_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:
-        """Record a follower's fetch; returns True when the high watermark moved."""
+    def update_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int,
+                              fetch_clock: FetchClock | None = None) -> bool:
+        """Record a follower's fetch; returns True when the high watermark moved.
+        `fetch_clock`: the follower's fetch session, whose later fetches keep this partition
+        caught up while neither side's log end moves (see `caught_up_ms`)."""
         state = self.followers.get(replica_id)
         if state is None or self.role is not Role.LEADER:
             return False
+        state.fetch_clock = fetch_clock
         leader_leo = self.log.log_end_offset
         if fetch_offset >= leader_leo:
             state.last_caught_up_ms = now_ms
@@ -219,8 +239,33 @@ class PartitionState:
         state.last_fetch_ms = now_ms
         return self.maybe_advance_high_watermark()
 
+    def follower_left_session(self, replica_id: int) -> None:
+        """The follower's session no longer holds this partition: its fetches stop counting."""
+        state = self.followers.get(replica_id)
+        if state is not None:
+            state.fetch_clock = None
+
+    def caught_up_ms(self, replica_id: int) -> int:
+        """When the follower was last known caught up. A follower whose last fetch offset is
+        our log end offset, fetching in a live session that holds this partition, is caught up
+        as of the session's last fetch: had our log end moved, the session would have read the
+        partition again and `update_follower_fetch` would have judged it."""
+        state = self.followers[replica_id]
+        clock = state.fetch_clock
+        if clock is not None and clock.alive and state.log_end_offset >= self.log.log_end_offset:
+            return max(state.last_caught_up_ms, clock.last_fetch_ms)
+        return state.last_caught_up_ms
+
     def after_local_append(self) -> bool:
         """The leader's own log grew; with a single-member ISR that alone moves the HW."""
+        # A follower that was at the log end before this append, fetching in a session, was
+        # caught up as of the session's last fetch (the log end did not move until now):
+        # remember it, as `caught_up_ms` can no longer tell once the log end has moved.
+        before, self._leo_seen = self._leo_seen, self.log.log_end_offset
+        for state in self.followers.values():
+            clock = state.fetch_clock
+            if clock is not None and clock.alive and state.log_end_offset >= before:
+                state.last_caught_up_ms = max(state.last_caught_up_ms, clock.last_fetch_ms)
         return self.maybe_advance_high_watermark()
 
     def isr_change_needed(self, now_ms: int, replica_lag_time_max_ms: int,
@@ -239,7 +284,7 @@ class PartitionState:
             return IsrChange(self.topic, self.partition, self.leader_epoch, self.partition_epoch,
                              self.pending_isr)
         lagging = [r for r in self.isr if r != self.broker_id and r in self.followers
-                   and now_ms - self.followers[r].last_caught_up_ms > replica_lag_time_max_ms]
+                   and now_ms - self.caught_up_ms(r) > replica_lag_time_max_ms]
         if lagging:
             new_isr = tuple(r for r in self.isr if r not in lagging)
         else:
@@ -247,7 +292,7 @@ class PartitionState:
                        if r not in self.isr and s.log_end_offset != UNKNOWN_OFFSET
                        and s.log_end_offset >= self._high_watermark
                        and s.log_end_offset >= self.epoch_start_offset
-                       and now_ms - s.last_caught_up_ms <= replica_lag_time_max_ms
+                       and now_ms - self.caught_up_ms(r) <= replica_lag_time_max_ms
                        and (eligible is None or eligible(r))]
             if not joining:
                 return None

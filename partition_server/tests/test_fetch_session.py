@@ -93,3 +93,17 @@ def test_full_cache_evicts_only_idle_sessions():
     s3 = c.new_context(0, 0, [(B0, Req(0))], [], 1600).session_id
     assert s3 != 0 and set(c.sessions) == {s1, s3}
     assert cache(max_slots=0).new_context(0, 0, [(A0, Req(0))], [], 0).session_id == 0
+
+
+def test_incremental_always_answers_the_partitions_it_names():
+    """A follower that dropped an answer as stale re-sends the partition's position; the answer
+    must carry the partition even if the leader already told it the same high watermark."""
+    c = cache()
+    sid = c.new_context(0, 0, [(A0, Req(0)), (A1, Req(0))], [], 0).session_id
+    ctx = c.new_context(sid, 1, [], [], 1)
+    ctx.select([(A0, Res()), (A1, Res())])
+    ctx = c.new_context(sid, 2, [(A1, Req(10))], [], 2)
+    ctx.answer_requested = True                      # a follower's fetch (handlers/fetch_follower.py)
+    assert [k for k, _ in ctx.select([(A0, Res()), (A1, Res())])] == [A1]
+    ctx = c.new_context(sid, 3, [(A1, Req(11))], [], 3)
+    assert ctx.select([(A0, Res()), (A1, Res())]) == []   # a consumer: Kafka's rule, news only

@@ -173,3 +173,37 @@ def test_a_replica_joins_the_isr_only_past_the_leaders_epoch_start():
     assert p.isr_change_needed(now_ms=3, replica_lag_time_max_ms=1000) is None
     p.update_follower_fetch(2, 100, now_ms=4)
     assert p.isr_change_needed(now_ms=5, replica_lag_time_max_ms=1000).new_isr == (0, 1, 2)
+
+
+def test_session_fetches_keep_an_idle_caught_up_follower_in_the_isr():
+    """KIP-227: a follower's session fetch reads only partitions that changed; an idle partition
+    whose follower is at the log end stays caught up as long as the session keeps fetching."""
+    from partition_server.replication.partition import FetchClock
+    p, log = leader(leo=10, now=0)
+    clock1, clock2 = FetchClock(100), FetchClock(100)
+    p.update_follower_fetch(1, 10, 100, clock1)
+    p.update_follower_fetch(2, 10, 100, clock2)
+    clock1.last_fetch_ms = clock2.last_fetch_ms = 5_000     # later fetches that did not read it
+    assert p.caught_up_ms(1) == 5_000
+    assert p.isr_change_needed(now_ms=5_500, replica_lag_time_max_ms=1000) is None
+    # the session of replica 2 stopped fetching (paused process): it falls out
+    clock1.last_fetch_ms = 7_000
+    change = p.isr_change_needed(now_ms=7_000, replica_lag_time_max_ms=1000)
+    assert change.new_isr == (0, 1)
+    p.isr_change_failed()
+    # the leader's log grows: replica 1 was caught up as of its session's last fetch before it
+    clock1.last_fetch_ms = 9_000
+    log.log_end_offset = 11
+    p.after_local_append()
+    clock1.last_fetch_ms = 9_500              # a later fetch, before it read the new record
+    assert p.caught_up_ms(1) == 9_000
+    p.update_follower_fetch(1, 11, 9_600, clock1)
+    assert p.caught_up_ms(1) == 9_600
+    # a closed session, or the partition leaving it, stops counting
+    clock1.last_fetch_ms = 12_000
+    assert p.caught_up_ms(1) == 12_000
+    clock1.alive = False
+    assert p.caught_up_ms(1) == 9_600
+    clock1.alive = True
+    p.follower_left_session(1)
+    assert p.caught_up_ms(1) == 9_600

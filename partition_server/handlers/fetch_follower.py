@@ -1,0 +1,159 @@
+"""A follower's Fetch in an incremental fetch session (KIP-227), leader side, at O(changed).
+
+A plain session fetch covers every partition of the session: at thousands of partitions per
+follower that is thousands of reads per long poll even when nothing happens. Here the session
+keeps a watch in the fetch purgatory on all its partitions (registered once, when the session is
+created, and kept up to date as partitions join and leave it): each `notify(key)` — a log grew, a
+high watermark or log start moved, a replica went offline, leadership changed — marks the key
+dirty and wakes a fetch waiting on the session. A fetch reads only the partitions its request
+names (their position moved) and the dirty ones; it long-polls on the session's wake-up, not on
+one registration per partition.
+
+The partitions not read are still fetched, as far as the follower's ISR membership goes: the
+session's `FetchClock` (replication/partition.py) moves on every fetch, and a follower whose last
+fetch offset is the leader's log end counts as caught up as of that fetch.
+
+As a safety net against a change that nothing notified, a session reads all its partitions again
+every `FULL_SCAN_MS` (bounded: once per 30 s per follower session).
+"""
+
+from __future__ import annotations
+
+import trio
+
+from common.clock import steady_ms
+from partition_server.fetch_session import FetchContext, FetchSession
+from partition_server.replica_manager import FetchResult
+from partition_server.replication.partition import FetchClock
+from wire.errors import ErrorCode, KafkaError
+
+FULL_SCAN_MS = 30_000
+
+
+class SessionWatch:
+    """The broker-side edge of a follower's session: its purgatory watch, wake-up and clock."""
+
+    def __init__(self, broker, session: FetchSession, replica_id: int, now_ms: int):
+        self.session = session
+        self.replica_id = replica_id
+        self.clock = FetchClock(now_ms)
+        self.event = trio.Event()
+        self.next_scan_ms = now_ms + FULL_SCAN_MS
+        self.watch = broker.purgatory.watch(list(session.partitions), self.wake)
+
+    def wake(self, key) -> None:
+        if key is None:
+            self.session.all_dirty = True         # notify_all: anything may have changed
+        else:
+            self.session.dirty.add(key)
+        self.event.set()
+
+    def close(self) -> None:
+        self.watch.cancel()
+        self.clock.alive = False
+        self.event.set()
+
+
+def close_session(session: FetchSession) -> None:
+    """`FetchSessionCache.on_close`: the session was closed, replaced or evicted."""
+    if session.edge is not None:
+        session.edge.close()
+        session.edge = None
+
+
+def _session_watch(broker, ctx: FetchContext, replica_id: int, now_ms: int) -> SessionWatch:
+    session = ctx.session
+    w = session.edge
+    if w is None or w.replica_id != replica_id:
+        if w is not None:
+            w.close()
+        w = session.edge = SessionWatch(broker, session, replica_id, now_ms)
+        session.dirty.clear()
+        session.all_dirty = True
+        return w
+    w.watch.add_keys(ctx.added)
+    w.watch.remove_keys(ctx.forgotten)
+    for key in ctx.forgotten:
+        hosted = broker.replicas.get(*key)
+        if hosted is not None:
+            hosted.state.follower_left_session(replica_id)
+    return w
+
+
+def _take_dirty(session: FetchSession, w: SessionWatch, now_ms: int) -> list:
+    if session.all_dirty or now_ms >= w.next_scan_ms:
+        session.all_dirty = False
+        session.dirty.clear()
+        w.next_scan_ms = now_ms + FULL_SCAN_MS
+        return list(session.partitions)
+    keys = list(session.dirty)
+    session.dirty.clear()
+    return keys
+
+
+async def fetch_in_session(broker, req, ctx: FetchContext, replica_id: int, now_ms: int,
+                           respond):
+    """Answer a follower's Fetch (v7–12, topics by name) in session `ctx.session`.
+    `respond(results, session_id)` encodes the response (handlers/fetch.py)."""
+    body = req.body
+    session = ctx.session
+    w = _session_watch(broker, ctx, replica_id, now_ms)
+    w.clock.last_fetch_ms = now_ms
+    results: dict = {}
+    budget = [body.max_bytes]
+
+    def read(keys) -> None:
+        for key in keys:
+            cached = session.partitions.get(key)
+            if cached is None:
+                continue
+            if budget[0] <= 0:
+                session.dirty.add(key)            # no room left: read it on the next fetch
+                continue
+            results[key] = res = _read_one(broker, key, cached.request, replica_id, now_ms,
+                                           budget[0], budget[0] == body.max_bytes, w.clock)
+            budget[0] -= res.size
+
+    keys = _take_dirty(session, w, now_ms)
+    read(dict.fromkeys([*ctx.requested, *keys]) if ctx.incremental else keys)
+    deadline = trio.current_time() + body.max_wait_ms / 1000
+    while body.max_wait_ms > 0 and not _ready(results, body.min_bytes):
+        with trio.move_on_at(deadline):
+            await w.event.wait()
+        w.event = trio.Event()
+        if session.edge is not w:
+            break                                 # the session was closed meanwhile
+        now_ms = steady_ms()
+        read(_take_dirty(session, w, now_ms))
+        if trio.current_time() >= deadline:
+            break
+    ctx.answer_requested = True
+    return respond(ctx.select(list(results.items())), ctx.session_id)
+
+
+def _ready(results: dict, min_bytes: int) -> bool:
+    total = 0
+    for res in results.values():
+        if res.error != ErrorCode.NONE or res.diverging_epoch is not None:
+            return True
+        total += res.size
+    return total >= min_bytes
+
+
+def _read_one(broker, key, p, replica_id: int, now_ms: int, remaining: int, min_one: bool,
+              clock: FetchClock) -> FetchResult:
+    topic, partition = key
+    if topic not in broker.image.topics:
+        return FetchResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    hosted = broker.replicas.get(topic, partition)
+    hw = hosted.state.high_watermark if hosted is not None else None
+    try:
+        res = broker.replicas.read(topic, partition, p.fetch_offset,
+                                   max(0, min(p.partition_max_bytes, remaining)),
+                                   p.current_leader_epoch, replica_id, p.last_fetched_epoch,
+                                   now_ms, min_one=min_one, fetch_clock=clock)
+    except KafkaError as exc:
+        res = FetchResult(exc.error_code)
+    if hosted is not None and hosted.state.high_watermark != hw:
+        broker.purgatory.notify(key)              # acks=all produces and other sessions
+    return res

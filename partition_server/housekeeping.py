@@ -1,0 +1,128 @@
+"""The broker's periodic jobs, each touching only what can need work, or a bounded slice of the
+hosted partitions per tick — so an idle broker's cost does not grow with its partition count.
+
+- ISR checks (AlterPartition, KIP-497), every min(replica.lag.time.max.ms / 4, 500 ms): the
+  partitions flagged since the last tick (a follower outside the ISR fetched, so it may join; an
+  AlterPartition must be sent again) plus a slice of a sweep over the partitions led here that
+  visits each once per replica.lag.time.max.ms / 4. A laggard is therefore proposed out within
+  1.25 × the lag time (Kafka checks every lag / 2); a caught-up follower joins at its next fetch.
+- log flushes (flush.ms): only logs with a finite flush.ms.
+- compaction: a bounded slice per second per compacted log (LogCleaner budget).
+- retention: a sweep visiting each log once per log.retention.check.interval.ms, a slice per
+  second, instead of every log at once.
+- high watermark checkpoint, every replica.high.watermark.checkpoint.interval.ms: written only
+  when some high watermark changed since the last write.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Callable, Iterable
+
+import trio
+
+from common.clock import steady_ms
+from partition_server.log.cleaner import LogCleaner
+from partition_server.replication.partition import Role
+
+log = logging.getLogger(__name__)
+
+COMPACTION_BUDGET_BYTES = 4 << 20
+
+
+class Sweep:
+    """Visit every key of a changing collection about once per `period_s`, `tick_s` worth of
+    it per call: the collection is listed once per pass (keys added meanwhile wait for the next
+    pass; keys gone are skipped by the caller)."""
+
+    def __init__(self, source: Callable[[], Iterable], period_s: float, tick_s: float):
+        self._source = source
+        self._share = min(1.0, tick_s / period_s) if period_s > 0 else 1.0
+        self._keys: list = []
+        self._pos = 0
+
+    def next_slice(self) -> list:
+        if self._pos >= len(self._keys):
+            self._keys = list(self._source())
+            self._pos = 0
+        n = max(1, math.ceil(len(self._keys) * self._share))
+        out = self._keys[self._pos:self._pos + n]
+        self._pos += n
+        return out
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def isr_loop(broker) -> None:
+    """Propose ISR shrinks/expansions for partitions we lead (AlterPartition)."""
+    from partition_server.replication.isr import send_alter_partition
+    lag_ms = broker.config["replica.lag.time.max.ms"]
+    tick_s = min(lag_ms / 4000, 0.5)
+    replicas = broker.replicas
+    sweep = Sweep(lambda: replicas.led, lag_ms / 4000, tick_s)
+    while True:
+        await trio.sleep(tick_s)
+        keys = set(sweep.next_slice())
+        keys |= replicas.isr_candidates
+        replicas.isr_candidates = set()
+        changes = []
+        now = steady_ms()
+        for key in keys:
+            hosted = replicas.get(*key)
+            if hosted is None or hosted.state.role is not Role.LEADER:
+                continue
+            change = hosted.state.isr_change_needed(now, lag_ms, broker.isr_eligible)
+            if change is not None:
+                changes.append((hosted, change))
+        if changes:
+            await send_alter_partition(broker, changes)
+
+
+async def housekeeping_loop(broker) -> None:
+    replicas = broker.replicas
+    retention_s = broker.config["log.retention.check.interval.ms"] / 1000
+    hw_interval = broker.config["replica.high.watermark.checkpoint.interval.ms"] / 1000
+    tick_s = min(1.0, hw_interval)
+    retention = Sweep(lambda: replicas.partitions, retention_s, tick_s)
+    next_hw_checkpoint = trio.current_time() + hw_interval
+    while True:
+        await trio.sleep(tick_s)
+        now = now_ms()
+        if trio.current_time() >= next_hw_checkpoint:
+            broker.checkpoint_high_watermarks(force=False)
+            next_hw_checkpoint = trio.current_time() + hw_interval
+        for key in list(replicas.timed_flush):
+            _guarded(broker, key, lambda h: h.log.maybe_flush(now))
+        for key in list(replicas.compacted):
+            _guarded(broker, key, lambda h: _compact(h, now))
+        for key in retention.next_slice():
+            _guarded(broker, key, lambda h: _retention(broker, h, now))
+
+
+def _compact(hosted, now: int) -> None:
+    # a bounded slice of compaction per second per log, between events
+    if hosted.cleaner is None:
+        hosted.cleaner = LogCleaner(hosted.log)
+    hosted.cleaner.clean_step(COMPACTION_BUDGET_BYTES, now)
+
+
+def _retention(broker, hosted, now: int) -> None:
+    if hosted.log.apply_retention(now):
+        # the log start moved: fetch sessions holding the partition tell their followers
+        broker.purgatory.notify((hosted.topic, hosted.partition))
+
+
+def _guarded(broker, key, job) -> None:
+    hosted = broker.replicas.get(*key)
+    if hosted is None or hosted.offline:
+        return
+    try:
+        broker.replicas.check_storage()
+        job(hosted)
+    except OSError as exc:
+        log.error("housekeeping of %s-%d failed: %s", hosted.topic, hosted.partition, exc)
+        broker.replicas.storage_failed(hosted, exc)

@@ -1,0 +1,122 @@
+"""A follower's Fetch in an incremental session, leader side (handlers/fetch_follower.py): after
+the full fetch, an idle incremental fetch reads no partition and answers none; an append wakes
+a waiting fetch that then reads only that partition; registrations follow the session."""
+
+import types
+
+import trio
+import trio.testing
+
+from partition_server.fetch_session import FetchSessionCache
+from partition_server.handlers.fetch import handle_fetch
+from partition_server.handlers.fetch_follower import close_session
+from partition_server.log import LogConfig, PartitionLog
+from partition_server.purgatory import Purgatory
+from partition_server.replica_manager import ReplicaManager
+from wire.messages.index_generated import REQUESTS
+from wire.records.batch import build_batch
+
+N = 200
+T0 = 1_700_000_000_000
+
+
+class FakeBroker:
+    def __init__(self, tmp_path):
+        def opener(topic, partition, cfg):
+            return PartitionLog(str(tmp_path / f"{topic}-{partition}"), LogConfig())
+        self.purgatory = Purgatory()
+        self.replicas = ReplicaManager(0, opener)
+        self.replicas.on_change = self.purgatory.notify
+        self.fetch_sessions = FetchSessionCache(on_close=close_session)
+        self.image = types.SimpleNamespace(topics={"t": object()}, topic_names={})
+        for p in range(N):
+            self.replicas.apply_partition("t", None, p, [0, 1], [0, 1], 0, 1, 1, {}, 1, 0)
+        self.reads = []
+        read = self.replicas.read
+
+        def counting_read(topic, partition, *args, **kw):
+            self.reads.append(partition)
+            return read(topic, partition, *args, **kw)
+        self.replicas.read = counting_read
+
+
+def fetch(session_id, epoch, offsets=None, forgotten=(), max_wait_ms=0):
+    cls = REQUESTS[1]
+    parts = [cls.FetchPartition(partition=p, current_leader_epoch=1, fetch_offset=o,
+                                last_fetched_epoch=-1, log_start_offset=0,
+                                partition_max_bytes=1 << 20)
+             for p, o in (offsets or {}).items()]
+    body = cls(replica_id=1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=16 << 20,
+               isolation_level=0, session_id=session_id, session_epoch=epoch,
+               topics=[cls.FetchTopic(topic="t", partitions=parts)] if parts else [],
+               forgotten_topics_data=[cls.ForgottenTopic(topic="t", partitions=list(forgotten))]
+               if forgotten else [])
+    return types.SimpleNamespace(body=body, api_version=12)
+
+
+def answered(resp):
+    return sorted(p.partition_index for t in resp.responses for p in t.partitions)
+
+
+async def test_idle_incremental_fetch_reads_and_answers_nothing(tmp_path, autojump_clock):
+    b = FakeBroker(tmp_path)
+    resp = await handle_fetch(b, fetch(0, 0, {p: 0 for p in range(N)}))
+    sid = resp.session_id
+    assert sid != 0 and answered(resp) == list(range(N)) and len(b.reads) == N
+    assert b.purgatory.watched_keys() == N
+    b.reads.clear()
+    start = trio.current_time()
+    resp = await handle_fetch(b, fetch(sid, 1, max_wait_ms=500))
+    assert resp.error_code == 0 and answered(resp) == [] and b.reads == []
+    assert trio.current_time() - start >= 0.5                 # it long-polled
+    # the session's follower is caught up as of this fetch, without reading any partition
+    state = b.replicas.get("t", 5).state
+    assert state.followers[1].fetch_clock.last_fetch_ms >= state.followers[1].last_caught_up_ms
+
+
+async def test_append_wakes_the_session_and_only_that_partition_is_read(tmp_path, autojump_clock):
+    b = FakeBroker(tmp_path)
+    sid = (await handle_fetch(b, fetch(0, 0, {p: 0 for p in range(N)}))).session_id
+    b.reads.clear()
+    out = []
+
+    async def follower_fetch():
+        out.append(await handle_fetch(b, fetch(sid, 1, max_wait_ms=5_000)))
+
+    async with trio.open_nursery() as n:
+        n.start_soon(follower_fetch)
+        await trio.testing.wait_all_tasks_blocked()
+        start = trio.current_time()
+        res = b.replicas.append_records("t", 7, build_batch([(None, b"x", [], T0)]), 1, T0)
+        assert res.error == 0
+    assert trio.current_time() - start < 5                     # woken, not timed out
+    assert answered(out[0]) == [7] and b.reads == [7]
+    # the follower sends partition 7's new position: that partition alone is read and, named by
+    # the request, answered (the leader's high watermark moved with the follower's fetch)
+    b.reads.clear()
+    resp = await handle_fetch(b, fetch(sid, 2, {7: 1}))
+    assert b.reads == [7] and answered(resp) == [7]
+    assert b.replicas.get("t", 7).state.high_watermark == 1
+
+
+async def test_registrations_follow_the_session(tmp_path, autojump_clock):
+    b = FakeBroker(tmp_path)
+    sid = (await handle_fetch(b, fetch(0, 0, {p: 0 for p in range(10)}))).session_id
+    assert b.purgatory.watched_keys() == 10
+    await handle_fetch(b, fetch(sid, 1, {10: 0, 11: 0}, forgotten=[0, 1, 2]))
+    assert b.purgatory.watched_keys() == 9
+    assert b.replicas.get("t", 0).state.followers[1].fetch_clock is None
+    resp = await handle_fetch(b, fetch(sid, 3))               # wrong epoch
+    assert resp.error_code == 71                              # INVALID_FETCH_SESSION_EPOCH
+    await handle_fetch(b, fetch(sid, -1))                     # close the session
+    assert b.purgatory.watched_keys() == 0 and not b.fetch_sessions.sessions
+
+
+async def test_leadership_change_is_read_again(tmp_path, autojump_clock):
+    b = FakeBroker(tmp_path)
+    sid = (await handle_fetch(b, fetch(0, 0, {p: 0 for p in range(N)}))).session_id
+    b.replicas.apply_partition("t", None, 3, [0, 1], [0, 1], 1, 2, 2, {}, 1, 0)   # 1 leads now
+    b.purgatory.notify(("t", 3))
+    resp = await handle_fetch(b, fetch(sid, 1, max_wait_ms=500))
+    parts = [p for t in resp.responses for p in t.partitions]
+    assert [(p.partition_index, p.error_code) for p in parts] == [(3, 6)]  # NOT_LEADER_OR_FOLLOWER

@@ -1,0 +1,77 @@
+"""The broker's periodic jobs (partition_server/housekeeping.py): bounded work per tick."""
+
+import types
+
+import trio
+
+from partition_server import housekeeping
+from partition_server.broker import Broker
+from partition_server.housekeeping import Sweep
+from partition_server.log import LogConfig, PartitionLog
+from partition_server.log.offset_checkpoint import read_checkpoint
+from partition_server.replica_manager import ReplicaManager
+
+
+def test_sweep_visits_every_key_once_per_period_in_slices():
+    keys = {f"k{i}" for i in range(100)}
+    s = Sweep(lambda: sorted(keys), period_s=10, tick_s=1)
+    seen = []
+    for _ in range(10):
+        part = s.next_slice()
+        assert len(part) == 10
+        seen += part
+    assert sorted(seen) == sorted(keys)
+    keys.add("new")                                  # joins on the next pass
+    assert "new" in sum((s.next_slice() for _ in range(11)), [])
+    assert Sweep(lambda: [], 10, 1).next_slice() == []
+
+
+def _manager(tmp_path, n):
+    rm = ReplicaManager(0, lambda t, p, cfg: PartitionLog(str(tmp_path / f"{t}-{p}"), LogConfig()))
+    for p in range(n):
+        rm.apply_partition("t", None, p, [0, 1], [0, 1], 0, 1, 1, {}, 1, 0)
+    return rm
+
+
+def test_high_watermark_checkpoint_is_written_only_when_one_changed(tmp_path):
+    rm = _manager(tmp_path, 3)
+    path = str(tmp_path / "replication-offset-checkpoint")
+    fake = types.SimpleNamespace(replicas=rm, hw_checkpoint_path=path, _hw_checkpointed=None)
+    Broker.checkpoint_high_watermarks(fake, force=False)
+    assert read_checkpoint(path) == {("t", 0): 0, ("t", 1): 0, ("t", 2): 0}
+    (tmp_path / "replication-offset-checkpoint").unlink()
+    Broker.checkpoint_high_watermarks(fake, force=False)     # nothing changed: not written
+    assert not (tmp_path / "replication-offset-checkpoint").exists()
+    rm.get("t", 1).state._high_watermark = 5
+    Broker.checkpoint_high_watermarks(fake, force=False)
+    assert read_checkpoint(path)[("t", 1)] == 5
+
+
+async def test_isr_tick_checks_a_slice_of_the_led_partitions_and_flagged_ones(tmp_path,
+                                                                              autojump_clock,
+                                                                              monkeypatch):
+    rm = _manager(tmp_path, 100)
+    checked = []
+    for key, hosted in rm.partitions.items():
+        real = hosted.state.isr_change_needed
+
+        def spy(now, lag, eligible=None, key=key, real=real):
+            checked.append(key)
+            return real(now, lag, eligible)
+        hosted.state.isr_change_needed = spy
+    sent = []
+
+    async def fake_send(broker, changes):
+        sent.extend(changes)
+    monkeypatch.setattr("partition_server.replication.isr.send_alter_partition", fake_send)
+    broker = types.SimpleNamespace(replicas=rm, config={"replica.lag.time.max.ms": 8000},
+                                   isr_eligible=lambda b: True)
+    rm.isr_candidates.add(("t", 99))
+    with trio.move_on_after(0.55):                   # one tick: 0.5 s of a 2 s sweep
+        await housekeeping.isr_loop(broker)
+    # a quarter of the sweep (25), plus the flagged partition unless the slice held it already
+    assert len(checked) in (25, 26) and ("t", 99) in checked and not rm.isr_candidates
+    checked.clear()
+    with trio.move_on_after(2.05):                   # a whole sweep: every led partition
+        await housekeeping.isr_loop(broker)
+    assert set(checked) == set(rm.led) and len(rm.led) == 100
