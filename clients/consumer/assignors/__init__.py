@@ -4,13 +4,13 @@ consumers can share a group with theirs. See protocol.py for the wire encodings.
 
 from __future__ import annotations
 
-from clients.assignors.base import PartitionAssignor, RebalanceProtocol
-from clients.assignors.protocol import (PROTOCOL_TYPE, Assignment, Subscription,
-                                        decode_assignment, decode_subscription, encode_assignment,
-                                        encode_subscription)
-from clients.assignors.range import RangeAssignor
-from clients.assignors.roundrobin import RoundRobinAssignor
-from clients.assignors.sticky import CooperativeStickyAssignor, StickyAssignor
+from clients.consumer.assignors.base import PartitionAssignor, RebalanceProtocol
+from clients.consumer.assignors.protocol import (PROTOCOL_TYPE, Assignment, Subscription,
+                                                 decode_assignment, decode_subscription,
+                                                 encode_assignment, encode_subscription)
+from clients.consumer.assignors.range import RangeAssignor
+from clients.consumer.assignors.roundrobin import RoundRobinAssignor
+from clients.consumer.assignors.sticky import CooperativeStickyAssignor, StickyAssignor
 
 ASSIGNORS: dict[str, type[PartitionAssignor]] = {
     cls.name: cls for cls in (RangeAssignor, RoundRobinAssignor, StickyAssignor,

@@ -1,6 +1,6 @@
-"""Blocking facade over the trio `Consumer`, in the style of `clients/sync.py`.
+"""Blocking facade over the trio `Consumer`, in the style of `clients/producer/sync.py`.
 
-    from clients.consumer_sync import SyncConsumer
+    from clients.consumer.sync import SyncConsumer
     with SyncConsumer("127.0.0.1:9092", {"group.id": "g", "auto.offset.reset": "earliest"}) as c:
         c.subscribe(["orders"])
         for record in c.poll(1000):

@@ -17,7 +17,7 @@ partition counts from fresh metadata. Fatal answers (INCONSISTENT_GROUP_PROTOCOL
 GROUP_AUTHORIZATION_FAILED, INVALID_SESSION_TIMEOUT, FENCED_INSTANCE_ID...) raise typed errors.
 
 `CoordinatorClient` (finding the coordinator, OffsetCommit/OffsetFetch) is shared with the
-KIP-848 member in consumer_group_member.py, which commits with its member epoch instead of a
+KIP-848 member in kip848_member.py, which commits with its member epoch instead of a
 generation.
 """
 
@@ -27,11 +27,11 @@ import logging
 
 import trio
 
-from clients.assignors import (PROTOCOL_TYPE, PartitionAssignor, RebalanceProtocol,
-                               decode_assignment, decode_subscription, encode_assignment,
-                               encode_subscription)
+from clients.consumer.assignors import (PROTOCOL_TYPE, PartitionAssignor, RebalanceProtocol,
+                                        decode_assignment, decode_subscription, encode_assignment,
+                                        encode_subscription)
 from clients.cluster import Cluster
-from clients.consumer_offsets import drop_on_cancel
+from clients.consumer.offsets import drop_on_cancel
 from clients.errors import KafkaConnectionError, KafkaTimeoutError, check
 from wire.errors import ErrorCode, KafkaError
 from wire.messages.index_generated import REQUESTS

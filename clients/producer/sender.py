@@ -1,6 +1,6 @@
 """The producer's sender: ready batches -> Produce requests per node, answers -> outcomes.
 
-A mixin of `Producer` (clients/producer.py, whose docstring describes the whole): its state
+A mixin of `Producer` (producer.py, whose docstring describes the whole): its state
 (accumulator, in-flight counts, pipes, sequences, transaction manager) is set up by
 `Producer.__init__`. The sender loop drains ready batches into at most one request per node at
 a time, up to max.in.flight.requests.per.connection outstanding on the node's `ProducePipe`;
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import trio
 
-from clients.accumulator import NO_SEQUENCE, ProducerBatch
+from clients.producer.accumulator import NO_SEQUENCE, ProducerBatch
 from clients.cluster import TopicPartition
 from clients.connection import ConnectionClosed
 from clients.errors import KafkaConnectionError, KafkaTimeoutError, Retry, classify, error
-from clients.producer_pipe import NotSent, ProducePipe, Turnstile
+from clients.producer.pipe import NotSent, ProducePipe, Turnstile
 from wire.errors import ErrorCode, KafkaError
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import BATCH_HEADER_SIZE

@@ -52,7 +52,7 @@ new producer id (sequences restart at 0) — the same recovery Kafka's epoch bum
 Transactions (`transactional.id`, which implies idempotence; `transaction.timeout.ms`):
 `init_transactions`, `begin_transaction`, `send_offsets_to_transaction`, `commit_transaction`,
 `abort_transaction`, with Kafka's semantics; the state machine is
-`clients/transaction_manager.py`. The sender adds new partitions to the transaction
+`clients/producer/transaction_manager.py`. The sender adds new partitions to the transaction
 (AddPartitionsToTxn, one request per drain) before their first batch; commit flushes then sends
 EndTxn; a record that fails makes the transaction abortable (commit raises, abort works, and the
 epoch is bumped after the abort if the failed batch used a sequence number); being fenced
@@ -68,10 +68,10 @@ batch keeps the records' callbacks and timestamps, never the futures, so dropped
 the garbage collector nothing to track); completion calls each record's callbacks in order.
 
 Layout: this module is the facade (configuration, lifecycle, send, flush);
-clients/accumulator.py the batches, futures and accumulator (no I/O);
-clients/producer_sender.py the sender loop and the handling of answers;
-clients/producer_pipe.py the pipelined connection per node and its turnstile;
-clients/producer_txn.py the transactional calls.
+clients/producer/accumulator.py the batches, futures and accumulator (no I/O);
+clients/producer/sender.py the sender loop and the handling of answers;
+clients/producer/pipe.py the pipelined connection per node and its turnstile;
+clients/producer/transactions.py the transactional calls.
 """
 
 from __future__ import annotations
@@ -83,18 +83,19 @@ from typing import Callable
 
 import trio
 
-from clients.accumulator import (ATTR_TS, BATCH_HEADER_SIZE, FAST_VALUE_MAX, NULL_KEY_LEN,
-                                 SMALL_VARINT, SMALL_VARINT_LEN, DeliveryFuture, ProducerBatch,
-                                 RecordAccumulator, RecordMetadata, record_size)
+from clients.producer.accumulator import (ATTR_TS, BATCH_HEADER_SIZE, FAST_VALUE_MAX, NULL_KEY_LEN,
+                                          SMALL_VARINT, SMALL_VARINT_LEN, DeliveryFuture,
+                                          ProducerBatch, RecordAccumulator, RecordMetadata,
+                                          record_size)
 from clients.cluster import Cluster, TopicPartition
 from clients.config import COMPRESSION, PRODUCER, ConfigError, client_security, resolve
 from common.security import ClientSecurity
 from clients.errors import KafkaTimeoutError, UnknownTopicError
-from clients.partitioner import StickyPartitioner, partition_for_key
-from clients.producer_pipe import ProducePipe, Turnstile
-from clients.producer_sender import Sender
-from clients.producer_txn import Transactions
-from clients.transaction_manager import TransactionManager
+from clients.producer.partitioner import StickyPartitioner, partition_for_key
+from clients.producer.pipe import ProducePipe, Turnstile
+from clients.producer.sender import Sender
+from clients.producer.transactions import Transactions
+from clients.producer.transaction_manager import TransactionManager
 from wire.errors import ErrorCode, KafkaError, MessageTooLargeError
 
 __all__ = ["DeliveryFuture", "Producer", "ProducerBatch", "RecordAccumulator", "RecordMetadata"]

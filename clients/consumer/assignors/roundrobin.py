@@ -4,8 +4,9 @@ partition's topic."""
 
 from __future__ import annotations
 
-from clients.assignors.base import PartitionAssignor, sorted_members, subscribed_partitions
-from clients.assignors.protocol import Assignment, Subscription
+from clients.consumer.assignors.base import (PartitionAssignor, sorted_members,
+                                             subscribed_partitions)
+from clients.consumer.assignors.protocol import Assignment, Subscription
 
 
 class RoundRobinAssignor(PartitionAssignor):

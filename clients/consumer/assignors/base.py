@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 
-from clients.assignors.protocol import Assignment, Subscription, TopicPartition
+from clients.consumer.assignors.protocol import Assignment, Subscription, TopicPartition
 
 
 class RebalanceProtocol(enum.Enum):

@@ -1,5 +1,5 @@
 """One member of a KIP-848 consumer group (`group.protocol=consumer`), as a pure state machine:
-no I/O, no clock (callers pass `now_ms`), no callbacks. `consumer_group_member.py` sends the
+no I/O, no clock (callers pass `now_ms`), no callbacks. `kip848_member.py` sends the
 heartbeats it builds and feeds it the answers; the consumer runs the reconciliations it hands
 out (listeners, commits) in the application's task, as Kafka's consumer runs them inside poll.
 

@@ -18,11 +18,12 @@ hands it to its new owner. No partition is thus ever owned by two members at onc
 
 from __future__ import annotations
 
-from clients.assignors.base import (PartitionAssignor, RebalanceProtocol, sorted_members,
-                                    subscribed_partitions)
-from clients.assignors.protocol import (Assignment, Subscription, TopicPartition,
-                                        decode_sticky_user_data, encode_generation_user_data,
-                                        encode_sticky_user_data)
+from clients.consumer.assignors.base import (PartitionAssignor, RebalanceProtocol, sorted_members,
+                                             subscribed_partitions)
+from clients.consumer.assignors.protocol import (Assignment, Subscription, TopicPartition,
+                                                 decode_sticky_user_data,
+                                                 encode_generation_user_data,
+                                                 encode_sticky_user_data)
 
 
 def _claims(subscriptions: dict[str, Subscription]) -> dict[str, tuple[list[TopicPartition], int]]:

@@ -1,6 +1,6 @@
 """Pipelined Produce requests: one connection per node with several requests outstanding.
 
-The sender's I/O edge (see clients/producer.py): `ProducePipe` writes request after request on
+The sender's I/O edge (see producer.py): `ProducePipe` writes request after request on
 one connection and one reader task hands the answers back in order; `Turnstile` makes requests
 reach the connection in the sender loop's drain order. `NotSent` is how a request is given back
 unwritten (its node's connection failed after it was drained).

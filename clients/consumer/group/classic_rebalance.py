@@ -1,7 +1,7 @@
 """Classic consumer-group membership for `Consumer.poll` (JoinGroup/SyncGroup through
-`group_member.GroupMember`): pattern re-evaluation, the leader's partition-count watch, and the
-eager / cooperative (KIP-429) revoke-join-assign loop. Split from consumer.py, which keeps the
-state these functions read and write; KIP-848 members go through consumer_group_member.py."""
+`classic_member.GroupMember`): pattern re-evaluation, the leader's partition-count watch, and the
+eager / cooperative (KIP-429) revoke-join-assign loop. Split from ../consumer.py, which keeps the
+state these functions read and write; KIP-848 members go through kip848_member.py."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import logging
 
 import trio
 
-from clients.assignors import RebalanceProtocol
-from clients.consumer_config import call_listener
-from clients.fetcher import TopicPartition
+from clients.consumer.assignors import RebalanceProtocol
+from clients.consumer.config import call_listener
+from clients.consumer.fetcher import TopicPartition
 from wire.errors import KafkaError
 
 log = logging.getLogger("raftka.consumer")

@@ -22,7 +22,7 @@ from typing import Iterable
 
 import trio
 
-from clients.admin_types import (  # noqa: F401 - re-exported: callers import them from here
+from clients.admin.types import (  # noqa: F401 - re-exported: callers import them from here
     ResourceType, PatternType, AclOperation, AclPermissionType, ConfigResourceType,
     AlterConfigOpType, NewTopic, PartitionDescription, TopicDescription, ConfigResource,
     ConfigEntry, AlterConfigOp, AclBinding, AclBindingFilter, GroupListing, MemberDescription,

@@ -6,7 +6,7 @@ are resent on every retry. `RecordAccumulator` keeps one deque of batches per pa
 which are ready (full, lingered long enough, or a flush is pending), drains them for a request,
 puts retried batches back in creation order, and charges memory per batch (buffer.memory).
 `DeliveryFuture` is a caller's handle on one record's place in its batch; the outcome is stored
-once per batch. See clients/producer.py for the whole picture.
+once per batch. See producer.py for the whole picture.
 """
 
 from __future__ import annotations

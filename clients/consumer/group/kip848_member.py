@@ -1,5 +1,5 @@
 """One consumer's membership in a KIP-848 consumer group (`group.protocol=consumer`): the I/O
-around the pure `ConsumerGroupMemberState` (consumer_group_state.py).
+around the pure `ConsumerGroupMemberState` (kip848_state.py).
 
 - A background task (`heartbeat_loop`) sends ConsumerGroupHeartbeat when the state machine says
   one is due — at once while joining, acknowledging or leaving, else every
@@ -32,10 +32,10 @@ import re
 import trio
 
 from clients.cluster import Cluster
-from clients.consumer_group_state import (COORDINATOR_RETRY, ConsumerGroupMemberState,
-                                          HeartbeatFields, MemberState)
+from clients.consumer.group.kip848_state import (COORDINATOR_RETRY, ConsumerGroupMemberState,
+                                                 HeartbeatFields, MemberState)
 from clients.errors import KafkaConnectionError, KafkaTimeoutError, check
-from clients.group_member import CoordinatorClient
+from clients.consumer.group.classic_member import CoordinatorClient
 from wire.errors import ErrorCode, KafkaError
 from wire.messages.index_generated import REQUESTS
 

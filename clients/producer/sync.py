@@ -1,4 +1,4 @@
-"""The blocking producer facade (re-exported by clients.sync, whose docstring has the design).
+"""The blocking producer facade, `SyncProducer` (why one long-lived loop thread: loop_thread.py).
 
 `SyncProducer.send` does not cross into the loop per record (that costs tens of microseconds):
 records go onto a thread-safe queue and the loop is poked only when the queue goes from empty to

@@ -1,7 +1,7 @@
 """The producer's transactional API (KIP-98, with KIP-890 part 2's EndTxn v5).
 
-A mixin of `Producer` (clients/producer.py): the transaction state machine is
-clients/transaction_manager.py; this holds the calls to the transaction and group coordinators
+A mixin of `Producer` (producer.py): the transaction state machine is
+transaction_manager.py; this holds the calls to the transaction and group coordinators
 (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn) and the sender's
 transactional gate.
 """
@@ -12,8 +12,9 @@ import trio
 
 from clients.cluster import COORDINATOR_GROUP, COORDINATOR_TRANSACTION, TopicPartition
 from clients.errors import KafkaConnectionError, KafkaTimeoutError, Retry, classify, error
-from clients.transaction_manager import (State, TransactionAbortedError, TransactionManager,
-                                         TransactionStateError, is_fatal)
+from clients.producer.transaction_manager import (State, TransactionAbortedError,
+                                                  TransactionManager, TransactionStateError,
+                                                  is_fatal)
 from wire.errors import ErrorCode, KafkaError
 from wire.messages.index_generated import REQUESTS
 

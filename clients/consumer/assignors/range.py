@@ -4,8 +4,8 @@ topics therefore land on the same member, at the price of imbalance across many 
 
 from __future__ import annotations
 
-from clients.assignors.base import PartitionAssignor, sorted_members
-from clients.assignors.protocol import Assignment, Subscription
+from clients.consumer.assignors.base import PartitionAssignor, sorted_members
+from clients.consumer.assignors.protocol import Assignment, Subscription
 
 
 class RangeAssignor(PartitionAssignor):

@@ -1,4 +1,4 @@
-"""Our consumer: trio-native (`Consumer`), with a blocking facade in `consumer_sync.py`.
+"""Our consumer: trio-native (`Consumer`), with a blocking facade in `sync.py`.
 
     async with Consumer("127.0.0.1:9092", {"group.id": "g", "auto.offset.reset": "earliest"}) as c:
         c.subscribe(["orders"])                 # or c.subscribe("^orders-.*") / c.assign([...])
@@ -25,7 +25,7 @@ group.protocol, group.remote.assignor); keyword arguments with underscores (grou
 too.
 
 `group.protocol=consumer` joins with KIP-848's ConsumerGroupHeartbeat instead of
-JoinGroup/SyncGroup (consumer_group_member.py): the coordinator assigns (its `uniform` or
+JoinGroup/SyncGroup (group/kip848_member.py): the coordinator assigns (its `uniform` or
 `range` assignor, `group.remote.assignor`), heartbeats run in the background, and partitions
 move one member at a time: revoke (commit with auto-commit, on_revoked) before anyone else gets
 them. A fenced member's partitions go to on_lost (default: on_revoked) with no commit.
@@ -43,17 +43,17 @@ from typing import Callable, Iterable
 
 import trio
 
-from clients.assignors import get_assignor
+from clients.consumer.assignors import get_assignor
 from clients.cluster import Cluster
 from clients.config import client_security
-from clients.consumer_offsets import EARLIEST, LATEST, drop_on_cancel, list_offsets
+from clients.consumer.offsets import EARLIEST, LATEST, drop_on_cancel, list_offsets
 from clients.errors import KafkaConnectionError, KafkaTimeoutError, Retry, check, classify
-from clients.fetcher import (READ_COMMITTED, READ_UNCOMMITTED, ConsumerRecord, TopicPartition,
-                             parse_partition)
-from clients.consumer_config import NoOffsetForPartitionError, call_listener, parse_config
-from clients.consumer_group_classic import ensure_classic_group
-from clients.consumer_group_member import ConsumerGroupMember
-from clients.group_member import CommitFailedError, GroupMember
+from clients.consumer.fetcher import (READ_COMMITTED, READ_UNCOMMITTED, ConsumerRecord,
+                                      TopicPartition, parse_partition)
+from clients.consumer.config import NoOffsetForPartitionError, call_listener, parse_config
+from clients.consumer.group.classic_rebalance import ensure_classic_group
+from clients.consumer.group.kip848_member import ConsumerGroupMember
+from clients.consumer.group.classic_member import CommitFailedError, GroupMember
 from common.security import ClientSecurity
 from wire.errors import DecodeError, ErrorCode, KafkaError
 from wire.messages.index_generated import REQUESTS
