@@ -14,19 +14,6 @@ def pytest_collection_modifyitems(config, items):
         items[:] = kept
 
 
-import pytest  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _no_leaked_connection_hook():
-    """`install_client_security` (the CLI's --command-config with TLS/SASL) sets a process-wide
-    BrokerConnection hook — right for a one-command CLI process, wrong for the next test in this
-    process, whose plaintext connections would then try to log in. Clear it after every test."""
-    from clients.connection import BrokerConnection
-    yield
-    BrokerConnection.connect_hook = None      # tests that need one install it themselves
-
-
 def pytest_unconfigure(config):
     """The summary is printed by now. librdkafka clients that a failing test could not close
     keep logging connection errors to stderr (from their own threads) until the process exits,

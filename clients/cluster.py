@@ -29,6 +29,7 @@ from typing import Iterable, NamedTuple
 import trio
 
 from clients.connection import BrokerConnection, ConnectionClosed
+from common.security import PLAINTEXT, ClientSecurity
 from clients.errors import (KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable, Retry,
                             UnknownTopicError, check, classify)
 from wire.errors import ErrorCode, KafkaError
@@ -120,9 +121,11 @@ class Cluster:
 
     def __init__(self, bootstrap: str | Iterable[str], *, client_id: str = "raftka",
                  request_timeout_ms: int = 30_000, connect_timeout_ms: int = 10_000,
-                 retry_backoff_ms: int = 100, metadata_max_age_ms: int = 300_000):
+                 retry_backoff_ms: int = 100, metadata_max_age_ms: int = 300_000,
+                 security: ClientSecurity = PLAINTEXT):
         self.bootstrap_servers = parse_bootstrap(bootstrap)
         self.client_id = client_id
+        self.security = security                  # TLS/SASL of every connection this opens
         self.request_timeout_s = request_timeout_ms / 1000
         self.connect_timeout_s = connect_timeout_ms / 1000
         self.retry_backoff_s = retry_backoff_ms / 1000
@@ -277,7 +280,7 @@ class Cluster:
     # -- connections -----------------------------------------------------------------------------
 
     async def _open(self, host: str, port: int) -> BrokerConnection:
-        conn = BrokerConnection(host, port, self.client_id)
+        conn = BrokerConnection(host, port, self.client_id, security=self.security)
         try:
             await conn.connect(timeout_s=self.connect_timeout_s)
         except trio.TooSlowError:

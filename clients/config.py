@@ -9,11 +9,8 @@ kept (a `security.protocol=PLAINTEXT` line in a shared file must not break us) a
 
 from __future__ import annotations
 
-from pathlib import Path
-
-
-class ConfigError(ValueError):
-    """A client property has a value we cannot use."""
+from common.properties import ConfigError, load_properties, parse_properties  # noqa: F401
+from common.security import ClientSecurity, SecurityConfigError
 
 
 def _bool(v) -> bool:
@@ -101,15 +98,7 @@ def resolve(props: dict | None, schema: dict) -> dict:
             explicit.add(key)
         else:
             out[key] = value
-    proto = str(out.get("security.protocol") or "PLAINTEXT").strip().upper()
-    if proto != "PLAINTEXT":
-        # TLS/SASL happen in BrokerConnection's process-wide connect hook (the CLI installs it
-        # from --command-config); without it, refuse clearly rather than fail a handshake in a
-        # way that looks like a dead cluster
-        from clients.connection import BrokerConnection
-        if BrokerConnection.connect_hook is None:
-            raise ConfigError(f"security.protocol={proto} needs TLS/SASL set up for this process "
-                              "first (clients.cli.users.install_client_security(props))")
+    client_security(out)        # security.protocol, sasl.*, ssl.*: usable values or ConfigError
     for key in ("batch.size", "buffer.memory", "max.request.size", "request.timeout.ms"):
         if key in out and out[key] is not None and out[key] <= 0:
             raise ConfigError(f"{key} must be positive")
@@ -120,31 +109,15 @@ def resolve(props: dict | None, schema: dict) -> dict:
     return out
 
 
+def client_security(props: dict) -> ClientSecurity:
+    """The TLS/SASL settings of a client's connections, from its properties (`security.protocol`,
+    `sasl.mechanism`, `sasl.username`, `sasl.password`, `ssl.ca.location` ...): a value each
+    client passes to its own connections, never a process-wide setting."""
+    try:
+        return ClientSecurity.from_properties(props)
+    except SecurityConfigError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def unknown_keys(props: dict, schema: dict) -> list[str]:
     return sorted(k for k in props if k not in schema and k.replace("_", ".") not in schema)
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java .properties subset: key=value or key: value lines, # and ! comments, blank lines."""
-    out: dict[str, str] = {}
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        seps = [i for i in (line.find("="), line.find(":")) if i > 0]
-        if not seps:
-            raise ConfigError(f"line {lineno}: expected key=value, got {raw!r}")
-        i = min(seps)
-        out[line[:i].strip()] = line[i + 1:].strip()
-    return out
-
-
-def load_properties(path: str | Path) -> dict[str, str]:
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        return parse_properties(text)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None

@@ -1,5 +1,14 @@
-"""One trio event loop in a daemon background thread, for the blocking client facades (see
-clients/sync.py for why a long-lived loop rather than `trio.run` per call)."""
+"""One trio event loop in a daemon background thread, for the blocking client facades
+(`SyncProducer`, `SyncConsumer`, `SyncAdmin`).
+
+Each facade object owns ONE such loop for its whole life, and calls cross into it with
+`trio.from_thread` (thread-safe, so Spark's task threads may share one object). Not `trio.run`
+per call, because a producer is not a function call: its sender task must keep running between
+calls (linger.ms, retries, in-flight requests), and the metadata cache and broker connections
+must outlive each call — a fresh loop per call would reconnect and re-fetch metadata every time
+and could not deliver anything after `send` returned. A consumer's heartbeats likewise keep
+flowing between `poll` calls.
+"""
 
 from __future__ import annotations
 

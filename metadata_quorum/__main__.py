@@ -6,7 +6,7 @@ import sys
 
 import trio
 
-from metadata_quorum import process
+from common import process
 from metadata_quorum.config import ConfigError, ControllerConfig
 
 

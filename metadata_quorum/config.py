@@ -1,4 +1,4 @@
-"""Controller configuration (Kafka property names) and the property-file helpers both roles use.
+"""Controller configuration (Kafka property names); the property-file helpers are common.properties.
 
 | key | default | meaning |
 |---|---|---|
@@ -22,46 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 
-
-class ConfigError(ValueError):
-    """A config file or override that cannot be used; the message names the key."""
-
-
-def load_properties(text: str) -> dict[str, str]:
-    """Parse Kafka `.properties` text: `key=value`, `#`/`!` comments, blank lines."""
-    props: dict[str, str] = {}
-    for lineno, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise ConfigError(f"line {lineno}: expected key=value, got {line!r}")
-        props[key.strip()] = value.strip()
-    return props
-
-
-def parse_endpoint(listener: str) -> tuple[str, str, int]:
-    """`NAME://host:port` → (NAME, host, port)."""
-    name, sep, rest = listener.partition("://")
-    host, colon, port = rest.rpartition(":")
-    if not sep or not colon or not port.isdigit():
-        raise ConfigError(f"listener {listener!r}: expected NAME://host:port")
-    return name.upper(), host, int(port)
-
-
-def parse_voters(voters) -> dict[int, tuple[str, int]]:
-    """`id@host:port` entries (list or comma string) → {id: (host, port)}."""
-    if isinstance(voters, str):
-        voters = [v for v in voters.split(",") if v.strip()]
-    result: dict[int, tuple[str, int]] = {}
-    for entry in voters:
-        node, at, address = entry.strip().partition("@")
-        host, colon, port = address.rpartition(":")
-        if not at or not node.isdigit() or not colon or not port.isdigit():
-            raise ConfigError(f"voter entry {entry!r}: expected id@host:port")
-        result[int(node)] = (host, int(port))
-    return result
+from common.properties import ConfigError, parse_endpoint, parse_voters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,7 +97,7 @@ class ControllerConfig:
                    as_int("raftka.controller.raft.log.compaction.min.time.ms", 60_000, 1))
         if not problems:
             try:    # the listener's TLS/SASL settings, checked now rather than at first connect
-                from partition_server.security.setup import controller_listener_security
+                from common.listener_security import controller_listener_security
                 controller_listener_security(props, lambda: None)
             except ValueError as exc:
                 problems.append(str(exc))

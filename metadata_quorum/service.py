@@ -23,14 +23,14 @@ import logging
 
 import trio
 
-from metadata_quorum.clock import steady_ms
+from common.clock import steady_ms
 from metadata_quorum.config import ControllerConfig
 from metadata_quorum.controller.quorum_controller import QuorumController
 from metadata_quorum.controller_handlers import HANDLERS, SUPPORTED
 from metadata_quorum.quorum.raft import Committed, RaftQuorum, Reset, fail_reason
 from metadata_quorum.records import (AbortTransactionRecord, NoOpRecord, RecordTooLarge,
                                      encode_entries)
-from partition_server.network import serve_listener
+from common.network import serve_listener
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +218,7 @@ class ControllerService:
         self._install(self.quorum.log.subscribe(self._on_event_threadsafe))
         host, port = self.config.listener
         async with trio.open_nursery() as nursery:
-            from partition_server.security.setup import controller_listener_security
+            from common.listener_security import controller_listener_security
             listeners = await nursery.start(functools.partial(
                 serve_listener, host, port, self._dispatch_wire, "CONTROLLER", 100 * 1024 * 1024,
                 SUPPORTED, security=controller_listener_security(self.config.props,

@@ -6,8 +6,8 @@ import sys
 
 import trio
 
-from metadata_quorum import process
-from metadata_quorum.config import ConfigError
+from common import process
+from common.properties import ConfigError
 from partition_server.config import BrokerConfig
 
 

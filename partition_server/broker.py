@@ -17,7 +17,7 @@ import time
 
 import trio
 
-from metadata_quorum.clock import steady_ms
+from common.clock import steady_ms
 from metadata_quorum.image import MetadataImage
 from partition_server import clean_shutdown, housekeeping
 from partition_server.config import BrokerConfig
@@ -26,7 +26,7 @@ from partition_server.fetch_session import FetchSessionCache
 from partition_server.image_delta import config_changed_topics, diff_images
 from partition_server.log import LogConfig, PartitionLog
 from partition_server.log.offset_checkpoint import HIGH_WATERMARK_FILE, read_checkpoint, write_checkpoint
-from partition_server.network import serve_listener
+from common.network import serve_listener
 from partition_server.purgatory import Purgatory
 from partition_server.replica_manager import ReplicaManager
 from partition_server.replication.fetcher import FetcherManager
@@ -55,7 +55,7 @@ class Broker:
         self.broker_id = config.node_id
         self.log_dir = os.path.abspath(config["log.dirs"][0])
         os.makedirs(self.log_dir, exist_ok=True)
-        from partition_server.security.listeners import resolve
+        from common.listeners import resolve
         self.listener_set = resolve(config["listeners"], config["advertised.listeners"],
                                     config["listener.security.protocol.map"],
                                     config["inter.broker.listener.name"])
@@ -74,8 +74,14 @@ class Broker:
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"],
                                                 config["min.incremental.fetch.session.eviction.ms"],
                                                 on_close=close_session)
+        # the client side of this broker's own links: TLS/SASL values, never process-wide
+        from common.listener_security import controller_client_security, inter_node_security
+        self.inter_broker_security = inter_node_security(
+            config.values.get, self.listener_set.bound_for(self.listener_set.inter_broker).protocol)
+        self.controller_security = controller_client_security(config.values.get)
         self.client = ControllerClient(self.broker_id, config.voters, self.host, self.port,
-                                       config["broker.rack"], config["broker.heartbeat.interval.ms"])
+                                       config["broker.rack"], config["broker.heartbeat.interval.ms"],
+                                       security=self.controller_security)
         # KIP-966: tell the controller whether our logs came through the last stop intact
         self.boot_id_file = config["raftka.boot.id.file"]
         if self.boot_id_file:
@@ -99,9 +105,10 @@ class Broker:
         self._apply_failed: list = []       # (TopicImage, PartitionState) that could not open
         # security: credentials (inter-node user + metadata SCRAM records) and the authorizer,
         # rebuilt from every image (None: no authorizer configured, everything allowed)
+        from common.listener_security import credential_lookup, static_credentials
         from partition_server.security import setup as security
-        self.credentials = security.credential_lookup(
-            lambda: self.image, security.static_credentials(
+        self.credentials = credential_lookup(
+            lambda: self.image, static_credentials(
                 config["raftka.inter.node.sasl.username"], config["raftka.inter.node.sasl.password"]))
         self.authorizer = security.build_authorizer(self.image, config.values.get)
         self.unfenced_once = trio.Event()
@@ -233,9 +240,6 @@ class Broker:
         from partition_server.security.endpoints import rewrite
         listeners = security.broker_listeners(self.config, self.credentials)
         inter_name = self.listener_set.inter_broker
-        inter = next(sec for x, sec in listeners if x.name == inter_name)
-        security.install_inter_node_client(self.config.values.get, set(self.config.voters.values()),
-                                           inter.protocol)
 
         async def dispatch_on(ctx, req):
             if not self.caught_up_once.is_set():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from metadata_quorum.config import ConfigError, parse_endpoint, parse_voters
+from common.properties import ConfigError, parse_endpoint, parse_voters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,7 +216,7 @@ PER_LISTENER_KEYS = ("sasl.enabled.mechanisms", "sasl.server.max.receive.size",
 
 def _listener_overrides(props: dict, values: dict, problems: list[str]) -> dict:
     """{(LISTENER, key): parsed value} from `listener.name.<listener>.<key>` properties."""
-    from partition_server.security.listeners import ListenerConfigError, parse_listeners
+    from common.listeners import ListenerConfigError, parse_listeners
     try:
         names = {x.name for x in parse_listeners(values["listeners"],
                                                  values["listener.security.protocol.map"])}
@@ -249,9 +249,9 @@ def _listener_overrides(props: dict, values: dict, problems: list[str]) -> dict:
 
 def _check_security(values: dict, problems: list[str], overrides: dict) -> None:
     """Fail at start-up, with the key named, rather than on the first TLS connection."""
-    from partition_server.security.listeners import resolve
-    from partition_server.security.sasl import SUPPORTED_MECHANISMS
-    from partition_server.security.tls import TlsConfigError, server_context
+    from common.listeners import resolve
+    from common.sasl import SUPPORTED_MECHANISMS
+    from common.tls import TlsConfigError, server_context
     bound = resolve(values["listeners"], values["advertised.listeners"],
                     values["listener.security.protocol.map"],
                     values["inter.broker.listener.name"]).bound
@@ -317,7 +317,7 @@ class BrokerConfig:
         overrides = _listener_overrides(props, values, problems) if not problems else {}
         if not problems:
             try:
-                from partition_server.security.listeners import ListenerConfigError, resolve
+                from common.listeners import ListenerConfigError, resolve
                 resolve(values["listeners"], values["advertised.listeners"],
                         values["listener.security.protocol.map"],
                         values["inter.broker.listener.name"])

@@ -16,7 +16,8 @@ from typing import Awaitable, Callable
 
 import trio
 
-from clients.connection import BrokerConnection, ConnectionClosed
+from common.connection import BrokerConnection, ConnectionClosed
+from common.security import PLAINTEXT, ClientSecurity
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.records import MetadataRecordError, decode_record
 from wire.errors import DecodeError, ErrorCode
@@ -36,8 +37,10 @@ class ControllerUnavailable(Exception):
 
 class ControllerClient:
     def __init__(self, broker_id: int, voters: dict[int, tuple[str, int]], host: str, port: int,
-                 rack: str | None, heartbeat_interval_ms: int = 2000):
+                 rack: str | None, heartbeat_interval_ms: int = 2000, *,
+                 security: ClientSecurity = PLAINTEXT):
         self.broker_id = broker_id
+        self.security = security          # TLS/SASL towards the controllers' listener
         self.voters = dict(sorted(voters.items()))
         self.host, self.port, self.rack = host, port, rack
         # advertised listeners (name, host, port, protocol id), the inter-broker one first
@@ -68,7 +71,8 @@ class ControllerClient:
         conn = pool.get(voter)
         if conn is None:
             host, port = self.voters[voter]
-            conn = BrokerConnection(host, port, client_id=f"broker-{self.broker_id}")
+            conn = BrokerConnection(host, port, client_id=f"broker-{self.broker_id}",
+                                    security=self.security)
             await conn.connect(timeout_s=2)
             pool[voter] = conn
         return conn

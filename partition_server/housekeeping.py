@@ -23,7 +23,7 @@ from typing import Callable, Iterable
 
 import trio
 
-from metadata_quorum.clock import steady_ms
+from common.clock import steady_ms
 from partition_server.log.cleaner import LogCleaner
 from partition_server.replication.partition import Role
 

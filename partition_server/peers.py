@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import trio
 
-from clients.connection import BrokerConnection, ConnectionClosed
+from common.connection import BrokerConnection, ConnectionClosed
 
 
 class PeerConnections:
@@ -21,7 +21,8 @@ class PeerConnections:
             b = self.broker.image.brokers.get(node)
             if b is None:
                 raise ConnectionClosed(f"broker {node} unknown")
-            conn = BrokerConnection(b.host, b.port, client_id=self.client_id)
+            conn = BrokerConnection(b.host, b.port, client_id=self.client_id,
+                                    security=self.broker.inter_broker_security)
             await conn.connect()
             self._conns[node] = conn
         return conn

@@ -6,6 +6,8 @@
 
 See spark_connector/README.md. Needs pyspark >= 4.2 and pyarrow (the `spark` extra), and the
 executors' PYSPARK_PYTHON must be an interpreter where Raftka is installed.
+
+Layer: a library over `wire/` and `common/` (its SCRAM is `common.sasl`); never a server.
 """
 
 

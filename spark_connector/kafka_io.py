@@ -16,16 +16,13 @@ metadata refresh until `request.timeout.ms` runs out.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import hashlib
-import hmac
-import os
 import socket
 import ssl
 import threading
 import time
 
+from common.sasl import SaslAuthenticationError, ScramClient
 from spark_connector.framing import (API_API_VERSIONS, API_FETCH, API_LIST_OFFSETS,
                                      API_METADATA, API_PRODUCE, API_SASL_AUTHENTICATE,
                                      API_SASL_HANDSHAKE, ClientFraming, request_class)
@@ -176,9 +173,11 @@ class BrokerSocket:
             self._sasl_round(b"\0" + user.encode() + b"\0" + password.encode())
             return
         scram = ScramClient(mechanism, user, password)
-        server_first = self._sasl_round(scram.first())
-        server_final = self._sasl_round(scram.final(server_first))
-        scram.verify(server_final)
+        try:
+            server_first = self._sasl_round(scram.first())
+            scram.verify(self._sasl_round(scram.final(server_first)))
+        except SaslAuthenticationError as exc:
+            raise KafkaError.from_code(ErrorCode.SASL_AUTHENTICATION_FAILED, str(exc)) from None
 
     def _sasl_round(self, token: bytes) -> bytes:
         auth = self.request(request_class(API_SASL_AUTHENTICATE)(auth_bytes=token),
@@ -235,52 +234,6 @@ class BrokerSocket:
     @property
     def connected(self) -> bool:
         return self._sock is not None
-
-
-class ScramClient:
-    """The client side of SCRAM (RFC 5802 / 7677) as Kafka uses it: no channel binding."""
-
-    def __init__(self, mechanism: str, user: str, password: str, nonce: str | None = None):
-        self.hash = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}[mechanism]
-        self.password = password.encode()
-        name = user.replace("=", "=3D").replace(",", "=2C")
-        self.nonce = nonce or base64.b64encode(os.urandom(24)).decode()
-        self.first_bare = f"n={name},r={self.nonce}"
-        self._server_key = b""
-        self._auth_message = b""
-
-    def first(self) -> bytes:
-        return ("n,," + self.first_bare).encode()
-
-    def _hmac(self, key: bytes, msg: bytes) -> bytes:
-        return hmac.new(key, msg, self.hash).digest()
-
-    def final(self, server_first: bytes) -> bytes:
-        attrs = dict(kv.split("=", 1) for kv in server_first.decode().split(",") if "=" in kv)
-        if "e" in attrs:
-            raise KafkaError.from_code(ErrorCode.SASL_AUTHENTICATION_FAILED, attrs["e"])
-        nonce = attrs.get("r", "")
-        if not nonce.startswith(self.nonce) or "s" not in attrs or "i" not in attrs:
-            raise KafkaError.from_code(ErrorCode.SASL_AUTHENTICATION_FAILED,
-                                       "malformed SCRAM server-first message")
-        salted = hashlib.pbkdf2_hmac(self.hash().name, self.password,
-                                     base64.b64decode(attrs["s"]), int(attrs["i"]))
-        client_key = self._hmac(salted, b"Client Key")
-        stored_key = self.hash(client_key).digest()
-        without_proof = f"c=biws,r={nonce}"
-        self._auth_message = f"{self.first_bare},{server_first.decode()},{without_proof}".encode()
-        signature = self._hmac(stored_key, self._auth_message)
-        proof = bytes(a ^ b for a, b in zip(client_key, signature))
-        self._server_key = self._hmac(salted, b"Server Key")
-        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
-
-    def verify(self, server_final: bytes) -> None:
-        """The server proves it knows the credential too (no talking to an impostor)."""
-        attrs = dict(kv.split("=", 1) for kv in server_final.decode().split(",") if "=" in kv)
-        want = base64.b64encode(self._hmac(self._server_key, self._auth_message)).decode()
-        if attrs.get("v") != want:
-            raise KafkaError.from_code(ErrorCode.SASL_AUTHENTICATION_FAILED,
-                                       attrs.get("e", "SCRAM server signature does not match"))
 
 
 @dataclasses.dataclass

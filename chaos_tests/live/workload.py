@@ -6,7 +6,7 @@
   times are kept so a test can ask what was acknowledged after a given moment.
 - `Writer`: an idempotent acks=all confluent-kafka producer with retries.
 - `KafkaPythonWriter`: the same with kafka-python (its own retry and reconnect logic).
-- `OwnWriter`: the same with Raftka's own trio producer (clients/producer.py, idempotent by
+- `OwnWriter`: the same with Raftka's own trio producer (clients/producer/, idempotent by
   default), driven by `run_until` on a thread of its own.
 - `Reader`: a confluent-kafka consumer reading committed records from offset 0 as they come.
 - `final_read`: the verification pass after healing (Consume(final=True) records).
@@ -254,7 +254,7 @@ class KafkaPythonWriter:
 
 
 class OwnWriter:
-    """`Writer`'s twin on clients/producer.py: idempotence on (its default), acks=all, values
+    """`Writer`'s twin on clients/producer/: idempotence on (its default), acks=all, values
     `<name>-<n>` to partition n % partitions. The producer lives in a trio run on the calling
     thread of `run_until`, which sends until `stop` is set, then flushes."""
 
@@ -289,7 +289,7 @@ class OwnWriter:
         config = {"acks": "all", "linger.ms": 2, "delivery.timeout.ms": 120000,
                   "request.timeout.ms": 15000}
         async with OwnProducer(self.bootstrap, config) as p:
-            assert p.idempotent, "clients/producer.py is no longer idempotent by default"
+            assert p.idempotent, "clients/producer/ is no longer idempotent by default"
             while not stop.is_set():
                 self.n += 1
                 value, partition = f"{self.name}-{self.n}", self.n % self.partitions

@@ -11,6 +11,7 @@ import time
 import trio
 
 from clients.connection import BrokerConnection
+from common.security import PLAINTEXT, ClientSecurity
 from wire.errors import ErrorCode
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import build_batch, decode_batch, iter_batches
@@ -18,9 +19,9 @@ from wire.records.batch import build_batch, decode_batch, iter_batches
 TOPIC = "demo"
 
 
-async def _demo(bootstrap: str) -> None:
+async def _demo(bootstrap: str, security: ClientSecurity) -> None:
     host, port = bootstrap.split(",")[0].split(":")
-    conn = BrokerConnection(host, int(port), "raftka-demo")
+    conn = BrokerConnection(host, int(port), "raftka-demo", security=security)
     await conn.connect()
     ct = REQUESTS[19]
     resp = await conn.request(ct(topics=[ct.CreatableTopic(
@@ -46,7 +47,7 @@ async def _demo(bootstrap: str) -> None:
           f"{ {p.partition_index: list(p.isr_nodes) for p in meta.topics[0].partitions} }", flush=True)
     now = int(time.time() * 1000)
     for partition, leader in sorted(leaders.items()):
-        lconn = BrokerConnection(*brokers[leader], "raftka-demo")
+        lconn = BrokerConnection(*brokers[leader], "raftka-demo", security=security)
         await lconn.connect()
         records = [(f"key-{i}".encode(), f"hello {i} from partition {partition}".encode(), [], now)
                    for i in range(3)]
@@ -72,8 +73,8 @@ async def _demo(bootstrap: str) -> None:
     print("demo: done — point any Kafka client at the bootstrap.servers line above", flush=True)
 
 
-def run_demo(bootstrap: str) -> None:
+def run_demo(bootstrap: str, security: ClientSecurity = PLAINTEXT) -> None:
     try:
-        trio.run(_demo, bootstrap)
+        trio.run(_demo, bootstrap, security)
     except Exception as exc:  # noqa: BLE001 - the demo must not take the cluster down
         print(f"demo: failed: {exc}", flush=True)

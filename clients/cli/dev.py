@@ -224,12 +224,13 @@ def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool
         if secure:
             print(f"client.properties={properties}", flush=True)
         if demo:
+            from clients.cli.demo import run_demo
+            from common.security import PLAINTEXT, ClientSecurity
+            security = PLAINTEXT
             if secure:       # the demo's clients log in as the super user
                 from clients.cli.secure_dev import SecureDev
-                from clients.cli.users import install_client_security
-                install_client_security(SecureDev(layout).client_properties())
-            from clients.cli.demo import run_demo
-            run_demo(layout.bootstrap_servers)
+                security = ClientSecurity.from_properties(SecureDev(layout).client_properties())
+            run_demo(layout.bootstrap_servers, security)
         while not stop.wait(0.5):
             dead = [p.name for p in procs if p.proc.poll() is not None]
             if dead:

@@ -68,13 +68,13 @@ def client_config(args: argparse.Namespace, extra: dict | None = None) -> dict:
     props.setdefault("default.api.timeout.ms", "30000")
     props.setdefault("max.block.ms", "15000")
     props.update(extra or {})
-    if str(props.get("security.protocol", "PLAINTEXT")).upper() != "PLAINTEXT":
-        # TLS and SASL for every connection of this process, as the properties say
-        from clients.cli.users import install_client_security
-        try:
-            install_client_security(props)
-        except Exception as exc:  # noqa: BLE001 - its own error type; a usage problem here
-            raise CommandError(f"--command-config: {exc}", EXIT_USAGE) from None
+    # TLS and SASL: the clients this command creates build their `ClientSecurity` from these
+    # same properties; check them now so a bad value is a usage error, not a failed connect
+    from clients.config import ConfigError as ClientConfigError, client_security
+    try:
+        client_security(props)
+    except ClientConfigError as exc:
+        raise CommandError(f"--command-config: {exc}", EXIT_USAGE) from None
     return props
 
 

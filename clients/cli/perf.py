@@ -1,9 +1,9 @@
 """`raftka perf produce|consume`: load generators in the spirit of Kafka's perf-test tools.
 
-`perf produce` drives our own producer (clients/producer.py) by default, with a live progress
+`perf produce` drives our own producer (clients/producer/) by default, with a live progress
 line on stderr; `--client confluent` uses confluent-kafka (librdkafka) instead, to measure the
 broker rather than our client. `perf consume` likewise reads with our consumer
-(clients/consumer.py, manual assignment from offset 0) or, with `--client confluent`, with
+(clients/consumer/, manual assignment from offset 0) or, with `--client confluent`, with
 confluent-kafka. Output: a final table of
 records/s, MB/s and, for produce, the p50/p99/max delivery latency (send → acknowledgement).
 `--output json` prints one JSON object.

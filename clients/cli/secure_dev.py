@@ -43,15 +43,15 @@ class SecureDev:
         self.dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)
         if not (self.dir / "server.pem").exists():
-            from partition_server.security.tls import generate_dev_ca
+            from common.tls import generate_dev_ca
             generate_dev_ca(self.dir)
         path = self.dir / "secrets.properties"
         if not path.exists():
             values = {k: secrets.token_urlsafe(24) for k in
                       ("inter.node.password", "admin.password", "raft.password")}
             _write_private(path, "".join(f"{k}={v}\n" for k, v in values.items()))
-        from metadata_quorum.config import load_properties
-        return load_properties(path.read_text())
+        from common.properties import parse_properties
+        return parse_properties(path.read_text())
 
     def _common(self) -> dict[str, str]:
         return {

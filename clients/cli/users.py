@@ -32,48 +32,33 @@ class CliError(Exception):
 def load_client_properties(path: str | None) -> dict[str, str]:
     if not path:
         return {}
-    from metadata_quorum.config import ConfigError, load_properties
+    from common.properties import ConfigError, parse_properties
     try:
         with open(path) as f:
-            return load_properties(f.read())
+            return parse_properties(f.read())
     except (OSError, ConfigError) as exc:
         raise CliError(f"--command-config {path}: {exc}") from None
 
 
-def install_client_security(props: dict[str, str]) -> None:
-    """Every BrokerConnection of this process connects as `props` says (Kafka client keys)."""
-    from clients.connection import BrokerConnection
-    from partition_server.security import tls
-    from partition_server.security.setup import authenticate_connection
-    protocol = props.get("security.protocol", "PLAINTEXT").upper()
-    if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
-        raise CliError(f"security.protocol={protocol}: not supported")
-    mechanism = props.get("sasl.mechanism", props.get("sasl.mechanisms", "SCRAM-SHA-512")).upper()
-
-    async def hook(conn) -> None:
-        if protocol in ("SSL", "SASL_SSL"):
-            ctx = tls.client_context(props.get("ssl.ca.location") or props.get("ssl.truststore.location"))
-            conn._stream = trio.SSLStream(conn._stream, ctx, server_hostname=conn.host)
-            await conn._stream.do_handshake()
-        if protocol.startswith("SASL_"):
-            user, password = props.get("sasl.username"), props.get("sasl.password")
-            if not user or password is None:
-                raise CliError("sasl.username and sasl.password are needed for " + protocol)
-            await authenticate_connection(conn, mechanism, user, password)
-
-    BrokerConnection.connect_hook = hook
+def client_security(props: dict[str, str]):
+    """The connection security `props` describe (Kafka client keys); CliError if unusable."""
+    from common.security import ClientSecurity, SecurityConfigError
+    try:
+        return ClientSecurity.from_properties(props)
+    except SecurityConfigError as exc:
+        raise CliError(str(exc)) from None
 
 
 async def open_connection(bootstrap: str, props: dict[str, str], timeout_s: float = 10.0):
     """A BrokerConnection to the first reachable bootstrap server, secured as `props` says."""
     from clients.connection import BrokerConnection, ConnectionClosed
-    install_client_security(props)
+    security = client_security(props)
     problems = []
     for server in [s.strip() for s in bootstrap.split(",") if s.strip()]:
         host, _, port = server.rpartition(":")
         if not port.isdigit():
             raise CliError(f"--bootstrap-server {server}: expected host:port")
-        conn = BrokerConnection(host, int(port), client_id="raftka-users")
+        conn = BrokerConnection(host, int(port), client_id="raftka-users", security=security)
         try:
             await conn.connect(timeout_s=timeout_s)
             return conn
@@ -83,7 +68,7 @@ async def open_connection(bootstrap: str, props: dict[str, str], timeout_s: floa
 
 
 def salted(mechanism: int, password: str, iterations: int) -> tuple[bytes, bytes]:
-    from partition_server.security.sasl import salted_password
+    from common.sasl import salted_password
     salt = os.urandom(32)
     return salt, salted_password(mechanism, password, salt, iterations)
 

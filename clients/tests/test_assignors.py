@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clients.assignors import (Assignment, Subscription, decode_assignment, decode_subscription,
-                               encode_assignment, encode_subscription, get_assignor)
-from clients.assignors.protocol import decode_sticky_user_data, encode_sticky_user_data
+from clients.consumer.assignors import (Assignment, Subscription, decode_assignment,
+                                        decode_subscription, encode_assignment,
+                                        encode_subscription, get_assignor)
+from clients.consumer.assignors.protocol import decode_sticky_user_data, encode_sticky_user_data
 from wire.errors import DecodeError
 
 NAMES = ["range", "roundrobin", "sticky", "cooperative-sticky"]
@@ -180,7 +181,7 @@ def test_higher_generation_claim_wins_and_equal_claims_cancel():
     subs = {"A": Subscription(["t"], owned_partitions=[("t", 0)], generation_id=3),
             "B": Subscription(["t"], owned_partitions=[("t", 0)], generation_id=5)}
     assert a.assign({"t": 2}, subs)["B"].partitions == [("t", 0)]
-    owners = __import__("clients.assignors.sticky", fromlist=["x"]).previous_owners(
+    owners = __import__("clients.consumer.assignors.sticky", fromlist=["x"]).previous_owners(
         ["A", "B"], {"A": ([("t", 0)], 4), "B": ([("t", 0)], 4)})
     assert owners == {}
 

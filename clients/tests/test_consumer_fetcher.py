@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from clients.consumer import parse_config
-from clients.fetcher import READ_COMMITTED, READ_UNCOMMITTED, parse_partition
+from clients.consumer.fetcher import READ_COMMITTED, READ_UNCOMMITTED, parse_partition
 from wire.records.batch import Compression, build_batch, build_end_txn_marker
 
 

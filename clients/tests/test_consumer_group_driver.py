@@ -13,10 +13,10 @@ import uuid
 import pytest
 import trio
 
-from clients.consumer_group_member import ConsumerGroupMember
-from clients.consumer_group_state import MemberState
+from clients.consumer.group.kip848_member import ConsumerGroupMember
+from clients.consumer.group.kip848_state import MemberState
 from clients.errors import KafkaConnectionError
-from clients.group_member import CommitFailedError
+from clients.consumer.group.classic_member import CommitFailedError
 from partition_server.group.consumer_group import ConsumerGroupCoordinatorState
 from wire.errors import ErrorCode, KafkaError
 from wire.messages.index_generated import RESPONSES
@@ -237,8 +237,8 @@ async def test_static_member_leaves_with_minus_two_and_fatal_errors_raise(nurser
 
 def test_config_group_protocol_and_remote_assignor():
     from clients.consumer import Consumer
-    from clients.consumer_config import parse_config
-    from clients.group_member import GroupMember
+    from clients.consumer.config import parse_config
+    from clients.consumer.group.classic_member import GroupMember
     assert parse_config({}, {})["group.protocol"] == "classic"
     assert parse_config({"group.protocol": "CONSUMER"}, {})["group.protocol"] == "consumer"
     with pytest.raises(ValueError, match="group.protocol must be classic or consumer"):

@@ -8,10 +8,10 @@ import types
 
 import pytest
 
-from clients.assignors import (Subscription, decode_assignment, encode_assignment,
-                               encode_subscription, get_assignor)
-from clients.assignors.protocol import Assignment
-from clients.group_member import CommitFailedError, GroupMember
+from clients.consumer.assignors import (Subscription, decode_assignment, encode_assignment,
+                                        encode_subscription, get_assignor)
+from clients.consumer.assignors.protocol import Assignment
+from clients.consumer.group.classic_member import CommitFailedError, GroupMember
 from wire.errors import ErrorCode, KafkaError
 from wire.messages.index_generated import RESPONSES
 

@@ -1,4 +1,4 @@
-"""The KIP-848 member state machine (clients/consumer_group_state.py), alone and against the
+"""The KIP-848 member state machine (clients/consumer/group/kip848_state.py), alone and against the
 broker's own coordinator state machine (partition_server/group/consumer_group.py) in memory:
 join, reconciliation order (revoke before assign, partitions never owned twice), fencing, leave,
 subscription changes, delta heartbeats and lost answers."""
@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from clients.consumer_group_state import ConsumerGroupMemberState, MemberState
+from clients.consumer.group.kip848_state import ConsumerGroupMemberState, MemberState
 from partition_server.group.consumer_group import ConsumerGroupCoordinatorState
 from wire.errors import ErrorCode
 

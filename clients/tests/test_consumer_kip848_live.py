@@ -22,7 +22,7 @@ from confluent_kafka import Producer as CKProducer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from clients.consumer import Consumer, TopicPartition
-from clients.consumer_sync import SyncConsumer
+from clients.consumer.sync import SyncConsumer
 from wire.errors import ErrorCode, KafkaError
 from partition_server.testing import LiveCluster
 

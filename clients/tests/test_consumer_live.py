@@ -356,7 +356,7 @@ async def test_read_committed_over_real_transactions(cluster):
 
 
 def test_blocking_facade(cluster):
-    from clients.consumer_sync import SyncConsumer
+    from clients.consumer.sync import SyncConsumer
     topic = "sync-facade"
     create_topic(cluster, topic, 2)
     sent = produce(cluster, topic, 60, 2)

@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings, strategies as st
 from kafka.partitioner.default import murmur2 as kp_murmur2
 
-from clients.partitioner import StickyPartitioner, murmur2, partition_for_key, to_positive
+from clients.producer.partitioner import StickyPartitioner, murmur2, partition_for_key, to_positive
 
 # Kafka's own test vectors (clients/src/test/.../utils/UtilsTest.testMurmur2)
 JAVA_VECTORS = {

@@ -10,7 +10,7 @@ import trio
 
 from clients.cluster import TopicPartition
 from clients.config import ConfigError
-from clients.partitioner import partition_for_key
+from clients.producer.partitioner import partition_for_key
 from clients.producer import Producer, RecordAccumulator
 from clients.errors import KafkaTimeoutError, UnknownTopicError
 from partition_server.testing import LiveCluster

@@ -1,4 +1,4 @@
-"""send_nowait's fast path (clients/producer.py): a keyless record encoded straight into the open
+"""send_nowait's fast path (clients/producer/): a keyless record encoded straight into the open
 batch of its topic's sticky partition. These check it writes exactly what the general encoder
 writes, mixed with records that take the long way, keeps record order and batch.size, never
 appends to a batch already sent or failed, and that completion settles the batch's futures from

@@ -1,4 +1,4 @@
-"""ProducePipe (clients/producer_pipe.py): answers to pipelined Produce requests that arrive
+"""ProducePipe (clients/producer/pipe.py): answers to pipelined Produce requests that arrive
 together are handed to their callers in request order, so delivery callbacks keep Kafka's
 per-partition order. (Before the fix, tasks woken together ran in trio's arbitrary order: the live
 idempotence chaos test saw sequences 312, 311, 310, 309 complete in that order.)"""
@@ -6,7 +6,7 @@ idempotence chaos test saw sequences 312, 311, 310, 309 complete in that order.)
 import trio
 import trio.testing
 
-from clients.producer_pipe import ProducePipe
+from clients.producer.pipe import ProducePipe
 from wire.connection import ClientConnection, ServerConnection
 from wire.messages.index_generated import REQUESTS, RESPONSES
 

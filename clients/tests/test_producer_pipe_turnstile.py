@@ -1,6 +1,6 @@
 """A request waiting for its turn when its node's pipelined connection dies is not sent on the
 next connection: it goes back to the queue, in order, behind the failed requests drained before
-it (clients/producer.py, `_produce_call`).
+it (clients/producer/sender.py, `_produce_call`).
 
 Scripted with in-memory lockstep streams, so the interleaving is fixed: on the first connection
 the broker reads request 1 (record a) and stops reading, so request 2 (b) hangs in its write and

@@ -22,8 +22,8 @@ from clients.cluster import TopicPartition
 from clients.config import ConfigError
 from clients.producer import Producer
 from clients.sync import SyncProducer
-from clients.transaction_manager import (State, TransactionAbortedError, TransactionManager,
-                                         TransactionStateError)
+from clients.producer.transaction_manager import (State, TransactionAbortedError,
+                                                  TransactionManager, TransactionStateError)
 from partition_server.testing import LiveCluster
 from wire.errors import (ErrorCode, InvalidProducerEpochError, KafkaError,
                          ProducerFencedError)

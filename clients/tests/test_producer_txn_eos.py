@@ -23,7 +23,7 @@ from confluent_kafka import TopicPartition as CKTP
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from clients.sync import SyncProducer
-from clients.transaction_manager import State
+from clients.producer.transaction_manager import State
 from partition_server.testing import LiveCluster
 from wire.errors import KafkaError
 

@@ -1,4 +1,4 @@
-"""SyncProducer (clients/sync.py): the blocking facade's handles, order, callbacks, errors,
+"""SyncProducer (clients/producer/sync.py): the blocking facade's handles, order, callbacks, errors,
 flush, close and back-pressure, against one live cluster (3 controllers + 3 brokers)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from clients.admin import NewTopic
-from clients.consumer_sync import SyncConsumer
+from clients.consumer.sync import SyncConsumer
 from clients.errors import KafkaTimeoutError, UnknownTopicError
 from clients.sync import SendFuture, SyncAdmin, SyncProducer
 from partition_server.testing import LiveCluster

@@ -1,85 +1,16 @@
 """Topic and broker configs: validation and ConfigRecords (Kafka's ConfigurationControlManager).
 
-Topic configs are checked against `TOPIC_CONFIGS` (name → type, default, check); unknown names
+Topic configs are checked against `common.topic_configs.TOPIC_CONFIGS` (name → default, check); unknown names
 and bad values get INVALID_CONFIG with a message naming the key. Broker configs that may change
 at run time are a small allow-list; anything else is rejected rather than silently stored.
 """
 
 from __future__ import annotations
 
+from common.topic_configs import DYNAMIC_BROKER_CONFIGS, TOPIC_CONFIGS
 from metadata_quorum import records as r
 from metadata_quorum.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from wire.errors import ErrorCode
-
-LONG_MAX = 2**63 - 1
-
-
-def _int(lo=None, hi=None):
-    def check(v: str):
-        try:
-            n = int(v)
-        except ValueError:
-            return "must be an integer"
-        if lo is not None and n < lo:
-            return f"must be >= {lo}"
-        if hi is not None and n > hi:
-            return f"must be <= {hi}"
-        return None
-    return check
-
-
-def _choice(*options, multi=False):
-    def check(v: str):
-        items = [x.strip() for x in v.split(",")] if multi else [v]
-        if not items or any(x not in options for x in items):
-            return f"must be {'a list of ' if multi else 'one of '}{', '.join(options)}"
-        return None
-    return check
-
-
-def _bool(v: str):
-    return None if v.lower() in ("true", "false") else "must be true or false"
-
-
-def _ratio(v: str):
-    try:
-        return None if 0 <= float(v) <= 1 else "must be between 0 and 1"
-    except ValueError:
-        return "must be a number"
-
-
-# name → (default, check). Defaults match Kafka's.
-TOPIC_CONFIGS = {
-    "cleanup.policy": ("delete", _choice("delete", "compact", multi=True)),
-    "compression.type": ("producer", _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
-    "delete.retention.ms": ("86400000", _int(0)),
-    "file.delete.delay.ms": ("60000", _int(0)),
-    "flush.messages": (str(LONG_MAX), _int(1)),
-    "flush.ms": (str(LONG_MAX), _int(0)),
-    "index.interval.bytes": ("4096", _int(0)),
-    "max.compaction.lag.ms": (str(LONG_MAX), _int(1)),
-    "max.message.bytes": ("1048588", _int(0)),
-    "message.timestamp.type": ("CreateTime", _choice("CreateTime", "LogAppendTime")),
-    "min.cleanable.dirty.ratio": ("0.5", _ratio),
-    "min.compaction.lag.ms": ("0", _int(0)),
-    "min.insync.replicas": ("1", _int(1)),
-    "retention.bytes": ("-1", _int(-1)),
-    "retention.ms": ("604800000", _int(-1)),
-    "segment.bytes": ("1073741824", _int(14)),
-    "segment.index.bytes": ("10485760", _int(8)),
-    "segment.ms": ("604800000", _int(1)),
-    "unclean.leader.election.enable": ("false", _bool),
-}
-
-DYNAMIC_BROKER_CONFIGS = {
-    "min.insync.replicas": _int(1),
-    "unclean.leader.election.enable": _bool,
-    "log.retention.ms": _int(-1),
-    "log.retention.bytes": _int(-1),
-    "log.cleanup.policy": _choice("delete", "compact", multi=True),
-    "message.max.bytes": _int(0),
-    "auto.create.topics.enable": _bool,
-}
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 

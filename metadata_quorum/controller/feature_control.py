@@ -11,9 +11,8 @@ password is turned into keys here and dropped (RFC 5802).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import hmac
 
+from common.sasl import SCRAM_SHA_256, SCRAM_SHA_512, scram_keys
 from metadata_quorum import records as r
 from metadata_quorum.image import MetadataImage
 from wire.errors import ErrorCode
@@ -22,8 +21,7 @@ from wire.errors import ErrorCode
 SUPPORTED_FEATURES = {"metadata.version": (1, 20), "kraft.version": (0, 1),
                       "transaction.version": (0, 2), "group.version": (0, 1)}
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
-SCRAM_SHA_256, SCRAM_SHA_512 = 1, 2
-_HASHES = {SCRAM_SHA_256: "sha256", SCRAM_SHA_512: "sha512"}
+_HASHES = (SCRAM_SHA_256, SCRAM_SHA_512)           # the mechanisms we derive keys for
 MIN_ITERATIONS, MAX_ITERATIONS = 4096, 16384
 
 
@@ -64,15 +62,6 @@ class ScramUpsertion:
     iterations: int
     salt: bytes
     salted_password: bytes
-
-
-def scram_keys(mechanism: int, salted_password: bytes) -> tuple[bytes, bytes]:
-    """(StoredKey, ServerKey) per RFC 5802."""
-    algo = _HASHES[mechanism]
-    client_key = hmac.new(salted_password, b"Client Key", algo).digest()
-    stored_key = hashlib.new(algo, client_key).digest()
-    server_key = hmac.new(salted_password, b"Server Key", algo).digest()
-    return stored_key, server_key
 
 
 def alter_user_scram_credentials(image: MetadataImage, deletions: list[tuple[str, int]],

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from metadata_quorum import records as r
 from metadata_quorum.image import MetadataImage
-from partition_server.quotas import CLIENT_ID, IP, USER, canonical, validate_entity, validate_value
+from common.quotas import CLIENT_ID, IP, USER, canonical, validate_entity, validate_value
 from wire.errors import ErrorCode
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2

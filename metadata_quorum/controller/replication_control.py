@@ -33,14 +33,13 @@ loss) neither loses committed records nor leaves the partition without a safe le
 from __future__ import annotations
 
 import dataclasses
-import re
 import uuid
 
+from common.topic_configs import validate_topic_name
 from metadata_quorum import records as r
 from metadata_quorum.image import MetadataImage
 from wire.errors import ErrorCode
 
-LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 NO_LEADER = -1
 
 
@@ -52,14 +51,6 @@ class TopicResult:
     topic_id: uuid.UUID | None = None
     num_partitions: int = -1
     replication_factor: int = -1
-
-
-def validate_topic_name(name: str) -> str | None:
-    if not name or name in (".", ".."):
-        return "topic name is empty, '.' or '..'"
-    if not LEGAL_TOPIC.match(name):
-        return "topic names are 1-249 characters of [a-zA-Z0-9._-]"
-    return None
 
 
 def place_replicas(image: MetadataImage, partitions: int, rf: int, first_partition: int = 0,

@@ -2,8 +2,9 @@
 
 import pytest
 
-from metadata_quorum.config import (ConfigError, ControllerConfig, load_properties,
-                                    parse_endpoint, parse_voters)
+from common.properties import ConfigError, parse_endpoint, parse_voters
+from common.properties import parse_properties as load_properties
+from metadata_quorum.config import ControllerConfig
 
 GOOD = """
 # a comment

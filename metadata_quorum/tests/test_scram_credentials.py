@@ -10,9 +10,9 @@ from metadata_quorum import controller_handlers as ch
 from metadata_quorum.controller.quorum_controller import QuorumController
 from metadata_quorum.records import decode_record, encode_record
 from partition_server.handlers.security import handle_describe_user_scram_credentials
-from partition_server.security.sasl import (SCRAM_SHA_256, SCRAM_SHA_512, PlainServer,
-                                            SaslAuthenticationError, ScramClient, ScramServer,
-                                            salted_password)
+from common.sasl import (SCRAM_SHA_256, SCRAM_SHA_512, PlainServer,
+                         SaslAuthenticationError, ScramClient, ScramServer,
+                         salted_password)
 from wire.connection import Request
 from wire.messages.index_generated import REQUESTS
 

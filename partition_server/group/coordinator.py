@@ -33,7 +33,7 @@ import time
 import msgpack
 import trio
 
-from metadata_quorum.clock import steady_ms
+from common.clock import steady_ms
 from partition_server.coordinator_append import (coordinator_error, store_error,
                                                   wait_committed)
 from partition_server.group.consumer_group import (ConsumerGroupCoordinatorState,
@@ -184,7 +184,7 @@ class GroupCoordinator:
                     self._apply_record(rec.key, rec.value, groups, consumer_groups)
                     n += 1
                 offset = h.next_offset
-        now = steady_ms()            # member sessions restart from now (see metadata_quorum/clock)
+        now = steady_ms()            # member sessions restart from now (see common/clock)
         for gid, value in groups.items():
             if value is None:
                 continue

@@ -20,7 +20,7 @@ import time
 
 import trio
 
-from clients.connection import ConnectionClosed
+from common.connection import ConnectionClosed
 from partition_server.peers import PeerConnections
 from partition_server.replication.partition import Role
 from wire.errors import DecodeError, ErrorCode

@@ -23,7 +23,7 @@ id) as Kafka does:
   `RequestTimer`) as a percentage of one thread, capped at one window as in Kafka.
 - The response carries throttle_time_ms. KIP-219 clients (Produce v6+, Fetch v8+, others at the
   version where the schema says so) get it at once and then the connection is muted — its next
-  request is not read — for that long (`ClientContext.mute_s`, honoured by network.py); older
+  request is not read — for that long (`ClientContext.mute_s`, honoured by common/network.py); older
   versions get the answer late instead. acks=0 produce has no answer but is muted the same way.
 """
 

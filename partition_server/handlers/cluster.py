@@ -8,8 +8,7 @@ default); a partition without a leader gets LEADER_NOT_AVAILABLE.
 
 from __future__ import annotations
 
-from metadata_quorum.controller.config_control import TOPIC_CONFIGS
-from metadata_quorum.controller.replication_control import validate_topic_name
+from common.topic_configs import TOPIC_CONFIGS, validate_topic_name
 from wire.errors import ErrorCode
 from wire.messages.index_generated import RESPONSES
 

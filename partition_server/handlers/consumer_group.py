@@ -7,14 +7,14 @@ group answers INCONSISTENT_GROUP_PROTOCOL). The state machine is `group/consumer
 
 from __future__ import annotations
 
-from metadata_quorum.clock import steady_ms
+from common.clock import steady_ms
 from partition_server.coordinator_append import store_error
 from wire.errors import ErrorCode
 from wire.messages.index_generated import RESPONSES
 
 
 def _now() -> int:
-    # member sessions and rebalance deadlines: the steady clock (metadata_quorum/clock.py)
+    # member sessions and rebalance deadlines: the steady clock (common/clock.py)
     return steady_ms()
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from metadata_quorum.clock import steady_ms
+from common.clock import steady_ms
 from partition_server.fetch_session import FetchContext
 from partition_server.handlers.fetch_follower import fetch_in_session
 from partition_server.replica_manager import FetchResult, check_leader_epoch

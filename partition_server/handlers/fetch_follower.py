@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import trio
 
-from metadata_quorum.clock import steady_ms
+from common.clock import steady_ms
 from partition_server.fetch_session import FetchContext, FetchSession
 from partition_server.replica_manager import FetchResult
 from partition_server.replication.partition import FetchClock

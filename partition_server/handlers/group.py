@@ -9,14 +9,14 @@ rest of the group, bounded by the rebalance timeout.
 
 from __future__ import annotations
 
-from metadata_quorum.clock import steady_ms
+from common.clock import steady_ms
 from partition_server.group.state import GroupState
 from wire.errors import ErrorCode
 from wire.messages.index_generated import RESPONSES
 
 
 def _now() -> int:
-    # member sessions and rebalance deadlines: the steady clock (metadata_quorum/clock.py)
+    # member sessions and rebalance deadlines: the steady clock (common/clock.py)
     return steady_ms()
 
 

@@ -17,7 +17,7 @@ import time
 
 import trio
 
-from clients.connection import BrokerConnection, ConnectionClosed
+from common.connection import BrokerConnection, ConnectionClosed
 from partition_server.replication.follower_session import FetchPlan, FetchPosition, FollowerSession
 from partition_server.replication.partition import Role
 from wire.errors import DecodeError, ErrorCode, KafkaError
@@ -133,7 +133,8 @@ class FetcherManager:
                 next_resync = trio.current_time() + RESYNC_INTERVAL_S
             try:
                 if conn is None:
-                    conn = BrokerConnection(reg.host, reg.port, f"replica-{self.broker.broker_id}")
+                    conn = BrokerConnection(reg.host, reg.port, f"replica-{self.broker.broker_id}",
+                                            security=self.broker.inter_broker_security)
                     await conn.connect(timeout_s=2)
                 plan = session.build(self.by_leader.get(leader, ()),
                                      lambda key: self._position(key, leader))

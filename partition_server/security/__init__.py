@@ -1,5 +1,6 @@
-"""Broker security: SASL mechanisms, the ACL authorizer, TLS contexts and listener parsing.
+"""Broker security: the ACL authorizer (`authorizer`, `enforce`), per-listener addresses
+(`endpoints`) and the broker's listener wiring (`setup`).
 
-Pure modules (`sasl`, `authorizer`, `listeners`) hold the decisions; `tls` builds stdlib `ssl`
-contexts (and a dev CA); `partition_server/network.py` is where they meet sockets.
+SASL mechanisms, TLS contexts, listener parsing and the socket edge are shared with the
+controller and live in `common/` (`sasl`, `tls`, `listeners`, `listener_security`, `network`).
 """

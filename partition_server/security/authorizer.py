@@ -22,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
+from common.principal import ANONYMOUS, parse_principal_list  # noqa: F401 - re-exported
+
 # org.apache.kafka.common.resource.ResourceType
 TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID, DELEGATION_TOKEN, USER = 2, 3, 4, 5, 6, 7
 RESOURCE_NAMES = {"topic": TOPIC, "group": GROUP, "cluster": CLUSTER,
@@ -43,7 +45,6 @@ OPERATION_NAMES = {"all": ALL, "read": READ, "write": WRITE, "create": CREATE, "
 # org.apache.kafka.common.acl.AclPermissionType
 DENY, ALLOW = 2, 3
 WILDCARD = "*"
-ANONYMOUS = "User:ANONYMOUS"
 
 # an ALLOW for the key grants these operations too
 _IMPLIED_BY = {DESCRIBE: (READ, WRITE, DELETE, ALTER), DESCRIBE_CONFIGS: (ALTER_CONFIGS,)}
@@ -123,10 +124,3 @@ class Authorizer:
         if any(a.permission_type == ALLOW and _grants(a.operation, operation) for a in mine):
             return True
         return self.allow_if_no_acl and not self._by_type.get(resource_type)
-
-
-def parse_principal_list(value) -> list[str]:
-    """`super.users` is `User:a;User:b` in Kafka (semicolons: principals may hold commas)."""
-    if isinstance(value, list):
-        value = ";".join(value)
-    return [p.strip() for p in (value or "").split(";") if p.strip()]

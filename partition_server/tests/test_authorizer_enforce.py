@@ -3,7 +3,7 @@ the handler, their errors are merged into the answer, read-only answers are filt
 
 import trio
 
-from partition_server.network import ClientContext
+from common.network import ClientContext
 from partition_server.security import authorizer as A
 from partition_server.security.enforce import authorize_and_call
 from wire.connection import Request

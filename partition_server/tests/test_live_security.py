@@ -308,6 +308,47 @@ def bob(secure):
     return Wire(secure, "bob", "bob-secret")
 
 
+def test_our_clients_with_different_credentials_in_one_process(secure, bob):
+    """Connection security is a value each client carries (common.security.ClientSecurity, from
+    its own properties), not a process-wide hook: in one process and one trio run, at the same
+    time, alice (SCRAM, allowed on sec-*) writes, bob (SCRAM, no ACL on the topic) is refused
+    by the authorizer, and alice with a wrong password is refused at login."""
+    from clients.errors import ClientError
+    from clients.producer import Producer as OurProducer
+    from wire.errors import ErrorCode, KafkaError as WireKafkaError
+    topic = f"sec-two-{uuid.uuid4().hex[:6]}"
+    secure.create_topic(topic)
+    quick = {"enable.idempotence": False, "acks": "all", "max.block.ms": 8000,
+             "delivery.timeout.ms": 8000, "request.timeout.ms": 5000,
+             "socket.connection.setup.timeout.ms": 5000}
+
+    async def produce(conf) -> object:
+        try:
+            async with OurProducer(config={**conf, **quick}) as producer:
+                return await (await producer.send(topic, b"hello"))
+        except (WireKafkaError, OSError) as exc:
+            return exc
+
+    async def main():
+        results = {}
+
+        async def run(name, conf):
+            results[name] = await produce(conf)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run, "wrong", secure.conf("alice", "not-the-password"))
+            nursery.start_soon(run, "bob", secure.conf("bob", "bob-secret"))
+            nursery.start_soon(run, "alice", secure.conf("alice", PASSWORD))
+        return results
+
+    results = trio.run(main)
+    assert not isinstance(results["alice"], Exception), results
+    assert results["alice"].offset >= 0
+    assert isinstance(results["bob"], WireKafkaError), results
+    assert results["bob"].code == ErrorCode.TOPIC_AUTHORIZATION_FAILED, results
+    assert isinstance(results["wrong"], (ClientError, OSError)), results
+    assert secure.end_offset(topic) == 1          # alice's record, nobody else's
+
+
 def _await(predicate, timeout_s=5.0):
     deadline = time.monotonic() + timeout_s
     while not predicate():

@@ -31,7 +31,7 @@ def test_dev_secure_prints_usable_client_properties(tmp_path):
             key, _, value = line.strip().partition("=")
             lines[key] = value
         assert "bootstrap.servers" in lines and "client.properties" in lines, lines
-        from metadata_quorum.config import load_properties
+        from common.properties import parse_properties as load_properties
         props = load_properties(open(lines["client.properties"]).read())
         assert props["security.protocol"] == "SASL_SSL" and props["sasl.mechanism"] == "SCRAM-SHA-512"
         assert os.stat(lines["client.properties"]).st_mode & 0o077 == 0

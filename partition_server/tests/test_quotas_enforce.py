@@ -12,7 +12,7 @@ from metadata_quorum.image import MetadataImage
 from metadata_quorum.records import ClientQuotaRecord
 from partition_server.handlers.client_quotas import enforce, metric_families
 from partition_server.metrics import _labels
-from partition_server.network import ClientContext
+from common.network import ClientContext
 from wire.connection import Request
 from wire.messages.index_generated import REQUESTS, RESPONSES
 

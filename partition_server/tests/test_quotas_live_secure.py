@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from metadata_quorum.config import load_properties
+from common.properties import parse_properties as load_properties
 from partition_server.testing import free_base_port
 from partition_server.tests.test_quotas_live import QUOTA, _produce_for
 

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from partition_server.security import listeners as L
-from partition_server.security import tls
+from common import listeners as L
+from common import tls
 
 
 def test_listener_set_defaults_and_map():
@@ -93,8 +93,10 @@ def test_tls_config_errors(tmp_path):
 def test_configs_secure_example_is_valid(tmp_path):
     """configs/secure/*.properties parse, and their listeners build TLS + SASL security."""
     from pathlib import Path
-    from metadata_quorum.config import ControllerConfig, load_properties
+    from common.properties import parse_properties as load_properties
+    from metadata_quorum.config import ControllerConfig
     from partition_server.config import BrokerConfig
+    from common.listener_security import controller_listener_security
     from partition_server.security import setup
     folder = Path(__file__).resolve().parents[2] / "configs" / "secure"
     certs = tls.generate_dev_ca(tmp_path)
@@ -112,7 +114,7 @@ def test_configs_secure_example_is_valid(tmp_path):
         assert setup.build_authorizer(type("I", (), {"acls": {}})(), config.values.get) is not None
     for cid in (3000, 3001, 3002):
         cfg = ControllerConfig.from_properties(props(f"controller-{cid}.properties"))
-        sec = setup.controller_listener_security(cfg.props, lambda: None)
+        sec = controller_listener_security(cfg.props, lambda: None)
         assert sec.protocol == "SASL_SSL" and sec.allowed_principals == {"User:admin",
                                                                          "User:raftka-inter-node"}
 

@@ -8,9 +8,9 @@ import struct
 import pytest
 import trio
 
-from partition_server.network import ConnectionLimiter, ListenerSecurity, serve_listener
-from partition_server.security import tls
-from partition_server.security.sasl import SCRAM_SHA_512, ScramClient, make_credential
+from common.network import ConnectionLimiter, ListenerSecurity, serve_listener
+from common import tls
+from common.sasl import SCRAM_SHA_512, ScramClient, make_credential
 from wire.connection import ClientConnection
 from wire.errors import ErrorCode
 from wire.messages.index_generated import REQUESTS, RESPONSES

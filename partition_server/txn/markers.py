@@ -20,7 +20,7 @@ import time
 
 import trio
 
-from clients.connection import ConnectionClosed
+from common.connection import ConnectionClosed
 from partition_server.coordinator_append import wait_completion
 from partition_server.group.coordinator import OFFSETS_TOPIC
 from partition_server.peers import PeerConnections

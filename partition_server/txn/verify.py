@@ -18,7 +18,7 @@ import logging
 
 import trio
 
-from clients.connection import ConnectionClosed
+from common.connection import ConnectionClosed
 from partition_server.replication.partition import Role
 from wire.errors import DecodeError, ErrorCode
 from wire.messages.index_generated import REQUESTS

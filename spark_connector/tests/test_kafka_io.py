@@ -129,17 +129,3 @@ def test_unreachable_broker_is_a_clear_error():
 def test_bad_bootstrap_servers():
     with pytest.raises(ValueError, match="host:port"):
         kafka_io.KafkaClient(kafka_io.ClientConfig("nohostport"))
-
-
-def test_scram_sha_256_matches_rfc_7677():
-    c = kafka_io.ScramClient("SCRAM-SHA-256", "user", "pencil", nonce="rOprNGfwEbeRWgbNEkqO")
-    assert c.first() == b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
-    final = c.final(b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
-                    b"s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
-    assert final == (b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
-                     b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
-    c.verify(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
-    with pytest.raises(KafkaError, match="signature"):
-        c.verify(b"v=AAAA")
-    with pytest.raises(KafkaError, match="malformed"):
-        kafka_io.ScramClient("SCRAM-SHA-512", "u", "p", nonce="abc").final(b"r=zzz,s=AA==,i=1")

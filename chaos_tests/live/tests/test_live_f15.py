@@ -1,7 +1,7 @@
 """F15 of CHAOS.md: clock jumps. Safety must not depend on the wall clock; timeouts may fire,
 but a jump must not fire them all (nor stop them firing); LogAppendTime stays monotonic.
 
-Every node of a live cluster runs with `raftka.clock.offset.file` (metadata_quorum/clock.py):
+Every node of a live cluster runs with `raftka.clock.offset.file` (common/clock.py):
 its `time.time` follows the seconds written in that file, as after an NTP step. While an
 idempotent acks=all writer and a group consumer run, every node's clock jumps an hour forward,
 then two hours back (so the active controller, each partition leader and the group coordinator

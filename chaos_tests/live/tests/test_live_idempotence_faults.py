@@ -1,6 +1,6 @@
 """Idempotence under faults (issue #11, CHAOS.md F1 + F16 for idempotent producers).
 
-confluent-kafka, kafka-python and Raftka's own (clients/producer.py) producers
+confluent-kafka, kafka-python and Raftka's own (clients/producer/) producers
 (enable.idempotence, acks=all) write sequenced values
 `<producer>-<n>` (n-th value, to partition n % 3) to an RF-3, min.insync.replicas=2 topic. Every
 request they send goes through a per-broker client proxy (`ClientProxiedCluster`: the brokers'
@@ -20,7 +20,7 @@ Default: 20 rounds (4 kill, 16 drop) with the two library clients, 10 (2 kill, 8
 ours. `RAFTKA_SOAK=1` adds the slow soak of all three with RAFTKA_IDEMPOTENCE_ROUNDS rounds
 (default 60, one in three a kill). Our producer's delivery callbacks once ran out of order within
 a partition (answers woken in arbitrary order; fresh batches sent on a new connection before the
-dead one's failures were handled); both are fixed in clients/producer.py and the order checks
+dead one's failures were handled); both are fixed in clients/producer/ and the order checks
 now hold it to acknowledgement order like the other clients.
 """
 
@@ -134,7 +134,7 @@ def kill_round(cluster, topic: str, partition: int, rng: random.Random, bg: Back
 
 
 CLIENTS = {"ck": Writer, "kp": KafkaPythonWriter, "own": OwnWriter}
-# Known bug, reported (not in this suite's files): clients/producer.py completes the pipelined
+# Known bug, reported (not in this suite's files): clients/producer/ completes the pipelined
 # requests of a connection in the order trio wakes their tasks, so when several answers arrive
 # at once (acks=all requests held until a killed follower leaves the ISR) one partition's
 # delivery callbacks can run out of order (seen: sequences 312, 311, 310, 309 completed in that
@@ -208,7 +208,7 @@ def test_idempotent_producers_survive_leader_kills_and_dropped_responses(cluster
 
 
 def test_own_idempotent_producer_survives_leader_kills_and_dropped_responses(cluster, tmp_path):
-    """clients/producer.py, 10 rounds (2 kill, 8 drop)."""
+    """clients/producer/, 10 rounds (2 kill, 8 drop)."""
     stats = idempotence_rounds(cluster, "idem-faults-own", plan(10), seed=12, tmp_path=tmp_path,
                                clients=("own",))
     assert stats["kill"] + stats["drop"] >= 10

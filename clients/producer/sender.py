@@ -1,0 +1,363 @@
+"""The producer's sender: ready batches -> Produce requests per node, answers -> outcomes.
+
+A mixin of `Producer` (producer.py, whose docstring describes the whole): its state
+(accumulator, in-flight counts, pipes, sequences, transaction manager) is set up by
+`Producer.__init__`. The sender loop drains ready batches into at most one request per node at
+a time, up to max.in.flight.requests.per.connection outstanding on the node's `ProducePipe`;
+each request's task settles its batches: complete, retry in order, split, or fail.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from clients.producer.accumulator import NO_SEQUENCE, ProducerBatch
+from clients.cluster import TopicPartition
+from clients.connection import ConnectionClosed
+from clients.errors import KafkaConnectionError, KafkaTimeoutError, Retry, classify, error
+from clients.producer.pipe import NotSent, ProducePipe, Turnstile
+from wire.errors import ErrorCode, KafkaError
+from wire.messages.index_generated import REQUESTS
+from wire.records.batch import BATCH_HEADER_SIZE
+
+PRODUCE = REQUESTS[0]
+INIT_PRODUCER_ID = REQUESTS[22]
+
+
+class Sender:
+    """Producer's sender half (mixin; the state is Producer's)."""
+
+    async def _sender(self) -> None:
+        with self._sender_scope:
+            async with trio.open_nursery() as nursery:
+                self._sender_nursery = nursery
+                await self._sender_loop(nursery)
+
+    async def _sender_loop(self, nursery: trio.Nursery) -> None:
+        refresh_after = 0.0
+        while True:
+            now = trio.current_time()
+            for b in self._acc.expired(now, self._delivery_timeout_s):
+                last = f" (last error: {b.last_error})" if b.last_error is not None else ""
+                self._fail_batch(b, KafkaTimeoutError(
+                    f"{b.tp.topic}-{b.tp.partition}: not delivered within "
+                    f"delivery.timeout.ms{last}"))
+            if self._need_new_pid and not self._inflight:
+                try:
+                    await self._init_producer_id()
+                except KafkaError:
+                    pass        # retried on the next pass; batches wait meanwhile
+            md = self.cluster.metadata
+            ready, next_check, unknown = self._acc.ready(
+                now, md.leader_for, self._flushing > 0 or self._closing)
+            if (unknown or self._refresh_wanted or self.cluster.metadata_stale()) \
+                    and now >= refresh_after:
+                self._refresh_wanted = False
+                refresh_after = now + self._backoff_s
+                nursery.start_soon(self._refresh)
+            if unknown:
+                next_check = min(next_check, now + self._backoff_s)
+            if self._need_new_pid:
+                ready = {}      # nothing new is sealed under the old producer id
+            txn = self._txn
+            if txn is not None:
+                ready = self._txn_filter_ready(txn, ready, nursery)
+            sent = False
+            for node, tps in ready.items():
+                if self._inflight.get(node, 0) >= self._max_inflight:
+                    continue
+                pipe = self._pipes.get(node)
+                if pipe is not None and pipe.dead is not None and self._inflight.get(node, 0):
+                    # its connection died with requests on it whose failures are not handled
+                    # yet: a fresh batch sent now on a new connection could be acknowledged
+                    # before an earlier one that the broker did append is resent (callbacks
+                    # out of order). Let them go back to the queue first.
+                    continue
+                # a partition whose next batch is a resend (retry, or half of a split batch)
+                # waits until none of its batches is in flight, so resends go out in sequence
+                # order, one at a time, behind anything that may still be written before them
+                tps = [tp for tp in tps if not self._tp_inflight[tp] or
+                       self._acc.batches[tp][0].data is None]
+                batches = self._acc.drain(tps, self.config["max.request.size"]) if tps else []
+                if batches:
+                    self._inflight[node] = self._inflight.get(node, 0) + 1
+                    for b in batches:
+                        self._tp_inflight[b.tp] += 1
+                    req = self._build_produce(batches)
+                    turns = self._turns.get(node)
+                    if turns is None:
+                        turns = self._turns[node] = Turnstile()
+                    nursery.start_soon(self._send_to, node, batches, req, turns.take(),
+                                       self._conn_failures.get(node, 0))
+                    sent = True
+            if sent and self._max_inflight > 1:
+                next_check = now        # look again at once: the pipeline may take more
+            if self._incomplete == 0:
+                self._idle.set()
+            self._wakeup = trio.Event()
+            with trio.move_on_after(max(0.0, min(next_check - now, 1.0))):
+                await self._wakeup.wait()
+
+    async def _refresh(self) -> None:
+        try:
+            await self.cluster.refresh_metadata(force=True)
+        except KafkaError:
+            pass            # the next loop retries after backoff
+        self._wake()
+
+    async def _init_producer_id(self) -> None:
+        ip = REQUESTS[22]
+        deadline = trio.current_time() + self._max_block_s
+        while True:
+            try:
+                resp = await self.cluster.call_any(ip(transactional_id=None,
+                                                      transaction_timeout_ms=60000))
+                code = resp.error_code
+                if code == 0:
+                    self._producer_id, self._producer_epoch = resp.producer_id, resp.producer_epoch
+                    self._sequences.clear()
+                    self._acked_next_seq.clear()
+                    self._need_new_pid = False
+                    return
+                err: Exception = KafkaError.from_code(code)
+                if classify(code) is Retry.NO:
+                    raise err
+            except (KafkaError, OSError) as exc:
+                if classify(exc) is Retry.NO:
+                    raise
+                err = exc
+            if trio.current_time() >= deadline:
+                raise KafkaTimeoutError(f"InitProducerId failed: {err}")
+            await trio.sleep(self._backoff_s)
+
+    def _seal(self, b: ProducerBatch) -> bytes:
+        if b.data is not None:
+            if self.idempotent and (b.producer_id, b.producer_epoch) != (
+                    self._producer_id, self._producer_epoch):
+                # sealed under a producer id we have since replaced: new id, new sequence
+                seq = self._sequences.get(b.tp, 0)
+                self._sequences[b.tp] = (seq + b.record_count) & 0x7FFFFFFF
+                return b.restamp(self._producer_id, self._producer_epoch, seq)
+            return b.data
+        if self.idempotent:
+            seq = self._sequences.get(b.tp, 0)
+            self._sequences[b.tp] = (seq + b.record_count) & 0x7FFFFFFF
+            return b.seal(self._producer_id, self._producer_epoch, seq, self._txn is not None)
+        return b.seal(-1, -1, NO_SEQUENCE)
+
+    def _build_produce(self, batches: list[ProducerBatch]):
+        by_topic: dict[str, list] = {}
+        for b in batches:
+            by_topic.setdefault(b.tp.topic, []).append(
+                PRODUCE.PartitionProduceData(index=b.tp.partition, records=self._seal(b)))
+        return PRODUCE(transactional_id=self._txn.transactional_id if self._txn else None,
+                       acks=self.acks, timeout_ms=self.config["request.timeout.ms"],
+                       topic_data=[PRODUCE.TopicProduceData(name=t, partition_data=p)
+                                   for t, p in by_topic.items()])
+
+    async def _send_to(self, node: int, batches: list[ProducerBatch], req=None,
+                       ticket: int | None = None, failures: int | None = None) -> None:
+        """Send one Produce request and settle its batches. The sender loop builds `req` (so
+        sequence numbers follow drain order) and takes a `ticket` (so requests reach the
+        connection in drain order too: new trio tasks start in no particular order).
+        `failures`: the node's connection failure count when the batches were drained."""
+        try:
+            if req is None:
+                req = self._build_produce(batches)
+            try:
+                if self.acks == 0:
+                    await self._produce_call(node, req, False, ticket, failures)
+                    for b in batches:
+                        self._complete_batch(b, -1, -1)
+                    return
+                resp = await self._produce_call(node, req, True, ticket, failures)
+            except NotSent:
+                # never written: back to the queue in creation order, not counted as an attempt
+                # (the failed requests drained before it come back too, and go first)
+                for b in batches:
+                    self._acc.reenqueue(b)
+                return
+            except KafkaError as exc:
+                for b in batches:
+                    self._retry_or_fail(b, exc)
+                return
+            answered: dict[TopicPartition, object] = {}
+            for t in resp.responses:
+                for p in t.partition_responses:
+                    answered[TopicPartition(t.name, p.index)] = p
+            for b in batches:
+                p = answered.get(b.tp)
+                if p is None:
+                    self._retry_or_fail(b, KafkaError("no answer for the partition",
+                                                      ErrorCode.NETWORK_EXCEPTION))
+                elif p.error_code in (0, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
+                    self._complete_batch(b, p.base_offset, p.log_append_time_ms)
+                elif p.error_code == ErrorCode.MESSAGE_TOO_LARGE and b.record_count > 1:
+                    self._split(b)
+                elif p.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and \
+                        self._predecessor_unacked(b):
+                    # an earlier batch of this partition failed (or is being retried), so the
+                    # broker saw a gap: resend this one after it, in order (Kafka does the same)
+                    self._retry_or_fail(b, error(p.error_code, p.error_message or None),
+                                        force=True)
+                else:
+                    err = error(p.error_code, p.error_message or None)
+                    if p.error_code == ErrorCode.MESSAGE_TOO_LARGE:
+                        err = error(p.error_code, f"{b.tp.topic}-{b.tp.partition}: a single "
+                                    f"record of {len(b.data) - BATCH_HEADER_SIZE} bytes (in a "
+                                    "batch) is larger than the topic accepts (max.message.bytes)")
+                    self._retry_or_fail(b, err)
+        finally:
+            left = self._inflight.get(node, 1) - 1
+            if left > 0:
+                self._inflight[node] = left
+            else:
+                self._inflight.pop(node, None)
+            for b in batches:
+                n = self._tp_inflight[b.tp] - 1
+                if n > 0:
+                    self._tp_inflight[b.tp] = n
+                else:
+                    del self._tp_inflight[b.tp]
+            self._wake()
+
+    def _predecessor_unacked(self, b: ProducerBatch) -> bool:
+        """OUT_OF_ORDER_SEQUENCE_NUMBER for `b` is only a symptom when the batch before it was
+        not acknowledged (it failed, is being retried, or `b` carries a replaced producer id);
+        when `b` directly follows the last acknowledged batch it is a real error."""
+        if not self.idempotent or b.base_sequence < 0:
+            return False
+        if (b.producer_id, b.producer_epoch) != (self._producer_id, self._producer_epoch):
+            return True
+        return self._acked_next_seq.get(b.tp, 0) != b.base_sequence
+
+    def _split(self, b: ProducerBatch) -> None:
+        """The broker refused the batch as too large (max.message.bytes) and it holds more than
+        one record: resend it as two halves, as Java's producer does, instead of failing every
+        record. The halves keep the batch's place, producer id and sequence range, so later
+        batches of the partition stay valid; a half still too large is split again."""
+        from wire.records.batch import decode_batch
+        records = decode_batch(b.data).records
+        half = len(records) // 2
+        seq = b.base_sequence
+        allocs = (b.alloc // 2, b.alloc - b.alloc // 2)     # the memory charge is unchanged
+        halves = []
+        for i, (recs, cbs, tss) in enumerate(((records[:half], b.callbacks[:half],
+                                               b.timestamps[:half]),
+                                              (records[half:], b.callbacks[half:],
+                                               b.timestamps[half:]))):
+            nb = ProducerBatch(b.tp, b.compression, b.created, allocs[i], b.order + (i,))
+            for r in recs:
+                nb.append(r.key, r.value, r.headers, r.timestamp)
+            nb.adopt(cbs, tss)
+            halves.append(nb)
+            nb.attempts = b.attempts
+            nb.seal(b.producer_id, b.producer_epoch, seq, self._txn is not None)
+            if seq >= 0:
+                seq = (seq + len(recs)) & 0x7FFFFFFF
+            self._acc.reenqueue(nb)
+        b.split_into = (halves[0], halves[1])       # its futures follow it to the halves
+        if b.event is not None:
+            b.event.set()           # its waiters go on waiting on their half
+
+    async def _pipe_for(self, node: int) -> "ProducePipe":
+        pipe = self._pipes.get(node)
+        if pipe is None or pipe.dead is not None:
+            lock = self._pipe_locks.setdefault(node, trio.Lock())
+            async with lock:
+                pipe = self._pipes.get(node)
+                if pipe is None or pipe.dead is not None:
+                    if pipe is not None:
+                        await self.cluster.drop_connection(node, self._channel)
+                    try:
+                        conn = await self.cluster.connection(node, self._channel)
+                        version = self.cluster.version_for(conn, 0, min_version=3)
+                    except BaseException:
+                        self._connection_failed(node)
+                        raise
+                    pipe = self._pipes[node] = ProducePipe(
+                        conn, version, on_dead=lambda: self._connection_failed(node))
+                    self._sender_nursery.start_soon(pipe.reader)
+        return pipe
+
+    def _connection_failed(self, node: int) -> None:
+        self._conn_failures[node] = self._conn_failures.get(node, 0) + 1
+
+    async def _produce_call(self, node: int, req, expect_response: bool = True,
+                            ticket: int | None = None, failures: int | None = None):
+        """A Produce request on the node's pipelined connection (up to
+        max.in.flight.requests.per.connection outstanding), written in ticket order.
+
+        Raises NotSent, without writing it, when a connection of the node failed since the
+        request was drained (`failures` changed): requests drained before it may have failed
+        with that connection and be on their way back to the queue, and one written now on a
+        new connection would overtake them (its callbacks first, and without idempotence its
+        records first)."""
+        timeout_s = self.config["request.timeout.ms"] / 1000 + 5
+        turns = self._turns.get(node) if ticket is not None else None
+        try:
+            if turns is not None:
+                await turns.wait(ticket)
+            try:
+                if failures is not None and self._conn_failures.get(node, 0) != failures:
+                    raise NotSent()
+                pipe = await self._pipe_for(node)
+                if failures is not None and self._conn_failures.get(node, 0) != failures:
+                    raise NotSent()
+                waiter = await pipe.send(req, timeout_s, expect_response)
+            finally:
+                if turns is not None:
+                    turns.done(ticket)
+            if waiter is None:
+                return None
+            return await pipe.receive(waiter, timeout_s)
+        except trio.TooSlowError:
+            raise KafkaTimeoutError(f"Produce to node {node} timed out") from None
+        except (ConnectionClosed, OSError) as exc:
+            raise KafkaConnectionError(f"node {node}: {exc}") from None
+
+    def _retry_or_fail(self, b: ProducerBatch, exc: Exception, force: bool = False) -> None:
+        action = Retry.RETRY if force else classify(exc)
+        now = trio.current_time()
+        if action is not Retry.NO and b.attempts < self.config["retries"] and \
+                now - b.created < self._delivery_timeout_s and not self._closed:
+            b.attempts += 1
+            b.last_error = exc
+            b.retry_at = now + self._backoff_s * min(2 ** (b.attempts - 1), 10)
+            if action is Retry.REFRESH_AND_RETRY:
+                self._refresh_wanted = True
+            self._acc.reenqueue(b)
+            return
+        self._fail_batch(b, exc)
+
+    def _complete_batch(self, b: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+        if b.producer_id == self._producer_id and b.producer_epoch == self._producer_epoch and \
+                b.base_sequence >= 0:
+            self._acked_next_seq[b.tp] = (b.base_sequence + b.record_count) & 0x7FFFFFFF
+        self._acc.release(b)
+        self._space.set()
+        self._space = trio.Event()
+        # like Kafka: the broker's log-append time when the topic uses it, else the record's own
+        b.complete(base_offset, log_append_time)
+        self._incomplete -= b.record_count
+        if self._incomplete == 0:
+            self._idle.set()
+
+    def _fail_batch(self, b: ProducerBatch, exc: Exception) -> None:
+        self._acc.release(b)
+        self._space.set()
+        self._space = trio.Event()
+        if self._txn is not None:
+            # the transaction can no longer commit; after its abort the epoch is bumped if this
+            # batch took a sequence number (the broker would see a gap otherwise)
+            self._txn.set_abortable(exc)
+            if b.data is not None:
+                self._txn.needs_epoch_bump = True
+        elif self.idempotent and b.data is not None:
+            # a sequence gap would follow this batch: start over with a new producer id
+            self._need_new_pid = True
+        b.sealed = True         # out of the accumulator: the send fast path must not append
+        b.complete(-1, -1, exc)
+        self._incomplete -= b.record_count
+        if self._incomplete == 0:
+            self._idle.set()

@@ -1,0 +1,116 @@
+"""One TCP connection to a Kafka-protocol server (broker or controller), trio-native.
+
+Used by our clients and by the nodes' own links (followers, markers, the controller client).
+Framing and correlation ids live in the sans-IO `wire.connection.ClientConnection`. Requests on
+one connection are answered in order, so a lock serialises send+receive pairs; callers that want
+concurrency open more connections.
+
+Security is a value per connection (`common.security.ClientSecurity`): `connect()` wraps the
+stream in TLS and logs in with SASL as it says, before ApiVersions.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from common.security import PLAINTEXT, AuthenticationError, ClientSecurity, authenticate
+from wire.connection import ClientConnection
+from wire.messages import api_keys
+
+RECV_BYTES = 256 * 1024
+
+
+class ConnectionClosed(ConnectionError):
+    """The peer closed the connection, or it could not be reached."""
+
+
+class BrokerConnection:
+    def __init__(self, host: str, port: int, client_id: str = "raftka", *,
+                 security: ClientSecurity = PLAINTEXT):
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.security = security
+        self._stream: trio.SocketStream | None = None
+        self._conn = ClientConnection()
+        self._lock = trio.Lock()
+        self.api_versions: dict[int, tuple[int, int]] = {}
+
+    async def connect(self, timeout_s: float = 5.0) -> None:
+        with trio.fail_after(timeout_s):
+            try:
+                self._stream = await trio.open_tcp_stream(self.host, self.port)
+                await self._secure()
+            except OSError as exc:
+                raise ConnectionClosed(f"cannot reach {self.host}:{self.port}: {exc}") from None
+        req_cls = api_keys.request_class(18)
+        resp = await self.request(req_cls(client_software_name="raftka",
+                                          client_software_version="0.1"), version=3)
+        self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+
+    async def _secure(self) -> None:
+        """TLS, then SASL, as `self.security` says (nothing for PLAINTEXT)."""
+        security = self.security
+        try:
+            if security.uses_tls:
+                stream = trio.SSLStream(self._stream, security.ssl_context,
+                                        server_hostname=self.host)
+                self._stream = stream
+                await stream.do_handshake()
+            if security.uses_sasl:
+                await authenticate(self, security.sasl_mechanism, security.sasl_username,
+                                   security.sasl_password)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise AuthenticationError(f"{self.host}:{self.port}: {exc}") from None
+
+    def version_for(self, api_key: int, ours: tuple[int, int]) -> int:
+        """Highest version both sides speak; ValueError if none."""
+        theirs = self.api_versions.get(api_key)
+        if theirs is None:
+            raise ValueError(f"server does not support api key {api_key}")
+        hi = min(ours[1], theirs[1])
+        if hi < max(ours[0], theirs[0]):
+            raise ValueError(f"no common version for api key {api_key}")
+        return hi
+
+    async def request(self, message, version: int, timeout_s: float = 30.0, expect_response=True):
+        if self._stream is None:
+            raise ConnectionClosed("not connected")
+        async with self._lock:
+            stream = self._stream          # aclose() may clear the attribute while we wait
+            if stream is None:
+                raise ConnectionClosed("not connected")
+            data = self._conn.send_request(message, version, self.client_id,
+                                           expect_response=expect_response)
+            answered = False
+            try:
+                with trio.fail_after(timeout_s):
+                    await stream.send_all(data)
+                    if not expect_response:
+                        answered = True
+                        return None
+                    while True:
+                        got = self._conn.next_response()
+                        if got is not None:
+                            answered = True
+                            return got[1]
+                        chunk = await stream.receive_some(RECV_BYTES)
+                        if not chunk:
+                            raise ConnectionClosed(f"{self.host}:{self.port} closed the connection")
+                        self._conn.receive_data(chunk)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                raise ConnectionClosed(str(exc)) from None
+            finally:
+                if not answered:
+                    # Timed out, cancelled or failed between sending and reading the answer: a
+                    # late answer (or half a frame) would be taken for the next request's. This
+                    # connection is done; the next request raises ConnectionClosed.
+                    if self._stream is stream:
+                        self._stream = None
+                    with trio.CancelScope(shield=True):
+                        await trio.aclose_forcefully(stream)
+
+    async def aclose(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            await stream.aclose()

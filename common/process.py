@@ -1,0 +1,87 @@
+"""What the controller and broker entry points share: reading a config file with `--set`
+overrides, logging set-up, and running the trio main so that a port already in use ends with one
+clear line rather than a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+
+import trio
+
+from common.properties import ConfigError, parse_properties
+
+
+def parse_args(prog: str, argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--config", required=True, help=".properties file (Kafka property names)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one property (repeatable)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return args
+
+
+def load_config_file(path: str, sets: list[str]) -> dict[str, str]:
+    """Properties from `path`, then `key=value` overrides. Raises ConfigError or OSError."""
+    with open(path) as f:
+        props = parse_properties(f.read())
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        props[key.strip()] = value.strip()
+    return props
+
+
+def install_test_seams(props: dict[str, str], data_dir_key: str) -> None:
+    """`raftka.clock.offset.file` (tests only; relative to the node's data directory,
+    `data_dir_key`): this process's wall clock follows the offset written in that file, to
+    simulate a clock jump on one node (common/clock.py)."""
+    path = props.get("raftka.clock.offset.file")
+    if path:
+        from common.clock import install_offset_file
+        base = (props.get(data_dir_key) or ".").split(",")[0].strip()
+        install_offset_file(os.path.join(base, path))
+
+
+def run(prog: str, async_fn, *args) -> int:
+    """trio.run, turning an OSError from binding a listener into one line and exit code 1."""
+    try:
+        trio.run(async_fn, *args)
+    except BaseExceptionGroup as group:
+        errors = group.subgroup(lambda e: isinstance(e, OSError))
+        if errors is None:
+            raise
+        while isinstance(errors, BaseExceptionGroup):
+            errors = errors.exceptions[0]
+        print(f"{prog}: {errors}", file=sys.stderr)
+        return 1
+    return 0
+
+
+
+def install_stop_signals() -> trio.Event:
+    """An event set at the first SIGTERM or SIGINT (call it inside trio, first thing). Later
+    ones change nothing, so they cannot cut the clean stop short: Ctrl-C reaches every process
+    of the terminal's group and `raftka dev` sends its own SIGTERM too. (trio's
+    open_signal_receiver re-delivers signals still pending when it closes, with their default
+    action: a second SIGTERM killed brokers between their controlled shutdown and closing their
+    logs, and they restarted as after a crash.) The stop is bounded; SIGKILL still ends a
+    process at once."""
+    stop = trio.Event()
+    token = trio.lowlevel.current_trio_token()
+
+    def handler(signum, frame):
+        try:
+            token.run_sync_soon(stop.set)   # safe from a signal handler (trio's docs)
+        except trio.RunFinishedError:
+            pass                            # trio is done: the process is exiting anyway
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop

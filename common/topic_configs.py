@@ -1,0 +1,90 @@
+"""Topic config and topic name rules, shared by the controller (validating CreateTopics and
+AlterConfigs) and the broker (DescribeConfigs defaults, Metadata auto-creation checks).
+
+`TOPIC_CONFIGS`: name → (default, check), Kafka's names and defaults; a check returns why a
+value is unacceptable, or None. `DYNAMIC_BROKER_CONFIGS`: the broker configs that may change
+at run time. `validate_topic_name`: Kafka's legal topic names.
+"""
+
+from __future__ import annotations
+
+import re
+
+LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+LONG_MAX = 2**63 - 1
+
+
+def _int(lo=None, hi=None):
+    def check(v: str):
+        try:
+            n = int(v)
+        except ValueError:
+            return "must be an integer"
+        if lo is not None and n < lo:
+            return f"must be >= {lo}"
+        if hi is not None and n > hi:
+            return f"must be <= {hi}"
+        return None
+    return check
+
+
+def _choice(*options, multi=False):
+    def check(v: str):
+        items = [x.strip() for x in v.split(",")] if multi else [v]
+        if not items or any(x not in options for x in items):
+            return f"must be {'a list of ' if multi else 'one of '}{', '.join(options)}"
+        return None
+    return check
+
+
+def _bool(v: str):
+    return None if v.lower() in ("true", "false") else "must be true or false"
+
+
+def _ratio(v: str):
+    try:
+        return None if 0 <= float(v) <= 1 else "must be between 0 and 1"
+    except ValueError:
+        return "must be a number"
+
+
+# name → (default, check). Defaults match Kafka's.
+TOPIC_CONFIGS = {
+    "cleanup.policy": ("delete", _choice("delete", "compact", multi=True)),
+    "compression.type": ("producer", _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
+    "delete.retention.ms": ("86400000", _int(0)),
+    "file.delete.delay.ms": ("60000", _int(0)),
+    "flush.messages": (str(LONG_MAX), _int(1)),
+    "flush.ms": (str(LONG_MAX), _int(0)),
+    "index.interval.bytes": ("4096", _int(0)),
+    "max.compaction.lag.ms": (str(LONG_MAX), _int(1)),
+    "max.message.bytes": ("1048588", _int(0)),
+    "message.timestamp.type": ("CreateTime", _choice("CreateTime", "LogAppendTime")),
+    "min.cleanable.dirty.ratio": ("0.5", _ratio),
+    "min.compaction.lag.ms": ("0", _int(0)),
+    "min.insync.replicas": ("1", _int(1)),
+    "retention.bytes": ("-1", _int(-1)),
+    "retention.ms": ("604800000", _int(-1)),
+    "segment.bytes": ("1073741824", _int(14)),
+    "segment.index.bytes": ("10485760", _int(8)),
+    "segment.ms": ("604800000", _int(1)),
+    "unclean.leader.election.enable": ("false", _bool),
+}
+
+DYNAMIC_BROKER_CONFIGS = {
+    "min.insync.replicas": _int(1),
+    "unclean.leader.election.enable": _bool,
+    "log.retention.ms": _int(-1),
+    "log.retention.bytes": _int(-1),
+    "log.cleanup.policy": _choice("delete", "compact", multi=True),
+    "message.max.bytes": _int(0),
+    "auto.create.topics.enable": _bool,
+}
+
+
+def validate_topic_name(name: str) -> str | None:
+    if not name or name in (".", ".."):
+        return "topic name is empty, '.' or '..'"
+    if not LEGAL_TOPIC.match(name):
+        return "topic names are 1-249 characters of [a-zA-Z0-9._-]"
+    return None
