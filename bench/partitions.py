@@ -53,13 +53,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import trio  # noqa: E402
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import KafkaException  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from clients.cli.dev import (BROKER_IDS, CONTROLLER_IDS, DevLayout, ManagedProcess,  # noqa: E402
+from clients.cli.dev import (BROKER_IDS, CONTROLLER_IDS, ManagedProcess,  # noqa: E402
                              start_cluster, stop_cluster, wait_ready, write_properties)
 from clients.cli.quorum import describe as describe_quorum  # noqa: E402
 from partition_server.testing import LiveCluster  # noqa: E402
+from partitions_throughput import StepFailed, Throughput  # noqa: E402
 
 TOPIC_PARTITIONS = 100
 THROUGHPUT_WIDE = 1000
@@ -72,10 +73,6 @@ SETUPS = {
         "transaction.state.log.replication.factor": "1",
         "transaction.state.log.min.isr": "1"}},
 }
-
-
-class StepFailed(Exception):
-    """A measured step did not complete; its message is the result."""
 
 
 def scaled(partitions: int, base_s: float, per_1k_s: float) -> float:
@@ -294,66 +291,6 @@ def metadata_latency(bootstrap: str, names: list[str], requests: int, partitions
     return {"metadata_p50_ms": round(1000 * pct(times, 0.5), 1),
             "metadata_p99_ms": round(1000 * pct(times, 0.99), 1),
             "metadata_requests": requests, "topics_seen": seen}
-
-
-class Throughput:
-    """Produce then consume `records` x 100 B over a fixed set of partitions; remembers where
-    each partition's previous rounds ended so every round reads exactly its own records."""
-
-    def __init__(self, bootstrap: str, tps: list[tuple[str, int]]):
-        self.bootstrap = bootstrap
-        self.tps = tps
-        self.next_offset = {tp: 0 for tp in tps}
-
-    def round(self, records: int, timeout_s: float) -> dict:
-        p = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 5,
-                      "queue.buffering.max.messages": 1_000_000, "batch.num.messages": 10000,
-                      "enable.idempotence": False})
-        payload = b"x" * 100
-        errors, acked = [], {tp: [] for tp in self.tps}
-
-        def cb(err, msg):
-            if err is not None:
-                errors.append(err.str())
-            else:
-                acked[(msg.topic(), msg.partition())].append(msg.offset())
-        n = len(self.tps)
-        t0 = time.perf_counter()
-        for i in range(records):
-            topic, part = self.tps[i % n]
-            while True:
-                try:
-                    p.produce(topic, payload, partition=part, on_delivery=cb)
-                    break
-                except BufferError:
-                    p.poll(0.01)
-        left = p.flush(timeout_s)
-        produce_s = time.perf_counter() - t0
-        if left or errors:
-            raise StepFailed(f"produce: {left} undelivered, {len(errors)} errors "
-                             f"(first: {errors[:1]})")
-        start = dict(self.next_offset)
-        for tp, offs in acked.items():
-            if offs:
-                self.next_offset[tp] = max(offs) + 1
-        expected = sum(self.next_offset[tp] - start[tp] for tp in self.tps)
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "bench-partitions",
-                      "enable.auto.commit": False, "fetch.wait.max.ms": 100})
-        try:
-            c.assign([TopicPartition(t, q, start[(t, q)]) for t, q in self.tps])
-            got = 0
-            t1 = time.perf_counter()
-            deadline = time.monotonic() + timeout_s
-            while got < expected and time.monotonic() < deadline:
-                for m in c.consume(10000, 0.5):
-                    if m.error() is None:
-                        got += 1
-            consume_s = time.perf_counter() - t1
-        finally:
-            c.close()
-        if got < expected:
-            raise StepFailed(f"consume: read {got} of {expected} within {timeout_s:.0f}s")
-        return {"produce_rps": round(records / produce_s), "consume_rps": round(got / consume_s)}
 
 
 def throughput(cluster: BenchCluster, wide_names: list[str], setup: dict, records: int,
