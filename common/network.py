@@ -2,9 +2,11 @@
 write responses.
 
 Each connection is served one request at a time, in order — like Kafka, which mutes a channel
-while a request is in flight. Clients may still pipeline (send several requests before reading);
-the bytes wait in the socket buffer and the sans-IO `ServerConnection` until their turn. A peer's
-garbage (`DecodeError`) closes that one connection and nothing else.
+while a request is in flight — except that Produce requests after one another overlap their
+acks=all replication wait (appended in order, answered in order: common/pipeline.py). Clients
+may pipeline (send several requests before reading); the bytes wait in the socket buffer and the
+sans-IO `ServerConnection` until their turn. A peer's garbage (`DecodeError`) closes that one
+connection and nothing else.
 
 Security per listener (`ListenerSecurity`), as Kafka's SocketServer + SaslServerAuthenticator:
 
@@ -43,6 +45,7 @@ import trio
 
 from common import sasl as sasl_mod
 from common.error_response import error_response
+from common.pipeline import ResponsePipeline
 from common.principal import ANONYMOUS
 from common.tls import peer_principal
 from wire import framing
@@ -54,7 +57,8 @@ log = logging.getLogger(__name__)
 
 RECV_BYTES = 256 * 1024
 SENDFILE_TLS_SLICE = 256 * 1024
-API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
+SMALL_FILE_RANGE = 64 * 1024         # a file range up to this is copied into the write around it
+PRODUCE, API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 0, 18, 17, 36
 SASL_APIS = {SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2)}
 
 # handler(conn_ctx, request) -> response message, a list of wire chunks, or None (no response)
@@ -131,10 +135,17 @@ class _Closing(Exception):
 
 
 async def _send_chunks(stream, chunks: list) -> None:
-    pending: list[bytes] = []
+    """Write framed chunks: bytes, and file ranges of segment data. A small range is read and
+    sent with the bytes around it, one write for the lot: a follower's fetch answer names
+    hundreds of partitions with a batch or two each, and a sendfile per range (plus an epoll
+    wait each) cost more than the copy. Large ranges go out with sendfile (zero copy)."""
+    pending: list = []
     for chunk in chunks:
         if isinstance(chunk, (bytes, bytearray, memoryview)):
-            pending.append(bytes(chunk))
+            pending.append(chunk)
+            continue
+        if chunk.size <= SMALL_FILE_RANGE:
+            pending.append(_read_range(chunk))
             continue
         if pending:
             await stream.send_all(b"".join(pending))
@@ -145,6 +156,13 @@ async def _send_chunks(stream, chunks: list) -> None:
             await _send_file_range_copy(stream, chunk)
     if pending:
         await stream.send_all(b"".join(pending))
+
+
+def _read_range(file_range) -> bytes:
+    data = os.pread(file_range.fd, file_range.size, file_range.position)
+    if len(data) != file_range.size:
+        raise ConnectionError("segment shrank during send")
+    return data
 
 
 async def _send_file_range_copy(stream, file_range) -> None:
@@ -165,13 +183,14 @@ async def _sendfile(stream: trio.SocketStream, file_range) -> None:
     offset, remaining = file_range.position, file_range.size
     fd = file_range.fd
     while remaining > 0:
-        await trio.lowlevel.wait_writable(sock)
-        try:
+        try:        # try first: the socket buffer usually has room, and an epoll wait costs
             sent = os.sendfile(sock.fileno(), fd, offset, remaining)
         except BlockingIOError:
+            await trio.lowlevel.wait_writable(sock)
             continue
         except OSError as exc:
             if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+                await trio.lowlevel.wait_writable(sock)
                 continue
             raise
         if sent == 0:
@@ -319,11 +338,59 @@ async def _serve(stream, ctx: ClientContext, dispatch: Dispatch, max_frame_bytes
                  supported: dict, idle_timeout_s: float, security: ListenerSecurity) -> None:
     if security.uses_sasl:
         supported = {**supported, **SASL_APIS}
-    auth = _Authenticator(security, ctx)
     conn = ServerConnection(supported, max_frame_bytes=max_frame_bytes)
+
+    def frame(request, result) -> list:
+        if result is None:
+            conn.no_response(request)
+            return []
+        return conn.send_response_chunks(request, result)
+
+    failure = None
+    async with trio.open_nursery() as nursery:
+        pipeline = ResponsePipeline(nursery, lambda req: _dispatch_guarded(ctx, req, dispatch),
+                                    frame, lambda chunks: _send_chunks(stream, chunks))
+        nursery.start_soon(pipeline.send_loop)
+        try:
+            await _read_requests(stream, ctx, dispatch, conn, pipeline, idle_timeout_s,
+                                 security, max_frame_bytes)
+        except Exception as exc:  # noqa: BLE001 - raised below, outside the nursery, as itself
+            failure = exc
+        nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    if pipeline.failure is not None:
+        raise pipeline.failure
+
+
+async def _dispatch_guarded(ctx: ClientContext, request, dispatch: Dispatch):
+    """The handler's answer; a handler bug fails this request only (no internals in the
+    answer). A Produce with acks=0 expects no answer at all, so Kafka closes its connection
+    instead: _Closing."""
+    try:
+        return await dispatch(ctx, request)
+    except (trio.Cancelled, KeyboardInterrupt):
+        raise
+    except Exception:  # noqa: BLE001
+        silent = request.api_key == PRODUCE and request.body.acks == 0
+        log.exception("request %s v%d from %s failed; %s", request.name, request.api_version,
+                      ctx.peer, "closing the connection" if silent else
+                      "answered UNKNOWN_SERVER_ERROR")
+        if silent:
+            raise _Closing("a Produce with acks=0 failed") from None
+        return error_response(RESPONSES[request.api_key], request.body, request.api_version)
+
+
+async def _read_requests(stream, ctx: ClientContext, dispatch: Dispatch, conn: ServerConnection,
+                         pipeline: ResponsePipeline, idle_timeout_s: float,
+                         security: ListenerSecurity, max_frame_bytes: int) -> None:
+    auth = _Authenticator(security, ctx)
     # until the first authentication completes: small frames, and a deadline for the exchange
     deadline = trio.current_time() + security.handshake_timeout_s
     while True:
+        if ctx.mute_s > 0:                 # muted: the client's next request waits in the socket
+            mute_s, ctx.mute_s = ctx.mute_s, 0.0
+            await trio.sleep(mute_s)
         unauthenticated = not auth.authenticated
         conn.max_frame_bytes = security.max_unauthenticated_bytes if unauthenticated \
             else max_frame_bytes
@@ -349,6 +416,11 @@ async def _serve(stream, ctx: ClientContext, dispatch: Dispatch, max_frame_bytes
                     raise _Closing("authentication did not finish in time")
                 return
             continue
+        if request.api_key == PRODUCE and auth.in_session \
+                and not isinstance(request, UnsupportedRequest):
+            await pipeline.submit(request)      # two-stage produce: common/pipeline.py
+            continue
+        await pipeline.drain()                  # every earlier answer goes out first
         if isinstance(request, UnsupportedRequest):
             if request.api_key != API_VERSIONS:
                 # Kafka closes on an API version it cannot parse; only ApiVersions
@@ -367,21 +439,7 @@ async def _serve(stream, ctx: ClientContext, dispatch: Dispatch, max_frame_bytes
             raise _Closing(f"{request.name} before authentication" if not auth.authenticated
                            else "session expired (connections.max.reauth.ms)")
         else:
-            try:
-                result = await dispatch(ctx, request)
-            except (trio.Cancelled, KeyboardInterrupt):
-                raise
-            except Exception:  # noqa: BLE001 - a handler bug fails this request only
-                # (no internals in the answer; a Produce with acks=0 expects no answer at all,
-                # so Kafka closes its connection instead)
-                result = None if request.api_key == 0 and request.body.acks == 0 else \
-                    error_response(RESPONSES[request.api_key], request.body, request.api_version)
-                log.exception("request %s v%d from %s failed; %s", request.name,
-                              request.api_version, ctx.peer,
-                              "answered UNKNOWN_SERVER_ERROR" if result is not None
-                              else "closing the connection")
-                if result is None:
-                    return
+            result = await _dispatch_guarded(ctx, request, dispatch)
             if request.api_key == API_VERSIONS and security.uses_sasl and result is not None:
                 _advertise_sasl(result)
         if result is None:
@@ -390,9 +448,6 @@ async def _serve(stream, ctx: ClientContext, dispatch: Dispatch, max_frame_bytes
             await _send_chunks(stream, conn.send_response_chunks(request, result))
         if close:
             raise _Closing("SASL exchange failed")
-        if ctx.mute_s > 0:                 # muted: the client's next request waits in the socket
-            mute_s, ctx.mute_s = ctx.mute_s, 0.0
-            await trio.sleep(mute_s)
 
 
 def _advertise_sasl(response) -> None:

@@ -9,12 +9,16 @@ MESSAGE_TOO_LARGE / RECORD_LIST_TOO_LARGE (the log's validation), KAFKA_STORAGE_
 transactional writes the coordinator does not confirm (KIP-890, txn/verify.py): INVALID_TXN_STATE,
 INVALID_PRODUCER_EPOCH, or NOT_ENOUGH_REPLICAS while it cannot be asked.
 acks=0 gets no response at all.
+
+Two stages (common/pipeline.py): verification and appends happen in request order; the acks=all
+wait of one request overlaps the next requests on the same connection.
 """
 
 from __future__ import annotations
 
 import time
 
+from common.pipeline import first_stage_done
 from partition_server.replica_manager import ProduceResult
 from partition_server.txn.verify import verify_produce
 from wire.errors import ErrorCode
@@ -45,6 +49,9 @@ async def handle_produce(broker, req):
                 results[key] = res
                 if res.error == ErrorCode.NONE:
                     broker.purgatory.notify(key)       # wake long-polling fetchers
+    # appended in request order: the connection may read its next Produce while this one
+    # waits for replication (two-stage produce, common/pipeline.py)
+    first_stage_done()
     if acks == -1:
         waiting = [k for k, r in results.items() if r.error == ErrorCode.NONE]
 
