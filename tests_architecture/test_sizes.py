@@ -28,7 +28,6 @@ FUNCTION_EXCEPTIONS = {
     "bench/spark_stream.py::main": 149,
     "clients/cli/main.py::build_parser": 75,
     "clients/producer/producer.py::Producer.__init__": 96,
-    "common/network.py::_serve": 78,
     "partition_server/group/consumer_group.py::ConsumerGroupCoordinatorState.heartbeat": 75,
     "wire/messages/runtime.py::_emit_value": 78,
 }
