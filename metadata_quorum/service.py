@@ -40,6 +40,7 @@ TICK_S = 0.25
 STALL_SLACK_MS = 750
 STALL_GRACE_MS = 1000               # time after a stall to read the heartbeats that waited
 REBALANCE_EVERY_TICKS = 20          # preferred-leader check every 5 s
+LEADERSHIP_POLL_S = 1.0             # safety net behind pysyncobj's state-change callback
 
 
 class NotActive(Exception):
@@ -75,6 +76,7 @@ class ControllerService:
         self.observers: dict[int, tuple[int, int]] = {}
         self.token = None
         self.heartbeat_conns: dict[int, object] = {}      # broker id → its latest heartbeat connection
+        self.role_changed = trio.Event()
 
     # -- commit path --------------------------------------------------------------------------
 
@@ -169,7 +171,11 @@ class ControllerService:
     # -- background loops ---------------------------------------------------------------------
 
     async def _leadership_loop(self) -> None:
+        """Follow Raft leadership: woken by pysyncobj's state changes (RaftQuorum
+        .on_state_change), with a slow poll as a safety net — it used to poll every 50 ms, a
+        fixed cost of every idle controller."""
         while True:
+            self.role_changed = trio.Event()
             leader = self.quorum.is_leader
             if leader and not self.active:
                 try:
@@ -182,10 +188,19 @@ class ControllerService:
                              self.quorum.status()["term"])
                 except NotActive as exc:
                     log.info("could not become active: %s", exc)
+                    await trio.sleep(0.05)          # e.g. no quorum yet: try again soon
+                    continue
             elif not leader and self.active:
                 self.active = False
                 log.info("controller %d is no longer active", self.config.node_id)
-            await trio.sleep(0.05)
+            with trio.move_on_after(LEADERSHIP_POLL_S):
+                await self.role_changed.wait()
+
+    def _on_raft_state_threadsafe(self) -> None:
+        try:
+            self.token.run_sync_soon(lambda: self.role_changed.set())
+        except trio.RunFinishedError:
+            pass
 
     async def _tick_loop(self) -> None:
         ticks = 0
@@ -216,6 +231,7 @@ class ControllerService:
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self.token = trio.lowlevel.current_trio_token()
         self._install(self.quorum.log.subscribe(self._on_event_threadsafe))
+        self.quorum.on_state_change = self._on_raft_state_threadsafe
         host, port = self.config.listener
         async with trio.open_nursery() as nursery:
             from common.listener_security import controller_listener_security

@@ -1,10 +1,11 @@
 """The Raft layer: the only module that imports pysyncobj (see DESIGN.md §5).
 
 - Static membership of the controller voters; `journalFile` and `fullDumpFile` under the
-  controller's metadata directory; election timeouts 200–400 ms, leader fallback 1 s,
-  `appendEntriesUseBatch=False`; a shared `password` encrypts and authenticates the Raft port.
+  controller's metadata directory; election timeouts 400–800 ms with heartbeats every 100 ms
+  (20 encrypted heartbeats a second per follower were a third of an idle controller's cost),
+  leader fallback 1 s, `appendEntriesUseBatch=False`; a shared `password` encrypts and authenticates the Raft port.
 - Exactly one replicated method, `MetadataLog.apply(batch: bytes)`: a msgpack list of metadata
-  records proposed atomically. pysyncobj numbers replicated methods by their sorted names, so a
+  records (an operation too large for one entry spans several: records.encode_entries). pysyncobj numbers replicated methods by their sorted names, so a
   second one would silently break every journal: never add one.
 - The applier never raises (an exception there would wedge every node), is deterministic, and
   keeps its own metadata offset: record n of the cluster's history has offset n everywhere.
@@ -117,7 +118,7 @@ class MetadataLog(SyncObjConsumer):
 
 class RaftQuorum:
     def __init__(self, node_id: int, raft_peers: dict[int, str], data_dir: str, password: str | None,
-                 election_timeout_s: tuple[float, float] = (0.2, 0.4),
+                 election_timeout_s: tuple[float, float] = (0.4, 0.8),
                  compaction_min_entries: int = 20_000, compaction_min_time_s: float = 60):
         """`raft_peers`: {node_id: "host:port"} of every voter's Raft port, this node included."""
         os.makedirs(data_dir, exist_ok=True)
@@ -130,12 +131,15 @@ class RaftQuorum:
             appendEntriesUseBatch=False,
             raftMinTimeout=election_timeout_s[0],
             raftMaxTimeout=election_timeout_s[1],
-            appendEntriesPeriod=0.05,
+            appendEntriesPeriod=0.1,
             leaderFallbackTimeout=1.0,
             connectionTimeout=max(election_timeout_s[1], 0.5),
             connectionRetryTime=0.5,
             password=password,
             dynamicMembershipChange=False,
+            # wakes the service's leadership loop at once instead of it polling (quorum/raft
+            # is the only place that knows pysyncobj; the callback runs on its thread)
+            onStateChanged=lambda old, new: self._state_changed(),
             logCompactionMinEntries=compaction_min_entries,
             logCompactionMinTime=compaction_min_time_s,
             # entries stay far below this (records.MAX_ENTRY_BYTES), so pysyncobj never takes its
@@ -143,8 +147,17 @@ class RaftQuorum:
             appendEntriesBatchSizeBytes=4 * MAX_RECORD_BYTES,
         )
         self.log = MetadataLog()
+        self.on_state_change: Callable[[], None] | None = None
         others = [addr for nid, addr in sorted(raft_peers.items()) if nid != node_id]
         self.obj = SyncObj(raft_peers[node_id], others, conf, consumers=[self.log])
+
+    def _state_changed(self) -> None:
+        callback = self.on_state_change
+        if callback is not None:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - never raise into pysyncobj's thread
+                log.exception("Raft state-change callback failed")
 
     def propose(self, batch: bytes, callback: Callable[[object, int], None]) -> None:
         """Replicate `batch`; `callback(first_offset, error)` runs on pysyncobj's thread."""
