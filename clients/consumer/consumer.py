@@ -54,7 +54,8 @@ from clients.consumer.config import parse_config
 from clients.consumer.group.listeners import call_listener
 from clients.consumer.group.classic_rebalance import ensure_classic_group
 from clients.consumer.group.kip848_member import ConsumerGroupMember
-from clients.consumer.group.classic_member import CommitFailedError, GroupMember
+from clients.consumer.group.classic_member import GroupMember
+from clients.consumer.group.coordinator import CommitFailedError
 from common.security import ClientSecurity
 from wire.errors import DecodeError, ErrorCode, KafkaError
 from wire.messages.index_generated import REQUESTS
@@ -595,6 +596,3 @@ class Consumer:
             self._positions[tp] = got.next_offset     # only markers / aborted records
         return False
 
-
-__all__ = ["CommitFailedError", "Consumer", "ConsumerRecord", "NoOffsetForPartitionError",
-           "TopicPartition", "parse_config"]

@@ -16,7 +16,7 @@ import trio
 from clients.consumer.group.kip848_member import ConsumerGroupMember
 from clients.consumer.group.kip848_state import MemberState
 from clients.errors import KafkaConnectionError
-from clients.consumer.group.classic_member import CommitFailedError
+from clients.consumer.group.coordinator import CommitFailedError
 from partition_server.group.consumer_group import ConsumerGroupCoordinatorState
 from wire.errors import ErrorCode, KafkaError
 from wire.messages.index_generated import RESPONSES
