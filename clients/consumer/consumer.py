@@ -16,13 +16,8 @@ Positions: each assigned partition has a position (the offset of the next record
 A partition without one gets its committed offset, else `auto.offset.reset` (earliest, latest,
 or none: raise). `seek*` replace the position and drop anything buffered for the partition.
 
-Config keys are Kafka's (bootstrap.servers, group.id, group.instance.id, client.id,
-auto.offset.reset, enable.auto.commit, auto.commit.interval.ms, isolation.level,
-max.poll.records, fetch.min.bytes, fetch.max.wait.ms, fetch.max.bytes,
-max.partition.fetch.bytes, session.timeout.ms, heartbeat.interval.ms, max.poll.interval.ms,
-partition.assignment.strategy, request.timeout.ms, retry.backoff.ms, metadata.max.age.ms,
-group.protocol, group.remote.assignor); keyword arguments with underscores (group_id=...) work
-too.
+Config keys are Kafka's, typed and documented in one table (config.py: `CONSUMER`, with its
+defaults); keyword arguments with underscores (group_id=...) work too.
 
 `group.protocol=consumer` joins with KIP-848's ConsumerGroupHeartbeat instead of
 JoinGroup/SyncGroup (group/kip848_member.py): the coordinator assigns (its `uniform` or
