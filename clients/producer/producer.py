@@ -92,7 +92,7 @@ from common.security import ClientSecurity
 from clients.errors import KafkaTimeoutError, UnknownTopicError
 from clients.producer.partitioner import StickyPartitioner, partition_for_key
 from clients.producer.config import COMPRESSION, PRODUCER, idempotence
-from clients.producer.pipe import ProducePipe, Turnstile
+from clients.producer.pipe import ProduceConnections
 from clients.producer.sender import Sender
 from clients.producer.transactions import Transactions
 from clients.producer.transaction_manager import TransactionManager
@@ -134,15 +134,8 @@ class Producer(Sender, Transactions):
         self._tp_inflight: collections.Counter = collections.Counter()   # tp -> batches out
         self._max_inflight = cfg["max.in.flight.requests.per.connection"]
         self._acked_next_seq: dict[TopicPartition, int] = {}
-        self._pipes: dict[int, ProducePipe] = {}
-        self._turns: dict[int, Turnstile] = {}
-        # our own connection per node (a Cluster may be shared: one reader per connection)
-        self._channel = f"produce-{id(self):x}"
-        self._pipe_locks: dict[int, trio.Lock] = {}
-        # node -> how many of its connections failed (died, or could not be opened): a request
-        # carries the count seen when it was drained and is written only if it is unchanged
-        self._conn_failures: dict[int, int] = {}
-        self._sender_nursery: trio.Nursery | None = None
+        # our own pipelined connection per node, ordered by a turnstile (pipe.py)
+        self._connections = ProduceConnections(self.cluster, f"produce-{id(self):x}")
         self._incomplete = 0
         self._flushing = 0
         self._closing = False
