@@ -28,6 +28,7 @@ from typing import Iterable, NamedTuple
 
 import trio
 
+from clients.config import ConfigError, client_security
 from clients.connection import BrokerConnection, ConnectionClosed
 from common.security import PLAINTEXT, ClientSecurity
 from clients.errors import (KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable, Retry,
@@ -118,6 +119,19 @@ def parse_bootstrap(bootstrap: str | Iterable[str]) -> list[tuple[str, int]]:
 
 class Cluster:
     """Shared metadata and connections for one client (producer, consumer or admin)."""
+
+    @classmethod
+    def from_config(cls, cfg: dict, security: ClientSecurity | None = None) -> "Cluster":
+        """The cluster a client's typed config (clients/config.py's COMMON keys) describes; its
+        TLS/SASL come from `security`, else from the config's own properties."""
+        if not cfg["bootstrap.servers"]:
+            raise ConfigError("bootstrap.servers is required")
+        return cls(cfg["bootstrap.servers"], client_id=cfg["client.id"],
+                   request_timeout_ms=cfg["request.timeout.ms"],
+                   connect_timeout_ms=cfg["socket.connection.setup.timeout.ms"],
+                   retry_backoff_ms=cfg["retry.backoff.ms"],
+                   metadata_max_age_ms=cfg["metadata.max.age.ms"],
+                   security=security or client_security(cfg))
 
     def __init__(self, bootstrap: str | Iterable[str], *, client_id: str = "raftka",
                  request_timeout_ms: int = 30_000, connect_timeout_ms: int = 10_000,

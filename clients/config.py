@@ -1,112 +1,201 @@
-"""Client properties: Kafka's names and defaults, typed; `--command-config` files.
+"""Client configuration: one typed mechanism, one table of Kafka keys per client kind.
 
 Users bring configs written for Kafka's tools (`acks=all`, `linger.ms=5`...), so the keys are
-Kafka's dotted names. Values arrive as strings (files, CLI) or Python values (API); `resolve`
-checks and converts them once, so the rest of the client reads plain ints/bools. Unknown keys are
-kept (a `security.protocol=PLAINTEXT` line in a shared file must not break us) and reported by
-`unknown_keys`.
+Kafka's dotted names. Each client kind declares its keys as a `ConfigDefs` table of `ConfigDef`s
+(Kafka key, type, default, validator, doc): the producer's in clients/producer/config.py, the
+consumer's in clients/consumer/config.py, the admin client's in clients/admin/config.py, all
+starting from `COMMON` below (bootstrap, timeouts, TLS/SASL). `ConfigDefs.parse` converts and
+checks the values once — they arrive as strings (files, CLI) or Python values (API) — so the
+rest of the client reads plain ints/bools/strs.
+
+Errors read the same for every client, like Kafka's ConfigException:
+
+    ConfigError: Invalid value abc for configuration fetch.min.bytes: not an integer
+    ConfigError: Unknown configuration 'foo.bar'
+
+`ConfigError` is `common.properties.ConfigError`, a `ValueError`, so callers catching either
+keep working. Unknown keys are kept and ignored, as Kafka's clients do (they log "supplied but
+isn't a known config"): one properties file is often shared by a producer, a consumer and an
+admin client (the CLI passes `max.block.ms` to all three), and a `security.protocol` line must
+not break a client that ignores it. `parse(..., strict=True)` refuses them instead, and
+`unknown_keys` lists them.
 """
 
 from __future__ import annotations
+
+from typing import Any, Callable, Iterable, NamedTuple
 
 from common.properties import ConfigError, load_properties, parse_properties  # noqa: F401
 from common.security import ClientSecurity, SecurityConfigError
 
 
-def _bool(v) -> bool:
-    if isinstance(v, bool):
-        return v
-    s = str(v).strip().lower()
-    if s in ("true", "1", "yes"):
-        return True
-    if s in ("false", "0", "no"):
-        return False
-    raise ValueError(f"not a boolean: {v!r}")
+class ConfigType(NamedTuple):
+    """How a value becomes typed: `convert` raises ValueError(reason) on a value it refuses."""
+    name: str
+    convert: Callable[[Any], Any]
 
 
 def _int(v) -> int:
     if isinstance(v, bool):
         raise ValueError("not an integer")
-    return int(str(v).strip())
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    try:
+        return int(str(v).strip())
+    except ValueError:
+        raise ValueError("not an integer") from None
+
+
+def _bool(v) -> bool:
+    # as Kafka's BOOLEAN: true or false, any case
+    if isinstance(v, bool):
+        return v
+    s = str(v).strip().lower()
+    if s in ("true", "false"):
+        return s == "true"
+    raise ValueError("must be true or false")
 
 
 def _str(v) -> str:
     return str(v).strip()
 
 
-def _acks(v) -> int:
-    s = str(v).strip().lower()
-    if s in ("all", "-1"):
-        return -1
-    if s in ("0", "1"):
-        return int(s)
-    raise ValueError(f"acks must be 0, 1, all or -1, got {v!r}")
+INT = ConfigType("int", _int)
+BOOLEAN = ConfigType("boolean", _bool)
+STRING = ConfigType("string", _str)
+RAW = ConfigType("string", str)         # kept as given (a password's spaces are its own)
 
 
-COMPRESSION = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+def choice(*options: str, lower: bool = False) -> ConfigType:
+    """A string that must be one of `options` (compared lower-cased when `lower`)."""
+    def convert(v) -> str:
+        s = str(v).strip()
+        s = s.lower() if lower else s
+        if s not in options:
+            raise ValueError(f"must be one of {', '.join(options)}")
+        return s
+    return ConfigType("choice", convert)
 
 
-def _compression(v) -> str:
-    s = str(v).strip().lower()
-    if s not in COMPRESSION:
-        raise ValueError(f"compression.type must be one of {', '.join(COMPRESSION)}, got {v!r}")
-    return s
+def at_least(n: int) -> Callable[[Any], str | None]:
+    """A validator: the reason a typed value is refused, or None."""
+    return lambda v: None if v >= n else f"must be at least {n}"
 
 
-COMMON = {
-    "bootstrap.servers": (_str, None),
-    "client.id": (_str, "raftka"),
-    "request.timeout.ms": (_int, 30_000),
-    "socket.connection.setup.timeout.ms": (_int, 10_000),
-    "retry.backoff.ms": (_int, 100),
-    "metadata.max.age.ms": (_int, 300_000),
-}
-
-PRODUCER = {
-    **COMMON,
-    "acks": (_acks, -1),
-    "batch.size": (_int, 16_384),
-    "linger.ms": (_int, 5),
-    "buffer.memory": (_int, 32 * 1024 * 1024),
-    "max.block.ms": (_int, 60_000),
-    "max.request.size": (_int, 1_048_576),
-    "compression.type": (_compression, "none"),
-    "retries": (_int, 2_147_483_647),
-    "delivery.timeout.ms": (_int, 120_000),
-    "enable.idempotence": (_bool, True),
-    "max.in.flight.requests.per.connection": (_int, 5),
-    "partitioner.ignore.keys": (_bool, False),
-}
-
-ADMIN = {**COMMON, "default.api.timeout.ms": (_int, 60_000)}
+class ConfigDef(NamedTuple):
+    key: str                    # Kafka's name
+    type: ConfigType
+    default: Any                # already typed; None = not set
+    validator: Callable[[Any], str | None] | None = None
+    doc: str = ""
 
 
-def resolve(props: dict | None, schema: dict) -> dict:
-    """Defaults overlaid with `props` (strings or values), converted; ConfigError on bad values.
-    Keys set by the caller are listed under "_explicit" (Kafka changes some defaults depending on
-    whether a key was given, e.g. idempotence vs acks)."""
-    out = {k: default for k, (_, default) in schema.items()}
-    explicit = set()
-    for key, value in (props or {}).items():
-        key = key.replace("_", ".") if key not in schema and key.replace("_", ".") in schema else key
-        if key in schema:
-            conv = schema[key][0]
-            try:
-                out[key] = conv(value) if value is not None else schema[key][1]
-            except (TypeError, ValueError) as exc:
-                raise ConfigError(f"invalid value for {key}: {exc}") from None
-            explicit.add(key)
-        else:
-            out[key] = value
-    client_security(out)        # security.protocol, sasl.*, ssl.*: usable values or ConfigError
-    for key in ("batch.size", "buffer.memory", "max.request.size", "request.timeout.ms"):
-        if key in out and out[key] is not None and out[key] <= 0:
-            raise ConfigError(f"{key} must be positive")
-    for key in ("linger.ms", "retries", "retry.backoff.ms"):
-        if key in out and out[key] is not None and out[key] < 0:
-            raise ConfigError(f"{key} must not be negative")
-    out["_explicit"] = explicit
-    return out
+def _shown(value) -> str:
+    s = str(value)
+    return s if s and s == s.strip() else repr(value)
+
+
+def invalid(key: str, value, reason: str) -> ConfigError:
+    """The one shape of a bad-value error, for checks outside the tables too."""
+    return ConfigError(f"Invalid value {_shown(value)} for configuration {key}: {reason}")
+
+
+class Config(dict):
+    """Every key of a table with its typed value, plus unknown keys as given. `explicit` holds
+    the keys the caller set (Kafka changes some defaults depending on whether a key was given,
+    e.g. idempotence vs acks)."""
+    explicit: frozenset[str] = frozenset()
+
+
+class ConfigDefs:
+    """One client kind's table of config definitions."""
+
+    def __init__(self, kind: str, *defs: ConfigDef | Iterable[ConfigDef]):
+        self.kind = kind
+        self.defs: dict[str, ConfigDef] = {}
+        for d in defs:
+            for one in (d if isinstance(d, ConfigDefs) else [d] if isinstance(d, ConfigDef)
+                        else d):
+                self.defs[one.key] = one
+
+    def __iter__(self):
+        return iter(self.defs.values())
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.defs
+
+    def known_key(self, key: str) -> str | None:
+        """`key`, or its dotted form for a keyword-style `linger_ms`; None if not ours."""
+        if key in self.defs:
+            return key
+        dotted = key.replace("_", ".")
+        return dotted if dotted in self.defs else None
+
+    def defaults(self) -> dict[str, Any]:
+        return {d.key: d.default for d in self}
+
+    def parse(self, props: dict | None, *, strict: bool = False) -> Config:
+        """Defaults overlaid with `props`, converted and validated; ConfigError names the key.
+        A value of None means the default. TLS/SASL keys are checked as `client_security`
+        will read them, so a bad one fails here rather than at the first connection."""
+        out = Config(self.defaults())
+        explicit = set()
+        for key, value in (props or {}).items():
+            known = self.known_key(key)
+            if known is None:
+                if strict:
+                    raise ConfigError(f"Unknown configuration {key!r}")
+                out[key] = value
+                continue
+            out[known] = self.convert(known, value)
+            explicit.add(known)
+        out.explicit = frozenset(explicit)
+        client_security(out)
+        return out
+
+    def convert(self, key: str, value) -> Any:
+        d = self.defs[key]
+        if value is None:
+            return d.default
+        try:
+            typed = d.type.convert(value)
+        except (TypeError, ValueError) as exc:
+            raise invalid(key, value, str(exc) or f"not a {d.type.name}") from None
+        reason = d.validator(typed) if d.validator is not None else None
+        if reason:
+            raise invalid(key, value, reason)
+        return typed
+
+    def unknown_keys(self, props: dict) -> list[str]:
+        return sorted(k for k in props if self.known_key(k) is None)
+
+
+# Shared by the producer, the consumer and the admin client.
+COMMON = ConfigDefs(
+    "common",
+    ConfigDef("bootstrap.servers", STRING, None, None, "host:port[,host:port...] to bootstrap from"),
+    ConfigDef("client.id", STRING, "raftka", None, "sent with every request (logs, quotas)"),
+    ConfigDef("request.timeout.ms", INT, 30_000, at_least(1),
+              "ms to wait for a broker's answer before retrying or failing"),
+    ConfigDef("socket.connection.setup.timeout.ms", INT, 10_000, None,
+              "ms to wait for a connection (TCP, TLS, SASL) to a broker"),
+    ConfigDef("retry.backoff.ms", INT, 100, at_least(0), "ms to wait before a retry"),
+    ConfigDef("metadata.max.age.ms", INT, 300_000, None,
+              "ms after which metadata is refreshed even without a reason"),
+    # TLS and SASL, read by common.security.ClientSecurity.from_properties
+    ConfigDef("security.protocol", RAW, None, None,
+              "PLAINTEXT (default), SSL, SASL_PLAINTEXT or SASL_SSL"),
+    ConfigDef("sasl.mechanism", RAW, None, None, "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
+    ConfigDef("sasl.mechanisms", RAW, None, None, "librdkafka's name for sasl.mechanism"),
+    ConfigDef("sasl.username", RAW, None, None, "SASL user"),
+    ConfigDef("sasl.password", RAW, None, None, "SASL password"),
+    ConfigDef("ssl.ca.location", RAW, None, None, "CA certificates (PEM file) to trust"),
+    ConfigDef("ssl.truststore.location", RAW, None, None, "Java's name for ssl.ca.location"),
+    ConfigDef("ssl.certificate.location", RAW, None, None, "client certificate (PEM)"),
+    ConfigDef("ssl.key.location", RAW, None, None, "client private key (PEM)"),
+)
 
 
 def client_security(props: dict) -> ClientSecurity:
@@ -119,5 +208,5 @@ def client_security(props: dict) -> ClientSecurity:
         raise ConfigError(str(exc)) from None
 
 
-def unknown_keys(props: dict, schema: dict) -> list[str]:
-    return sorted(k for k in props if k not in schema and k.replace("_", ".") not in schema)
+def unknown_keys(props: dict, schema: ConfigDefs) -> list[str]:
+    return schema.unknown_keys(props)

@@ -1,6 +1,7 @@
 """The admin client (Kafka's Admin), trio-native, and its blocking facade.
 
     admin.py    AdminClient: topics, partitions, configs, ACLs, groups, offsets, quorum
+    config.py   its configuration table (Kafka's keys and defaults)
     types.py    the calls' nouns: resource/ACL/config enums and the records calls take and return
     sync.py     SyncAdmin: the blocking facade on a loop thread
 """

@@ -22,13 +22,13 @@ from typing import Iterable
 
 import trio
 
-from clients.admin.types import (  # noqa: F401 - re-exported: callers import them from here
-    ResourceType, PatternType, AclOperation, AclPermissionType, ConfigResourceType,
-    AlterConfigOpType, NewTopic, PartitionDescription, TopicDescription, ConfigResource,
-    ConfigEntry, AlterConfigOp, AclBinding, AclBindingFilter, GroupListing, MemberDescription,
-    GroupDescription, OffsetAndMetadata, CONFIG_SOURCES, EARLIEST, LATEST)
+from clients.admin.config import ADMIN
+from clients.admin.types import (
+    ResourceType, PatternType, AclOperation, AclPermissionType, ConfigResourceType, NewTopic,
+    PartitionDescription, TopicDescription, ConfigResource, ConfigEntry, AlterConfigOp, AclBinding,
+    AclBindingFilter, GroupListing, MemberDescription, GroupDescription, OffsetAndMetadata,
+    CONFIG_SOURCES, EARLIEST, LATEST)
 from clients.cluster import COORDINATOR_GROUP, Cluster, TopicPartition
-from clients.config import ADMIN, ConfigError, client_security, resolve
 from common.security import ClientSecurity
 from clients.errors import (KafkaConnectionError, KafkaTimeoutError, Retry, UnknownTopicError,
                             check, classify)
@@ -73,18 +73,11 @@ class AdminClient:
         props.update({k.replace("_", "."): v for k, v in kwargs.items()})
         if isinstance(bootstrap, str):
             props["bootstrap.servers"] = bootstrap
-        self.config = cfg = resolve(props, ADMIN)
+        self.config = cfg = ADMIN.parse(props)
         if isinstance(bootstrap, Cluster):
             self.cluster, self._own_cluster = bootstrap, False
         else:
-            if not cfg["bootstrap.servers"]:
-                raise ConfigError("bootstrap.servers is required")
-            self.cluster = Cluster(cfg["bootstrap.servers"], client_id=cfg["client.id"],
-                                   request_timeout_ms=cfg["request.timeout.ms"],
-                                   connect_timeout_ms=cfg["socket.connection.setup.timeout.ms"],
-                                   retry_backoff_ms=cfg["retry.backoff.ms"],
-                                   metadata_max_age_ms=cfg["metadata.max.age.ms"],
-                                   security=security or client_security(cfg))
+            self.cluster = Cluster.from_config(cfg, security)
             self._own_cluster = True
         self.timeout_s = cfg["default.api.timeout.ms"] / 1000
         self.backoff_s = cfg["retry.backoff.ms"] / 1000

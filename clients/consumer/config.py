@@ -1,86 +1,78 @@
-"""Consumer configuration (Kafka's keys and defaults), the consumer's own error type and the
-listener-calling helper, split from consumer.py to keep that module about the consumer itself."""
+"""The consumer's configuration: Kafka's keys and defaults (`CONSUMER`), and `parse_config`, which
+adds the rules between keys (group.protocol=consumer refuses the classic-only settings)."""
 
 from __future__ import annotations
 
-import inspect
+from clients.config import (BOOLEAN, COMMON, INT, STRING, Config, ConfigDef, ConfigDefs,
+                            ConfigError, ConfigType, choice)
 
-from wire.errors import ErrorCode, KafkaError
 
-DEFAULTS: dict[str, object] = {
-    "bootstrap.servers": None, "group.id": None, "group.instance.id": None,
-    "client.id": "raftka-consumer", "auto.offset.reset": "latest", "enable.auto.commit": True,
-    "auto.commit.interval.ms": 5000, "isolation.level": "read_uncommitted",
-    "max.poll.records": 500, "fetch.min.bytes": 1, "fetch.max.wait.ms": 500,
-    "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 1_048_576,
-    "session.timeout.ms": 45_000, "heartbeat.interval.ms": 3000, "max.poll.interval.ms": 300_000,
-    "partition.assignment.strategy": "range,cooperative-sticky", "request.timeout.ms": 30_000,
-    "retry.backoff.ms": 100, "metadata.max.age.ms": 300_000,
+def _assignors(v):
+    # names ("range,cooperative-sticky") or a list of names / PartitionAssignor objects;
+    # the consumer resolves them (clients/consumer/assignors)
+    if isinstance(v, (str, list, tuple)):
+        return v
+    raise ValueError("must be a list of assignor names")
+
+
+def _remote_assignor(v) -> str:
+    if not isinstance(v, str) or not v.strip():
+        raise ValueError("must be an assignor name (uniform, range)")
+    return v.strip()
+
+
+CONSUMER = ConfigDefs(
+    "consumer", COMMON,
+    ConfigDef("client.id", STRING, "raftka-consumer", None, "sent with every request"),
+    ConfigDef("group.id", STRING, None, None, "the consumer group; None = no group (assign only)"),
+    ConfigDef("group.instance.id", STRING, None, None, "static membership (KIP-345)"),
+    ConfigDef("auto.offset.reset", choice("earliest", "latest", "none"), "latest", None,
+              "where a partition without a committed offset starts (none: raise)"),
+    ConfigDef("enable.auto.commit", BOOLEAN, True, None,
+              "commit positions in the background and before a rebalance"),
+    ConfigDef("auto.commit.interval.ms", INT, 5000, None, "ms between automatic commits"),
+    ConfigDef("isolation.level", choice("read_uncommitted", "read_committed"),
+              "read_uncommitted", None, "read_committed: only committed transactions' records"),
+    ConfigDef("max.poll.records", INT, 500, None, "records one poll returns at most"),
+    ConfigDef("fetch.min.bytes", INT, 1, None, "bytes a Fetch waits for (up to fetch.max.wait.ms)"),
+    ConfigDef("fetch.max.wait.ms", INT, 500, None, "ms a broker holds a Fetch for fetch.min.bytes"),
+    ConfigDef("fetch.max.bytes", INT, 52_428_800, None, "bytes of one Fetch answer"),
+    ConfigDef("max.partition.fetch.bytes", INT, 1_048_576, None,
+              "bytes of one partition in a Fetch answer"),
+    ConfigDef("session.timeout.ms", INT, 45_000, None,
+              "classic: ms without a heartbeat before the coordinator drops the member"),
+    ConfigDef("heartbeat.interval.ms", INT, 3000, None, "classic: ms between heartbeats"),
+    ConfigDef("max.poll.interval.ms", INT, 300_000, None,
+              "ms between polls before the member leaves the group (the rebalance timeout)"),
+    ConfigDef("partition.assignment.strategy", ConfigType("list", _assignors),
+              "range,cooperative-sticky", None,
+              "classic: assignors offered to the group, preferred first"),
     # KIP-848: "consumer" joins with ConsumerGroupHeartbeat and lets the coordinator assign
     # (then partition.assignment.strategy, session.timeout.ms and heartbeat.interval.ms are the
-    # broker's business: group.consumer.* on the broker); group.remote.assignor picks one of the
-    # broker's assignors (uniform, range), None = the broker's default
-    "group.protocol": "classic", "group.remote.assignor": None,
-}
-
+    # broker's business: group.consumer.* on the broker)
+    ConfigDef("group.protocol", choice("classic", "consumer", lower=True), "classic", None,
+              "classic (JoinGroup/SyncGroup) or consumer (KIP-848)"),
+    ConfigDef("group.remote.assignor", ConfigType("assignor", _remote_assignor), None, None,
+              "consumer protocol: the broker's assignor (uniform, range); None = its default"),
+)
 
 CLASSIC_ONLY = {"session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"}
 
 
-class NoOffsetForPartitionError(KafkaError):
-    """auto.offset.reset=none and the partition has no committed offset (or it is out of
-    range)."""
-    code = ErrorCode.OFFSET_OUT_OF_RANGE
-
-
-def parse_config(config: dict | None, kwargs: dict) -> dict[str, object]:
-    """Merge Kafka-style keys and keyword arguments over the defaults, coercing strings (from a
-    properties file) to the defaults' types; unknown keys are kept (and ignored)."""
-    merged = dict(DEFAULTS)
-    given = list((config or {}).items()) + [(k.replace("_", "."), v) for k, v in kwargs.items()]
-    for key, value in given:
-        default = DEFAULTS.get(key)
-        if isinstance(value, str) and isinstance(default, bool):
-            if value.lower() not in ("true", "false"):
-                raise ValueError(f"{key} must be true or false, got {value!r}")
-            value = value.lower() == "true"
-        elif isinstance(value, str) and isinstance(default, int):
-            try:
-                value = int(value)
-            except ValueError:
-                raise ValueError(f"{key} must be an integer, got {value!r}") from None
-        merged[key] = value
-    if merged["auto.offset.reset"] not in ("earliest", "latest", "none"):
-        raise ValueError(f"auto.offset.reset must be earliest, latest or none, got "
-                         f"{merged['auto.offset.reset']!r}")
-    if merged["isolation.level"] not in ("read_uncommitted", "read_committed"):
-        raise ValueError(f"isolation.level must be read_uncommitted or read_committed, got "
-                         f"{merged['isolation.level']!r}")
-    protocol = str(merged["group.protocol"]).strip().lower()
-    if protocol not in ("classic", "consumer"):
-        raise ValueError(f"group.protocol must be classic or consumer, got "
-                         f"{merged['group.protocol']!r}")
-    merged["group.protocol"] = protocol
-    assignor = merged["group.remote.assignor"]
-    if assignor is not None and (not isinstance(assignor, str) or not assignor.strip()):
-        raise ValueError(f"group.remote.assignor must be an assignor name (uniform, range), "
-                         f"got {assignor!r}")
-    if assignor is not None and protocol != "consumer":
-        raise ValueError("group.remote.assignor needs group.protocol=consumer")
+def parse_config(config: dict | None, kwargs: dict) -> Config:
+    """Kafka-style keys, then keyword arguments (`group_id=` for `group.id`), over the defaults,
+    typed and checked (ConfigError, a ValueError); unknown keys are kept (and ignored)."""
+    props = dict(config or {})
+    props.update((k.replace("_", "."), v) for k, v in kwargs.items())
+    cfg = CONSUMER.parse(props)
+    protocol = cfg["group.protocol"]
+    if cfg["group.remote.assignor"] is not None and protocol != "consumer":
+        raise ConfigError("group.remote.assignor needs group.protocol=consumer")
     if protocol == "consumer":
         # As Kafka's Java consumer does (a ConfigException): with KIP-848 the coordinator owns
         # these; quietly ignoring one would leave its user believing it applies.
-        for key in sorted({k for k, _ in given} & CLASSIC_ONLY):
-            raise ValueError(f"{key} is not supported with group.protocol=consumer: the group "
-                             f"coordinator decides it (group.consumer.* on the broker"
-                             f"{'; group.remote.assignor picks its assignor' if 'assignment' in key else ''})")
-    return merged
-
-
-async def call_listener(fn, tps: list) -> None:
-    """Call a rebalance listener, sync or async."""
-    if fn is None:
-        return
-    result = fn(tps)
-    if inspect.isawaitable(result):
-        await result
+        for key in sorted(cfg.explicit & CLASSIC_ONLY):
+            raise ConfigError(f"{key} is not supported with group.protocol=consumer: the group "
+                              f"coordinator decides it (group.consumer.* on the broker"
+                              f"{'; group.remote.assignor picks its assignor' if 'assignment' in key else ''})")
+    return cfg

@@ -16,13 +16,8 @@ Positions: each assigned partition has a position (the offset of the next record
 A partition without one gets its committed offset, else `auto.offset.reset` (earliest, latest,
 or none: raise). `seek*` replace the position and drop anything buffered for the partition.
 
-Config keys are Kafka's (bootstrap.servers, group.id, group.instance.id, client.id,
-auto.offset.reset, enable.auto.commit, auto.commit.interval.ms, isolation.level,
-max.poll.records, fetch.min.bytes, fetch.max.wait.ms, fetch.max.bytes,
-max.partition.fetch.bytes, session.timeout.ms, heartbeat.interval.ms, max.poll.interval.ms,
-partition.assignment.strategy, request.timeout.ms, retry.backoff.ms, metadata.max.age.ms,
-group.protocol, group.remote.assignor); keyword arguments with underscores (group_id=...) work
-too.
+Config keys are Kafka's, typed and documented in one table (config.py: `CONSUMER`, with its
+defaults); keyword arguments with underscores (group_id=...) work too.
 
 `group.protocol=consumer` joins with KIP-848's ConsumerGroupHeartbeat instead of
 JoinGroup/SyncGroup (group/kip848_member.py): the coordinator assigns (its `uniform` or
@@ -30,7 +25,7 @@ JoinGroup/SyncGroup (group/kip848_member.py): the coordinator assigns (its `unif
 move one member at a time: revoke (commit with auto-commit, on_revoked) before anyone else gets
 them. A fenced member's partitions go to on_lost (default: on_revoked) with no commit.
 session.timeout.ms, heartbeat.interval.ms and partition.assignment.strategy are then the
-coordinator's (group.consumer.* on the broker): setting one is a ValueError, as in Kafka.
+coordinator's (group.consumer.* on the broker): setting one is a ConfigError, as in Kafka.
 """
 
 from __future__ import annotations
@@ -45,15 +40,17 @@ import trio
 
 from clients.consumer.assignors import get_assignor
 from clients.cluster import Cluster
-from clients.config import client_security
-from clients.consumer.offsets import EARLIEST, LATEST, drop_on_cancel, list_offsets
+from clients.consumer.offsets import (EARLIEST, LATEST, NoOffsetForPartitionError, drop_on_cancel,
+                                      list_offsets)
 from clients.errors import KafkaConnectionError, KafkaTimeoutError, Retry, check, classify
 from clients.consumer.fetcher import (READ_COMMITTED, READ_UNCOMMITTED, ConsumerRecord,
                                       TopicPartition, parse_partition)
-from clients.consumer.config import NoOffsetForPartitionError, call_listener, parse_config
+from clients.consumer.config import parse_config
+from clients.consumer.group.listeners import call_listener
 from clients.consumer.group.classic_rebalance import ensure_classic_group
 from clients.consumer.group.kip848_member import ConsumerGroupMember
-from clients.consumer.group.classic_member import CommitFailedError, GroupMember
+from clients.consumer.group.classic_member import GroupMember
+from clients.consumer.group.coordinator import CommitFailedError
 from common.security import ClientSecurity
 from wire.errors import DecodeError, ErrorCode, KafkaError
 from wire.messages.index_generated import REQUESTS
@@ -72,17 +69,11 @@ class Consumer:
         cfg = parse_config(config, kwargs)
         if bootstrap_servers is not None:
             cfg["bootstrap.servers"] = bootstrap_servers
-        if not cfg["bootstrap.servers"]:
-            raise ValueError("bootstrap.servers is required")
         self.config = cfg
         self.group_id: str | None = cfg["group.id"] or None
         self.isolation_level = (READ_COMMITTED if cfg["isolation.level"] == "read_committed"
                                 else READ_UNCOMMITTED)
-        self.cluster = Cluster(cfg["bootstrap.servers"], client_id=str(cfg["client.id"]),
-                               request_timeout_ms=int(cfg["request.timeout.ms"]),
-                               retry_backoff_ms=int(cfg["retry.backoff.ms"]),
-                               metadata_max_age_ms=int(cfg["metadata.max.age.ms"]),
-                               security=security or client_security(cfg))
+        self.cluster = Cluster.from_config(cfg, security)
         strategies = cfg["partition.assignment.strategy"]
         if isinstance(strategies, str):
             strategies = [s for s in strategies.split(",") if s.strip()]
@@ -91,20 +82,20 @@ class Consumer:
         if self.group_id and cfg["group.protocol"] == "consumer":
             self.member = ConsumerGroupMember(
                 self.cluster, self.group_id,
-                rebalance_timeout_ms=int(cfg["max.poll.interval.ms"]),
+                rebalance_timeout_ms=cfg["max.poll.interval.ms"],
                 group_instance_id=cfg["group.instance.id"],
                 server_assignor=cfg["group.remote.assignor"],
-                retry_backoff_ms=int(cfg["retry.backoff.ms"]))
+                retry_backoff_ms=cfg["retry.backoff.ms"])
             # wake a waiting poll when there is a reconciliation to run
             self.member.on_change = lambda: self._fetched.set()
         elif self.group_id:
             self.member = GroupMember(
                 self.cluster, self.group_id, self.assignors,
-                session_timeout_ms=int(cfg["session.timeout.ms"]),
-                rebalance_timeout_ms=int(cfg["max.poll.interval.ms"]),
-                heartbeat_interval_ms=int(cfg["heartbeat.interval.ms"]),
+                session_timeout_ms=cfg["session.timeout.ms"],
+                rebalance_timeout_ms=cfg["max.poll.interval.ms"],
+                heartbeat_interval_ms=cfg["heartbeat.interval.ms"],
                 group_instance_id=cfg["group.instance.id"],
-                retry_backoff_ms=int(cfg["retry.backoff.ms"]))
+                retry_backoff_ms=cfg["retry.backoff.ms"])
         self._topics: list[str] = []            # subscribed topics (resolved from a pattern)
         self._pattern: re.Pattern | None = None
         self._pattern_checked = float("-inf")
@@ -196,7 +187,7 @@ class Consumer:
         """Leave the group when the application has not called poll for max.poll.interval.ms
         (Kafka's heartbeat thread does the same): heartbeats alone must not keep a stuck
         consumer's partitions from the rest of the group. The next poll rejoins."""
-        limit = int(self.config["max.poll.interval.ms"]) / 1000
+        limit = self.config["max.poll.interval.ms"] / 1000
         while True:
             await trio.sleep(min(1.0, limit / 4))
             member = self.member
@@ -207,7 +198,7 @@ class Consumer:
 
     @property
     def _auto_commit_interval(self) -> float:
-        return int(self.config["auto.commit.interval.ms"]) / 1000
+        return self.config["auto.commit.interval.ms"] / 1000
 
     # -- subscription / assignment ---------------------------------------------------------------
 
@@ -490,7 +481,7 @@ class Consumer:
                 and tp not in self._buffer and tp not in self._in_flight]
 
     def _drain(self) -> list[ConsumerRecord]:
-        limit = int(self.config["max.poll.records"])
+        limit = self.config["max.poll.records"]
         out: list[ConsumerRecord] = []
         ready = [tp for tp in self._assigned if tp in self._buffer and tp not in self._paused]
         if not ready:
@@ -529,7 +520,7 @@ class Consumer:
 
     async def _fetch_task(self, node: int, asked: dict[TopicPartition, int]) -> None:
         try:
-            if await self._fetch_node(node, asked, int(self.config["fetch.max.wait.ms"])):
+            if await self._fetch_node(node, asked, self.config["fetch.max.wait.ms"]):
                 self._need_refresh = True
         except (KafkaConnectionError, KafkaTimeoutError) as exc:
             log.info("fetch from node %d failed: %s", node, exc)
@@ -552,10 +543,10 @@ class Consumer:
             by_topic.setdefault(tp.topic, []).append(fr.FetchPartition(
                 partition=tp.partition, current_leader_epoch=-1, fetch_offset=offset,
                 last_fetched_epoch=-1, log_start_offset=-1,
-                partition_max_bytes=int(self.config["max.partition.fetch.bytes"])))
+                partition_max_bytes=self.config["max.partition.fetch.bytes"]))
         req = fr(replica_id=-1, max_wait_ms=max_wait_ms,
-                 min_bytes=int(self.config["fetch.min.bytes"]),
-                 max_bytes=int(self.config["fetch.max.bytes"]),
+                 min_bytes=self.config["fetch.min.bytes"],
+                 max_bytes=self.config["fetch.max.bytes"],
                  isolation_level=self.isolation_level, session_id=0, session_epoch=-1,
                  topics=[fr.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
                  forgotten_topics_data=[], rack_id="")
@@ -600,6 +591,3 @@ class Consumer:
             self._positions[tp] = got.next_offset     # only markers / aborted records
         return False
 
-
-__all__ = ["CommitFailedError", "Consumer", "ConsumerRecord", "NoOffsetForPartitionError",
-           "TopicPartition", "parse_config"]

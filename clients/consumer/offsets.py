@@ -17,6 +17,12 @@ LATEST = -1
 TP = tuple[str, int]
 
 
+class NoOffsetForPartitionError(KafkaError):
+    """auto.offset.reset=none and the partition has no committed offset (or it is out of
+    range)."""
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
 async def list_offsets(cluster: Cluster, specs: dict[TP, int], isolation_level: int = 0,
                        timeout_s: float = 30.0) -> dict[TP, tuple[int, int] | None]:
     """{tp: timestamp spec} -> {tp: (offset, timestamp)}; None for a timestamp past the last
@@ -112,4 +118,4 @@ async def _ask_node(cluster: Cluster, node: int, part: dict[TP, int], isolation_
     return result
 
 
-__all__ = ["EARLIEST", "LATEST", "list_offsets", "ErrorCode"]
+__all__ = ["EARLIEST", "LATEST", "NoOffsetForPartitionError", "list_offsets", "ErrorCode"]

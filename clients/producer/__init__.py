@@ -4,13 +4,15 @@
     accumulator.py          batches being filled, DeliveryFuture, RecordAccumulator (no I/O)
     partitioner.py          murmur2 for keyed records, sticky (KIP-480) for keyless ones
     sender.py               the sender loop: drain ready batches, Produce, answers, retries
-    pipe.py                 one pipelined connection per node and its turnstile (ordering)
+    pipe.py                 ProduceConnections: a pipelined connection per node, its turnstile
     transactions.py         the transactional calls (KIP-98, KIP-890 part 2)
     transaction_manager.py  the transaction state machine (pure)
     sync.py                 SyncProducer: the blocking facade on a loop thread
 
-`Producer` is one object built from mixins (`Sender` in sender.py, `Transactions` in
-transactions.py) that share its state; producer.py's docstring describes the whole.
+`Producer` is still one object built from mixins (`Sender` in sender.py, `Transactions` in
+transactions.py) that share its state (accumulator, producer id and sequences, in-flight
+counts); the per-node connections are a collaborator (`ProduceConnections`). producer.py's
+docstring describes the whole.
 """
 
 from clients.producer.accumulator import (DeliveryFuture, ProducerBatch, RecordAccumulator,

@@ -3,7 +3,9 @@
 The sender's I/O edge (see producer.py): `ProducePipe` writes request after request on
 one connection and one reader task hands the answers back in order; `Turnstile` makes requests
 reach the connection in the sender loop's drain order. `NotSent` is how a request is given back
-unwritten (its node's connection failed after it was drained).
+unwritten (its node's connection failed after it was drained). `ProduceConnections` is the
+sender's collaborator that owns all of that per node: pipes, turnstiles, and how many of each
+node's connections failed.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Callable
 import trio
 
 from clients.connection import RECV_BYTES, BrokerConnection, ConnectionClosed
+from clients.errors import KafkaConnectionError, KafkaTimeoutError
 from wire.errors import DecodeError
 
 
@@ -165,3 +168,81 @@ class ProducePipe:
             return w.value
         finally:
             w.taken.set()
+
+
+class ProduceConnections:
+    """The producer's own pipelined connection per node (its own channel of the `Cluster`, which
+    may be shared: one reader per connection), the turnstile that orders each node's requests,
+    and a count per node of connections that failed (died, or could not be opened). A request
+    carries the count seen when it was drained and is written only if it is unchanged."""
+
+    def __init__(self, cluster, channel: str):
+        self.cluster = cluster
+        self.channel = channel
+        self.nursery: trio.Nursery | None = None      # the sender's: runs the pipes' readers
+        self._pipes: dict[int, ProducePipe] = {}
+        self._turns: dict[int, Turnstile] = {}
+        self._locks: dict[int, trio.Lock] = {}
+        self._failures: dict[int, int] = {}
+
+    def failures(self, node: int) -> int:
+        return self._failures.get(node, 0)
+
+    def take_turn(self, node: int) -> int:
+        turns = self._turns.get(node)
+        if turns is None:
+            turns = self._turns[node] = Turnstile()
+        return turns.take()
+
+    def has_dead_pipe(self, node: int) -> bool:
+        pipe = self._pipes.get(node)
+        return pipe is not None and pipe.dead is not None
+
+    async def call(self, node: int, req, timeout_s: float, expect_response: bool = True,
+                   ticket: int | None = None, failures: int | None = None):
+        """`req` on the node's pipe, written in ticket order; the answer (None without one).
+        NotSent, unwritten, when a connection of the node failed since `failures` was read."""
+        turns = self._turns.get(node) if ticket is not None else None
+        try:
+            if turns is not None:
+                await turns.wait(ticket)
+            try:
+                if failures is not None and self.failures(node) != failures:
+                    raise NotSent()
+                pipe = await self._pipe_for(node)
+                if failures is not None and self.failures(node) != failures:
+                    raise NotSent()
+                waiter = await pipe.send(req, timeout_s, expect_response)
+            finally:
+                if turns is not None:
+                    turns.done(ticket)
+            if waiter is None:
+                return None
+            return await pipe.receive(waiter, timeout_s)
+        except trio.TooSlowError:
+            raise KafkaTimeoutError(f"Produce to node {node} timed out") from None
+        except (ConnectionClosed, OSError) as exc:
+            raise KafkaConnectionError(f"node {node}: {exc}") from None
+
+    async def _pipe_for(self, node: int) -> ProducePipe:
+        pipe = self._pipes.get(node)
+        if pipe is None or pipe.dead is not None:
+            lock = self._locks.setdefault(node, trio.Lock())
+            async with lock:
+                pipe = self._pipes.get(node)
+                if pipe is None or pipe.dead is not None:
+                    if pipe is not None:
+                        await self.cluster.drop_connection(node, self.channel)
+                    try:
+                        conn = await self.cluster.connection(node, self.channel)
+                        version = self.cluster.version_for(conn, 0, min_version=3)
+                    except BaseException:
+                        self._connection_failed(node)
+                        raise
+                    pipe = self._pipes[node] = ProducePipe(
+                        conn, version, on_dead=lambda: self._connection_failed(node))
+                    self.nursery.start_soon(pipe.reader)
+        return pipe
+
+    def _connection_failed(self, node: int) -> None:
+        self._failures[node] = self._failures.get(node, 0) + 1

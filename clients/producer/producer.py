@@ -88,11 +88,11 @@ from clients.producer.accumulator import (ATTR_TS, BATCH_HEADER_SIZE, FAST_VALUE
                                           ProducerBatch, RecordAccumulator, RecordMetadata,
                                           record_size)
 from clients.cluster import Cluster, TopicPartition
-from clients.config import COMPRESSION, PRODUCER, ConfigError, client_security, resolve
 from common.security import ClientSecurity
 from clients.errors import KafkaTimeoutError, UnknownTopicError
 from clients.producer.partitioner import StickyPartitioner, partition_for_key
-from clients.producer.pipe import ProducePipe, Turnstile
+from clients.producer.config import COMPRESSION, PRODUCER, idempotence
+from clients.producer.pipe import ProduceConnections
 from clients.producer.sender import Sender
 from clients.producer.transactions import Transactions
 from clients.producer.transaction_manager import TransactionManager
@@ -111,47 +111,15 @@ class Producer(Sender, Transactions):
         props.update({k.replace("_", "."): v for k, v in kwargs.items()})
         if isinstance(bootstrap, str):
             props["bootstrap.servers"] = bootstrap
-        self.config = cfg = resolve(props, PRODUCER)
-        explicit = cfg["_explicit"]
-        idem = cfg["enable.idempotence"]
-        if idem and cfg["acks"] != -1:
-            if "enable.idempotence" in explicit:
-                raise ConfigError("enable.idempotence=true needs acks=all")
-            idem = False
-        if idem and cfg["retries"] == 0 and "enable.idempotence" in explicit:
-            raise ConfigError("enable.idempotence=true needs retries > 0")
-        self._txn: TransactionManager | None = None
-        tid = cfg.get("transactional.id")
-        if tid:
-            # transactional.id implies idempotence (Kafka: and refuses settings that contradict it)
-            if "enable.idempotence" in explicit and not cfg["enable.idempotence"]:
-                raise ConfigError("transactional.id needs enable.idempotence=true")
-            if cfg["acks"] != -1:
-                raise ConfigError("transactional.id needs acks=all")
-            if cfg["retries"] == 0:
-                raise ConfigError("transactional.id needs retries > 0")
-            try:
-                timeout_ms = int(str(cfg.get("transaction.timeout.ms") or 60_000).strip())
-            except ValueError:
-                raise ConfigError("invalid value for transaction.timeout.ms: "
-                                  f"{cfg.get('transaction.timeout.ms')!r}") from None
-            if timeout_ms <= 0:
-                raise ConfigError("transaction.timeout.ms must be positive")
-            self._txn = TransactionManager(str(tid).strip(), timeout_ms)
-            idem = True
-        self.idempotent = idem and cfg["retries"] > 0
+        self.config = cfg = PRODUCER.parse(props)
+        self.idempotent, tid = idempotence(cfg)
+        self._txn = (TransactionManager(tid, cfg["transaction.timeout.ms"]) if tid is not None
+                     else None)
         self.acks = cfg["acks"]
         if isinstance(bootstrap, Cluster):
             self.cluster, self._own_cluster = bootstrap, False
         else:
-            if not cfg["bootstrap.servers"]:
-                raise ConfigError("bootstrap.servers is required")
-            self.cluster = Cluster(cfg["bootstrap.servers"], client_id=cfg["client.id"],
-                                   request_timeout_ms=cfg["request.timeout.ms"],
-                                   connect_timeout_ms=cfg["socket.connection.setup.timeout.ms"],
-                                   retry_backoff_ms=cfg["retry.backoff.ms"],
-                                   metadata_max_age_ms=cfg["metadata.max.age.ms"],
-                                   security=security or client_security(cfg))
+            self.cluster = Cluster.from_config(cfg, security)
             self._own_cluster = True
         self._acc = RecordAccumulator(cfg["batch.size"], cfg["linger.ms"] / 1000,
                                       cfg["buffer.memory"], COMPRESSION[cfg["compression.type"]])
@@ -165,24 +133,9 @@ class Producer(Sender, Transactions):
         self._inflight: dict[int, int] = {}             # node -> Produce requests outstanding
         self._tp_inflight: collections.Counter = collections.Counter()   # tp -> batches out
         self._max_inflight = cfg["max.in.flight.requests.per.connection"]
-        if self._max_inflight < 1:
-            raise ConfigError("max.in.flight.requests.per.connection must be at least 1")
-        if self.idempotent and self._max_inflight > 5:
-            # the broker remembers the last 5 batches per producer: more in flight could make a
-            # retried duplicate look like a gap (Kafka refuses the same)
-            if "enable.idempotence" in explicit or self._txn is not None:
-                raise ConfigError("idempotence needs max.in.flight.requests.per.connection <= 5")
-            self.idempotent = False
         self._acked_next_seq: dict[TopicPartition, int] = {}
-        self._pipes: dict[int, ProducePipe] = {}
-        self._turns: dict[int, Turnstile] = {}
-        # our own connection per node (a Cluster may be shared: one reader per connection)
-        self._channel = f"produce-{id(self):x}"
-        self._pipe_locks: dict[int, trio.Lock] = {}
-        # node -> how many of its connections failed (died, or could not be opened): a request
-        # carries the count seen when it was drained and is written only if it is unchanged
-        self._conn_failures: dict[int, int] = {}
-        self._sender_nursery: trio.Nursery | None = None
+        # our own pipelined connection per node, ordered by a turnstile (pipe.py)
+        self._connections = ProduceConnections(self.cluster, f"produce-{id(self):x}")
         self._incomplete = 0
         self._flushing = 0
         self._closing = False

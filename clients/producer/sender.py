@@ -1,10 +1,12 @@
 """The producer's sender: ready batches -> Produce requests per node, answers -> outcomes.
 
 A mixin of `Producer` (producer.py, whose docstring describes the whole): its state
-(accumulator, in-flight counts, pipes, sequences, transaction manager) is set up by
+(accumulator, in-flight counts, sequences, transaction manager) is set up by
 `Producer.__init__`. The sender loop drains ready batches into at most one request per node at
-a time, up to max.in.flight.requests.per.connection outstanding on the node's `ProducePipe`;
-each request's task settles its batches: complete, retry in order, split, or fail.
+a time, up to max.in.flight.requests.per.connection outstanding on the node's `ProducePipe`
+(the connections, turnstiles and failure counts per node are a collaborator,
+`pipe.ProduceConnections`); each request's task settles its batches: complete, retry in order,
+split, or fail.
 """
 
 from __future__ import annotations
@@ -13,9 +15,8 @@ import trio
 
 from clients.producer.accumulator import NO_SEQUENCE, ProducerBatch
 from clients.cluster import TopicPartition
-from clients.connection import ConnectionClosed
-from clients.errors import KafkaConnectionError, KafkaTimeoutError, Retry, classify, error
-from clients.producer.pipe import NotSent, ProducePipe, Turnstile
+from clients.errors import KafkaTimeoutError, Retry, classify, error
+from clients.producer.pipe import NotSent
 from wire.errors import ErrorCode, KafkaError
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import BATCH_HEADER_SIZE
@@ -30,7 +31,7 @@ class Sender:
     async def _sender(self) -> None:
         with self._sender_scope:
             async with trio.open_nursery() as nursery:
-                self._sender_nursery = nursery
+                self._connections.nursery = nursery
                 await self._sender_loop(nursery)
 
     async def _sender_loop(self, nursery: trio.Nursery) -> None:
@@ -66,8 +67,7 @@ class Sender:
             for node, tps in ready.items():
                 if self._inflight.get(node, 0) >= self._max_inflight:
                     continue
-                pipe = self._pipes.get(node)
-                if pipe is not None and pipe.dead is not None and self._inflight.get(node, 0):
+                if self._connections.has_dead_pipe(node) and self._inflight.get(node, 0):
                     # its connection died with requests on it whose failures are not handled
                     # yet: a fresh batch sent now on a new connection could be acknowledged
                     # before an earlier one that the broker did append is resent (callbacks
@@ -84,11 +84,9 @@ class Sender:
                     for b in batches:
                         self._tp_inflight[b.tp] += 1
                     req = self._build_produce(batches)
-                    turns = self._turns.get(node)
-                    if turns is None:
-                        turns = self._turns[node] = Turnstile()
-                    nursery.start_soon(self._send_to, node, batches, req, turns.take(),
-                                       self._conn_failures.get(node, 0))
+                    nursery.start_soon(self._send_to, node, batches, req,
+                                       self._connections.take_turn(node),
+                                       self._connections.failures(node))
                     sent = True
             if sent and self._max_inflight > 1:
                 next_check = now        # look again at once: the pipeline may take more
@@ -260,29 +258,6 @@ class Sender:
         if b.event is not None:
             b.event.set()           # its waiters go on waiting on their half
 
-    async def _pipe_for(self, node: int) -> "ProducePipe":
-        pipe = self._pipes.get(node)
-        if pipe is None or pipe.dead is not None:
-            lock = self._pipe_locks.setdefault(node, trio.Lock())
-            async with lock:
-                pipe = self._pipes.get(node)
-                if pipe is None or pipe.dead is not None:
-                    if pipe is not None:
-                        await self.cluster.drop_connection(node, self._channel)
-                    try:
-                        conn = await self.cluster.connection(node, self._channel)
-                        version = self.cluster.version_for(conn, 0, min_version=3)
-                    except BaseException:
-                        self._connection_failed(node)
-                        raise
-                    pipe = self._pipes[node] = ProducePipe(
-                        conn, version, on_dead=lambda: self._connection_failed(node))
-                    self._sender_nursery.start_soon(pipe.reader)
-        return pipe
-
-    def _connection_failed(self, node: int) -> None:
-        self._conn_failures[node] = self._conn_failures.get(node, 0) + 1
-
     async def _produce_call(self, node: int, req, expect_response: bool = True,
                             ticket: int | None = None, failures: int | None = None):
         """A Produce request on the node's pipelined connection (up to
@@ -294,27 +269,8 @@ class Sender:
         new connection would overtake them (its callbacks first, and without idempotence its
         records first)."""
         timeout_s = self.config["request.timeout.ms"] / 1000 + 5
-        turns = self._turns.get(node) if ticket is not None else None
-        try:
-            if turns is not None:
-                await turns.wait(ticket)
-            try:
-                if failures is not None and self._conn_failures.get(node, 0) != failures:
-                    raise NotSent()
-                pipe = await self._pipe_for(node)
-                if failures is not None and self._conn_failures.get(node, 0) != failures:
-                    raise NotSent()
-                waiter = await pipe.send(req, timeout_s, expect_response)
-            finally:
-                if turns is not None:
-                    turns.done(ticket)
-            if waiter is None:
-                return None
-            return await pipe.receive(waiter, timeout_s)
-        except trio.TooSlowError:
-            raise KafkaTimeoutError(f"Produce to node {node} timed out") from None
-        except (ConnectionClosed, OSError) as exc:
-            raise KafkaConnectionError(f"node {node}: {exc}") from None
+        return await self._connections.call(node, req, timeout_s, expect_response, ticket,
+                                            failures)
 
     def _retry_or_fail(self, b: ProducerBatch, exc: Exception, force: bool = False) -> None:
         action = Retry.RETRY if force else classify(exc)

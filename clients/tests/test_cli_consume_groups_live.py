@@ -92,7 +92,7 @@ def test_consume_command_config_and_properties(capsys, cluster, tmp_path):
     assert rc == 2 and "key=value" in err
     rc, _, err = run(capsys, cluster, "consume", "--topic", TOPIC, "--property",
                      "max.poll.records=lots")
-    assert rc == 1 and "max.poll.records must be an integer" in err
+    assert rc == 1 and "Invalid value lots for configuration max.poll.records: not an integer" in err
 
 
 def test_consume_errors(capsys, cluster):

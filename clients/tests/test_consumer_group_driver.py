@@ -16,7 +16,7 @@ import trio
 from clients.consumer.group.kip848_member import ConsumerGroupMember
 from clients.consumer.group.kip848_state import MemberState
 from clients.errors import KafkaConnectionError
-from clients.consumer.group.classic_member import CommitFailedError
+from clients.consumer.group.coordinator import CommitFailedError
 from partition_server.group.consumer_group import ConsumerGroupCoordinatorState
 from wire.errors import ErrorCode, KafkaError
 from wire.messages.index_generated import RESPONSES
@@ -237,15 +237,17 @@ async def test_static_member_leaves_with_minus_two_and_fatal_errors_raise(nurser
 
 def test_config_group_protocol_and_remote_assignor():
     from clients.consumer import Consumer
+    from clients.config import ConfigError
     from clients.consumer.config import parse_config
     from clients.consumer.group.classic_member import GroupMember
     assert parse_config({}, {})["group.protocol"] == "classic"
     assert parse_config({"group.protocol": "CONSUMER"}, {})["group.protocol"] == "consumer"
-    with pytest.raises(ValueError, match="group.protocol must be classic or consumer"):
+    with pytest.raises(ConfigError, match="Invalid value eager for configuration group.protocol: "
+                                          "must be one of classic, consumer"):
         parse_config({"group.protocol": "eager"}, {})
     with pytest.raises(ValueError, match="needs group.protocol=consumer"):
         parse_config({"group.remote.assignor": "range"}, {})
-    with pytest.raises(ValueError, match="group.remote.assignor must be"):
+    with pytest.raises(ConfigError, match="configuration group.remote.assignor: must be an assignor"):
         parse_config({"group.protocol": "consumer", "group.remote.assignor": ""}, {})
     # the coordinator owns these with KIP-848: setting one is refused, as Kafka's Java client does
     for key, value in (("session.timeout.ms", 10_000), ("heartbeat.interval.ms", 500),

@@ -11,7 +11,8 @@ import pytest
 from clients.consumer.assignors import (Subscription, decode_assignment, encode_assignment,
                                         encode_subscription, get_assignor)
 from clients.consumer.assignors.protocol import Assignment
-from clients.consumer.group.classic_member import CommitFailedError, GroupMember
+from clients.consumer.group.classic_member import GroupMember
+from clients.consumer.group.coordinator import CommitFailedError
 from wire.errors import ErrorCode, KafkaError
 from wire.messages.index_generated import RESPONSES
 

@@ -11,8 +11,8 @@ import logging
 import trio
 
 from clients.consumer.assignors import RebalanceProtocol
-from clients.consumer.config import call_listener
 from clients.consumer.fetcher import TopicPartition
+from clients.consumer.group.listeners import call_listener
 from wire.errors import KafkaError
 
 log = logging.getLogger("raftka.consumer")

@@ -35,7 +35,7 @@ from clients.cluster import Cluster
 from clients.consumer.group.kip848_state import (COORDINATOR_RETRY, ConsumerGroupMemberState,
                                                  HeartbeatFields, MemberState)
 from clients.errors import KafkaConnectionError, KafkaTimeoutError, check
-from clients.consumer.group.classic_member import CoordinatorClient
+from clients.consumer.group.coordinator import CoordinatorClient
 from wire.errors import ErrorCode, KafkaError
 from wire.messages.index_generated import REQUESTS
 
