@@ -277,8 +277,7 @@ class Broker:
                 await trio.sleep(0.1)
 
     def close(self) -> None:
-        for key in list(self.replicas.hosted_keys()):
-            self.replicas.remove_partition(*key, delete=False)
+        self.replicas.close_all()
         self.checkpoint_high_watermarks()
         if not self.replicas.log_dir_failed:
             clean_shutdown.record_clean(self.log_dir, self.client.broker_epoch)

@@ -181,10 +181,25 @@ class ReplicaManager:
             self.led.discard(key)
         return hosted.state.role
 
-    def remove_partition(self, topic: str, partition: int, delete: bool) -> None:
+    def close_all(self) -> None:
+        """Stop hosting everything: close every log, sync the file system once, then mark
+        each log clean (so a restart trusts them without a scan)."""
+        closed = [self.remove_partition(*key, delete=False, sync=False)
+                  for key in list(self.partitions)]
+        os.sync()
+        for plog in closed:
+            if plog is not None:
+                try:
+                    plog.mark_clean()
+                except OSError as exc:
+                    log.warning("marking %s clean: %s", plog.directory, exc)
+
+    def remove_partition(self, topic: str, partition: int, delete: bool, sync: bool = True):
+        """Stop hosting a partition; returns its log when it was closed (not deleted), which
+        `sync=False` leaves for the caller to sync and mark clean."""
         hosted = self.partitions.pop((topic, partition), None)
         if hosted is None:
-            return
+            return None
         for index in (self.led, self.timed_flush, self.compacted, self.isr_candidates):
             index.discard((topic, partition))
         hosted.state.stop_replica()
@@ -199,9 +214,11 @@ class ReplicaManager:
             else:
                 if not hosted.offline:
                     producer_snapshot.maybe_snapshot(hosted, {})
-                hosted.log.close()
+                hosted.log.close(sync=sync)
+                return None if hosted.offline else hosted.log
         except OSError as exc:
             log.warning("closing %s-%d: %s", topic, partition, exc)
+        return None
 
     def hosted_keys(self) -> Iterable[TopicPartition]:
         return list(self.partitions)

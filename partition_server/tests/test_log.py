@@ -215,3 +215,25 @@ def test_mid_segment_corruption_below_recovery_point_is_not_served_silently(tmp_
     again = make(tmp_path)
     assert again.log_end_offset == 4                      # prefix: the first two batches
     assert offsets_in(again.read(0, 1 << 20).read_bytes()) == [0, 1, 2, 3]
+
+
+def test_close_without_sync_marks_clean_only_when_asked(tmp_path):
+    """A stopping broker closes many logs with close(sync=False), syncs the file system once,
+    then marks each clean: the marker comes last, so a log closed but never marked is
+    recovered (scanned) on open, and a marked one is trusted as it is."""
+    from partition_server.log.recovery import CLEAN_SHUTDOWN
+    plog = make(tmp_path, segment_bytes=500)
+    d = tmp_path / "t-0"
+    for i in range(12):
+        plog.append_as_leader(batch(2), 1, T0)
+    plog.close(sync=False)
+    assert not (d / CLEAN_SHUTDOWN).exists()
+    assert (d / "recovery-point").read_text() == "24"
+    plog.mark_clean()
+    assert (d / CLEAN_SHUTDOWN).exists()
+    again = make(tmp_path, segment_bytes=500)
+    assert again.log_end_offset == 24 and not (d / CLEAN_SHUTDOWN).exists()
+    again.close(sync=False)                   # never marked: the next open recovers
+    third = make(tmp_path, segment_bytes=500)
+    assert third.log_end_offset == 24
+    assert offsets_in(third.read(0, 1 << 20).read_bytes())[:2] == [0, 1]
