@@ -24,6 +24,7 @@ CONTROLLER_IDS = (3000, 3001, 3002)
 # KIP-966 needs controllers and brokers to agree on it)
 CONTROLLER_DEFAULTS = ("num.partitions", "default.replication.factor", "min.insync.replicas")
 BROKER_IDS = (0, 1, 2)
+STOP_TIMEOUT_S = 60          # per process at Ctrl-C, before SIGKILL
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,9 @@ def stop_cluster(procs: list[ManagedProcess]) -> None:
         for p in group:
             p.terminate()
         for p in group:
-            p.stop(timeout=15)
+            # a broker with 10,000 replicas needs more than 15 s for its controlled shutdown
+            # and closing its logs; SIGKILL mid-close makes its next start a crash recovery
+            p.stop(timeout=STOP_TIMEOUT_S)
 
 
 def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool,
