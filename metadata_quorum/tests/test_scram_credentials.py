@@ -14,6 +14,7 @@ from common.sasl import (SCRAM_SHA_256, SCRAM_SHA_512, PlainServer,
                          SaslAuthenticationError, ScramClient, ScramServer,
                          salted_password)
 from wire.connection import Request
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
 
@@ -39,7 +40,7 @@ def request(api_key, body, version=0):
 
 
 def upsert(user, mechanism, password, iterations=4096):
-    cls = REQUESTS[51]
+    cls = REQUESTS[ApiKey.ALTER_USER_SCRAM_CREDENTIALS]
     salt = os.urandom(16)
     return cls.ScramCredentialUpsertion(name=user, mechanism=mechanism, iterations=iterations,
                                         salt=salt, salted_password=salted_password(
@@ -47,7 +48,7 @@ def upsert(user, mechanism, password, iterations=4096):
 
 
 def alter(svc, deletions=(), upsertions=()):
-    cls = REQUESTS[51]
+    cls = REQUESTS[ApiKey.ALTER_USER_SCRAM_CREDENTIALS]
     body = cls(deletions=[cls.ScramCredentialDeletion(name=u, mechanism=m) for u, m in deletions],
                upsertions=list(upsertions))
     resp = trio.run(ch.handle_alter_user_scram_credentials, svc, request(51, body))
@@ -82,7 +83,7 @@ def test_alter_describe_and_authenticate():
         pass
     broker = Broker()
     broker.image = image
-    cls = REQUESTS[50]
+    cls = REQUESTS[ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS]
     resp = trio.run(handle_describe_user_scram_credentials, broker, request(50, cls(users=None)))
     assert [(r.user, sorted((c.mechanism, c.iterations) for c in r.credential_infos))
             for r in resp.results] == [("alice", [(1, 4096), (2, 4096)])]

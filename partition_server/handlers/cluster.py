@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from common.topic_configs import TOPIC_CONFIGS, validate_topic_name
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 
 CLUSTER_ID = "raftka"
@@ -19,7 +20,7 @@ SOURCE_DYNAMIC_TOPIC, SOURCE_DYNAMIC_BROKER, SOURCE_STATIC_BROKER, SOURCE_DEFAUL
 
 async def handle_api_versions(broker, req):
     from partition_server.handlers import SUPPORTED
-    cls = RESPONSES[18]
+    cls = RESPONSES[ApiKey.API_VERSIONS]
     return cls(error_code=0, api_keys=[cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
                                        for k, (lo, hi) in sorted(SUPPORTED.items())])
 
@@ -29,7 +30,7 @@ def live_brokers(image):
 
 
 async def handle_metadata(broker, req):
-    cls = RESPONSES[3]
+    cls = RESPONSES[ApiKey.METADATA]
     image = broker.image
     brokers = live_brokers(image)
     requested = req.body.topics
@@ -72,7 +73,7 @@ async def handle_metadata(broker, req):
 
 
 async def handle_describe_cluster(broker, req):
-    cls = RESPONSES[60]
+    cls = RESPONSES[ApiKey.DESCRIBE_CLUSTER]
     brokers = live_brokers(broker.image)
     return cls(error_code=0, cluster_id=CLUSTER_ID,
                controller_id=brokers[0].broker_id if brokers else -1,
@@ -106,7 +107,7 @@ def _broker_entries(broker):
 async def handle_describe_configs(broker, req):
     """Codes: UNKNOWN_TOPIC_OR_PARTITION (no such topic), INVALID_REQUEST (other broker id or
     resource type)."""
-    cls = RESPONSES[32]
+    cls = RESPONSES[ApiKey.DESCRIBE_CONFIGS]
     results = []
     for res in req.body.resources:
         out = cls.DescribeConfigsResult(resource_type=res.resource_type,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from common.clock import steady_ms
 from partition_server.coordinator_append import store_error
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 
 
@@ -23,7 +24,7 @@ def _topic_names(broker) -> dict:
 
 
 async def handle_consumer_group_heartbeat(broker, req):
-    cls = RESPONSES[68]
+    cls = RESPONSES[ApiKey.CONSUMER_GROUP_HEARTBEAT]
     b = req.body
     groups = broker.groups
     err = groups.owns(b.group_id)
@@ -59,7 +60,7 @@ async def handle_consumer_group_heartbeat(broker, req):
 
 
 async def handle_consumer_group_describe(broker, req):
-    cls = RESPONSES[69]
+    cls = RESPONSES[ApiKey.CONSUMER_GROUP_DESCRIBE]
     names = _topic_names(broker)
 
     def assignment(a):

@@ -21,6 +21,7 @@ from partition_server.handlers.fetch_follower import fetch_in_session
 from partition_server.replica_manager import FetchResult, check_leader_epoch
 from partition_server.replication.partition import Role
 from wire.errors import ErrorCode, KafkaError
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 
 
@@ -65,7 +66,7 @@ async def handle_fetch(broker, req):
     else:
         ctx = FetchContext(partitions=_requested(req))
     if ctx.error != ErrorCode.NONE:
-        return RESPONSES[1](error_code=ctx.error, session_id=0, responses=[])
+        return RESPONSES[ApiKey.FETCH](error_code=ctx.error, session_id=0, responses=[])
     if replica_id >= 0 and ctx.session is not None and req.api_version < 13:
         # a follower's session: read only what changed (handlers/fetch_follower.py)
         return await fetch_in_session(broker, req, ctx, replica_id, now,
@@ -122,7 +123,7 @@ def _notify_all_parts(broker, parts) -> None:
 
 
 def _response(req, results, session_id: int):
-    cls = RESPONSES[1]
+    cls = RESPONSES[ApiKey.FETCH]
     read_committed = req.body.isolation_level == 1
     topics: dict = {}
     for (topic_key, partition), r in results:
@@ -156,7 +157,7 @@ def _response(req, results, session_id: int):
 async def handle_list_offsets(broker, req):
     """Earliest (-2), latest (-1), max timestamp (-3), or the first offset at/after a timestamp.
     Codes: NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION."""
-    cls = RESPONSES[2]
+    cls = RESPONSES[ApiKey.LIST_OFFSETS]
     topics = []
     for t in req.body.topics:
         parts = []
@@ -197,7 +198,7 @@ def _lookup(hosted, timestamp, out, version, bound=None) -> None:
 
 
 async def handle_offset_for_leader_epoch(broker, req):
-    cls = RESPONSES[23]
+    cls = RESPONSES[ApiKey.OFFSET_FOR_LEADER_EPOCH]
     topics = []
     for t in req.body.topics:
         parts = []
@@ -218,7 +219,7 @@ async def handle_offset_for_leader_epoch(broker, req):
 async def handle_delete_records(broker, req):
     """Raise the log start offset (offset -1 = the high watermark). Codes: OFFSET_OUT_OF_RANGE
     above the high watermark, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION."""
-    cls = RESPONSES[21]
+    cls = RESPONSES[ApiKey.DELETE_RECORDS]
     topics = []
     for t in req.body.topics:
         parts = []

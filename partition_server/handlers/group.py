@@ -12,6 +12,7 @@ from __future__ import annotations
 from common.clock import steady_ms
 from partition_server.group.state import GroupState
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 
 
@@ -21,7 +22,7 @@ def _now() -> int:
 
 
 async def handle_find_coordinator(broker, req):
-    cls = RESPONSES[10]
+    cls = RESPONSES[ApiKey.FIND_COORDINATOR]
     body = req.body
     keys = list(body.coordinator_keys) if req.api_version >= 4 else [body.key]
     results = []
@@ -40,7 +41,7 @@ async def handle_find_coordinator(broker, req):
 
 
 async def handle_join_group(broker, req):
-    cls = RESPONSES[11]
+    cls = RESPONSES[ApiKey.JOIN_GROUP]
     b = req.body
     err = broker.groups.owns(b.group_id)
     if err == ErrorCode.NONE and broker.groups.is_consumer_group(b.group_id):
@@ -67,7 +68,7 @@ async def handle_join_group(broker, req):
 
 
 async def handle_sync_group(broker, req):
-    cls = RESPONSES[14]
+    cls = RESPONSES[ApiKey.SYNC_GROUP]
     b = req.body
     err = broker.groups.owns(b.group_id)
     if err != ErrorCode.NONE:
@@ -89,7 +90,7 @@ async def handle_sync_group(broker, req):
 
 
 async def handle_heartbeat(broker, req):
-    cls = RESPONSES[12]
+    cls = RESPONSES[ApiKey.HEARTBEAT]
     b = req.body
     err = broker.groups.owns(b.group_id)
     if err != ErrorCode.NONE:
@@ -98,7 +99,7 @@ async def handle_heartbeat(broker, req):
 
 
 async def handle_leave_group(broker, req):
-    cls = RESPONSES[13]
+    cls = RESPONSES[ApiKey.LEAVE_GROUP]
     b = req.body
     err = broker.groups.owns(b.group_id)
     if err != ErrorCode.NONE:
@@ -114,7 +115,7 @@ async def handle_leave_group(broker, req):
 
 
 async def handle_offset_commit(broker, req):
-    cls = RESPONSES[8]
+    cls = RESPONSES[ApiKey.OFFSET_COMMIT]
     b = req.body
     err = broker.groups.owns(b.group_id)
     if err == ErrorCode.NONE:
@@ -164,7 +165,7 @@ def _fetch_group(broker, group_id, topics, require_stable=False):
 
 
 async def handle_offset_fetch(broker, req):
-    cls = RESPONSES[9]
+    cls = RESPONSES[ApiKey.OFFSET_FETCH]
     b = req.body
     if req.api_version < 8:
         topics = None if b.topics is None else [(t.name, list(t.partition_indexes)) for t in b.topics]
@@ -185,7 +186,7 @@ async def handle_offset_fetch(broker, req):
 
 
 async def handle_list_groups(broker, req):
-    cls = RESPONSES[16]
+    cls = RESPONSES[ApiKey.LIST_GROUPS]
     states = set(req.body.states_filter) if req.api_version >= 4 else set()
     out = []
     for gid, g in sorted(broker.groups.state.groups.items()):
@@ -216,7 +217,7 @@ async def handle_list_groups(broker, req):
 
 
 async def handle_describe_groups(broker, req):
-    cls = RESPONSES[15]
+    cls = RESPONSES[ApiKey.DESCRIBE_GROUPS]
     out = []
     for gid in req.body.groups:
         err = broker.groups.owns(gid)
@@ -243,7 +244,7 @@ async def handle_describe_groups(broker, req):
 
 
 async def handle_delete_groups(broker, req):
-    cls = RESPONSES[42]
+    cls = RESPONSES[ApiKey.DELETE_GROUPS]
     results = []
     for gid in req.body.groups_names:
         err = broker.groups.owns(gid)
@@ -254,7 +255,7 @@ async def handle_delete_groups(broker, req):
 
 
 async def handle_offset_delete(broker, req):
-    cls = RESPONSES[47]
+    cls = RESPONSES[ApiKey.OFFSET_DELETE]
     b = req.body
     parts = [(t.name, p.partition_index) for t in b.topics for p in t.partitions]
     err = broker.groups.owns(b.group_id)

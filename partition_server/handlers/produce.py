@@ -22,6 +22,7 @@ from common.pipeline import first_stage_done
 from partition_server.replica_manager import ProduceResult
 from partition_server.txn.verify import verify_produce
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 
 
@@ -68,7 +69,7 @@ async def handle_produce(broker, req):
                 results[k].error = outcome
     if acks == 0:
         return None
-    cls = RESPONSES[0]
+    cls = RESPONSES[ApiKey.PRODUCE]
     topics: dict[str, list] = {}
     for (topic, partition), r in results.items():
         ok = r.error == ErrorCode.NONE

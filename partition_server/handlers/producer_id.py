@@ -13,6 +13,7 @@ import trio
 
 from partition_server.controller_client import ControllerUnavailable
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS, RESPONSES
 
 
@@ -25,7 +26,7 @@ class ProducerIdBlock:
     async def allocate(self, broker) -> int | None:
         async with self.lock:
             if self.next_id >= self.end:
-                cls = REQUESTS[67]
+                cls = REQUESTS[ApiKey.ALLOCATE_PRODUCER_IDS]
                 try:
                     resp = await broker.client.call_active(
                         cls(broker_id=broker.broker_id, broker_epoch=broker.client.broker_epoch),
@@ -42,7 +43,7 @@ class ProducerIdBlock:
 
 
 async def handle_init_producer_id(broker, req):
-    cls = RESPONSES[22]
+    cls = RESPONSES[ApiKey.INIT_PRODUCER_ID]
     if req.body.transactional_id is not None:
         return cls(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1)
     pid = await broker.producer_ids.allocate(broker)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from metadata_quorum.controller.acl_control import AclFilter, describe_acls
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 
 
 async def handle_describe_acls(broker, req):
-    cls = RESPONSES[29]
+    cls = RESPONSES[ApiKey.DESCRIBE_ACLS]
     b = req.body
     if b.resource_type_filter < 1 or b.pattern_type_filter < 1 or b.operation < 1 \
             or b.permission_type < 1:
@@ -34,7 +35,7 @@ async def handle_describe_acls(broker, req):
 
 
 async def handle_describe_user_scram_credentials(broker, req):
-    cls = RESPONSES[50]
+    cls = RESPONSES[ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS]
     creds: dict[str, list] = {}
     for (user, mechanism), rec in sorted(broker.image.scram.items()):
         creds.setdefault(user, []).append(cls.CredentialInfo(mechanism=mechanism,

@@ -25,6 +25,7 @@ from partition_server.txn.markers import append_marker_locally
 from partition_server.txn.verify import RETRIABLE as VERIFY_RETRIABLE, verify
 from partition_server.txn.state import TxnState
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 
 
@@ -32,7 +33,7 @@ async def handle_find_coordinator(broker, req):
     body = req.body
     if body.key_type == 0:
         return await group.handle_find_coordinator(broker, req)
-    cls = RESPONSES[10]
+    cls = RESPONSES[ApiKey.FIND_COORDINATOR]
     if body.key_type != 1:
         err = ErrorCode.INVALID_REQUEST
         if req.api_version >= 4:
@@ -53,7 +54,7 @@ async def handle_init_producer_id(broker, req):
     b = req.body
     if b.transactional_id is None:
         return await producer_id.handle_init_producer_id(broker, req)
-    cls = RESPONSES[22]
+    cls = RESPONSES[ApiKey.INIT_PRODUCER_ID]
     expected_pid = b.producer_id if req.api_version >= 3 else -1
     expected_epoch = b.producer_epoch if req.api_version >= 3 else -1
     err, pid, epoch = await broker.txn.init_producer_id(b.transactional_id, b.transaction_timeout_ms,
@@ -83,7 +84,7 @@ async def _add_one(broker, tid, pid, epoch, topics, verify_only: bool, version: 
 
 
 async def handle_add_partitions_to_txn(broker, req):
-    cls = RESPONSES[24]
+    cls = RESPONSES[ApiKey.ADD_PARTITIONS_TO_TXN]
     b = req.body
 
     def topic_results(errors: dict):
@@ -109,7 +110,7 @@ async def handle_add_partitions_to_txn(broker, req):
 
 
 async def handle_add_offsets_to_txn(broker, req):
-    cls = RESPONSES[25]
+    cls = RESPONSES[ApiKey.ADD_OFFSETS_TO_TXN]
     b = req.body
     if OFFSETS_TOPIC not in broker.image.topics:
         await broker.groups.find(b.group_id)          # creates it
@@ -120,7 +121,7 @@ async def handle_add_offsets_to_txn(broker, req):
 
 
 async def handle_txn_offset_commit(broker, req):
-    cls = RESPONSES[28]
+    cls = RESPONSES[ApiKey.TXN_OFFSET_COMMIT]
     b = req.body
     err = broker.groups.owns(b.group_id)
     if err == ErrorCode.NONE and req.api_version >= 3 and b.generation_id >= 0:
@@ -151,7 +152,7 @@ async def handle_txn_offset_commit(broker, req):
 
 
 async def handle_end_txn(broker, req):
-    cls = RESPONSES[26]
+    cls = RESPONSES[ApiKey.END_TXN]
     b = req.body
     # v5 (KIP-890 part 2): the coordinator bumps the epoch and answers with the one to use next
     err, pid, epoch = await broker.txn.end_txn(b.transactional_id, b.producer_id,
@@ -162,7 +163,7 @@ async def handle_end_txn(broker, req):
 
 
 async def handle_write_txn_markers(broker, req):
-    cls = RESPONSES[27]
+    cls = RESPONSES[ApiKey.WRITE_TXN_MARKERS]
     results: dict = {}
 
     async def one(i, m, topic, p):
@@ -187,7 +188,7 @@ async def handle_write_txn_markers(broker, req):
 
 
 async def handle_describe_transactions(broker, req):
-    cls = RESPONSES[65]
+    cls = RESPONSES[ApiKey.DESCRIBE_TRANSACTIONS]
     out = []
     for tid in req.body.transactional_ids:
         err = broker.txn.owns(tid)
@@ -212,7 +213,7 @@ async def handle_describe_transactions(broker, req):
 
 
 async def handle_list_transactions(broker, req):
-    cls = RESPONSES[66]
+    cls = RESPONSES[ApiKey.LIST_TRANSACTIONS]
     b = req.body
     known = {s.value for s in TxnState}
     states = set(b.state_filters or ())
@@ -240,7 +241,7 @@ async def handle_describe_producers(broker, req):
     hanging transaction (then WriteTxnMarkers(abort) to the leader).
     Codes per partition: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER."""
     from partition_server.replication.partition import Role
-    cls = RESPONSES[61]
+    cls = RESPONSES[ApiKey.DESCRIBE_PRODUCERS]
     topics = []
     for t in req.body.topics:
         parts = []

@@ -21,6 +21,7 @@ import trio
 from common.connection import ConnectionClosed
 from partition_server.replication.partition import Role
 from wire.errors import DecodeError, ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import RecordBatchHeader
 
@@ -93,7 +94,7 @@ async def verify(broker, tid: str, pid: int, epoch: int, tps: list) -> dict:
         if "__transaction_state" in broker.image.topics else None
     if p is None or p.leader < 0 or p.leader == broker.broker_id:
         return {tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in tps}
-    cls = REQUESTS[24]
+    cls = REQUESTS[ApiKey.ADD_PARTITIONS_TO_TXN]
     topics: dict[str, list[int]] = {}
     for t, part in tps:
         topics.setdefault(t, []).append(part)
