@@ -263,7 +263,7 @@ class AdminClient:
         req = ca(creations=[ca.AclCreation(
             resource_type=int(b.resource_type), resource_name=b.resource_name,
             resource_pattern_type=int(b.pattern_type), principal=b.principal, host=b.host,
-            operation=int(b.operation), permission_type=int(b.permission)) for b in bindings])
+            operation=int(b.operation), permission_type=int(b.permission_type)) for b in bindings])
         resp = await self._retrying(lambda: self.cluster.call_controller(req, min_version=1))
         return [_err(r.error_code, r.error_message) for r in resp.results]
 
@@ -271,7 +271,7 @@ class AdminClient:
         da = REQUESTS[ApiKey.DESCRIBE_ACLS]
         req = da(resource_type_filter=int(f.resource_type), resource_name_filter=f.resource_name,
                  pattern_type_filter=int(f.pattern_type), principal_filter=f.principal,
-                 host_filter=f.host, operation=int(f.operation), permission_type=int(f.permission))
+                 host_filter=f.host, operation=int(f.operation), permission_type=int(f.permission_type))
         resp = await self._retrying(lambda: self.cluster.call_any(req, min_version=1))
         check(resp.error_code, resp.error_message, "describe ACLs")
         return [AclBinding(ResourceType(r.resource_type), r.resource_name,
@@ -285,7 +285,7 @@ class AdminClient:
         req = dl(filters=[dl.DeleteAclsFilter(
             resource_type_filter=int(f.resource_type), resource_name_filter=f.resource_name,
             pattern_type_filter=int(f.pattern_type), principal_filter=f.principal,
-            host_filter=f.host, operation=int(f.operation), permission_type=int(f.permission))
+            host_filter=f.host, operation=int(f.operation), permission_type=int(f.permission_type))
             for f in filters])
         resp = await self._retrying(lambda: self.cluster.call_controller(req, min_version=1))
         out: list = []
