@@ -7,6 +7,7 @@ import logging
 
 from partition_server.handlers import (admin, client_quotas, cluster, consumer_group, fetch, group,
                                        produce, producer_id, security, txn)
+from partition_server.handlers.context import HandlerContext
 from wire.messages.api_keys import ApiKey
 
 log = logging.getLogger(__name__)
@@ -109,18 +110,18 @@ HANDLERS = {
 assert set(HANDLERS) == set(SUPPORTED)
 
 
-async def dispatch(broker, ctx, request):
+async def dispatch(hctx: HandlerContext, ctx, request):
     # client quotas (handlers/client_quotas.py) meter and throttle around authorization + handler
-    return await client_quotas.enforce(broker, ctx, request,
-                                       lambda req: _authorized(broker, ctx, req))
+    return await client_quotas.enforce(hctx, ctx, request,
+                                       lambda req: _authorized(hctx, ctx, req))
 
 
-async def _authorized(broker, ctx, request):
+async def _authorized(hctx: HandlerContext, ctx, request):
     handler = HANDLERS[request.api_key]
-    if getattr(broker, "authorizer", None) is None:
-        return await handler(broker, request)
+    if getattr(hctx, "authorizer", None) is None:
+        return await handler(hctx, request)
     # ACLs (partition_server/security/enforce.py): one rule per API, checked here so the
     # handlers stay unaware of principals
     from partition_server.security.enforce import authorize_and_call
-    return await authorize_and_call(broker.authorizer, ctx, request,
-                                    lambda req: handler(broker, req))
+    return await authorize_and_call(hctx.authorizer, ctx, request,
+                                    lambda req: handler(hctx, req))

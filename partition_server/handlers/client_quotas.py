@@ -34,6 +34,7 @@ import time
 import trio
 
 from partition_server.controller_client import ControllerUnavailable
+from partition_server.handlers.context import HandlerContext
 from partition_server.quotas import (CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE,
                                      QuotaManager, WindowConfig)
 from wire.errors import ErrorCode
@@ -41,7 +42,8 @@ from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 
 PRODUCE, FETCH = ApiKey.PRODUCE, ApiKey.FETCH
-DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = ApiKey.DESCRIBE_CLIENT_QUOTAS, ApiKey.ALTER_CLIENT_QUOTAS
+DESCRIBE_CLIENT_QUOTAS = ApiKey.DESCRIBE_CLIENT_QUOTAS
+ALTER_CLIENT_QUOTAS = ApiKey.ALTER_CLIENT_QUOTAS
 # the first version whose client throttles itself on throttle_time_ms (KIP-219), per API
 # (APIs added after KIP-219, key 43 on, throttle themselves at every version)
 KIP_219_VERSIONS = {
@@ -62,14 +64,14 @@ REQUEST_TIME_EXEMPT = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_A
                        ApiKey.WRITE_TXN_MARKERS}
 
 
-def manager(broker) -> QuotaManager:
-    qm = getattr(broker, "client_quotas", None)
+def manager(hctx: HandlerContext) -> QuotaManager:
+    qm = getattr(hctx, "client_quotas", None)
     if qm is None:
-        cfg = broker.config.values.get
+        cfg = hctx.config.values.get
         num = cfg("quota.window.num") or 11
         size_s = cfg("quota.window.size.seconds") or 1
-        qm = broker.client_quotas = QuotaManager(WindowConfig(int(num), int(size_s) * 1000))
-    qm.update(broker.image.quotas)
+        qm = hctx.client_quotas = QuotaManager(WindowConfig(int(num), int(size_s) * 1000))
+    qm.update(hctx.image.quotas)
     return qm
 
 
@@ -143,9 +145,9 @@ def _empty_fetch(resp) -> None:
             p.aborted_transactions = None if p.aborted_transactions is None else []
 
 
-async def enforce(broker, ctx, request, call):
+async def enforce(hctx: HandlerContext, ctx, request, call):
     """Run `call(request)` under the client's quotas; sets throttle_time_ms and the mute."""
-    qm = manager(broker)
+    qm = manager(hctx)
     if not qm.quotas:
         return await call(request)
     principal, client_id = ctx.principal, request.client_id
@@ -222,11 +224,11 @@ def metric_families(broker, labels) -> list:
 
 # -- DescribeClientQuotas / AlterClientQuotas ----------------------------------------------------
 
-async def handle_describe_client_quotas(broker, req):
+async def handle_describe_client_quotas(hctx: HandlerContext, req):
     from metadata_quorum.controller.quota_control import describe_client_quotas
     cls = RESPONSES[DESCRIBE_CLIENT_QUOTAS]
     components = [(c.entity_type, c.match_type, c.match) for c in req.body.components]
-    code, message, entries = describe_client_quotas(broker.image, components, req.body.strict)
+    code, message, entries = describe_client_quotas(hctx.image, components, req.body.strict)
     if code != ErrorCode.NONE:
         return cls(error_code=code, error_message=message, entries=None)
     return cls(error_code=0, entries=[cls.EntryData(
@@ -255,18 +257,18 @@ def _first_error(resp) -> int:
     return next((x.error_code for x in resp.entries), 0)
 
 
-async def handle_alter_client_quotas(broker, req):
+async def handle_alter_client_quotas(hctx: HandlerContext, req):
     try:
-        resp = await broker.client.call_active(req.body, timeout_s=15, version=req.api_version,
+        resp = await hctx.client.call_active(req.body, timeout_s=15, version=req.api_version,
                                                error_of=_first_error)
     except ControllerUnavailable:
         return _alter_response(req.body, ErrorCode.REQUEST_TIMED_OUT)
     if not req.body.validate_only:
-        await _await_image(broker, req.body, resp)
+        await _await_image(hctx, req.body, resp)
     return resp
 
 
-async def _await_image(broker, body, resp, timeout_s: float = 5.0) -> None:
+async def _await_image(hctx: HandlerContext, body, resp, timeout_s: float = 5.0) -> None:
     from partition_server.quotas import canonical
     wanted = []
     for x, result in zip(body.entries, resp.entries):
@@ -275,7 +277,7 @@ async def _await_image(broker, body, resp, timeout_s: float = 5.0) -> None:
             wanted += [(ent, o.key, None if o.remove else float(o.value)) for o in x.ops]
 
     def visible() -> bool:
-        return all(broker.image.quotas.get(ent, {}).get(key) == value for ent, key, value in wanted)
+        return all(hctx.image.quotas.get(ent, {}).get(key) == value for ent, key, value in wanted)
     with trio.move_on_after(timeout_s):
         while not visible():
-            await broker.client.image_changed.wait()
+            await hctx.client.image_changed.wait()
