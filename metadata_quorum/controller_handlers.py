@@ -75,8 +75,8 @@ async def handle_broker_registration(svc, req):
         b.broker_id, str(b.incarnation_id), host, port, b.rack or None, now, listeners,
         previous))
     if err:
-        return _resp(62, error_code=err, broker_epoch=-1)
-    return _resp(62, error_code=result.error, broker_epoch=result.broker_epoch)
+        return _resp(ApiKey.BROKER_REGISTRATION, error_code=err, broker_epoch=-1)
+    return _resp(ApiKey.BROKER_REGISTRATION, error_code=result.error, broker_epoch=result.broker_epoch)
 
 
 async def handle_broker_heartbeat(svc, req):
@@ -84,8 +84,8 @@ async def handle_broker_heartbeat(svc, req):
     result, err = await _mutate(svc, lambda now: svc.controller.broker_heartbeat(
         b.broker_id, b.broker_epoch, b.current_metadata_offset, b.want_fence, b.want_shut_down, now))
     if err:
-        return _resp(63, error_code=err, is_fenced=True)
-    return _resp(63, error_code=result.error, is_caught_up=result.is_caught_up,
+        return _resp(ApiKey.BROKER_HEARTBEAT, error_code=err, is_fenced=True)
+    return _resp(ApiKey.BROKER_HEARTBEAT, error_code=result.error, is_caught_up=result.is_caught_up,
                  is_fenced=result.is_fenced, should_shut_down=result.should_shut_down)
 
 
@@ -293,9 +293,10 @@ async def handle_allocate_producer_ids(svc, req):
     res, err = await _mutate(svc, lambda now: svc.controller.allocate_producer_ids(
         req.body.broker_id, req.body.broker_epoch))
     if err:
-        return _resp(67, error_code=err)
+        return _resp(ApiKey.ALLOCATE_PRODUCER_IDS, error_code=err)
     code, start, length = res
-    return _resp(67, error_code=code, producer_id_start=start, producer_id_len=length)
+    return _resp(ApiKey.ALLOCATE_PRODUCER_IDS, error_code=code, producer_id_start=start,
+                 producer_id_len=length)
 
 
 async def handle_describe_quorum(svc, req):

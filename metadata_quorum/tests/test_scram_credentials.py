@@ -51,7 +51,7 @@ def alter(svc, deletions=(), upsertions=()):
     cls = REQUESTS[ApiKey.ALTER_USER_SCRAM_CREDENTIALS]
     body = cls(deletions=[cls.ScramCredentialDeletion(name=u, mechanism=m) for u, m in deletions],
                upsertions=list(upsertions))
-    resp = trio.run(ch.handle_alter_user_scram_credentials, svc, request(51, body))
+    resp = trio.run(ch.handle_alter_user_scram_credentials, svc, request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, body))
     return {r.user: r.error_code for r in resp.results}
 
 
@@ -84,10 +84,10 @@ def test_alter_describe_and_authenticate():
     broker = Broker()
     broker.image = image
     cls = REQUESTS[ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS]
-    resp = trio.run(handle_describe_user_scram_credentials, broker, request(50, cls(users=None)))
+    resp = trio.run(handle_describe_user_scram_credentials, broker, request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, cls(users=None)))
     assert [(r.user, sorted((c.mechanism, c.iterations) for c in r.credential_infos))
             for r in resp.results] == [("alice", [(1, 4096), (2, 4096)])]
-    resp = trio.run(handle_describe_user_scram_credentials, broker, request(50, cls(
+    resp = trio.run(handle_describe_user_scram_credentials, broker, request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, cls(
         users=[cls.UserName(name="nobody"), cls.UserName(name="alice"), cls.UserName(name="alice")])))
     assert {r.user: r.error_code for r in resp.results} == {"nobody": 91, "alice": 92}
 

@@ -87,7 +87,7 @@ async def auto_create(hctx: HandlerContext, names: list[str]) -> None:
                       for n in names], timeout_ms=10000)
     try:
         resp = await hctx.client.call_active(req, timeout_s=10, version=7,
-                                               error_of=lambda r: _first_error(19, r))
+                                               error_of=lambda r: _first_error(ApiKey.CREATE_TOPICS, r))
     except ControllerUnavailable:
         return
-    await _await_metadata(hctx, 19, req, resp)
+    await _await_metadata(hctx, ApiKey.CREATE_TOPICS, req, resp)

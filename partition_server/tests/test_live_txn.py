@@ -272,7 +272,7 @@ class RawTxnProducer:
 
     async def produce(self, seq, epoch=None, value=b"v"):
         from wire.records.batch import build_batch
-        pr = self.R[0]
+        pr = self.R[ApiKey.PRODUCE]
         batch = build_batch([(b"k", value, [], None)], producer_id=self.pid,
                             producer_epoch=self.epoch if epoch is None else epoch,
                             base_sequence=seq, is_transactional=True)
@@ -284,7 +284,7 @@ class RawTxnProducer:
         return r.responses[0].partition_responses[0].error_code
 
     async def add_partition(self):
-        ap = self.R[24]
+        ap = self.R[ApiKey.ADD_PARTITIONS_TO_TXN]
         added = await self.coord.request(ap(
             v3_and_below_transactional_id=self.tid, v3_and_below_producer_id=self.pid,
             v3_and_below_producer_epoch=self.epoch, v3_and_below_topics=[
@@ -292,13 +292,13 @@ class RawTxnProducer:
         return added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
 
     async def end(self, commit, version=3, epoch=None):
-        return await self.coord.request(self.R[26](
+        return await self.coord.request(self.R[ApiKey.END_TXN](
             transactional_id=self.tid, producer_id=self.pid,
             producer_epoch=self.epoch if epoch is None else epoch, committed=commit), version)
 
     async def offsets(self, isolation):
         """(last stable or high watermark per isolation level, log end offset)."""
-        lo = self.R[2]
+        lo = self.R[ApiKey.LIST_OFFSETS]
         r = await self.leader.request(lo(replica_id=-1, isolation_level=isolation, topics=[
             lo.ListOffsetsTopic(name=self.topic, partitions=[
                 lo.ListOffsetsPartition(partition_index=0, timestamp=-1)])]), 5)
