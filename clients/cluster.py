@@ -34,11 +34,12 @@ from common.security import PLAINTEXT, ClientSecurity
 from clients.errors import (KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable, Retry,
                             UnknownTopicError, check, classify)
 from wire.errors import ErrorCode, KafkaError
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
 # Highest versions we ask for, per api key, where the newest schema changes meaning in a way this
 # client does not implement (Produce v12+/Fetch v13+ name topics by id, Metadata we read by name).
-MAX_VERSIONS: dict[int, int] = {0: 11, 1: 12, 3: 12}
+MAX_VERSIONS: dict[int, int] = {ApiKey.PRODUCE: 11, ApiKey.FETCH: 12, ApiKey.METADATA: 12}
 
 COORDINATOR_GROUP = 0
 COORDINATOR_TRANSACTION = 1
@@ -219,7 +220,7 @@ class Cluster:
         return self.metadata
 
     async def _metadata_request(self, names: list[str] | None):
-        md = REQUESTS[3]
+        md = REQUESTS[ApiKey.METADATA]
         msg = md(topics=None if names is None else [md.MetadataRequestTopic(name=n) for n in names],
                  allow_auto_topic_creation=False)
         last: Exception | None = None
@@ -240,7 +241,7 @@ class Cluster:
                     if self._bootstrap_conn is not None:
                         await self._bootstrap_conn.aclose()
                     self._bootstrap_conn = conn
-                version = conn.version_for(3, (0, MAX_VERSIONS[3]))
+                version = conn.version_for(ApiKey.METADATA, (0, MAX_VERSIONS[ApiKey.METADATA]))
                 return await conn.request(msg, version, timeout_s=self.request_timeout_s)
             except (ConnectionClosed, OSError, trio.TooSlowError, KafkaConnectionError) as exc:
                 last = exc
@@ -425,7 +426,7 @@ class Cluster:
         cached = self._coordinators.get((key_type, key))
         if cached is not None and cached in self.metadata.brokers:
             return cached
-        fc = REQUESTS[10]
+        fc = REQUESTS[ApiKey.FIND_COORDINATOR]
         deadline = trio.current_time() + timeout_s
         while True:
             def build(v, key=key):

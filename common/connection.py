@@ -16,6 +16,7 @@ import trio
 from common.security import PLAINTEXT, AuthenticationError, ClientSecurity, authenticate
 from wire.connection import ClientConnection
 from wire.messages import api_keys
+from wire.messages.api_keys import ApiKey
 
 RECV_BYTES = 256 * 1024
 
@@ -43,7 +44,7 @@ class BrokerConnection:
                 await self._secure()
             except OSError as exc:
                 raise ConnectionClosed(f"cannot reach {self.host}:{self.port}: {exc}") from None
-        req_cls = api_keys.request_class(18)
+        req_cls = api_keys.request_class(ApiKey.API_VERSIONS)
         resp = await self.request(req_cls(client_software_name="raftka",
                                           client_software_version="0.1"), version=3)
         self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}

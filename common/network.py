@@ -51,6 +51,7 @@ from common.tls import peer_principal
 from wire import framing
 from wire.connection import ServerConnection, UnsupportedRequest, unsupported_api_versions_response
 from wire.errors import DecodeError, ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,8 @@ log = logging.getLogger(__name__)
 RECV_BYTES = 256 * 1024
 SENDFILE_TLS_SLICE = 256 * 1024
 SMALL_FILE_RANGE = 64 * 1024         # a file range up to this is copied into the write around it
-PRODUCE, API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 0, 18, 17, 36
+PRODUCE, API_VERSIONS = ApiKey.PRODUCE, ApiKey.API_VERSIONS
+SASL_HANDSHAKE, SASL_AUTHENTICATE = ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE
 SASL_APIS = {SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2)}
 
 # handler(conn_ctx, request) -> response message, a list of wire chunks, or None (no response)

@@ -20,6 +20,7 @@ import os
 import random
 import sys
 import time
+from wire.messages.api_keys import ApiKey
 
 
 def build_query(spark, bootstrap: str, source: str, sink: str, checkpoint: str, once: bool):
@@ -58,7 +59,7 @@ def create_topics(bootstrap: str, names: list[str], partitions: int = 3) -> None
     from spark_connector import kafka_io
     from wire.messages.index_generated import REQUESTS
     client = kafka_io.get_client(kafka_io.ClientConfig(bootstrap, client_id="example-admin"))
-    ct = REQUESTS[19]
+    ct = REQUESTS[ApiKey.CREATE_TOPICS]
     sock = client._any_socket()
     resp = sock.request(ct(topics=[ct.CreatableTopic(name=n, num_partitions=partitions,
                                                      replication_factor=-1, configs=[])

@@ -12,6 +12,7 @@ import trio
 
 from metadata_quorum.records import encode_record  # noqa: F401  (re-exported for tests)
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS, RESPONSES
 from wire.records.batch import Record, build_batch
 
@@ -19,25 +20,25 @@ METADATA_TOPIC = "__cluster_metadata"
 MAX_FETCH_RECORDS = 5000
 
 # What this listener implements (advertised in ApiVersions).
-SUPPORTED = {
-    1: (12, 12),     # Fetch: the metadata stream
-    18: (0, 3),      # ApiVersions
-    19: (2, 7),      # CreateTopics
-    20: (1, 6),      # DeleteTopics
-    30: (1, 3),      # CreateAcls
-    31: (1, 3),      # DeleteAcls
-    33: (0, 2),      # AlterConfigs
-    37: (0, 3),      # CreatePartitions
-    43: (0, 2),      # ElectLeaders
-    44: (0, 1),      # IncrementalAlterConfigs
-    55: (0, 2),      # DescribeQuorum
-    56: (0, 3),      # AlterPartition
-    59: (0, 1),      # FetchSnapshot
-    62: (0, 4),      # BrokerRegistration
-    63: (0, 1),      # BrokerHeartbeat
-    67: (0, 0),      # AllocateProducerIds
-    51: (0, 0),      # AlterUserScramCredentials (forwarded by brokers)
-    49: (0, 1),      # AlterClientQuotas (forwarded by brokers)
+SUPPORTED: dict[int, tuple[int, int]] = {
+    ApiKey.FETCH: (12, 12),                   # the metadata stream
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.CREATE_ACLS: (1, 3),
+    ApiKey.DELETE_ACLS: (1, 3),
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.ELECT_LEADERS: (0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.DESCRIBE_QUORUM: (0, 2),
+    ApiKey.ALTER_PARTITION: (0, 3),
+    ApiKey.FETCH_SNAPSHOT: (0, 1),
+    ApiKey.BROKER_REGISTRATION: (0, 4),
+    ApiKey.BROKER_HEARTBEAT: (0, 1),
+    ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),  # forwarded by brokers
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),       # forwarded by brokers
 }
 
 
@@ -57,7 +58,7 @@ async def _mutate(svc, command):
 
 
 async def handle_api_versions(svc, req):
-    cls = RESPONSES[18]
+    cls = RESPONSES[ApiKey.API_VERSIONS]
     return cls(error_code=0, api_keys=[cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
                                        for k, (lo, hi) in sorted(SUPPORTED.items())])
 
@@ -74,8 +75,8 @@ async def handle_broker_registration(svc, req):
         b.broker_id, str(b.incarnation_id), host, port, b.rack or None, now, listeners,
         previous))
     if err:
-        return _resp(62, error_code=err, broker_epoch=-1)
-    return _resp(62, error_code=result.error, broker_epoch=result.broker_epoch)
+        return _resp(ApiKey.BROKER_REGISTRATION, error_code=err, broker_epoch=-1)
+    return _resp(ApiKey.BROKER_REGISTRATION, error_code=result.error, broker_epoch=result.broker_epoch)
 
 
 async def handle_broker_heartbeat(svc, req):
@@ -83,13 +84,13 @@ async def handle_broker_heartbeat(svc, req):
     result, err = await _mutate(svc, lambda now: svc.controller.broker_heartbeat(
         b.broker_id, b.broker_epoch, b.current_metadata_offset, b.want_fence, b.want_shut_down, now))
     if err:
-        return _resp(63, error_code=err, is_fenced=True)
-    return _resp(63, error_code=result.error, is_caught_up=result.is_caught_up,
+        return _resp(ApiKey.BROKER_HEARTBEAT, error_code=err, is_fenced=True)
+    return _resp(ApiKey.BROKER_HEARTBEAT, error_code=result.error, is_caught_up=result.is_caught_up,
                  is_fenced=result.is_fenced, should_shut_down=result.should_shut_down)
 
 
 async def handle_create_topics(svc, req):
-    cls = RESPONSES[19]
+    cls = RESPONSES[ApiKey.CREATE_TOPICS]
     topics = []
     for t in req.body.topics:
         assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
@@ -112,7 +113,7 @@ async def handle_create_topics(svc, req):
 
 
 async def handle_delete_topics(svc, req):
-    cls = RESPONSES[20]
+    cls = RESPONSES[ApiKey.DELETE_TOPICS]
     names = list(req.body.topic_names)
     ids = []
     for t in req.body.topics:
@@ -130,7 +131,7 @@ async def handle_delete_topics(svc, req):
 
 
 async def handle_create_partitions(svc, req):
-    cls = RESPONSES[37]
+    cls = RESPONSES[ApiKey.CREATE_PARTITIONS]
     reqs = [(t.name, t.count, [list(a.broker_ids) for a in t.assignments] if t.assignments else None)
             for t in req.body.topics]
     results, err = await _mutate(svc, lambda now: svc.controller.create_partitions(
@@ -142,7 +143,7 @@ async def handle_create_partitions(svc, req):
 
 
 async def handle_incremental_alter_configs(svc, req):
-    cls = RESPONSES[44]
+    cls = RESPONSES[ApiKey.INCREMENTAL_ALTER_CONFIGS]
     resources = [(r.resource_type, r.resource_name,
                   [(c.name, c.config_operation, c.value) for c in r.configs])
                  for r in req.body.resources]
@@ -157,7 +158,7 @@ async def handle_incremental_alter_configs(svc, req):
 
 
 async def handle_alter_configs(svc, req):
-    cls = RESPONSES[33]
+    cls = RESPONSES[ApiKey.ALTER_CONFIGS]
     resources = [(r.resource_type, r.resource_name, {c.name: c.value for c in r.configs})
                  for r in req.body.resources]
     results, err = await _mutate(svc, lambda now: svc.controller.alter_configs(
@@ -171,7 +172,7 @@ async def handle_alter_configs(svc, req):
 
 
 async def handle_alter_partition(svc, req):
-    cls = RESPONSES[56]
+    cls = RESPONSES[ApiKey.ALTER_PARTITION]
     b = req.body
     v = req.api_version
     items = []
@@ -213,7 +214,7 @@ async def handle_alter_partition(svc, req):
 
 
 async def handle_elect_leaders(svc, req):
-    cls = RESPONSES[43]
+    cls = RESPONSES[ApiKey.ELECT_LEADERS]
     parts = [(t.topic, p) for t in (req.body.topic_partitions or []) for p in t.partitions]
     results, err = await _mutate(svc, lambda now: svc.controller.elect_leaders(
         req.body.election_type, parts))
@@ -227,7 +228,7 @@ async def handle_elect_leaders(svc, req):
 
 async def handle_create_acls(svc, req):
     from metadata_quorum.controller.acl_control import AclBinding
-    cls = RESPONSES[30]
+    cls = RESPONSES[ApiKey.CREATE_ACLS]
     bindings = [AclBinding(c.resource_type, c.resource_name, c.resource_pattern_type, c.principal,
                            c.host, c.operation, c.permission_type) for c in req.body.creations]
     results, err = await _mutate(svc, lambda now: svc.controller.create_acls(bindings))
@@ -239,7 +240,7 @@ async def handle_create_acls(svc, req):
 
 async def handle_delete_acls(svc, req):
     from metadata_quorum.controller.acl_control import AclFilter
-    cls = RESPONSES[31]
+    cls = RESPONSES[ApiKey.DELETE_ACLS]
     filters = [AclFilter(f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter,
                          f.principal_filter, f.host_filter, f.operation, f.permission_type)
                for f in req.body.filters]
@@ -257,7 +258,7 @@ async def handle_delete_acls(svc, req):
 async def handle_alter_user_scram_credentials(svc, req):
     """Only salted keys reach the log (feature_control turns salted passwords into keys)."""
     from metadata_quorum.controller.feature_control import ScramUpsertion
-    cls = RESPONSES[51]
+    cls = RESPONSES[ApiKey.ALTER_USER_SCRAM_CREDENTIALS]
     b = req.body
     deletions = [(d.name, d.mechanism) for d in b.deletions]
     upsertions = [ScramUpsertion(u.name, u.mechanism, u.iterations, bytes(u.salt),
@@ -274,7 +275,7 @@ async def handle_alter_user_scram_credentials(svc, req):
 
 async def handle_alter_client_quotas(svc, req):
     """KIP-546; validation and records in controller/quota_control.py."""
-    cls = RESPONSES[49]
+    cls = RESPONSES[ApiKey.ALTER_CLIENT_QUOTAS]
     entries = [(tuple((e.entity_type, e.entity_name) for e in x.entity),
                 [(o.key, o.value, o.remove) for o in x.ops]) for x in req.body.entries]
     results, err = await _mutate(svc, lambda now: svc.controller.alter_client_quotas(
@@ -292,13 +293,14 @@ async def handle_allocate_producer_ids(svc, req):
     res, err = await _mutate(svc, lambda now: svc.controller.allocate_producer_ids(
         req.body.broker_id, req.body.broker_epoch))
     if err:
-        return _resp(67, error_code=err)
+        return _resp(ApiKey.ALLOCATE_PRODUCER_IDS, error_code=err)
     code, start, length = res
-    return _resp(67, error_code=code, producer_id_start=start, producer_id_len=length)
+    return _resp(ApiKey.ALLOCATE_PRODUCER_IDS, error_code=code, producer_id_start=start,
+                 producer_id_len=length)
 
 
 async def handle_describe_quorum(svc, req):
-    cls = RESPONSES[55]
+    cls = RESPONSES[ApiKey.DESCRIBE_QUORUM]
     st = svc.quorum.status()
     voters = []
     for nid in sorted(svc.config.raft_peers):
@@ -329,7 +331,7 @@ def _records_batch(base_offset: int, encoded: list[bytes]) -> bytes:
 
 async def handle_fetch(svc, req):
     """The metadata stream (see service.py)."""
-    cls = RESPONSES[1]
+    cls = RESPONSES[ApiKey.FETCH]
     b = req.body
     try:
         part = b.topics[0].partitions[0]
@@ -356,7 +358,7 @@ async def handle_fetch(svc, req):
 
 
 async def handle_fetch_snapshot(svc, req):
-    cls = RESPONSES[59]
+    cls = RESPONSES[ApiKey.FETCH_SNAPSHOT]
     image = svc.controller.image
     end = svc.next_offset
     encoded = [encode_record(r) for r in image.to_records()]
@@ -367,13 +369,24 @@ async def handle_fetch_snapshot(svc, req):
 
 
 HANDLERS = {
-    1: handle_fetch, 18: handle_api_versions, 19: handle_create_topics, 20: handle_delete_topics,
-    30: handle_create_acls, 31: handle_delete_acls,
-    33: handle_alter_configs, 37: handle_create_partitions, 43: handle_elect_leaders,
-    44: handle_incremental_alter_configs, 55: handle_describe_quorum, 56: handle_alter_partition,
-    59: handle_fetch_snapshot, 62: handle_broker_registration, 63: handle_broker_heartbeat,
-    67: handle_allocate_producer_ids, 51: handle_alter_user_scram_credentials,
-    49: handle_alter_client_quotas,
+    ApiKey.FETCH: handle_fetch,
+    ApiKey.API_VERSIONS: handle_api_versions,
+    ApiKey.CREATE_TOPICS: handle_create_topics,
+    ApiKey.DELETE_TOPICS: handle_delete_topics,
+    ApiKey.CREATE_ACLS: handle_create_acls,
+    ApiKey.DELETE_ACLS: handle_delete_acls,
+    ApiKey.ALTER_CONFIGS: handle_alter_configs,
+    ApiKey.CREATE_PARTITIONS: handle_create_partitions,
+    ApiKey.ELECT_LEADERS: handle_elect_leaders,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
+    ApiKey.DESCRIBE_QUORUM: handle_describe_quorum,
+    ApiKey.ALTER_PARTITION: handle_alter_partition,
+    ApiKey.FETCH_SNAPSHOT: handle_fetch_snapshot,
+    ApiKey.BROKER_REGISTRATION: handle_broker_registration,
+    ApiKey.BROKER_HEARTBEAT: handle_broker_heartbeat,
+    ApiKey.ALLOCATE_PRODUCER_IDS: handle_allocate_producer_ids,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: handle_alter_user_scram_credentials,
+    ApiKey.ALTER_CLIENT_QUOTAS: handle_alter_client_quotas,
 }
 assert set(HANDLERS) == set(SUPPORTED)
 assert all(REQUESTS[k].VALID_VERSIONS[0] <= lo and hi <= REQUESTS[k].VALID_VERSIONS[1]

@@ -31,6 +31,7 @@ from metadata_quorum.quorum.raft import Committed, RaftQuorum, Reset, fail_reaso
 from metadata_quorum.records import (AbortTransactionRecord, NoOpRecord, RecordTooLarge,
                                      encode_entries)
 from common.network import serve_listener
+from wire.messages.api_keys import ApiKey
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +247,7 @@ class ControllerService:
             task_status.started(bound)
 
     async def _dispatch_wire(self, ctx, request):
-        if request.api_key == 63:                       # BrokerHeartbeat
+        if request.api_key == ApiKey.BROKER_HEARTBEAT:                       # BrokerHeartbeat
             self._watch_heartbeat_connection(ctx, request.body.broker_id)
         return await HANDLERS[request.api_key](self, request)
 

@@ -117,6 +117,9 @@ class Broker:
         # partition we will lead in a moment) sends clients astray.
         self.caught_up_once = trio.Event()
         self.stopping = False
+        # what request handlers may touch (handlers/context.py), instead of this whole object
+        from partition_server.handlers.context import HandlerContext
+        self.handler_context = HandlerContext.of(self)
 
     def _on_log_dir_failure(self) -> None:
         """Our only log directory failed: stay up (serving metadata and errors), but ask the
@@ -244,7 +247,7 @@ class Broker:
         async def dispatch_on(ctx, req):
             if not self.caught_up_once.is_set():
                 await self.caught_up_once.wait()
-            response = await dispatch(self, ctx, req)
+            response = await dispatch(self.handler_context, ctx, req)
             if ctx.listener != inter_name and response is not None:
                 rewrite(self.image, ctx.listener, req.api_key, response)   # per-listener addresses
             return response

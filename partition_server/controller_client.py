@@ -21,6 +21,7 @@ from common.security import PLAINTEXT, ClientSecurity
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.records import MetadataRecordError, decode_record
 from wire.errors import DecodeError, ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import decode_batch, iter_batches
 
@@ -108,7 +109,7 @@ class ControllerClient:
     # -- registration and heartbeats ----------------------------------------------------------
 
     async def register(self) -> None:
-        req_cls = REQUESTS[62]
+        req_cls = REQUESTS[ApiKey.BROKER_REGISTRATION]
         req = req_cls(broker_id=self.broker_id, cluster_id="raftka",
                       incarnation_id=self.incarnation_id,
                       listeners=[req_cls.Listener(name=n, host=h, port=p, security_protocol=sp)
@@ -133,7 +134,7 @@ class ControllerClient:
             await trio.sleep(1)
 
     async def heartbeat_loop(self, on_state: Callable[[], None]) -> None:
-        req_cls = REQUESTS[63]
+        req_cls = REQUESTS[ApiKey.BROKER_HEARTBEAT]
         while True:
             req = req_cls(broker_id=self.broker_id, broker_epoch=self.broker_epoch,
                           current_metadata_offset=self.image.offset,
@@ -162,7 +163,7 @@ class ControllerClient:
     # -- metadata stream ------------------------------------------------------------------------
 
     async def follow_metadata(self, on_image: Callable[[MetadataImage], Awaitable[None]]) -> None:
-        fetch_cls = REQUESTS[1]
+        fetch_cls = REQUESTS[ApiKey.FETCH]
         voters = list(self.voters)
         i = 0
         failed = False
@@ -223,7 +224,7 @@ class ControllerClient:
         return self.image
 
     async def _load_snapshot(self, conn: BrokerConnection, on_image) -> None:
-        cls = REQUESTS[59]
+        cls = REQUESTS[ApiKey.FETCH_SNAPSHOT]
         req = cls(replica_id=self.broker_id, max_bytes=64 << 20, topics=[cls.TopicSnapshot(
             name=METADATA_TOPIC, partitions=[cls.PartitionSnapshot(partition=0)])])
         resp = await conn.request(req, 1, timeout_s=10)

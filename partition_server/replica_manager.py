@@ -22,6 +22,7 @@ import logging
 import os
 from typing import Iterable
 
+from partition_server.log import LogCleaner, PartitionLog
 from partition_server.log.config import NEVER
 from partition_server.replication.partition import PartitionState, Role
 from partition_server.txn import snapshot as producer_snapshot
@@ -39,12 +40,12 @@ class HostedPartition:
     topic: str
     partition: int
     topic_id: object
-    log: object                 # partition_server.log.PartitionLog
+    log: PartitionLog
     state: PartitionState
     min_insync_replicas: int = 1
     offline: bool = False
     producers: ProducerStateManager = dataclasses.field(default_factory=ProducerStateManager)
-    cleaner: object = None          # LogCleaner, created by the broker for compacted topics
+    cleaner: LogCleaner | None = None   # created by the broker for compacted topics
 
     def rebuild_producer_state(self) -> None:
         """The newest producer-state snapshot plus the idempotent/transactional batches after it

@@ -18,9 +18,13 @@ import importlib
 import struct
 
 from wire.errors import DecodeError, ErrorCode
+# the generated enum alone (wire.messages.api_keys would import every message class)
+from wire.messages.api_keys_generated import ApiKey
 
-API_PRODUCE, API_FETCH, API_LIST_OFFSETS, API_METADATA = 0, 1, 2, 3
-API_SASL_HANDSHAKE, API_API_VERSIONS, API_SASL_AUTHENTICATE = 17, 18, 36
+API_PRODUCE, API_FETCH = ApiKey.PRODUCE, ApiKey.FETCH
+API_LIST_OFFSETS, API_METADATA = ApiKey.LIST_OFFSETS, ApiKey.METADATA
+API_SASL_HANDSHAKE, API_SASL_AUTHENTICATE = ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE
+API_API_VERSIONS = ApiKey.API_VERSIONS
 
 # the generated module stem of each API this package uses (wire/messages/<stem>_*_generated.py)
 _STEMS = {API_PRODUCE: "produce", API_FETCH: "fetch", API_LIST_OFFSETS: "list_offsets",

@@ -29,6 +29,7 @@ from clients.connection import BrokerConnection, ConnectionClosed
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.records import decode_record
 from wire.errors import DecodeError, ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import decode_batch, iter_batches
 
@@ -49,7 +50,7 @@ async def _snapshot(host: str, port: int, timeout_s: float) -> tuple[int, list]:
     conn = BrokerConnection(host, port, client_id="chaos-metadata-images")
     try:
         await conn.connect(timeout_s=timeout_s)
-        cls = REQUESTS[59]
+        cls = REQUESTS[ApiKey.FETCH_SNAPSHOT]
         req = cls(replica_id=READER_ID, max_bytes=1 << 30, topics=[cls.TopicSnapshot(
             name=METADATA_TOPIC, partitions=[cls.PartitionSnapshot(partition=0)])])
         resp = await conn.request(req, 1, timeout_s=timeout_s)
@@ -69,7 +70,7 @@ def read_snapshot(host: str, port: int, timeout_s: float = 30) -> tuple[int, lis
 async def _log(host: str, port: int, timeout_s: float) -> MetadataImage | None:
     conn = BrokerConnection(host, port, client_id="chaos-metadata-log")
     image = MetadataImage()
-    cls = REQUESTS[1]
+    cls = REQUESTS[ApiKey.FETCH]
     try:
         await conn.connect(timeout_s=timeout_s)
         with trio.fail_after(timeout_s):

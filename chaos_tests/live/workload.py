@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from chaos_tests.checkers import FAIL, OK, UNKNOWN, History
 from clients.connection import BrokerConnection, ConnectionClosed
 from wire.errors import DecodeError, ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import build_batch
 
@@ -93,7 +94,7 @@ class RawProducer:
                     await trio.sleep(0.2)
                     continue
             value = self._next_value()
-            cls = REQUESTS[0]
+            cls = REQUESTS[ApiKey.PRODUCE]
             req = cls(transactional_id=None, acks=-1, timeout_ms=self.timeout_ms,
                       topic_data=[cls.TopicProduceData(name=self.topic, partition_data=[
                           cls.PartitionProduceData(index=self.partition, records=build_batch(
@@ -140,7 +141,7 @@ def partition_view(host: str, port: int, topic: str, partition: int = 0,
         conn = BrokerConnection(host, port, client_id="chaos-metadata")
         try:
             await conn.connect(timeout_s=timeout_s)
-            cls = REQUESTS[3]
+            cls = REQUESTS[ApiKey.METADATA]
             resp = await conn.request(cls(topics=[cls.MetadataRequestTopic(name=topic)],
                                           allow_auto_topic_creation=False), 9,
                                       timeout_s=timeout_s)

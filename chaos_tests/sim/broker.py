@@ -24,6 +24,7 @@ from partition_server.replication.isr import NOT_APPLIED
 from partition_server.replication.partition import Role
 from chaos_tests.sim.storage import Disk
 from wire.errors import ErrorCode, KafkaError
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 
 FETCH_VERSION = 12
@@ -32,7 +33,7 @@ FETCH_VERSION = 12
 def fetch_response(_broker, _req, results):
     """The Fetch v12 response the handler builds (partition_server/handlers/fetch.py), for the
     fields replication reads: error, high watermark, log start, diverging epoch, records."""
-    cls = RESPONSES[1]
+    cls = RESPONSES[ApiKey.FETCH]
     topics: dict = {}
     for topic, p, r in results:
         pd = cls.PartitionData(partition_index=p.partition, error_code=r.error,

@@ -33,6 +33,7 @@ from common.security import ClientSecurity
 from clients.errors import (KafkaConnectionError, KafkaTimeoutError, Retry, UnknownTopicError,
                             check, classify)
 from wire.errors import ErrorCode, KafkaError
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 from wire.messages.consumer_protocol_assignment_generated import ConsumerProtocolAssignment
 
@@ -126,7 +127,7 @@ class AdminClient:
 
     async def create_topics(self, topics: list[NewTopic], *, validate_only: bool = False,
                             timeout_ms: int = 30_000) -> dict[str, KafkaError | None]:
-        ct = REQUESTS[19]
+        ct = REQUESTS[ApiKey.CREATE_TOPICS]
         req = ct(topics=[ct.CreatableTopic(
             name=t.name, num_partitions=t.num_partitions if not t.replica_assignment else -1,
             replication_factor=t.replication_factor if not t.replica_assignment else -1,
@@ -172,7 +173,7 @@ class AdminClient:
 
     async def create_partitions(self, new_counts: dict[str, int], *, validate_only: bool = False,
                                 timeout_ms: int = 30_000) -> dict[str, KafkaError | None]:
-        cp = REQUESTS[37]
+        cp = REQUESTS[ApiKey.CREATE_PARTITIONS]
         req = cp(topics=[cp.CreatePartitionsTopic(name=n, count=c, assignments=None)
                          for n, c in new_counts.items()], timeout_ms=timeout_ms,
                  validate_only=validate_only)
@@ -184,7 +185,7 @@ class AdminClient:
 
     async def delete_topics(self, names: list[str], *, timeout_ms: int = 30_000
                             ) -> dict[str, KafkaError | None]:
-        dt = REQUESTS[20]
+        dt = REQUESTS[ApiKey.DELETE_TOPICS]
 
         def build(v):
             if v >= 6:
@@ -196,7 +197,7 @@ class AdminClient:
             node = self.cluster.metadata.controller_id
             if node not in self.cluster.metadata.brokers:
                 node = self.cluster.any_node()
-            return await self.cluster.call_versioned(node, build, 20)
+            return await self.cluster.call_versioned(node, build, ApiKey.DELETE_TOPICS)
         resp = await self._retrying(attempt, lambda r: [t.error_code for t in r.responses
                                                         if t.error_code == ErrorCode.NOT_CONTROLLER])
         return {t.name: _err(t.error_code, t.error_message, f"topic {t.name!r}")
@@ -206,7 +207,7 @@ class AdminClient:
 
     async def describe_configs(self, resources: list[ConfigResource]
                                ) -> dict[ConfigResource, list[ConfigEntry] | KafkaError]:
-        dc = REQUESTS[32]
+        dc = REQUESTS[ApiKey.DESCRIBE_CONFIGS]
         out: dict[ConfigResource, list[ConfigEntry] | KafkaError] = {}
         # broker resources must be asked of that broker; the rest of any broker
         groups: dict[int | None, list[ConfigResource]] = {}
@@ -241,7 +242,7 @@ class AdminClient:
     async def incremental_alter_configs(self, changes: dict[ConfigResource, list[AlterConfigOp]],
                                         *, validate_only: bool = False
                                         ) -> dict[ConfigResource, KafkaError | None]:
-        ia = REQUESTS[44]
+        ia = REQUESTS[ApiKey.INCREMENTAL_ALTER_CONFIGS]
         req = ia(resources=[ia.AlterConfigsResource(
             resource_type=int(r.type), resource_name=r.name, configs=[ia.AlterableConfig(
                 name=op.name, config_operation=int(op.op), value=op.value) for op in ops])
@@ -258,19 +259,19 @@ class AdminClient:
     # -- ACLs ------------------------------------------------------------------------------------
 
     async def create_acls(self, bindings: list[AclBinding]) -> list[KafkaError | None]:
-        ca = REQUESTS[30]
+        ca = REQUESTS[ApiKey.CREATE_ACLS]
         req = ca(creations=[ca.AclCreation(
             resource_type=int(b.resource_type), resource_name=b.resource_name,
             resource_pattern_type=int(b.pattern_type), principal=b.principal, host=b.host,
-            operation=int(b.operation), permission_type=int(b.permission)) for b in bindings])
+            operation=int(b.operation), permission_type=int(b.permission_type)) for b in bindings])
         resp = await self._retrying(lambda: self.cluster.call_controller(req, min_version=1))
         return [_err(r.error_code, r.error_message) for r in resp.results]
 
     async def describe_acls(self, f: AclBindingFilter = AclBindingFilter()) -> list[AclBinding]:
-        da = REQUESTS[29]
+        da = REQUESTS[ApiKey.DESCRIBE_ACLS]
         req = da(resource_type_filter=int(f.resource_type), resource_name_filter=f.resource_name,
                  pattern_type_filter=int(f.pattern_type), principal_filter=f.principal,
-                 host_filter=f.host, operation=int(f.operation), permission_type=int(f.permission))
+                 host_filter=f.host, operation=int(f.operation), permission_type=int(f.permission_type))
         resp = await self._retrying(lambda: self.cluster.call_any(req, min_version=1))
         check(resp.error_code, resp.error_message, "describe ACLs")
         return [AclBinding(ResourceType(r.resource_type), r.resource_name,
@@ -280,11 +281,11 @@ class AdminClient:
 
     async def delete_acls(self, filters: list[AclBindingFilter]
                           ) -> list[list[AclBinding] | KafkaError]:
-        dl = REQUESTS[31]
+        dl = REQUESTS[ApiKey.DELETE_ACLS]
         req = dl(filters=[dl.DeleteAclsFilter(
             resource_type_filter=int(f.resource_type), resource_name_filter=f.resource_name,
             pattern_type_filter=int(f.pattern_type), principal_filter=f.principal,
-            host_filter=f.host, operation=int(f.operation), permission_type=int(f.permission))
+            host_filter=f.host, operation=int(f.operation), permission_type=int(f.permission_type))
             for f in filters])
         resp = await self._retrying(lambda: self.cluster.call_controller(req, min_version=1))
         out: list = []
@@ -303,7 +304,7 @@ class AdminClient:
     async def list_groups(self) -> list[GroupListing]:
         """Every group on every broker (each coordinator knows only its own)."""
         await self.cluster.refresh_metadata(force=True)
-        lg = REQUESTS[16]
+        lg = REQUESTS[ApiKey.LIST_GROUPS]
         out: dict[str, GroupListing] = {}
         for node in sorted(self.cluster.metadata.brokers):
             resp = await self._retrying(lambda node=node: self.cluster.call(
@@ -327,7 +328,7 @@ class AdminClient:
 
     async def describe_groups(self, group_ids: list[str]
                               ) -> dict[str, GroupDescription | KafkaError]:
-        dg = REQUESTS[15]
+        dg = REQUESTS[ApiKey.DESCRIBE_GROUPS]
         out: dict[str, GroupDescription | KafkaError] = {}
         for gid in group_ids:
             node, resp = await self._on_coordinator(
@@ -347,7 +348,7 @@ class AdminClient:
         return out
 
     async def delete_groups(self, group_ids: list[str]) -> dict[str, KafkaError | None]:
-        dg = REQUESTS[42]
+        dg = REQUESTS[ApiKey.DELETE_GROUPS]
         out = {}
         for gid in group_ids:
             _, resp = await self._on_coordinator(
@@ -359,7 +360,7 @@ class AdminClient:
 
     async def list_group_offsets(self, group: str, partitions: list[TopicPartition] | None = None
                                  ) -> dict[TopicPartition, OffsetAndMetadata]:
-        of = REQUESTS[9]
+        of = REQUESTS[ApiKey.OFFSET_FETCH]
         by_topic: dict[str, list[int]] = {}
         for tp in partitions or ():
             by_topic.setdefault(tp.topic, []).append(tp.partition)
@@ -381,7 +382,7 @@ class AdminClient:
             return [r.error_code or 0]
 
         _, resp = await self._on_coordinator(
-            group, lambda n: self.cluster.call_versioned(n, build, 9, max_version=8), codes)
+            group, lambda n: self.cluster.call_versioned(n, build, ApiKey.OFFSET_FETCH, max_version=8), codes)
         if resp.groups:
             g = resp.groups[0]
             check(g.error_code, None, f"group {group!r}")
@@ -403,7 +404,7 @@ class AdminClient:
                                   ) -> dict[TopicPartition, KafkaError | None]:
         """Commit offsets for a group with no active members (Kafka refuses otherwise:
         UNKNOWN_MEMBER_ID / REBALANCE_IN_PROGRESS come back per partition)."""
-        oc = REQUESTS[8]
+        oc = REQUESTS[ApiKey.OFFSET_COMMIT]
         by_topic: dict[str, list] = {}
         for tp, off in offsets.items():
             by_topic.setdefault(tp.topic, []).append(oc.OffsetCommitRequestPartition(
@@ -483,7 +484,7 @@ class AdminClient:
                            ) -> dict[TopicPartition, tuple[int, int]]:
         """{tp: EARLIEST | LATEST | MAX_TIMESTAMP | timestamp ms} -> {tp: (offset, timestamp)};
         offset -1 when no record has a timestamp at or after the one asked for."""
-        lo = REQUESTS[2]
+        lo = REQUESTS[ApiKey.LIST_OFFSETS]
         out: dict[TopicPartition, tuple[int, int]] = {}
         todo = dict(specs)
         deadline = trio.current_time() + self.timeout_s
@@ -523,7 +524,7 @@ class AdminClient:
     async def delete_records(self, before: dict[TopicPartition, int]
                              ) -> dict[TopicPartition, int | KafkaError]:
         """Delete records before each offset (-1: the high watermark); -> new log start offsets."""
-        dr = REQUESTS[21]
+        dr = REQUESTS[ApiKey.DELETE_RECORDS]
         out: dict[TopicPartition, int | KafkaError] = {}
         for node, tps in (await self._by_leader(before)).items():
             by_topic: dict[str, list] = {}
@@ -543,7 +544,7 @@ class AdminClient:
     # -- cluster ---------------------------------------------------------------------------------
 
     async def describe_cluster(self) -> dict:
-        dc = REQUESTS[60]
+        dc = REQUESTS[ApiKey.DESCRIBE_CLUSTER]
         resp = await self._retrying(lambda: self.cluster.call_any(
             dc(include_cluster_authorized_operations=False, endpoint_type=1)))
         check(resp.error_code, resp.error_message, "describe cluster")
@@ -553,7 +554,7 @@ class AdminClient:
 
     async def describe_quorum(self) -> dict:
         """The metadata quorum (DescribeQuorum, forwarded by brokers to the active controller)."""
-        dq = REQUESTS[55]
+        dq = REQUESTS[ApiKey.DESCRIBE_QUORUM]
         req = dq(topics=[dq.TopicData(topic_name="__cluster_metadata",
                                       partitions=[dq.PartitionData(partition_index=0)])])
         resp = await self._retrying(lambda: self.cluster.call_any(req))
@@ -573,7 +574,7 @@ class AdminClient:
                                   validate_only: bool = False) -> list[KafkaError | None]:
         """alterations: [({"user"|"client-id": name or None (= <default>)},
         {key: value, or None to remove})] → one error (or None) per alteration."""
-        aq = REQUESTS[49]
+        aq = REQUESTS[ApiKey.ALTER_CLIENT_QUOTAS]
         req = aq(entries=[aq.EntryData(
             entity=[aq.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()],
             ops=[aq.OpData(key=k, value=float(v if v is not None else 0.0), remove=v is None)
@@ -588,7 +589,7 @@ class AdminClient:
                                      *, strict: bool = False) -> list[tuple[dict, dict]]:
         """components: [(entity type, match type 0 exact / 1 default / 2 any named, name)] →
         [({entity type: name or None}, {key: value})]."""
-        dq = REQUESTS[48]
+        dq = REQUESTS[ApiKey.DESCRIBE_CLIENT_QUOTAS]
         req = dq(components=[dq.ComponentData(entity_type=t, match_type=m, match=n)
                              for t, m, n in components], strict=strict)
         resp = await self._retrying(lambda: self.cluster.call_any(req))

@@ -8,50 +8,9 @@ import dataclasses
 import enum
 
 from clients.cluster import TopicPartition
-
-
-class ResourceType(enum.IntEnum):          # org.apache.kafka.common.resource.ResourceType
-    UNKNOWN = 0
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-    DELEGATION_TOKEN = 6
-    USER = 7
-
-
-class PatternType(enum.IntEnum):           # org.apache.kafka.common.resource.PatternType
-    UNKNOWN = 0
-    ANY = 1
-    MATCH = 2
-    LITERAL = 3
-    PREFIXED = 4
-
-
-class AclOperation(enum.IntEnum):          # org.apache.kafka.common.acl.AclOperation
-    UNKNOWN = 0
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-    CREATE_TOKENS = 13
-    DESCRIBE_TOKENS = 14
-
-
-class AclPermissionType(enum.IntEnum):     # org.apache.kafka.common.acl.AclPermissionType
-    UNKNOWN = 0
-    ANY = 1
-    DENY = 2
-    ALLOW = 3
+# the one ACL shape and Kafka's ACL enums, shared with the controller and the authorizer
+from common.acl import (AclBinding, AclBindingFilter, AclOperation,  # noqa: F401 - re-exported
+                        AclPermissionType, PatternType, ResourceType)
 
 
 class ConfigResourceType(enum.IntEnum):    # org.apache.kafka.common.config.ConfigResource.Type
@@ -127,35 +86,6 @@ class AlterConfigOp:
     name: str
     value: str | None = None
     op: AlterConfigOpType = AlterConfigOpType.SET
-
-
-@dataclasses.dataclass(frozen=True)
-class AclBinding:
-    resource_type: ResourceType
-    resource_name: str
-    pattern_type: PatternType
-    principal: str
-    host: str
-    operation: AclOperation
-    permission: AclPermissionType
-
-    def as_dict(self) -> dict:
-        return {"resource_type": self.resource_type.name, "resource_name": self.resource_name,
-                "pattern_type": self.pattern_type.name, "principal": self.principal,
-                "host": self.host, "operation": self.operation.name,
-                "permission": self.permission.name}
-
-
-@dataclasses.dataclass(frozen=True)
-class AclBindingFilter:
-    """Fields left None match anything."""
-    resource_type: ResourceType = ResourceType.ANY
-    resource_name: str | None = None
-    pattern_type: PatternType = PatternType.ANY
-    principal: str | None = None
-    host: str | None = None
-    operation: AclOperation = AclOperation.ANY
-    permission: AclPermissionType = AclPermissionType.ANY
 
 
 @dataclasses.dataclass(frozen=True)

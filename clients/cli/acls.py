@@ -103,7 +103,7 @@ def _filters(args) -> list[AclBindingFilter]:
 
 def _rows(bindings: list[AclBinding]) -> list[list]:
     return [[b.resource_type.name, b.resource_name, b.pattern_type.name, b.principal, b.host,
-             b.operation.name, b.permission.name] for b in bindings]
+             b.operation.name, b.permission_type.name] for b in bindings]
 
 
 HEADERS = ["ResourceType", "Resource", "Pattern", "Principal", "Host", "Operation", "Permission"]

@@ -13,6 +13,7 @@ import trio
 from clients.connection import BrokerConnection
 from common.security import PLAINTEXT, ClientSecurity
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import build_batch, decode_batch, iter_batches
 
@@ -23,7 +24,7 @@ async def _demo(bootstrap: str, security: ClientSecurity) -> None:
     host, port = bootstrap.split(",")[0].split(":")
     conn = BrokerConnection(host, int(port), "raftka-demo", security=security)
     await conn.connect()
-    ct = REQUESTS[19]
+    ct = REQUESTS[ApiKey.CREATE_TOPICS]
     resp = await conn.request(ct(topics=[ct.CreatableTopic(
         name=TOPIC, num_partitions=3, replication_factor=3,
         configs=[ct.CreatableTopicConfig(name="min.insync.replicas", value="2")])],
@@ -31,7 +32,7 @@ async def _demo(bootstrap: str, security: ClientSecurity) -> None:
     code = resp.topics[0].error_code
     print(f"demo: create topic '{TOPIC}' (3 partitions, RF=3): "
           f"{'created' if code == 0 else ErrorCode(code).name}", flush=True)
-    md = REQUESTS[3]
+    md = REQUESTS[ApiKey.METADATA]
     # After a restart the followers first catch up and rejoin the ISR: give them a moment so
     # acks=all with min.insync.replicas=2 is not refused while they do.
     with trio.move_on_after(15):
@@ -51,14 +52,14 @@ async def _demo(bootstrap: str, security: ClientSecurity) -> None:
         await lconn.connect()
         records = [(f"key-{i}".encode(), f"hello {i} from partition {partition}".encode(), [], now)
                    for i in range(3)]
-        pr = REQUESTS[0]
+        pr = REQUESTS[ApiKey.PRODUCE]
         out = await lconn.request(pr(acks=-1, timeout_ms=10000, topic_data=[pr.TopicProduceData(
             name=TOPIC, partition_data=[pr.PartitionProduceData(
                 index=partition, records=build_batch(records))])]), 9)
         res = out.responses[0].partition_responses[0]
         print(f"demo: produced 3 records to partition {partition} (leader {leader}, acks=all): "
               f"{ErrorCode(res.error_code).name} at offset {res.base_offset}", flush=True)
-        fr = REQUESTS[1]
+        fr = REQUESTS[ApiKey.FETCH]
         got = await lconn.request(fr(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=1 << 20,
                                      topics=[fr.FetchTopic(topic=TOPIC, partitions=[fr.FetchPartition(
                                          partition=partition, fetch_offset=0,

@@ -16,6 +16,7 @@ import trio
 
 from clients.connection import BrokerConnection, ConnectionClosed
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
 
@@ -23,7 +24,7 @@ async def describe(host: str, port: int) -> dict:
     conn = BrokerConnection(host, port, "raftka-cli")
     await conn.connect()
     try:
-        cls = REQUESTS[55]
+        cls = REQUESTS[ApiKey.DESCRIBE_QUORUM]
         resp = await conn.request(cls(topics=[cls.TopicData(
             topic_name="__cluster_metadata", partitions=[cls.PartitionData(partition_index=0)])]), 2)
     finally:

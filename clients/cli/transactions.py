@@ -22,6 +22,7 @@ from clients.cli.output import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError,
                                 add_connection_args, client_config, print_json, print_table, run)
 from clients.cluster import COORDINATOR_TRANSACTION
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
 PROG = "raftka transactions"
@@ -94,7 +95,7 @@ PRODUCER_FIELDS = ("producer_id", "producer_epoch", "last_sequence", "coordinato
 
 
 async def _list(cluster, args) -> int:
-    lt = REQUESTS[66]
+    lt = REQUESTS[ApiKey.LIST_TRANSACTIONS]
     found = {}
     for node in sorted(cluster.metadata.brokers):          # each coordinator lists its own ids
         resp = await cluster.call(node, lt(state_filters=list(args.state), producer_id_filters=[],
@@ -115,7 +116,7 @@ async def _list(cluster, args) -> int:
 async def _describe(cluster, args) -> int:
     tid = args.transactional_id
     node = await cluster.find_coordinator(tid, COORDINATOR_TRANSACTION)
-    resp = await cluster.call(node, REQUESTS[65](transactional_ids=[tid]))
+    resp = await cluster.call(node, REQUESTS[ApiKey.DESCRIBE_TRANSACTIONS](transactional_ids=[tid]))
     s = resp.transaction_states[0]
     if s.error_code:
         raise _refused(s.error_code, f"transactional id {tid!r}")
@@ -144,7 +145,7 @@ async def _leader(cluster, topic: str, partition: int) -> int:
 
 async def _producers(cluster, topic: str, partition: int):
     leader = await _leader(cluster, topic, partition)
-    dp = REQUESTS[61]
+    dp = REQUESTS[ApiKey.DESCRIBE_PRODUCERS]
     resp = await cluster.call(leader, dp(topics=[dp.TopicRequest(name=topic,
                                                                  partition_indexes=[partition])]))
     part = resp.topics[0].partitions[0]
@@ -162,7 +163,7 @@ async def _abort(cluster, args, producers) -> int:
         raise CommandError(f"{where}: no open transaction starts at offset {args.start_offset} "
                            f"(open ones start at {open_at or 'none'})", EXIT_FAILED)
     s = victims[0]
-    wm = REQUESTS[27]
+    wm = REQUESTS[ApiKey.WRITE_TXN_MARKERS]
     resp = await cluster.call(await _leader(cluster, args.topic, args.partition), wm(markers=[
         wm.WritableTxnMarker(producer_id=s.producer_id, producer_epoch=s.producer_epoch,
                              transaction_result=False, coordinator_epoch=s.coordinator_epoch,

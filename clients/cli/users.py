@@ -19,6 +19,7 @@ import sys
 import trio
 
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
 MECHANISMS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
@@ -75,7 +76,7 @@ def salted(mechanism: int, password: str, iterations: int) -> tuple[bytes, bytes
 
 async def alter(bootstrap: str, props: dict, upserts=(), deletes=()) -> dict[str, tuple[int, str]]:
     """upserts: (user, mechanism code, password, iterations); deletes: (user, mechanism code)."""
-    cls = REQUESTS[51]
+    cls = REQUESTS[ApiKey.ALTER_USER_SCRAM_CREDENTIALS]
     ups = []
     for user, mech, password, iterations in upserts:
         salt, salted_pw = salted(mech, password, iterations)
@@ -92,7 +93,7 @@ async def alter(bootstrap: str, props: dict, upserts=(), deletes=()) -> dict[str
 
 
 async def describe(bootstrap: str, props: dict, users=None):
-    cls = REQUESTS[50]
+    cls = REQUESTS[ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS]
     req = cls(users=[cls.UserName(name=u) for u in users] if users else None)
     conn = await open_connection(bootstrap, props)
     try:

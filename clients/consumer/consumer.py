@@ -53,6 +53,7 @@ from clients.consumer.group.classic_member import GroupMember
 from clients.consumer.group.coordinator import CommitFailedError
 from common.security import ClientSecurity
 from wire.errors import DecodeError, ErrorCode, KafkaError
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
 log = logging.getLogger("raftka.consumer")
@@ -537,7 +538,7 @@ class Consumer:
                           max_wait_ms: int) -> bool:
         """One Fetch to one leader for {tp: offset}; buffers what came back (unless the
         position moved meanwhile). True if metadata needs a refresh."""
-        fr = REQUESTS[1]
+        fr = REQUESTS[ApiKey.FETCH]
         by_topic: dict[str, list] = {}
         for tp, offset in asked.items():
             by_topic.setdefault(tp.topic, []).append(fr.FetchPartition(

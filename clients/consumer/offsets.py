@@ -10,6 +10,7 @@ import trio
 from clients.cluster import Cluster
 from clients.errors import KafkaTimeoutError, Retry, check, classify
 from wire.errors import ErrorCode, KafkaError
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
 EARLIEST = -2
@@ -96,7 +97,7 @@ def check_error(code: int, tp: TP) -> Exception:
 
 
 async def _ask_node(cluster: Cluster, node: int, part: dict[TP, int], isolation_level: int):
-    lo = REQUESTS[2]
+    lo = REQUESTS[ApiKey.LIST_OFFSETS]
     by_topic: dict[str, list] = {}
     for (t, p), ts in sorted(part.items()):
         by_topic.setdefault(t, []).append(lo.ListOffsetsPartition(

@@ -18,6 +18,7 @@ import trio
 from clients.connection import RECV_BYTES, BrokerConnection, ConnectionClosed
 from clients.errors import KafkaConnectionError, KafkaTimeoutError
 from wire.errors import DecodeError
+from wire.messages.api_keys import ApiKey
 
 
 class NotSent(Exception):
@@ -235,7 +236,7 @@ class ProduceConnections:
                         await self.cluster.drop_connection(node, self.channel)
                     try:
                         conn = await self.cluster.connection(node, self.channel)
-                        version = self.cluster.version_for(conn, 0, min_version=3)
+                        version = self.cluster.version_for(conn, ApiKey.PRODUCE, min_version=3)
                     except BaseException:
                         self._connection_failed(node)
                         raise

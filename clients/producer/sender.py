@@ -18,11 +18,12 @@ from clients.cluster import TopicPartition
 from clients.errors import KafkaTimeoutError, Retry, classify, error
 from clients.producer.pipe import NotSent
 from wire.errors import ErrorCode, KafkaError
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import BATCH_HEADER_SIZE
 
-PRODUCE = REQUESTS[0]
-INIT_PRODUCER_ID = REQUESTS[22]
+PRODUCE = REQUESTS[ApiKey.PRODUCE]
+INIT_PRODUCER_ID = REQUESTS[ApiKey.INIT_PRODUCER_ID]
 
 
 class Sender:
@@ -104,7 +105,7 @@ class Sender:
         self._wake()
 
     async def _init_producer_id(self) -> None:
-        ip = REQUESTS[22]
+        ip = REQUESTS[ApiKey.INIT_PRODUCER_ID]
         deadline = trio.current_time() + self._max_block_s
         while True:
             try:

@@ -16,13 +16,14 @@ from clients.producer.transaction_manager import (State, TransactionAbortedError
                                                   TransactionManager, TransactionStateError,
                                                   is_fatal)
 from wire.errors import ErrorCode, KafkaError
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
-INIT_PRODUCER_ID = REQUESTS[22]
-ADD_PARTITIONS_TO_TXN = REQUESTS[24]
-ADD_OFFSETS_TO_TXN = REQUESTS[25]
-END_TXN = REQUESTS[26]
-TXN_OFFSET_COMMIT = REQUESTS[28]
+INIT_PRODUCER_ID = REQUESTS[ApiKey.INIT_PRODUCER_ID]
+ADD_PARTITIONS_TO_TXN = REQUESTS[ApiKey.ADD_PARTITIONS_TO_TXN]
+ADD_OFFSETS_TO_TXN = REQUESTS[ApiKey.ADD_OFFSETS_TO_TXN]
+END_TXN = REQUESTS[ApiKey.END_TXN]
+TXN_OFFSET_COMMIT = REQUESTS[ApiKey.TXN_OFFSET_COMMIT]
 
 
 class Transactions:

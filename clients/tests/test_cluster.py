@@ -11,6 +11,7 @@ from clients.errors import (KafkaConnectionError, NoBrokersAvailable, Retry, Unk
 from clients.connection import ConnectionClosed
 from partition_server.testing import LiveCluster
 from wire.errors import ErrorCode, NotLeaderOrFollowerError, TopicAlreadyExistsError
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
 
@@ -54,7 +55,7 @@ def live(tmp_path_factory):
 
 
 async def _create(cluster: Cluster, name: str, partitions: int, rf: int) -> None:
-    ct = REQUESTS[19]
+    ct = REQUESTS[ApiKey.CREATE_TOPICS]
     resp = await cluster.call_controller(ct(topics=[ct.CreatableTopic(
         name=name, num_partitions=partitions, replication_factor=rf)], timeout_ms=10000))
     assert resp.topics[0].error_code == 0, resp.topics[0]
@@ -81,7 +82,7 @@ async def test_live_metadata_leaders_coordinator(live):
         assert await cluster.connection(leader, "fetch") is not c1
 
         # a request on a leader: ListOffsets answers from it without NOT_LEADER
-        lo = REQUESTS[2]
+        lo = REQUESTS[ApiKey.LIST_OFFSETS]
         resp = await cluster.call(leader, lo(replica_id=-1, topics=[lo.ListOffsetsTopic(
             name="cl-a", partitions=[lo.ListOffsetsPartition(partition_index=1,
                                                              timestamp=-1)])]))
@@ -113,7 +114,7 @@ async def test_live_survives_broker_loss(live):
         live.kill(f"broker-{old}")
         try:
             with pytest.raises(KafkaConnectionError):
-                lo = REQUESTS[2]
+                lo = REQUESTS[ApiKey.LIST_OFFSETS]
                 await cluster.call(old, lo(replica_id=-1, topics=[]))
             # the controller moves leadership; metadata shows the new leader
             with trio.fail_after(30):

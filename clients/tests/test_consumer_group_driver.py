@@ -19,6 +19,7 @@ from clients.errors import KafkaConnectionError
 from clients.consumer.group.coordinator import CommitFailedError
 from partition_server.group.consumer_group import ConsumerGroupCoordinatorState
 from wire.errors import ErrorCode, KafkaError
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 
 T1 = uuid.UUID(int=7)
@@ -49,7 +50,7 @@ class FakeCluster:
         pass
 
     async def call_versioned(self, node, build, api_key, **kw):
-        return await self.call(node, build(1 if api_key == 68 else 9), **kw)
+        return await self.call(node, build(1 if api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT else 9), **kw)
 
     async def call(self, node, req, **kw):
         self.sent.append(req)
@@ -59,10 +60,10 @@ class FakeCluster:
             answer = queue.pop(0)
             if isinstance(answer, Exception):
                 raise answer
-            if req.API_KEY == 68:
-                return RESPONSES[68](error_code=answer, member_epoch=-1)
+            if req.API_KEY == ApiKey.CONSUMER_GROUP_HEARTBEAT:
+                return RESPONSES[ApiKey.CONSUMER_GROUP_HEARTBEAT](error_code=answer, member_epoch=-1)
             return self._commit_answer(req, answer)
-        if req.API_KEY == 68:
+        if req.API_KEY == ApiKey.CONSUMER_GROUP_HEARTBEAT:
             owned = None if req.topic_partitions is None else {
                 tp.topic_id: list(tp.partitions) for tp in req.topic_partitions}
             r = self.coord.heartbeat(
@@ -71,14 +72,14 @@ class FakeCluster:
                 subscribed_names=req.subscribed_topic_names,
                 subscribed_regex=req.subscribed_topic_regex, server_assignor=req.server_assignor,
                 owned=owned, topics=self.topics, now_ms=int(trio.current_time() * 1000))
-            cls = RESPONSES[68]
+            cls = RESPONSES[ApiKey.CONSUMER_GROUP_HEARTBEAT]
             assignment = None if r.assignment is None else cls.Assignment(topic_partitions=[
                 cls.TopicPartitions(topic_id=t, partitions=sorted(ps))
                 for t, ps in r.assignment.items()])
             return cls(error_code=r.error, error_message=r.message, member_id=r.member_id,
                        member_epoch=r.member_epoch, heartbeat_interval_ms=50,
                        assignment=assignment)
-        if req.API_KEY == 8:
+        if req.API_KEY == ApiKey.OFFSET_COMMIT:
             code = self.coord.can_commit("g", req.member_id, req.generation_id_or_member_epoch)
             if code == 0:
                 self.commits.append((req.member_id, req.generation_id_or_member_epoch))
@@ -87,7 +88,7 @@ class FakeCluster:
 
     @staticmethod
     def _commit_answer(req, code):
-        cls = RESPONSES[8]
+        cls = RESPONSES[ApiKey.OFFSET_COMMIT]
         return cls(topics=[cls.OffsetCommitResponseTopic(name=t.name, partitions=[
             cls.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
             for p in t.partitions]) for t in req.topics])
@@ -124,7 +125,7 @@ async def drive(member, hooks, until, timeout_s=5.0):
 
 
 def heartbeats(fc):
-    return [r for r in fc.sent if r.API_KEY == 68]
+    return [r for r in fc.sent if r.API_KEY == ApiKey.CONSUMER_GROUP_HEARTBEAT]
 
 
 async def test_join_reconcile_ack_then_leave(nursery):

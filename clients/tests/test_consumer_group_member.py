@@ -14,6 +14,7 @@ from clients.consumer.assignors.protocol import Assignment
 from clients.consumer.group.classic_member import GroupMember
 from clients.consumer.group.coordinator import CommitFailedError
 from wire.errors import ErrorCode, KafkaError
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 
 
@@ -50,7 +51,7 @@ class FakeCluster:
 
 
 def join_resp(code=0, member_id="m1", generation=1, leader="m1", members=(), protocol="range"):
-    cls = RESPONSES[11]
+    cls = RESPONSES[ApiKey.JOIN_GROUP]
     return cls(error_code=code, member_id=member_id, generation_id=generation, leader=leader,
                protocol_type="consumer", protocol_name=protocol,
                members=[cls.JoinGroupResponseMember(member_id=m, group_instance_id=None,
@@ -58,7 +59,7 @@ def join_resp(code=0, member_id="m1", generation=1, leader="m1", members=(), pro
 
 
 def sync_resp(code=0, partitions=()):
-    return RESPONSES[14](error_code=code, protocol_type="consumer", protocol_name="range",
+    return RESPONSES[ApiKey.SYNC_GROUP](error_code=code, protocol_type="consumer", protocol_name="range",
                          assignment=encode_assignment(Assignment(list(partitions))))
 
 
@@ -72,9 +73,9 @@ def sub(topics):
 
 
 async def test_member_id_required_then_leader_assigns():
-    fc = FakeCluster({11: [join_resp(ErrorCode.MEMBER_ID_REQUIRED, member_id="m1"),
+    fc = FakeCluster({ApiKey.JOIN_GROUP: [join_resp(ErrorCode.MEMBER_ID_REQUIRED, member_id="m1"),
                            join_resp(members=[("m1", sub(["t"])), ("m2", sub(["t"]))])],
-                      14: [sync_resp(partitions=[("t", 0), ("t", 1)])]})
+                      ApiKey.SYNC_GROUP: [sync_resp(partitions=[("t", 0), ("t", 1)])]})
     m = member(fc)
     got = await m.join(["t"], [], deadline=1e9)
     assert got == [("t", 0), ("t", 1)]
@@ -89,8 +90,8 @@ async def test_member_id_required_then_leader_assigns():
 
 
 async def test_follower_sends_no_assignments_and_sync_rebalance_means_rejoin():
-    fc = FakeCluster({11: [join_resp(member_id="m2", leader="m1")],
-                      14: [sync_resp(ErrorCode.REBALANCE_IN_PROGRESS)]})
+    fc = FakeCluster({ApiKey.JOIN_GROUP: [join_resp(member_id="m2", leader="m1")],
+                      ApiKey.SYNC_GROUP: [sync_resp(ErrorCode.REBALANCE_IN_PROGRESS)]})
     m = member(fc)
     assert await m.join(["t"], [], deadline=1e9) is None
     assert fc.sent[1].assignments == []
@@ -98,11 +99,11 @@ async def test_follower_sends_no_assignments_and_sync_rebalance_means_rejoin():
 
 
 async def test_unknown_member_and_coordinator_moves_are_retried():
-    fc = FakeCluster({11: [join_resp(ErrorCode.UNKNOWN_MEMBER_ID, member_id=""),
+    fc = FakeCluster({ApiKey.JOIN_GROUP: [join_resp(ErrorCode.UNKNOWN_MEMBER_ID, member_id=""),
                            join_resp(ErrorCode.NOT_COORDINATOR),
                            join_resp(ErrorCode.REBALANCE_IN_PROGRESS),
                            join_resp(member_id="m9", leader="m1")],
-                      14: [sync_resp(partitions=[("t", 2)])]})
+                      ApiKey.SYNC_GROUP: [sync_resp(partitions=[("t", 2)])]})
     m = member(fc)
     m.member_id = "stale"
     assert await m.join(["t"], [], deadline=1e9) == [("t", 2)]
@@ -114,16 +115,16 @@ async def test_unknown_member_and_coordinator_moves_are_retried():
                                   ErrorCode.GROUP_AUTHORIZATION_FAILED,
                                   ErrorCode.INVALID_SESSION_TIMEOUT])
 async def test_fatal_join_errors_raise_typed(code):
-    fc = FakeCluster({11: [join_resp(code)]})
+    fc = FakeCluster({ApiKey.JOIN_GROUP: [join_resp(code)]})
     with pytest.raises(KafkaError) as info:
         await member(fc).join(["t"], [], deadline=1e9)
     assert info.value.code == code
 
 
 async def test_heartbeat_codes():
-    fc = FakeCluster({12: [RESPONSES[12](error_code=0),
-                           RESPONSES[12](error_code=ErrorCode.REBALANCE_IN_PROGRESS),
-                           RESPONSES[12](error_code=ErrorCode.UNKNOWN_MEMBER_ID)]})
+    fc = FakeCluster({ApiKey.HEARTBEAT: [RESPONSES[ApiKey.HEARTBEAT](error_code=0),
+                           RESPONSES[ApiKey.HEARTBEAT](error_code=ErrorCode.REBALANCE_IN_PROGRESS),
+                           RESPONSES[ApiKey.HEARTBEAT](error_code=ErrorCode.UNKNOWN_MEMBER_ID)]})
     m = member(fc)
     m.member_id, m.generation, m.stable, m.rejoin_needed = "m1", 3, True, False
     assert await m.heartbeat() == 0 and m.stable
@@ -135,13 +136,13 @@ async def test_heartbeat_codes():
 
 
 def commit_resp(code):
-    cls = RESPONSES[8]
+    cls = RESPONSES[ApiKey.OFFSET_COMMIT]
     return cls(topics=[cls.OffsetCommitResponseTopic(name="t", partitions=[
         cls.OffsetCommitResponsePartition(partition_index=0, error_code=code)])])
 
 
 async def test_commit_retries_coordinator_moves_and_fails_after_rebalance():
-    fc = FakeCluster({8: [commit_resp(ErrorCode.NOT_COORDINATOR), commit_resp(0),
+    fc = FakeCluster({ApiKey.OFFSET_COMMIT: [commit_resp(ErrorCode.NOT_COORDINATOR), commit_resp(0),
                           commit_resp(ErrorCode.ILLEGAL_GENERATION),
                           commit_resp(ErrorCode.TOPIC_AUTHORIZATION_FAILED)]})
     m = member(fc)
@@ -158,12 +159,12 @@ async def test_commit_retries_coordinator_moves_and_fails_after_rebalance():
 
 
 async def test_fetch_committed_none_for_missing():
-    cls = RESPONSES[9]
+    cls = RESPONSES[ApiKey.OFFSET_FETCH]
     resp = cls(error_code=0, topics=[cls.OffsetFetchResponseTopic(name="t", partitions=[
         cls.OffsetFetchResponsePartition(partition_index=0, committed_offset=7,
                                          committed_leader_epoch=2, metadata="", error_code=0),
         cls.OffsetFetchResponsePartition(partition_index=1, committed_offset=-1,
                                          committed_leader_epoch=-1, metadata="", error_code=0)])])
-    fc = FakeCluster({9: [resp]})
+    fc = FakeCluster({ApiKey.OFFSET_FETCH: [resp]})
     got = await member(fc).fetch_committed([("t", 0), ("t", 1)])
     assert got == {("t", 0): (7, 2, ""), ("t", 1): None}

@@ -14,6 +14,7 @@ from clients.producer.partitioner import partition_for_key
 from clients.producer import Producer, RecordAccumulator
 from clients.errors import KafkaTimeoutError, UnknownTopicError
 from partition_server.testing import LiveCluster
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import decode_batch, iter_batches
 
@@ -104,7 +105,7 @@ def live(tmp_path_factory):
 
 
 async def _create(p: Producer, name: str, partitions: int, rf: int = 3, configs=()) -> None:
-    ct = REQUESTS[19]
+    ct = REQUESTS[ApiKey.CREATE_TOPICS]
     resp = await p.cluster.call_controller(ct(topics=[ct.CreatableTopic(
         name=name, num_partitions=partitions, replication_factor=rf,
         configs=[ct.CreatableTopicConfig(name=k, value=v) for k, v in configs])],
@@ -115,7 +116,7 @@ async def _create(p: Producer, name: str, partitions: int, rf: int = 3, configs=
 
 async def _read_all(p: Producer, topic: str, partitions: int) -> dict[int, list]:
     """Every record of each partition, read from its leader with plain Fetch requests."""
-    fr = REQUESTS[1]
+    fr = REQUESTS[ApiKey.FETCH]
     out = {}
     await p.cluster.refresh_metadata([topic], force=True)
     for part in range(partitions):

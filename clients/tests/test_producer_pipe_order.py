@@ -8,6 +8,7 @@ import trio.testing
 
 from clients.producer.pipe import ProducePipe
 from wire.connection import ClientConnection, ServerConnection
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS, RESPONSES
 
 N = 40
@@ -34,7 +35,7 @@ async def test_answers_arriving_together_are_taken_in_request_order():
             while (req := wire.next_request()) is not None:
                 got.append(req)
         # every answer in one write: the reader parses them in one go and wakes all waiters
-        await server.send_all(b"".join(wire.send_response(r, RESPONSES[0](responses=[]))
+        await server.send_all(b"".join(wire.send_response(r, RESPONSES[ApiKey.PRODUCE](responses=[]))
                                        for r in got))
 
     async def one(i, waiter):
@@ -45,7 +46,7 @@ async def test_answers_arriving_together_are_taken_in_request_order():
     async with trio.open_nursery() as nursery:
         nursery.start_soon(pipe.reader)
         nursery.start_soon(serve)
-        waiters = [await pipe.send(REQUESTS[0](acks=1, timeout_ms=1000, topic_data=[]), 10)
+        waiters = [await pipe.send(REQUESTS[ApiKey.PRODUCE](acks=1, timeout_ms=1000, topic_data=[]), 10)
                    for _ in range(N)]
         async with trio.open_nursery() as callers:
             for i, w in enumerate(waiters):

@@ -16,6 +16,7 @@ import trio.testing
 from clients.cluster import BrokerInfo, ClusterMetadata, PartitionInfo, TopicInfo
 from clients.producer import Producer
 from wire.connection import ServerConnection
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 from wire.records.batch import decode_batch
 
@@ -63,7 +64,7 @@ class _Broker:
 
     async def _serve(self, server):
         wire = ServerConnection()
-        cls = RESPONSES[0]
+        cls = RESPONSES[ApiKey.PRODUCE]
         while True:
             data = await server.receive_some(65536)
             if not data:

@@ -5,6 +5,7 @@ import random
 import pytest
 
 from common.error_response import CODE, error_response
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS, RESPONSES
 from wire.testing import random_message
 
@@ -59,29 +60,29 @@ def test_every_api_but_one_can_carry_the_error():
 
 
 def test_bare_keys_get_one_answer_each():
-    req = REQUESTS[15](groups=["g1", "g2"])
-    resp = error_response(RESPONSES[15], req, 5)
+    req = REQUESTS[ApiKey.DESCRIBE_GROUPS](groups=["g1", "g2"])
+    resp = error_response(RESPONSES[ApiKey.DESCRIBE_GROUPS], req, 5)
     assert [(g.group_id, g.error_code) for g in resp.groups] == [("g1", CODE), ("g2", CODE)]
 
 
 def test_produce_answers_every_partition_asked():
-    req_cls = REQUESTS[0]
+    req_cls = REQUESTS[ApiKey.PRODUCE]
     req = req_cls(acks=-1, timeout_ms=1000, topic_data=[
         req_cls.TopicProduceData(name="a", partition_data=[
             req_cls.PartitionProduceData(index=0, records=b""),
             req_cls.PartitionProduceData(index=3, records=b"")]),
         req_cls.TopicProduceData(name="b", partition_data=[
             req_cls.PartitionProduceData(index=1, records=b"")])])
-    resp = error_response(RESPONSES[0], req, 9)
+    resp = error_response(RESPONSES[ApiKey.PRODUCE], req, 9)
     got = [(t.name, p.index, p.error_code) for t in resp.responses for p in t.partition_responses]
     assert got == [("a", 0, CODE), ("a", 3, CODE), ("b", 1, CODE)]
 
 
 def test_fetch_answers_per_partition_and_top_level():
-    req_cls = REQUESTS[1]
+    req_cls = REQUESTS[ApiKey.FETCH]
     req = req_cls(topics=[req_cls.FetchTopic(topic="t", partitions=[
         req_cls.FetchPartition(partition=2, fetch_offset=5)])])
-    resp = error_response(RESPONSES[1], req, 12)
+    resp = error_response(RESPONSES[ApiKey.FETCH], req, 12)
     assert resp.error_code == CODE
     assert [(t.topic, p.partition_index, p.error_code) for t in resp.responses
             for p in t.partitions] == [("t", 2, CODE)]
@@ -97,25 +98,25 @@ async def test_a_failing_handler_answers_unknown_server_error_and_keeps_the_conn
     from common.network import serve_listener
     from partition_server.tests.test_security_network import connect
 
-    supported = {18: (0, 3), 3: (0, 12), 0: (3, 9)}
+    supported = {ApiKey.API_VERSIONS: (0, 3), ApiKey.METADATA: (0, 12), ApiKey.PRODUCE: (3, 9)}
 
     async def dispatch(ctx, request):
-        if request.api_key == 0:
+        if request.api_key == ApiKey.PRODUCE:
             raise RuntimeError("a handler bug")
-        return RESPONSES[3](cluster_id="ok", brokers=[], topics=[])
+        return RESPONSES[ApiKey.METADATA](cluster_id="ok", brokers=[], topics=[])
 
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(functools.partial(
             serve_listener, "127.0.0.1", 0, dispatch, "TEST", 1 << 20, supported))
         port = listeners[0].socket.getsockname()[1]
         client = await connect(port)
-        req_cls = REQUESTS[0]
+        req_cls = REQUESTS[ApiKey.PRODUCE]
         produce = req_cls(acks=1, timeout_ms=1000, topic_data=[req_cls.TopicProduceData(
             name="t", partition_data=[req_cls.PartitionProduceData(index=4, records=b"")])])
         resp = await client.call(produce, 9)
         assert [(t.name, p.index, p.error_code) for t in resp.responses
                 for p in t.partition_responses] == [("t", 4, CODE)]
-        assert (await client.call(REQUESTS[3](topics=[]), 12)).cluster_id == "ok"
+        assert (await client.call(REQUESTS[ApiKey.METADATA](topics=[]), 12)).cluster_id == "ok"
         produce.acks = 0
         await client.stream.send_all(client.conn.send_request(produce, 9))
         assert await client.closed()

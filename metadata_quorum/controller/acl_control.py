@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 
+from common.acl import AclBinding, AclBindingFilter
 from metadata_quorum import records as r
 from metadata_quorum.image import MetadataImage
 from wire.errors import ErrorCode
@@ -25,27 +26,8 @@ PERMISSION_ANY, PERMISSION_DENY, PERMISSION_ALLOW = 1, 2, 3
 _NAMESPACE = uuid.UUID("6b3f5b0e-4f43-4c64-9a53-1d1b7c1a0a11")
 
 
-@dataclasses.dataclass(frozen=True)
-class AclBinding:
-    resource_type: int
-    resource_name: str
-    pattern_type: int
-    principal: str
-    host: str
-    operation: int
-    permission_type: int
-
-
-@dataclasses.dataclass(frozen=True)
-class AclFilter:
-    """None / ANY codes match everything; pattern MATCH matches literal, '*' and prefixes."""
-    resource_type: int = RESOURCE_ANY
-    resource_name: str | None = None
-    pattern_type: int = PATTERN_ANY
-    principal: str | None = None
-    host: str | None = None
-    operation: int = OPERATION_ANY
-    permission_type: int = PERMISSION_ANY
+# the one ACL shape (common/acl.py); the controller's historical name for the filter
+AclFilter = AclBindingFilter
 
 
 @dataclasses.dataclass
@@ -56,7 +38,7 @@ class AclResult:
 
 
 def acl_id(b: AclBinding) -> uuid.UUID:
-    return uuid.uuid5(_NAMESPACE, repr(dataclasses.astuple(b)))
+    return uuid.uuid5(_NAMESPACE, repr(b.as_tuple()))
 
 
 def _validate(b: AclBinding) -> str | None:

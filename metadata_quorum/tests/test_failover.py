@@ -17,6 +17,7 @@ from clients.connection import BrokerConnection, ConnectionClosed
 from metadata_quorum.records import TopicRecord, decode_record
 from partition_server.testing import free_base_port
 from wire.errors import DecodeError
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import decode_batch, iter_batches
 
@@ -67,7 +68,7 @@ async def _request(port, message, version, timeout=3.0):
 
 async def register_broker(q: Quorum) -> None:
     """Register broker 0 (it stays fenced) so topics can be assigned to it."""
-    br = REQUESTS[62]
+    br = REQUESTS[ApiKey.BROKER_REGISTRATION]
     import uuid
     msg = br(broker_id=0, cluster_id="raftka", incarnation_id=uuid.uuid4(),
              listeners=[br.Listener(name="PLAINTEXT", host="127.0.0.1", port=1)])
@@ -85,7 +86,7 @@ async def register_broker(q: Quorum) -> None:
 
 async def create_topic(q: Quorum, name: str, deadline_s: float) -> tuple[int, float]:
     """Try every live controller until one commits the write; (controller index, seconds)."""
-    ct = REQUESTS[19]
+    ct = REQUESTS[ApiKey.CREATE_TOPICS]
     msg = ct(topics=[ct.CreatableTopic(name=name, num_partitions=-1, replication_factor=-1,
                                        assignments=[ct.CreatableReplicaAssignment(
                                            partition_index=0, broker_ids=[0])])],
@@ -107,7 +108,7 @@ async def create_topic(q: Quorum, name: str, deadline_s: float) -> tuple[int, fl
 
 async def topics_in_stream(port: int) -> tuple[list[str], int]:
     """Topic names in the committed metadata stream, and the stream's high watermark."""
-    f = REQUESTS[1]
+    f = REQUESTS[ApiKey.FETCH]
     offset, names, hw = 0, [], 0
     while True:
         resp = await _request(port, f(replica_id=99, max_wait_ms=0, topics=[f.FetchTopic(
@@ -210,7 +211,7 @@ def test_majority_loss_refuses_writes_but_serves_the_stream(tmp_path):
         q.kill(active[1])
 
         async def scenario():
-            ct = REQUESTS[19]
+            ct = REQUESTS[ApiKey.CREATE_TOPICS]
             # a valid write (assigned to the registered broker): only the missing quorum can
             # refuse it; a survivor that still thinks it leads fails to commit (timeout)
             await trio.sleep(1.5)              # leaderFallbackTimeout: an old leader steps down

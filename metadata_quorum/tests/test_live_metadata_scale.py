@@ -21,6 +21,7 @@ from metadata_quorum.records import decode_record
 from metadata_quorum.tests.test_failover import Quorum
 from partition_server.testing import LiveCluster
 from wire.errors import DecodeError
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import decode_batch, iter_batches
 
@@ -40,7 +41,7 @@ async def _request(port: int, message, version: int, timeout: float = 30.0):
 
 async def controller_state(port: int) -> tuple[int, MetadataImage]:
     """(end offset, image) that the controller at `port` serves brokers as its snapshot."""
-    cls = REQUESTS[59]
+    cls = REQUESTS[ApiKey.FETCH_SNAPSHOT]
     req = cls(replica_id=-1, max_bytes=256 << 20, topics=[cls.TopicSnapshot(
         name="__cluster_metadata", partitions=[cls.PartitionSnapshot(partition=0)])])
     resp = await _request(port, req, 1)
@@ -77,7 +78,7 @@ async def identical_images(ports: list[int], deadline_s: float = 60) -> Metadata
 
 async def register_brokers(q: Quorum, ids=(0, 1, 2)) -> None:
     """Registered (and fenced) brokers, so explicit assignments can name them."""
-    br = REQUESTS[62]
+    br = REQUESTS[ApiKey.BROKER_REGISTRATION]
     for bid in ids:
         msg = br(broker_id=bid, cluster_id="raftka", incarnation_id=uuid.uuid4(),
                  listeners=[br.Listener(name="PLAINTEXT", host="127.0.0.1", port=1 + bid)])
@@ -102,7 +103,7 @@ async def _until_ok(q: Quorum, msg, version: int, codes, deadline_s: float = 60)
 
 
 def _create(topics: dict[str, int], rf: int = 3):
-    ct = REQUESTS[19]
+    ct = REQUESTS[ApiKey.CREATE_TOPICS]
     return ct(timeout_ms=30000, topics=[ct.CreatableTopic(
         name=name, num_partitions=-1, replication_factor=-1,
         assignments=[ct.CreatableReplicaAssignment(
@@ -132,7 +133,7 @@ async def test_ten_thousand_partitions_in_one_create_topics_and_in_many(tmp_path
 
 
 def _alter_configs(topics: list[str], round_: int):
-    ia = REQUESTS[44]
+    ia = REQUESTS[ApiKey.INCREMENTAL_ALTER_CONFIGS]
     keys = ("retention.ms", "delete.retention.ms", "segment.ms", "retention.bytes", "segment.bytes")
     return ia(resources=[ia.AlterConfigsResource(
         resource_type=2, resource_name=t, configs=[
@@ -149,7 +150,7 @@ async def _wait_for(predicate, what: str, deadline_s: float = 60):
 
 
 async def _all_led(bootstrap_port: int, topics: set[str], deadline_s: float = 90) -> None:
-    md = REQUESTS[3]
+    md = REQUESTS[ApiKey.METADATA]
     deadline = time.monotonic() + deadline_s
     missing = topics
     while time.monotonic() < deadline:

@@ -14,6 +14,7 @@ from common.sasl import (SCRAM_SHA_256, SCRAM_SHA_512, PlainServer,
                          SaslAuthenticationError, ScramClient, ScramServer,
                          salted_password)
 from wire.connection import Request
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
 
@@ -39,7 +40,7 @@ def request(api_key, body, version=0):
 
 
 def upsert(user, mechanism, password, iterations=4096):
-    cls = REQUESTS[51]
+    cls = REQUESTS[ApiKey.ALTER_USER_SCRAM_CREDENTIALS]
     salt = os.urandom(16)
     return cls.ScramCredentialUpsertion(name=user, mechanism=mechanism, iterations=iterations,
                                         salt=salt, salted_password=salted_password(
@@ -47,10 +48,10 @@ def upsert(user, mechanism, password, iterations=4096):
 
 
 def alter(svc, deletions=(), upsertions=()):
-    cls = REQUESTS[51]
+    cls = REQUESTS[ApiKey.ALTER_USER_SCRAM_CREDENTIALS]
     body = cls(deletions=[cls.ScramCredentialDeletion(name=u, mechanism=m) for u, m in deletions],
                upsertions=list(upsertions))
-    resp = trio.run(ch.handle_alter_user_scram_credentials, svc, request(51, body))
+    resp = trio.run(ch.handle_alter_user_scram_credentials, svc, request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, body))
     return {r.user: r.error_code for r in resp.results}
 
 
@@ -82,11 +83,11 @@ def test_alter_describe_and_authenticate():
         pass
     broker = Broker()
     broker.image = image
-    cls = REQUESTS[50]
-    resp = trio.run(handle_describe_user_scram_credentials, broker, request(50, cls(users=None)))
+    cls = REQUESTS[ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS]
+    resp = trio.run(handle_describe_user_scram_credentials, broker, request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, cls(users=None)))
     assert [(r.user, sorted((c.mechanism, c.iterations) for c in r.credential_infos))
             for r in resp.results] == [("alice", [(1, 4096), (2, 4096)])]
-    resp = trio.run(handle_describe_user_scram_credentials, broker, request(50, cls(
+    resp = trio.run(handle_describe_user_scram_credentials, broker, request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, cls(
         users=[cls.UserName(name="nobody"), cls.UserName(name="alice"), cls.UserName(name="alice")])))
     assert {r.user: r.error_code for r in resp.results} == {"nobody": 91, "alice": 92}
 

@@ -44,6 +44,7 @@ from partition_server.group.state import (GroupConfig, GroupCoordinatorState, Gr
                                           restore_group)
 from partition_server.replication.partition import Role
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.consumer_protocol_subscription_generated import ConsumerProtocolSubscription
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import build_batch, decode_batch, iter_batches
@@ -139,7 +140,7 @@ class GroupCoordinator:
         self._creating = True
         try:
             live = sum(1 for b in self.broker.image.brokers.values() if not b.fenced)
-            cls = REQUESTS[19]
+            cls = REQUESTS[ApiKey.CREATE_TOPICS]
             req = cls(topics=[cls.CreatableTopic(
                 name=OFFSETS_TOPIC, num_partitions=self.broker.config["offsets.topic.num.partitions"],
                 replication_factor=max(1, min(self.broker.config["offsets.topic.replication.factor"], live)),

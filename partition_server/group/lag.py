@@ -24,6 +24,7 @@ from common.connection import ConnectionClosed
 from partition_server.peers import PeerConnections
 from partition_server.replication.partition import Role
 from wire.errors import DecodeError, ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import decode_batch, iter_batches
 
@@ -132,7 +133,7 @@ class LagMonitor:
 
     async def _ask_leader(self, leader: int, items: list, table: dict, now: int) -> None:
         conn = await self.peers.get(leader)
-        lo = REQUESTS[2]
+        lo = REQUESTS[ApiKey.LIST_OFFSETS]
         by_topic: dict[str, list[int]] = {}
         for topic, partition, _ in items:
             by_topic.setdefault(topic, []).append(partition)
@@ -142,7 +143,7 @@ class LagMonitor:
             for t, ps in by_topic.items()]), 5)
         hws = {(t.name, p.partition_index): p.offset for t in resp.topics for p in t.partitions
                if p.error_code == 0}
-        fr = REQUESTS[1]
+        fr = REQUESTS[ApiKey.FETCH]
         for topic, partition, users in items:
             hw = hws.get((topic, partition))
             if hw is None:

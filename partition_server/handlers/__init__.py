@@ -7,99 +7,121 @@ import logging
 
 from partition_server.handlers import (admin, client_quotas, cluster, consumer_group, fetch, group,
                                        produce, producer_id, security, txn)
+from partition_server.handlers.context import HandlerContext
+from wire.messages.api_keys import ApiKey
 
 log = logging.getLogger(__name__)
 
 SUPPORTED: dict[int, tuple[int, int]] = {
-    0: (0, 11),      # Produce (v0-2 answered with UNSUPPORTED_FOR_MESSAGE_FORMAT: only magic v2)
-    1: (4, 12),      # Fetch (v13+ needs topic ids in fetch sessions: not yet)
-    2: (1, 8),       # ListOffsets
-    3: (0, 12),      # Metadata
-    8: (0, 9),       # OffsetCommit (v9: KIP-848 member epochs)
-    9: (0, 9),       # OffsetFetch
-    10: (0, 4),      # FindCoordinator (groups and transactions)
-    11: (0, 9),      # JoinGroup
-    12: (0, 4),      # Heartbeat
-    13: (0, 5),      # LeaveGroup
-    14: (0, 5),      # SyncGroup
-    15: (0, 5),      # DescribeGroups
-    16: (0, 5),      # ListGroups (v5: group type filter)
-    42: (0, 2),      # DeleteGroups
-    47: (0, 0),      # OffsetDelete
-    68: (0, 1),      # ConsumerGroupHeartbeat (KIP-848)
-    69: (0, 0),      # ConsumerGroupDescribe
-    18: (0, 3),      # ApiVersions
-    22: (0, 4),      # InitProducerId (idempotent and transactional producers)
-    24: (0, 4),      # AddPartitionsToTxn (v4: batches, KIP-890 verify-only; broker to broker)
-    25: (0, 3),      # AddOffsetsToTxn
-    26: (0, 5),      # EndTxn (v5: epoch bump per transaction, KIP-890 part 2)
-    27: (0, 1),      # WriteTxnMarkers (coordinator to partition leaders)
-    28: (0, 3),      # TxnOffsetCommit
-    65: (0, 0),      # DescribeTransactions
-    66: (0, 1),      # ListTransactions
-    61: (0, 0),      # DescribeProducers (KIP-664: finding hanging transactions)
-    19: (2, 7),      # CreateTopics        → forwarded to the active controller
-    20: (1, 6),      # DeleteTopics        → forwarded
-    21: (0, 2),      # DeleteRecords
-    23: (2, 4),      # OffsetForLeaderEpoch
-    30: (1, 3),      # CreateAcls          → forwarded (enforcement: the security issue)
-    31: (1, 3),      # DeleteAcls          → forwarded
-    32: (1, 4),      # DescribeConfigs
-    33: (0, 2),      # AlterConfigs        → forwarded
-    37: (0, 3),      # CreatePartitions    → forwarded
-    43: (0, 2),      # ElectLeaders        → forwarded
-    44: (0, 1),      # IncrementalAlterConfigs → forwarded
-    55: (0, 2),      # DescribeQuorum      → forwarded
-    60: (0, 1),      # DescribeCluster
-    29: (1, 3),      # DescribeAcls        (from the metadata image)
-    50: (0, 0),      # DescribeUserScramCredentials (from the metadata image)
-    51: (0, 0),      # AlterUserScramCredentials → forwarded
-    48: (0, 1),      # DescribeClientQuotas (from the metadata image)
-    49: (0, 1),      # AlterClientQuotas   → forwarded
+    ApiKey.PRODUCE: (0, 11),                  # v0-2 answered UNSUPPORTED_FOR_MESSAGE_FORMAT: magic v2 only
+    ApiKey.FETCH: (4, 12),                    # v13+ needs topic ids in fetch sessions: not yet
+    ApiKey.LIST_OFFSETS: (1, 8),
+    ApiKey.METADATA: (0, 12),
+    ApiKey.OFFSET_COMMIT: (0, 9),             # v9: KIP-848 member epochs
+    ApiKey.OFFSET_FETCH: (0, 9),
+    ApiKey.FIND_COORDINATOR: (0, 4),          # groups and transactions
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 5),               # v5: group type filter
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),  # KIP-848
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 0),
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.INIT_PRODUCER_ID: (0, 4),          # idempotent and transactional producers
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),     # v4: batches, KIP-890 verify-only; broker to broker
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
+    ApiKey.END_TXN: (0, 5),                   # v5: epoch bump per transaction, KIP-890 part 2
+    ApiKey.WRITE_TXN_MARKERS: (0, 1),         # coordinator to partition leaders
+    ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 1),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),        # KIP-664: finding hanging transactions
+    ApiKey.CREATE_TOPICS: (2, 7),             # → forwarded to the active controller
+    ApiKey.DELETE_TOPICS: (1, 6),             # → forwarded
+    ApiKey.DELETE_RECORDS: (0, 2),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    ApiKey.CREATE_ACLS: (1, 3),               # → forwarded (enforcement: the security issue)
+    ApiKey.DELETE_ACLS: (1, 3),               # → forwarded
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.ALTER_CONFIGS: (0, 2),             # → forwarded
+    ApiKey.CREATE_PARTITIONS: (0, 3),         # → forwarded
+    ApiKey.ELECT_LEADERS: (0, 2),             # → forwarded
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),  # → forwarded
+    ApiKey.DESCRIBE_QUORUM: (0, 2),           # → forwarded
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.DESCRIBE_ACLS: (1, 3),             # from the metadata image
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),  # from the metadata image
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),  # → forwarded
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),    # from the metadata image
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),       # → forwarded
 }
 
 HANDLERS = {
-    0: produce.handle_produce,
-    1: fetch.handle_fetch,
-    2: fetch.handle_list_offsets,
-    3: cluster.handle_metadata,
-    18: cluster.handle_api_versions,
-    8: group.handle_offset_commit, 9: group.handle_offset_fetch,
-    10: txn.handle_find_coordinator, 11: group.handle_join_group, 12: group.handle_heartbeat,
-    13: group.handle_leave_group, 14: group.handle_sync_group, 15: group.handle_describe_groups,
-    16: group.handle_list_groups, 42: group.handle_delete_groups, 47: group.handle_offset_delete,
-    68: consumer_group.handle_consumer_group_heartbeat,
-    69: consumer_group.handle_consumer_group_describe,
-    19: admin.forward, 20: admin.forward, 33: admin.forward, 37: admin.forward,
-    43: admin.forward, 44: admin.forward, 55: admin.forward, 30: admin.forward, 31: admin.forward,
-    21: fetch.handle_delete_records,
-    22: txn.handle_init_producer_id,
-    24: txn.handle_add_partitions_to_txn, 25: txn.handle_add_offsets_to_txn,
-    26: txn.handle_end_txn, 27: txn.handle_write_txn_markers, 28: txn.handle_txn_offset_commit,
-    65: txn.handle_describe_transactions, 66: txn.handle_list_transactions,
-    61: txn.handle_describe_producers,
-    23: fetch.handle_offset_for_leader_epoch,
-    32: cluster.handle_describe_configs,
-    60: cluster.handle_describe_cluster,
-    29: security.handle_describe_acls, 50: security.handle_describe_user_scram_credentials,
-    51: admin.forward,
-    48: client_quotas.handle_describe_client_quotas, 49: client_quotas.handle_alter_client_quotas,
+    ApiKey.PRODUCE: produce.handle_produce,
+    ApiKey.FETCH: fetch.handle_fetch,
+    ApiKey.LIST_OFFSETS: fetch.handle_list_offsets,
+    ApiKey.METADATA: cluster.handle_metadata,
+    ApiKey.API_VERSIONS: cluster.handle_api_versions,
+    ApiKey.OFFSET_COMMIT: group.handle_offset_commit,
+    ApiKey.OFFSET_FETCH: group.handle_offset_fetch,
+    ApiKey.FIND_COORDINATOR: txn.handle_find_coordinator,
+    ApiKey.JOIN_GROUP: group.handle_join_group,
+    ApiKey.HEARTBEAT: group.handle_heartbeat,
+    ApiKey.LEAVE_GROUP: group.handle_leave_group,
+    ApiKey.SYNC_GROUP: group.handle_sync_group,
+    ApiKey.DESCRIBE_GROUPS: group.handle_describe_groups,
+    ApiKey.LIST_GROUPS: group.handle_list_groups,
+    ApiKey.DELETE_GROUPS: group.handle_delete_groups,
+    ApiKey.OFFSET_DELETE: group.handle_offset_delete,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_group.handle_consumer_group_heartbeat,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: consumer_group.handle_consumer_group_describe,
+    ApiKey.CREATE_TOPICS: admin.forward,
+    ApiKey.DELETE_TOPICS: admin.forward,
+    ApiKey.ALTER_CONFIGS: admin.forward,
+    ApiKey.CREATE_PARTITIONS: admin.forward,
+    ApiKey.ELECT_LEADERS: admin.forward,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: admin.forward,
+    ApiKey.DESCRIBE_QUORUM: admin.forward,
+    ApiKey.CREATE_ACLS: admin.forward,
+    ApiKey.DELETE_ACLS: admin.forward,
+    ApiKey.DELETE_RECORDS: fetch.handle_delete_records,
+    ApiKey.INIT_PRODUCER_ID: txn.handle_init_producer_id,
+    ApiKey.ADD_PARTITIONS_TO_TXN: txn.handle_add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: txn.handle_add_offsets_to_txn,
+    ApiKey.END_TXN: txn.handle_end_txn,
+    ApiKey.WRITE_TXN_MARKERS: txn.handle_write_txn_markers,
+    ApiKey.TXN_OFFSET_COMMIT: txn.handle_txn_offset_commit,
+    ApiKey.DESCRIBE_TRANSACTIONS: txn.handle_describe_transactions,
+    ApiKey.LIST_TRANSACTIONS: txn.handle_list_transactions,
+    ApiKey.DESCRIBE_PRODUCERS: txn.handle_describe_producers,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: fetch.handle_offset_for_leader_epoch,
+    ApiKey.DESCRIBE_CONFIGS: cluster.handle_describe_configs,
+    ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
+    ApiKey.DESCRIBE_ACLS: security.handle_describe_acls,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: security.handle_describe_user_scram_credentials,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: admin.forward,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: client_quotas.handle_describe_client_quotas,
+    ApiKey.ALTER_CLIENT_QUOTAS: client_quotas.handle_alter_client_quotas,
 }
 assert set(HANDLERS) == set(SUPPORTED)
 
 
-async def dispatch(broker, ctx, request):
+async def dispatch(hctx: HandlerContext, ctx, request):
     # client quotas (handlers/client_quotas.py) meter and throttle around authorization + handler
-    return await client_quotas.enforce(broker, ctx, request,
-                                       lambda req: _authorized(broker, ctx, req))
+    return await client_quotas.enforce(hctx, ctx, request,
+                                       lambda req: _authorized(hctx, ctx, req))
 
 
-async def _authorized(broker, ctx, request):
+async def _authorized(hctx: HandlerContext, ctx, request):
     handler = HANDLERS[request.api_key]
-    if getattr(broker, "authorizer", None) is None:
-        return await handler(broker, request)
+    if getattr(hctx, "authorizer", None) is None:
+        return await handler(hctx, request)
     # ACLs (partition_server/security/enforce.py): one rule per API, checked here so the
     # handlers stay unaware of principals
     from partition_server.security.enforce import authorize_and_call
-    return await authorize_and_call(broker.authorizer, ctx, request,
-                                    lambda req: handler(broker, req))
+    return await authorize_and_call(hctx.authorizer, ctx, request,
+                                    lambda req: handler(hctx, req))

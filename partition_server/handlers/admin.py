@@ -10,7 +10,9 @@ from __future__ import annotations
 import trio
 
 from partition_server.controller_client import ControllerUnavailable
+from partition_server.handlers.context import HandlerContext
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS, RESPONSES
 
 TIMED_OUT = ErrorCode.REQUEST_TIMED_OUT
@@ -26,45 +28,47 @@ def _first_error(api_key: int, resp) -> int:
 
 def _timeout_response(api_key: int, body):
     cls = RESPONSES[api_key]
-    if api_key == 19:
+    if api_key == ApiKey.CREATE_TOPICS:
         return cls(topics=[cls.CreatableTopicResult(name=t.name, error_code=TIMED_OUT)
                            for t in body.topics])
-    if api_key == 20:
+    if api_key == ApiKey.DELETE_TOPICS:
         names = list(body.topic_names) + [t.name for t in body.topics if t.name]
         return cls(responses=[cls.DeletableTopicResult(name=n, error_code=TIMED_OUT) for n in names])
-    if api_key == 37:
+    if api_key == ApiKey.CREATE_PARTITIONS:
         return cls(results=[cls.CreatePartitionsTopicResult(name=t.name, error_code=TIMED_OUT)
                             for t in body.topics])
-    if api_key == 30:
+    if api_key == ApiKey.CREATE_ACLS:
         return cls(results=[cls.AclCreationResult(error_code=TIMED_OUT) for _ in body.creations])
-    if api_key == 31:
+    if api_key == ApiKey.DELETE_ACLS:
         return cls(filter_results=[cls.DeleteAclsFilterResult(error_code=TIMED_OUT)
                                    for _ in body.filters])
-    if api_key in (33, 44):
+    if api_key in (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS):
         return cls(responses=[cls.AlterConfigsResourceResponse(
             error_code=TIMED_OUT, resource_type=r.resource_type, resource_name=r.resource_name)
             for r in body.resources])
     return cls(error_code=TIMED_OUT)
 
 
-async def forward(broker, req):
+async def forward(hctx: HandlerContext, req):
     api_key = req.api_key
     try:
-        resp = await broker.client.call_active(req.body, timeout_s=15, version=req.api_version,
+        resp = await hctx.client.call_active(req.body, timeout_s=15, version=req.api_version,
                                                error_of=lambda r: _first_error(api_key, r))
     except ControllerUnavailable:
         return _timeout_response(api_key, req.body)
-    if api_key in (19, 20, 37) and not getattr(req.body, "validate_only", False):
-        await _await_metadata(broker, api_key, req.body, resp)
+    if (api_key in (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS)
+            and not getattr(req.body, "validate_only", False)):
+        await _await_metadata(hctx, api_key, req.body, resp)
     return resp
 
 
-async def _await_metadata(broker, api_key, body, resp, timeout_s: float = 5.0) -> None:
+async def _await_metadata(hctx: HandlerContext, api_key, body, resp,
+                          timeout_s: float = 5.0) -> None:
     def visible() -> bool:
-        image = broker.image
-        if api_key == 19:
+        image = hctx.image
+        if api_key == ApiKey.CREATE_TOPICS:
             return all(t.name in image.topics for t in resp.topics if t.error_code == 0)
-        if api_key == 20:
+        if api_key == ApiKey.DELETE_TOPICS:
             return all(t.name not in image.topics for t in resp.responses
                        if t.error_code == 0 and t.name)
         counts = {t.name: t.count for t in body.topics}
@@ -72,18 +76,18 @@ async def _await_metadata(broker, api_key, body, resp, timeout_s: float = 5.0) -
                    for r in resp.results if r.error_code == 0 and r.name in image.topics)
     with trio.move_on_after(timeout_s):
         while not visible():
-            await broker.client.image_changed.wait()
+            await hctx.client.image_changed.wait()
 
 
-async def auto_create(broker, names: list[str]) -> None:
+async def auto_create(hctx: HandlerContext, names: list[str]) -> None:
     """auto.create.topics.enable: create with the broker's defaults, wait for the metadata."""
-    cls = REQUESTS[19]
-    req = cls(topics=[cls.CreatableTopic(name=n, num_partitions=broker.config["num.partitions"],
-                                         replication_factor=broker.config["default.replication.factor"])
+    cls = REQUESTS[ApiKey.CREATE_TOPICS]
+    req = cls(topics=[cls.CreatableTopic(name=n, num_partitions=hctx.config["num.partitions"],
+                                         replication_factor=hctx.config["default.replication.factor"])
                       for n in names], timeout_ms=10000)
     try:
-        resp = await broker.client.call_active(req, timeout_s=10, version=7,
-                                               error_of=lambda r: _first_error(19, r))
+        resp = await hctx.client.call_active(req, timeout_s=10, version=7,
+                                               error_of=lambda r: _first_error(ApiKey.CREATE_TOPICS, r))
     except ControllerUnavailable:
         return
-    await _await_metadata(broker, 19, req, resp)
+    await _await_metadata(hctx, ApiKey.CREATE_TOPICS, req, resp)

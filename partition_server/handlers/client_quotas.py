@@ -34,30 +34,44 @@ import time
 import trio
 
 from partition_server.controller_client import ControllerUnavailable
+from partition_server.handlers.context import HandlerContext
 from partition_server.quotas import (CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE,
                                      QuotaManager, WindowConfig)
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 
-PRODUCE, FETCH, DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 0, 1, 48, 49
+PRODUCE, FETCH = ApiKey.PRODUCE, ApiKey.FETCH
+DESCRIBE_CLIENT_QUOTAS = ApiKey.DESCRIBE_CLIENT_QUOTAS
+ALTER_CLIENT_QUOTAS = ApiKey.ALTER_CLIENT_QUOTAS
 # the first version whose client throttles itself on throttle_time_ms (KIP-219), per API
 # (APIs added after KIP-219, key 43 on, throttle themselves at every version)
-KIP_219_VERSIONS = {0: 6, 1: 8, 2: 3, 3: 6, 8: 4, 9: 4, 10: 2, 11: 3, 12: 2, 13: 2, 14: 2,
-                    15: 2, 16: 2, 19: 3, 20: 2, 21: 1, 22: 1, 23: 1, 24: 1, 25: 1, 26: 1, 28: 1,
-                    29: 1, 30: 1, 31: 1, 32: 2, 33: 1, 37: 1, 42: 1}
+KIP_219_VERSIONS = {
+    ApiKey.PRODUCE: 6, ApiKey.FETCH: 8, ApiKey.LIST_OFFSETS: 3, ApiKey.METADATA: 6,
+    ApiKey.OFFSET_COMMIT: 4, ApiKey.OFFSET_FETCH: 4, ApiKey.FIND_COORDINATOR: 2,
+    ApiKey.JOIN_GROUP: 3, ApiKey.HEARTBEAT: 2, ApiKey.LEAVE_GROUP: 2, ApiKey.SYNC_GROUP: 2,
+    ApiKey.DESCRIBE_GROUPS: 2, ApiKey.LIST_GROUPS: 2, ApiKey.CREATE_TOPICS: 3,
+    ApiKey.DELETE_TOPICS: 2, ApiKey.DELETE_RECORDS: 1, ApiKey.INIT_PRODUCER_ID: 1,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: 1, ApiKey.ADD_PARTITIONS_TO_TXN: 1,
+    ApiKey.ADD_OFFSETS_TO_TXN: 1, ApiKey.END_TXN: 1, ApiKey.TXN_OFFSET_COMMIT: 1,
+    ApiKey.DESCRIBE_ACLS: 1, ApiKey.CREATE_ACLS: 1, ApiKey.DELETE_ACLS: 1,
+    ApiKey.DESCRIBE_CONFIGS: 2, ApiKey.ALTER_CONFIGS: 1, ApiKey.CREATE_PARTITIONS: 1,
+    ApiKey.DELETE_GROUPS: 1
+}
 # never throttled on request time: the connection's own bookkeeping and inter-broker work
 # (WriteTxnMarkers; AddPartitionsToTxn v4+ is the coordinator's verification, see `enforce`)
-REQUEST_TIME_EXEMPT = {18, 17, 36, 27}
+REQUEST_TIME_EXEMPT = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE,
+                       ApiKey.WRITE_TXN_MARKERS}
 
 
-def manager(broker) -> QuotaManager:
-    qm = getattr(broker, "client_quotas", None)
+def manager(hctx: HandlerContext) -> QuotaManager:
+    qm = getattr(hctx, "client_quotas", None)
     if qm is None:
-        cfg = broker.config.values.get
+        cfg = hctx.config.values.get
         num = cfg("quota.window.num") or 11
         size_s = cfg("quota.window.size.seconds") or 1
-        qm = broker.client_quotas = QuotaManager(WindowConfig(int(num), int(size_s) * 1000))
-    qm.update(broker.image.quotas)
+        qm = hctx.client_quotas = QuotaManager(WindowConfig(int(num), int(size_s) * 1000))
+    qm.update(hctx.image.quotas)
     return qm
 
 
@@ -131,9 +145,9 @@ def _empty_fetch(resp) -> None:
             p.aborted_transactions = None if p.aborted_transactions is None else []
 
 
-async def enforce(broker, ctx, request, call):
+async def enforce(hctx: HandlerContext, ctx, request, call):
     """Run `call(request)` under the client's quotas; sets throttle_time_ms and the mute."""
-    qm = manager(broker)
+    qm = manager(hctx)
     if not qm.quotas:
         return await call(request)
     principal, client_id = ctx.principal, request.client_id
@@ -144,7 +158,8 @@ async def enforce(broker, ctx, request, call):
         cap = qm.max_value_in_window(principal, client_id, CONSUMER_BYTE_RATE)
         if cap is not None:
             request.body.max_bytes = max(1, min(request.body.max_bytes, int(cap)))
-    cluster_action = api in REQUEST_TIME_EXEMPT or (api == 24 and request.api_version >= 4)
+    cluster_action = api in REQUEST_TIME_EXEMPT or (api == ApiKey.ADD_PARTITIONS_TO_TXN
+                                                    and request.api_version >= 4)
     timed = not cluster_action and qm.has(REQUEST_PERCENTAGE) \
         and qm.bound(principal, client_id, REQUEST_PERCENTAGE) is not None
     if timed:
@@ -178,7 +193,8 @@ async def enforce(broker, ctx, request, call):
         return response
     if response is not None and hasattr(response, "throttle_time_ms"):
         response.throttle_time_ms = max(response.throttle_time_ms or 0, throttle)
-    if response is None or request.api_version >= KIP_219_VERSIONS.get(api, 0 if api >= 43 else 99):
+    self_throttling = KIP_219_VERSIONS.get(api, 0 if api >= ApiKey.ELECT_LEADERS else 99)
+    if response is None or request.api_version >= self_throttling:
         ctx.mute_s = max(getattr(ctx, "mute_s", 0.0), throttle / 1000.0)
     else:
         await trio.sleep(throttle / 1000.0)       # pre-KIP-219 clients: the answer comes late
@@ -208,11 +224,11 @@ def metric_families(broker, labels) -> list:
 
 # -- DescribeClientQuotas / AlterClientQuotas ----------------------------------------------------
 
-async def handle_describe_client_quotas(broker, req):
+async def handle_describe_client_quotas(hctx: HandlerContext, req):
     from metadata_quorum.controller.quota_control import describe_client_quotas
     cls = RESPONSES[DESCRIBE_CLIENT_QUOTAS]
     components = [(c.entity_type, c.match_type, c.match) for c in req.body.components]
-    code, message, entries = describe_client_quotas(broker.image, components, req.body.strict)
+    code, message, entries = describe_client_quotas(hctx.image, components, req.body.strict)
     if code != ErrorCode.NONE:
         return cls(error_code=code, error_message=message, entries=None)
     return cls(error_code=0, entries=[cls.EntryData(
@@ -241,18 +257,18 @@ def _first_error(resp) -> int:
     return next((x.error_code for x in resp.entries), 0)
 
 
-async def handle_alter_client_quotas(broker, req):
+async def handle_alter_client_quotas(hctx: HandlerContext, req):
     try:
-        resp = await broker.client.call_active(req.body, timeout_s=15, version=req.api_version,
+        resp = await hctx.client.call_active(req.body, timeout_s=15, version=req.api_version,
                                                error_of=_first_error)
     except ControllerUnavailable:
         return _alter_response(req.body, ErrorCode.REQUEST_TIMED_OUT)
     if not req.body.validate_only:
-        await _await_image(broker, req.body, resp)
+        await _await_image(hctx, req.body, resp)
     return resp
 
 
-async def _await_image(broker, body, resp, timeout_s: float = 5.0) -> None:
+async def _await_image(hctx: HandlerContext, body, resp, timeout_s: float = 5.0) -> None:
     from partition_server.quotas import canonical
     wanted = []
     for x, result in zip(body.entries, resp.entries):
@@ -261,7 +277,7 @@ async def _await_image(broker, body, resp, timeout_s: float = 5.0) -> None:
             wanted += [(ent, o.key, None if o.remove else float(o.value)) for o in x.ops]
 
     def visible() -> bool:
-        return all(broker.image.quotas.get(ent, {}).get(key) == value for ent, key, value in wanted)
+        return all(hctx.image.quotas.get(ent, {}).get(key) == value for ent, key, value in wanted)
     with trio.move_on_after(timeout_s):
         while not visible():
-            await broker.client.image_changed.wait()
+            await hctx.client.image_changed.wait()

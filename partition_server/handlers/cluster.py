@@ -9,7 +9,9 @@ default); a partition without a leader gets LEADER_NOT_AVAILABLE.
 from __future__ import annotations
 
 from common.topic_configs import TOPIC_CONFIGS, validate_topic_name
+from partition_server.handlers.context import HandlerContext
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 
 CLUSTER_ID = "raftka"
@@ -17,9 +19,9 @@ TOPIC, BROKER = 2, 4
 SOURCE_DYNAMIC_TOPIC, SOURCE_DYNAMIC_BROKER, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 2, 4, 5
 
 
-async def handle_api_versions(broker, req):
+async def handle_api_versions(hctx: HandlerContext, req):
     from partition_server.handlers import SUPPORTED
-    cls = RESPONSES[18]
+    cls = RESPONSES[ApiKey.API_VERSIONS]
     return cls(error_code=0, api_keys=[cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
                                        for k, (lo, hi) in sorted(SUPPORTED.items())])
 
@@ -28,9 +30,9 @@ def live_brokers(image):
     return sorted((b for b in image.brokers.values() if not b.fenced), key=lambda b: b.broker_id)
 
 
-async def handle_metadata(broker, req):
-    cls = RESPONSES[3]
-    image = broker.image
+async def handle_metadata(hctx: HandlerContext, req):
+    cls = RESPONSES[ApiKey.METADATA]
+    image = hctx.image
     brokers = live_brokers(image)
     requested = req.body.topics
     if requested is None or (req.api_version == 0 and not requested):
@@ -40,12 +42,12 @@ async def handle_metadata(broker, req):
         for t in requested:
             name = t.name if t.name is not None else image.topic_names.get(t.topic_id)
             names.append(name if name is not None else "")
-    allow_auto = req.body.allow_auto_topic_creation and broker.config["auto.create.topics.enable"]
+    allow_auto = req.body.allow_auto_topic_creation and hctx.config["auto.create.topics.enable"]
     missing = [n for n in names if n not in image.topics and not validate_topic_name(n)]
     if missing and allow_auto and requested:
         from partition_server.handlers.admin import auto_create
-        await auto_create(broker, missing)
-        image = broker.image
+        await auto_create(hctx, missing)
+        image = hctx.image
     topics = []
     for name in names:
         topic = image.topics.get(name)
@@ -65,24 +67,24 @@ async def handle_metadata(broker, req):
         topics.append(cls.MetadataResponseTopic(error_code=0, name=name, topic_id=topic.topic_id,
                                                 is_internal=name.startswith("__"),
                                                 partitions=parts))
-    controller = broker.broker_id if not brokers else brokers[0].broker_id
+    controller = hctx.broker_id if not brokers else brokers[0].broker_id
     return cls(brokers=[cls.MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port,
                                                    rack=b.rack) for b in brokers],
                cluster_id=CLUSTER_ID, controller_id=controller, topics=topics)
 
 
-async def handle_describe_cluster(broker, req):
-    cls = RESPONSES[60]
-    brokers = live_brokers(broker.image)
+async def handle_describe_cluster(hctx: HandlerContext, req):
+    cls = RESPONSES[ApiKey.DESCRIBE_CLUSTER]
+    brokers = live_brokers(hctx.image)
     return cls(error_code=0, cluster_id=CLUSTER_ID,
                controller_id=brokers[0].broker_id if brokers else -1,
                brokers=[cls.DescribeClusterBroker(broker_id=b.broker_id, host=b.host, port=b.port,
                                                   rack=b.rack) for b in brokers])
 
 
-def _topic_entries(broker, name):
-    overrides = broker.image.topic_config(name)
-    effective = broker.topic_config(name)
+def _topic_entries(hctx: HandlerContext, name):
+    overrides = hctx.image.topic_config(name)
+    effective = hctx.topic_config(name)
     for key, (default, _) in sorted(TOPIC_CONFIGS.items()):
         if key in overrides:
             yield key, overrides[key], SOURCE_DYNAMIC_TOPIC, False
@@ -92,9 +94,9 @@ def _topic_entries(broker, name):
             yield key, effective.get(key, default), SOURCE_DEFAULT, True
 
 
-def _broker_entries(broker):
-    dynamic = broker.image.broker_config(broker.broker_id)
-    for key, value in sorted(broker.config.values.items()):
+def _broker_entries(hctx: HandlerContext):
+    dynamic = hctx.image.broker_config(hctx.broker_id)
+    for key, value in sorted(hctx.config.values.items()):
         if key in dynamic:
             yield key, dynamic[key], SOURCE_DYNAMIC_BROKER, False
         elif value is not None:
@@ -103,23 +105,23 @@ def _broker_entries(broker):
             yield key, text, SOURCE_STATIC_BROKER, False
 
 
-async def handle_describe_configs(broker, req):
+async def handle_describe_configs(hctx: HandlerContext, req):
     """Codes: UNKNOWN_TOPIC_OR_PARTITION (no such topic), INVALID_REQUEST (other broker id or
     resource type)."""
-    cls = RESPONSES[32]
+    cls = RESPONSES[ApiKey.DESCRIBE_CONFIGS]
     results = []
     for res in req.body.resources:
         out = cls.DescribeConfigsResult(resource_type=res.resource_type,
                                         resource_name=res.resource_name, error_code=0)
         if res.resource_type == TOPIC:
-            if res.resource_name not in broker.image.topics:
+            if res.resource_name not in hctx.image.topics:
                 out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 out.error_message = f"topic '{res.resource_name}' does not exist"
                 results.append(out)
                 continue
-            entries = _topic_entries(broker, res.resource_name)
-        elif res.resource_type == BROKER and res.resource_name in ("", str(broker.broker_id)):
-            entries = _broker_entries(broker)
+            entries = _topic_entries(hctx, res.resource_name)
+        elif res.resource_type == BROKER and res.resource_name in ("", str(hctx.broker_id)):
+            entries = _broker_entries(hctx)
         else:
             out.error_code = ErrorCode.INVALID_REQUEST
             out.error_message = "describe topics or this broker"

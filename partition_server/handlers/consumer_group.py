@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from common.clock import steady_ms
 from partition_server.coordinator_append import store_error
+from partition_server.handlers.context import HandlerContext
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 
 
@@ -18,14 +20,14 @@ def _now() -> int:
     return steady_ms()
 
 
-def _topic_names(broker) -> dict:
-    return {t.topic_id: name for name, t in broker.image.topics.items()}
+def _topic_names(hctx: HandlerContext) -> dict:
+    return {t.topic_id: name for name, t in hctx.image.topics.items()}
 
 
-async def handle_consumer_group_heartbeat(broker, req):
-    cls = RESPONSES[68]
+async def handle_consumer_group_heartbeat(hctx: HandlerContext, req):
+    cls = RESPONSES[ApiKey.CONSUMER_GROUP_HEARTBEAT]
     b = req.body
-    groups = broker.groups
+    groups = hctx.groups
     err = groups.owns(b.group_id)
     if err != ErrorCode.NONE:
         return cls(error_code=err, member_epoch=-1)
@@ -58,9 +60,9 @@ async def handle_consumer_group_heartbeat(broker, req):
                assignment=assignment)
 
 
-async def handle_consumer_group_describe(broker, req):
-    cls = RESPONSES[69]
-    names = _topic_names(broker)
+async def handle_consumer_group_describe(hctx: HandlerContext, req):
+    cls = RESPONSES[ApiKey.CONSUMER_GROUP_DESCRIBE]
+    names = _topic_names(hctx)
 
     def assignment(a):
         return cls.Assignment(topic_partitions=[
@@ -68,8 +70,8 @@ async def handle_consumer_group_describe(broker, req):
             for tid, ps in sorted(a.items(), key=lambda kv: str(kv[0]))])
     out = []
     for gid in req.body.group_ids:
-        err = broker.groups.owns(gid)
-        g = broker.groups.consumer.groups.get(gid)
+        err = hctx.groups.owns(gid)
+        g = hctx.groups.consumer.groups.get(gid)
         if err != ErrorCode.NONE:
             out.append(cls.DescribedGroup(group_id=gid, error_code=err))
             continue

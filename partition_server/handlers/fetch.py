@@ -3,7 +3,7 @@
 Fetch (consumers and followers): whole batches only, at least one batch in the response even if
 larger than the limits (KIP-74), consumers never see beyond the high watermark; long-polls until
 `min_bytes` are available or `max_wait_ms` passes, woken by appends and high-watermark moves.
-Incremental fetch sessions (KIP-227, v7+) are kept in `broker.fetch_sessions`
+Incremental fetch sessions (KIP-227, v7+) are kept in `hctx.fetch_sessions`
 (partition_server/fetch_session.py); a follower's session fetch reads only the partitions that
 changed (handlers/fetch_follower.py); session errors are top-level FETCH_SESSION_ID_NOT_FOUND /
 INVALID_FETCH_SESSION_EPOCH. Codes per partition: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
@@ -17,10 +17,12 @@ import time
 
 from common.clock import steady_ms
 from partition_server.fetch_session import FetchContext
+from partition_server.handlers.context import HandlerContext
 from partition_server.handlers.fetch_follower import fetch_in_session
 from partition_server.replica_manager import FetchResult, check_leader_epoch
 from partition_server.replication.partition import Role
 from wire.errors import ErrorCode, KafkaError
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 
 
@@ -42,12 +44,12 @@ def _forgotten(req):
             for t in req.body.forgotten_topics_data or [] for p in t.partitions]
 
 
-def _name(broker, req, key):
-    return key[0] if req.api_version < 13 else broker.image.topic_names.get(key[0])
+def _name(hctx: HandlerContext, req, key):
+    return key[0] if req.api_version < 13 else hctx.image.topic_names.get(key[0])
 
 
-def _available(broker, topic, p, replica_id, isolation_level=0) -> bool:
-    hosted = broker.replicas.get(topic, p.partition)
+def _available(hctx: HandlerContext, topic, p, replica_id, isolation_level=0) -> bool:
+    hosted = hctx.replicas.get(topic, p.partition)
     if hosted is None or hosted.state.role is not Role.LEADER:
         return True                         # an error answer is ready now
     limit = hosted.log.log_end_offset if replica_id >= 0 else hosted.last_stable_offset() \
@@ -55,22 +57,22 @@ def _available(broker, topic, p, replica_id, isolation_level=0) -> bool:
     return limit != p.fetch_offset
 
 
-async def handle_fetch(broker, req):
+async def handle_fetch(hctx: HandlerContext, req):
     body = req.body
     replica_id = body.replica_id if req.api_version < 15 else body.replica_state.replica_id
     now = steady_ms()   # fetch sessions and followers' caught-up times: durations
     if req.api_version >= 7:
-        ctx = broker.fetch_sessions.new_context(body.session_id, body.session_epoch,
+        ctx = hctx.fetch_sessions.new_context(body.session_id, body.session_epoch,
                                                 _requested(req), _forgotten(req), now)
     else:
         ctx = FetchContext(partitions=_requested(req))
     if ctx.error != ErrorCode.NONE:
-        return RESPONSES[1](error_code=ctx.error, session_id=0, responses=[])
+        return RESPONSES[ApiKey.FETCH](error_code=ctx.error, session_id=0, responses=[])
     if replica_id >= 0 and ctx.session is not None and req.api_version < 13:
         # a follower's session: read only what changed (handlers/fetch_follower.py)
-        return await fetch_in_session(broker, req, ctx, replica_id, now,
+        return await fetch_in_session(hctx, req, ctx, replica_id, now,
                                       lambda results, sid: _response(req, results, sid))
-    parts = [(_name(broker, req, key), key, p) for key, p in ctx.partitions]
+    parts = [(_name(hctx, req, key), key, p) for key, p in ctx.partitions]
     unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if req.api_version < 13 else \
         ErrorCode.UNKNOWN_TOPIC_ID
 
@@ -81,12 +83,12 @@ async def handle_fetch(broker, req):
         remaining = body.max_bytes
         results = []
         for topic, key, p in parts:
-            if topic is None or topic not in broker.image.topics:
+            if topic is None or topic not in hctx.image.topics:
                 results.append((key, FetchResult(unknown)))
                 continue
             limit = max(0, min(p.partition_max_bytes, remaining))
             try:
-                res = broker.replicas.read(topic, p.partition, p.fetch_offset, limit,
+                res = hctx.replicas.read(topic, p.partition, p.fetch_offset, limit,
                                            p.current_leader_epoch, replica_id,
                                            p.last_fetched_epoch, now,
                                            min_one=remaining == body.max_bytes,
@@ -99,30 +101,30 @@ async def handle_fetch(broker, req):
 
     results = gather()
     if replica_id >= 0:
-        _notify_all_parts(broker, parts)
+        _notify_all_parts(hctx, parts)
     total = sum(r.size for _, r in results)
     errors = any(r.error != ErrorCode.NONE for _, r in results)
     if total < body.min_bytes and not errors and body.max_wait_ms > 0:
         keys = [(t, p.partition) for t, _, p in parts]
-        await broker.purgatory.wait_until(
-            keys, lambda: any(_available(broker, t, p, replica_id, isolation) for t, _, p in parts),
+        await hctx.purgatory.wait_until(
+            keys, lambda: any(_available(hctx, t, p, replica_id, isolation) for t, _, p in parts),
             body.max_wait_ms / 1000)
         now = steady_ms()
         results = gather()
         if replica_id >= 0:
-            _notify_all_parts(broker, parts)
+            _notify_all_parts(hctx, parts)
     return _response(req, ctx.select(results), ctx.session_id)
 
 
-def _notify_all_parts(broker, parts) -> None:
+def _notify_all_parts(hctx: HandlerContext, parts) -> None:
     """A sessionless follower fetch: the high watermarks may have moved (acks=all produces
     wait on them)."""
     for topic, _, p in parts:
-        broker.purgatory.notify((topic, p.partition))
+        hctx.purgatory.notify((topic, p.partition))
 
 
 def _response(req, results, session_id: int):
-    cls = RESPONSES[1]
+    cls = RESPONSES[ApiKey.FETCH]
     read_committed = req.body.isolation_level == 1
     topics: dict = {}
     for (topic_key, partition), r in results:
@@ -153,17 +155,17 @@ def _response(req, results, session_id: int):
     return cls(error_code=0, session_id=session_id, responses=out)
 
 
-async def handle_list_offsets(broker, req):
+async def handle_list_offsets(hctx: HandlerContext, req):
     """Earliest (-2), latest (-1), max timestamp (-3), or the first offset at/after a timestamp.
     Codes: NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION."""
-    cls = RESPONSES[2]
+    cls = RESPONSES[ApiKey.LIST_OFFSETS]
     topics = []
     for t in req.body.topics:
         parts = []
         for p in t.partitions:
             out = cls.ListOffsetsPartitionResponse(partition_index=p.partition_index)
-            hosted = broker.replicas.get(t.name, p.partition_index)
-            if t.name not in broker.image.topics:
+            hosted = hctx.replicas.get(t.name, p.partition_index)
+            if t.name not in hctx.image.topics:
                 out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif hosted is None or hosted.state.role is not Role.LEADER:
                 out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -196,14 +198,14 @@ def _lookup(hosted, timestamp, out, version, bound=None) -> None:
         out.leader_epoch = plog.epoch_cache.epoch_for_offset(found[0])
 
 
-async def handle_offset_for_leader_epoch(broker, req):
-    cls = RESPONSES[23]
+async def handle_offset_for_leader_epoch(hctx: HandlerContext, req):
+    cls = RESPONSES[ApiKey.OFFSET_FOR_LEADER_EPOCH]
     topics = []
     for t in req.body.topics:
         parts = []
         for p in t.partitions:
             out = cls.EpochEndOffset(partition=p.partition)
-            hosted = broker.replicas.get(t.topic, p.partition)
+            hosted = hctx.replicas.get(t.topic, p.partition)
             if hosted is None or hosted.state.role is not Role.LEADER:
                 out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
             elif (code := check_leader_epoch(hosted.state, p.current_leader_epoch)) != ErrorCode.NONE:
@@ -215,17 +217,17 @@ async def handle_offset_for_leader_epoch(broker, req):
     return cls(topics=topics)
 
 
-async def handle_delete_records(broker, req):
+async def handle_delete_records(hctx: HandlerContext, req):
     """Raise the log start offset (offset -1 = the high watermark). Codes: OFFSET_OUT_OF_RANGE
     above the high watermark, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION."""
-    cls = RESPONSES[21]
+    cls = RESPONSES[ApiKey.DELETE_RECORDS]
     topics = []
     for t in req.body.topics:
         parts = []
         for p in t.partitions:
             out = cls.DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1)
-            hosted = broker.replicas.get(t.name, p.partition_index)
-            if t.name not in broker.image.topics:
+            hosted = hctx.replicas.get(t.name, p.partition_index)
+            if t.name not in hctx.image.topics:
                 out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif hosted is None or hosted.state.role is not Role.LEADER:
                 out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -236,7 +238,7 @@ async def handle_delete_records(broker, req):
                     out.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 else:
                     out.low_watermark = hosted.log.delete_records_before(offset, int(time.time() * 1000))
-                    broker.purgatory.notify((t.name, p.partition_index))   # the log start moved
+                    hctx.purgatory.notify((t.name, p.partition_index))     # the log start moved
             parts.append(out)
         topics.append(cls.DeleteRecordsTopicResult(name=t.name, partitions=parts))
     return cls(topics=topics)

@@ -23,6 +23,7 @@ import trio
 
 from common.clock import steady_ms
 from partition_server.fetch_session import FetchContext, FetchSession
+from partition_server.handlers.context import HandlerContext
 from partition_server.replica_manager import FetchResult
 from partition_server.replication.partition import FetchClock
 from wire.errors import ErrorCode, KafkaError
@@ -33,13 +34,13 @@ FULL_SCAN_MS = 60_000
 class SessionWatch:
     """The broker-side edge of a follower's session: its purgatory watch, wake-up and clock."""
 
-    def __init__(self, broker, session: FetchSession, replica_id: int, now_ms: int):
+    def __init__(self, hctx: HandlerContext, session: FetchSession, replica_id: int, now_ms: int):
         self.session = session
         self.replica_id = replica_id
         self.clock = FetchClock(now_ms)
         self.event = trio.Event()
         self.next_scan_ms = now_ms + FULL_SCAN_MS
-        self.watch = broker.purgatory.watch(list(session.partitions), self.wake)
+        self.watch = hctx.purgatory.watch(list(session.partitions), self.wake)
 
     def wake(self, key) -> None:
         if key is None:
@@ -61,20 +62,21 @@ def close_session(session: FetchSession) -> None:
         session.edge = None
 
 
-def _session_watch(broker, ctx: FetchContext, replica_id: int, now_ms: int) -> SessionWatch:
+def _session_watch(hctx: HandlerContext, ctx: FetchContext, replica_id: int,
+                   now_ms: int) -> SessionWatch:
     session = ctx.session
     w = session.edge
     if w is None or w.replica_id != replica_id:
         if w is not None:
             w.close()
-        w = session.edge = SessionWatch(broker, session, replica_id, now_ms)
+        w = session.edge = SessionWatch(hctx, session, replica_id, now_ms)
         session.dirty.clear()
         session.all_dirty = True
         return w
     w.watch.add_keys(ctx.added)
     w.watch.remove_keys(ctx.forgotten)
     for key in ctx.forgotten:
-        hosted = broker.replicas.get(*key)
+        hosted = hctx.replicas.get(*key)
         if hosted is not None:
             hosted.state.follower_left_session(replica_id)
     return w
@@ -91,13 +93,13 @@ def _take_dirty(session: FetchSession, w: SessionWatch, now_ms: int) -> list:
     return keys
 
 
-async def fetch_in_session(broker, req, ctx: FetchContext, replica_id: int, now_ms: int,
-                           respond):
+async def fetch_in_session(hctx: HandlerContext, req, ctx: FetchContext, replica_id: int,
+                           now_ms: int, respond):
     """Answer a follower's Fetch (v7–12, topics by name) in session `ctx.session`.
     `respond(results, session_id)` encodes the response (handlers/fetch.py)."""
     body = req.body
     session = ctx.session
-    w = _session_watch(broker, ctx, replica_id, now_ms)
+    w = _session_watch(hctx, ctx, replica_id, now_ms)
     w.clock.last_fetch_ms = now_ms
     results: dict = {}
     budget = [body.max_bytes]
@@ -110,7 +112,7 @@ async def fetch_in_session(broker, req, ctx: FetchContext, replica_id: int, now_
             if budget[0] <= 0:
                 session.dirty.add(key)            # no room left: read it on the next fetch
                 continue
-            results[key] = res = _read_one(broker, key, cached.request, replica_id, now_ms,
+            results[key] = res = _read_one(hctx, key, cached.request, replica_id, now_ms,
                                            budget[0], budget[0] == body.max_bytes, w.clock)
             budget[0] -= res.size
 
@@ -140,20 +142,20 @@ def _ready(results: dict, min_bytes: int) -> bool:
     return total >= min_bytes
 
 
-def _read_one(broker, key, p, replica_id: int, now_ms: int, remaining: int, min_one: bool,
-              clock: FetchClock) -> FetchResult:
+def _read_one(hctx: HandlerContext, key, p, replica_id: int, now_ms: int, remaining: int,
+              min_one: bool, clock: FetchClock) -> FetchResult:
     topic, partition = key
-    if topic not in broker.image.topics:
+    if topic not in hctx.image.topics:
         return FetchResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    hosted = broker.replicas.get(topic, partition)
+    hosted = hctx.replicas.get(topic, partition)
     hw = hosted.state.high_watermark if hosted is not None else None
     try:
-        res = broker.replicas.read(topic, partition, p.fetch_offset,
+        res = hctx.replicas.read(topic, partition, p.fetch_offset,
                                    max(0, min(p.partition_max_bytes, remaining)),
                                    p.current_leader_epoch, replica_id, p.last_fetched_epoch,
                                    now_ms, min_one=min_one, fetch_clock=clock)
     except KafkaError as exc:
         res = FetchResult(exc.error_code)
     if hosted is not None and hosted.state.high_watermark != hw:
-        broker.purgatory.notify(key)              # acks=all produces and other sessions
+        hctx.purgatory.notify(key)                # acks=all produces and other sessions
     return res

@@ -19,36 +19,38 @@ from __future__ import annotations
 import time
 
 from common.pipeline import first_stage_done
+from partition_server.handlers.context import HandlerContext
 from partition_server.replica_manager import ProduceResult
 from partition_server.txn.verify import verify_produce
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 
 
-async def handle_produce(broker, req):
+async def handle_produce(hctx: HandlerContext, req):
     body = req.body
     acks = body.acks
     results: dict[tuple[str, int], ProduceResult] = {}
     now = int(time.time() * 1000)
     # KIP-890: transactional writes need the coordinator's word first (txn/verify.py)
-    refused = await verify_produce(broker, body) if req.api_version >= 3 else {}
+    refused = await verify_produce(hctx, body) if req.api_version >= 3 else {}
     for t in body.topic_data:
-        topic_known = t.name in broker.image.topics
+        topic_known = t.name in hctx.image.topics
         for p in t.partition_data:
             key = (t.name, p.index)
             if acks not in (0, 1, -1):
                 results[key] = ProduceResult(ErrorCode.INVALID_REQUIRED_ACKS)
             elif req.api_version < 3:
                 results[key] = ProduceResult(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT)
-            elif not topic_known or broker.image.partition(t.name, p.index) is None:
+            elif not topic_known or hctx.image.partition(t.name, p.index) is None:
                 results[key] = ProduceResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             elif key in refused:
                 results[key] = ProduceResult(refused[key])
             else:
-                res = broker.replicas.append_records(t.name, p.index, p.records, acks, now)
+                res = hctx.replicas.append_records(t.name, p.index, p.records, acks, now)
                 results[key] = res
                 if res.error == ErrorCode.NONE:
-                    broker.purgatory.notify(key)       # wake long-polling fetchers
+                    hctx.purgatory.notify(key)         # wake long-polling fetchers
     # appended in request order: the connection may read its next Produce while this one
     # waits for replication (two-stage produce, common/pipeline.py)
     first_stage_done()
@@ -56,19 +58,19 @@ async def handle_produce(broker, req):
         waiting = [k for k, r in results.items() if r.error == ErrorCode.NONE]
 
         def replicated() -> bool:
-            return all(broker.replicas.produce_completion(k[0], k[1], results[k].last_offset)
+            return all(hctx.replicas.produce_completion(k[0], k[1], results[k].last_offset)
                        is not None for k in waiting)
 
-        await broker.purgatory.wait_until(waiting, replicated, body.timeout_ms / 1000)
+        await hctx.purgatory.wait_until(waiting, replicated, body.timeout_ms / 1000)
         for k in waiting:
-            outcome = broker.replicas.produce_completion(k[0], k[1], results[k].last_offset)
+            outcome = hctx.replicas.produce_completion(k[0], k[1], results[k].last_offset)
             if outcome is None:
                 results[k].error = ErrorCode.REQUEST_TIMED_OUT
             elif outcome != ErrorCode.NONE:
                 results[k].error = outcome
     if acks == 0:
         return None
-    cls = RESPONSES[0]
+    cls = RESPONSES[ApiKey.PRODUCE]
     topics: dict[str, list] = {}
     for (topic, partition), r in results.items():
         ok = r.error == ErrorCode.NONE

@@ -12,7 +12,9 @@ from __future__ import annotations
 import trio
 
 from partition_server.controller_client import ControllerUnavailable
+from partition_server.handlers.context import HandlerContext
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS, RESPONSES
 
 
@@ -22,13 +24,13 @@ class ProducerIdBlock:
         self.end = 0
         self.lock = trio.Lock()
 
-    async def allocate(self, broker) -> int | None:
+    async def allocate(self, hctx: HandlerContext) -> int | None:
         async with self.lock:
             if self.next_id >= self.end:
-                cls = REQUESTS[67]
+                cls = REQUESTS[ApiKey.ALLOCATE_PRODUCER_IDS]
                 try:
-                    resp = await broker.client.call_active(
-                        cls(broker_id=broker.broker_id, broker_epoch=broker.client.broker_epoch),
+                    resp = await hctx.client.call_active(
+                        cls(broker_id=hctx.broker_id, broker_epoch=hctx.client.broker_epoch),
                         timeout_s=10, error_of=lambda r: r.error_code)
                 except ControllerUnavailable:
                     return None
@@ -41,11 +43,11 @@ class ProducerIdBlock:
             return pid
 
 
-async def handle_init_producer_id(broker, req):
-    cls = RESPONSES[22]
+async def handle_init_producer_id(hctx: HandlerContext, req):
+    cls = RESPONSES[ApiKey.INIT_PRODUCER_ID]
     if req.body.transactional_id is not None:
         return cls(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1)
-    pid = await broker.producer_ids.allocate(broker)
+    pid = await hctx.producer_ids.allocate(hctx)
     if pid is None:
         return cls(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1)
     return cls(error_code=0, producer_id=pid, producer_epoch=0)

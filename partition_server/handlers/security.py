@@ -9,17 +9,19 @@ DUPLICATE_RESOURCE for a user named twice; only mechanism and iterations are eve
 from __future__ import annotations
 
 from metadata_quorum.controller.acl_control import AclFilter, describe_acls
+from partition_server.handlers.context import HandlerContext
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 
 
-async def handle_describe_acls(broker, req):
-    cls = RESPONSES[29]
+async def handle_describe_acls(hctx: HandlerContext, req):
+    cls = RESPONSES[ApiKey.DESCRIBE_ACLS]
     b = req.body
     if b.resource_type_filter < 1 or b.pattern_type_filter < 1 or b.operation < 1 \
             or b.permission_type < 1:
         return cls(error_code=ErrorCode.INVALID_REQUEST, error_message="invalid ACL filter")
-    found = describe_acls(broker.image, AclFilter(
+    found = describe_acls(hctx.image, AclFilter(
         b.resource_type_filter, b.resource_name_filter, b.pattern_type_filter,
         b.principal_filter, b.host_filter, b.operation, b.permission_type)).matches
     by_resource: dict = {}
@@ -33,10 +35,10 @@ async def handle_describe_acls(broker, req):
         for (t, n, p), acls in sorted(by_resource.items())])
 
 
-async def handle_describe_user_scram_credentials(broker, req):
-    cls = RESPONSES[50]
+async def handle_describe_user_scram_credentials(hctx: HandlerContext, req):
+    cls = RESPONSES[ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS]
     creds: dict[str, list] = {}
-    for (user, mechanism), rec in sorted(broker.image.scram.items()):
+    for (user, mechanism), rec in sorted(hctx.image.scram.items()):
         creds.setdefault(user, []).append(cls.CredentialInfo(mechanism=mechanism,
                                                              iterations=rec.iterations))
     if req.body.users is None or not req.body.users:

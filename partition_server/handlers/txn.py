@@ -21,18 +21,20 @@ import trio
 
 from partition_server.handlers import group, producer_id
 from partition_server.group.coordinator import OFFSETS_TOPIC
+from partition_server.handlers.context import HandlerContext
 from partition_server.txn.markers import append_marker_locally
 from partition_server.txn.verify import RETRIABLE as VERIFY_RETRIABLE, verify
 from partition_server.txn.state import TxnState
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 
 
-async def handle_find_coordinator(broker, req):
+async def handle_find_coordinator(hctx: HandlerContext, req):
     body = req.body
     if body.key_type == 0:
-        return await group.handle_find_coordinator(broker, req)
-    cls = RESPONSES[10]
+        return await group.handle_find_coordinator(hctx, req)
+    cls = RESPONSES[ApiKey.FIND_COORDINATOR]
     if body.key_type != 1:
         err = ErrorCode.INVALID_REQUEST
         if req.api_version >= 4:
@@ -41,7 +43,7 @@ async def handle_find_coordinator(broker, req):
                                      for k in body.coordinator_keys])
         return cls(error_code=err, node_id=-1, host="", port=-1)
     keys = list(body.coordinator_keys) if req.api_version >= 4 else [body.key]
-    results = [(k, *(await broker.txn.find(k))) for k in keys]
+    results = [(k, *(await hctx.txn.find(k))) for k in keys]
     if req.api_version >= 4:
         return cls(coordinators=[cls.Coordinator(key=k, node_id=n, host=h, port=p, error_code=e)
                                  for k, e, n, h, p in results])
@@ -49,14 +51,14 @@ async def handle_find_coordinator(broker, req):
     return cls(error_code=e, node_id=n, host=h, port=p)
 
 
-async def handle_init_producer_id(broker, req):
+async def handle_init_producer_id(hctx: HandlerContext, req):
     b = req.body
     if b.transactional_id is None:
-        return await producer_id.handle_init_producer_id(broker, req)
-    cls = RESPONSES[22]
+        return await producer_id.handle_init_producer_id(hctx, req)
+    cls = RESPONSES[ApiKey.INIT_PRODUCER_ID]
     expected_pid = b.producer_id if req.api_version >= 3 else -1
     expected_epoch = b.producer_epoch if req.api_version >= 3 else -1
-    err, pid, epoch = await broker.txn.init_producer_id(b.transactional_id, b.transaction_timeout_ms,
+    err, pid, epoch = await hctx.txn.init_producer_id(b.transactional_id, b.transaction_timeout_ms,
                                                         expected_pid, expected_epoch)
     if err == ErrorCode.PRODUCER_FENCED and req.api_version < 4:
         err = ErrorCode.INVALID_PRODUCER_EPOCH          # PRODUCER_FENCED is new in v4 (KIP-588)
@@ -68,22 +70,23 @@ def _old_fenced(err, version: int, new_from: int):
         version < new_from else err
 
 
-async def _add_one(broker, tid, pid, epoch, topics, verify_only: bool, version: int) -> dict:
+async def _add_one(hctx: HandlerContext, tid, pid, epoch, topics, verify_only: bool,
+                   version: int) -> dict:
     """{(topic, partition): error} for one transaction of AddPartitionsToTxn."""
     wanted = [(t.name, p) for t in topics for p in t.partitions]
-    unknown = {tp for tp in wanted if broker.image.partition(*tp) is None}
+    unknown = {tp for tp in wanted if hctx.image.partition(*tp) is None}
     if unknown:
         return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
                 else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in wanted}
     if verify_only:
-        return broker.txn.verify(tid, pid, epoch, wanted)
-    err = await broker.txn.add_partitions(tid, pid, epoch, wanted)
+        return hctx.txn.verify(tid, pid, epoch, wanted)
+    err = await hctx.txn.add_partitions(tid, pid, epoch, wanted)
     err = _old_fenced(err, version, 4)
     return {tp: err for tp in wanted}
 
 
-async def handle_add_partitions_to_txn(broker, req):
-    cls = RESPONSES[24]
+async def handle_add_partitions_to_txn(hctx: HandlerContext, req):
+    cls = RESPONSES[ApiKey.ADD_PARTITIONS_TO_TXN]
     b = req.body
 
     def topic_results(errors: dict):
@@ -95,53 +98,53 @@ async def handle_add_partitions_to_txn(broker, req):
                 for t, ps in by_topic.items()]
 
     if req.api_version < 4:
-        errors = await _add_one(broker, b.v3_and_below_transactional_id, b.v3_and_below_producer_id,
+        errors = await _add_one(hctx, b.v3_and_below_transactional_id, b.v3_and_below_producer_id,
                                 b.v3_and_below_producer_epoch, b.v3_and_below_topics, False,
                                 req.api_version)
         return cls(results_by_topic_v3_and_below=topic_results(errors))
     out = []
     for txn in b.transactions:
-        errors = await _add_one(broker, txn.transactional_id, txn.producer_id, txn.producer_epoch,
+        errors = await _add_one(hctx, txn.transactional_id, txn.producer_id, txn.producer_epoch,
                                 txn.topics, txn.verify_only, req.api_version)
         out.append(cls.AddPartitionsToTxnResult(transactional_id=txn.transactional_id,
                                                 topic_results=topic_results(errors)))
     return cls(error_code=0, results_by_transaction=out)
 
 
-async def handle_add_offsets_to_txn(broker, req):
-    cls = RESPONSES[25]
+async def handle_add_offsets_to_txn(hctx: HandlerContext, req):
+    cls = RESPONSES[ApiKey.ADD_OFFSETS_TO_TXN]
     b = req.body
-    if OFFSETS_TOPIC not in broker.image.topics:
-        await broker.groups.find(b.group_id)          # creates it
+    if OFFSETS_TOPIC not in hctx.image.topics:
+        await hctx.groups.find(b.group_id)            # creates it
         return cls(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    tp = (OFFSETS_TOPIC, broker.groups.partition_of(b.group_id))
-    err = await broker.txn.add_partitions(b.transactional_id, b.producer_id, b.producer_epoch, [tp])
+    tp = (OFFSETS_TOPIC, hctx.groups.partition_of(b.group_id))
+    err = await hctx.txn.add_partitions(b.transactional_id, b.producer_id, b.producer_epoch, [tp])
     return cls(error_code=_old_fenced(err, req.api_version, 2))
 
 
-async def handle_txn_offset_commit(broker, req):
-    cls = RESPONSES[28]
+async def handle_txn_offset_commit(hctx: HandlerContext, req):
+    cls = RESPONSES[ApiKey.TXN_OFFSET_COMMIT]
     b = req.body
-    err = broker.groups.owns(b.group_id)
+    err = hctx.groups.owns(b.group_id)
     if err == ErrorCode.NONE and req.api_version >= 3 and b.generation_id >= 0:
-        if b.group_id in broker.groups.consumer.groups:
-            err = broker.groups.consumer.can_commit(b.group_id, b.member_id, b.generation_id)
+        if b.group_id in hctx.groups.consumer.groups:
+            err = hctx.groups.consumer.can_commit(b.group_id, b.member_id, b.generation_id)
         else:
-            err = broker.groups.state.can_commit(b.group_id, b.generation_id, b.member_id)
+            err = hctx.groups.state.can_commit(b.group_id, b.generation_id, b.member_id)
     entries = [(t.name, p.partition_index, p.committed_offset,
                 p.committed_leader_epoch if req.api_version >= 2 else -1, p.committed_metadata)
                for t in b.topics for p in t.partitions]
     if err == ErrorCode.NONE and entries:
         # KIP-890 for offsets too: only a producer whose ongoing transaction holds the group's
         # offsets partition (AddOffsetsToTxn) with its current epoch may commit — a zombie can't
-        tp = (OFFSETS_TOPIC, broker.groups.partition_of(b.group_id))
-        verdict = (await verify(broker, b.transactional_id, b.producer_id, b.producer_epoch,
+        tp = (OFFSETS_TOPIC, hctx.groups.partition_of(b.group_id))
+        verdict = (await verify(hctx, b.transactional_id, b.producer_id, b.producer_epoch,
                                 [tp]))[tp]
         err = ErrorCode.INVALID_PRODUCER_EPOCH if verdict in (
             ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH) else \
             ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if verdict in VERIFY_RETRIABLE else verdict
     if err == ErrorCode.NONE:
-        err = await broker.txn.offsets.commit(b.group_id, b.producer_id, b.producer_epoch, entries)
+        err = await hctx.txn.offsets.commit(b.group_id, b.producer_id, b.producer_epoch, entries)
     by_topic: dict = {}
     for t, p, *_ in entries:
         by_topic.setdefault(t, []).append(cls.TxnOffsetCommitResponsePartition(partition_index=p,
@@ -150,27 +153,27 @@ async def handle_txn_offset_commit(broker, req):
                        for t, ps in by_topic.items()])
 
 
-async def handle_end_txn(broker, req):
-    cls = RESPONSES[26]
+async def handle_end_txn(hctx: HandlerContext, req):
+    cls = RESPONSES[ApiKey.END_TXN]
     b = req.body
     # v5 (KIP-890 part 2): the coordinator bumps the epoch and answers with the one to use next
-    err, pid, epoch = await broker.txn.end_txn(b.transactional_id, b.producer_id,
+    err, pid, epoch = await hctx.txn.end_txn(b.transactional_id, b.producer_id,
                                                b.producer_epoch, b.committed,
                                                bump=req.api_version >= 5)
     return cls(error_code=_old_fenced(err, req.api_version, 2), producer_id=pid,
                producer_epoch=epoch)
 
 
-async def handle_write_txn_markers(broker, req):
-    cls = RESPONSES[27]
+async def handle_write_txn_markers(hctx: HandlerContext, req):
+    cls = RESPONSES[ApiKey.WRITE_TXN_MARKERS]
     results: dict = {}
 
     async def one(i, m, topic, p):
-        if broker.image.partition(topic, p) is None:
+        if hctx.image.partition(topic, p) is None:
             results[(i, topic, p)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             return
         results[(i, topic, p)] = await append_marker_locally(
-            broker, topic, p, m.producer_id, m.producer_epoch, m.transaction_result,
+            hctx, topic, p, m.producer_id, m.producer_epoch, m.transaction_result,
             m.coordinator_epoch)
 
     # every marker is appended at once and they replicate together (acks=all each)
@@ -186,12 +189,12 @@ async def handle_write_txn_markers(broker, req):
         for i, m in enumerate(req.body.markers)])
 
 
-async def handle_describe_transactions(broker, req):
-    cls = RESPONSES[65]
+async def handle_describe_transactions(hctx: HandlerContext, req):
+    cls = RESPONSES[ApiKey.DESCRIBE_TRANSACTIONS]
     out = []
     for tid in req.body.transactional_ids:
-        err = broker.txn.owns(tid)
-        meta = broker.txn.txns.get(tid) if err == ErrorCode.NONE else None
+        err = hctx.txn.owns(tid)
+        meta = hctx.txn.txns.get(tid) if err == ErrorCode.NONE else None
         if err == ErrorCode.NONE and meta is None:
             err = ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
         if err != ErrorCode.NONE:
@@ -211,8 +214,8 @@ async def handle_describe_transactions(broker, req):
     return cls(transaction_states=out)
 
 
-async def handle_list_transactions(broker, req):
-    cls = RESPONSES[66]
+async def handle_list_transactions(hctx: HandlerContext, req):
+    cls = RESPONSES[ApiKey.LIST_TRANSACTIONS]
     b = req.body
     known = {s.value for s in TxnState}
     states = set(b.state_filters or ())
@@ -221,7 +224,7 @@ async def handle_list_transactions(broker, req):
     import time
     now = int(time.time() * 1000)
     out = []
-    for meta in broker.txn.owned_transactions():
+    for meta in hctx.txn.owned_transactions():
         if states and meta.state.value not in states:
             continue
         if pids and meta.producer_id not in pids:
@@ -234,20 +237,20 @@ async def handle_list_transactions(broker, req):
     return cls(error_code=0, unknown_state_filters=sorted(states - known), transaction_states=out)
 
 
-async def handle_describe_producers(broker, req):
+async def handle_describe_producers(hctx: HandlerContext, req):
     """DescribeProducers (KIP-664): the producers of each partition led here, with the start
     offset of their open transaction — what `raftka transactions` needs to find and abort a
     hanging transaction (then WriteTxnMarkers(abort) to the leader).
     Codes per partition: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER."""
     from partition_server.replication.partition import Role
-    cls = RESPONSES[61]
+    cls = RESPONSES[ApiKey.DESCRIBE_PRODUCERS]
     topics = []
     for t in req.body.topics:
         parts = []
         for p in t.partition_indexes:
             out = cls.PartitionResponse(partition_index=p, error_code=0, active_producers=[])
-            hosted = broker.replicas.get(t.name, p)
-            if broker.image.partition(t.name, p) is None:
+            hosted = hctx.replicas.get(t.name, p)
+            if hctx.image.partition(t.name, p) is None:
                 out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif hosted is None or hosted.state.role is not Role.LEADER:
                 out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER

@@ -21,6 +21,7 @@ from common.connection import BrokerConnection, ConnectionClosed
 from partition_server.replication.follower_session import FetchPlan, FetchPosition, FollowerSession
 from partition_server.replication.partition import Role
 from wire.errors import DecodeError, ErrorCode, KafkaError
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import iter_batches
 
@@ -185,7 +186,7 @@ class FetcherManager:
         return self._request(FetchPlan(0, -1, send, []))
 
     def _request(self, plan: FetchPlan):
-        cls = REQUESTS[1]
+        cls = REQUESTS[ApiKey.FETCH]
         max_bytes = self.broker.config["replica.fetch.max.bytes"]
         topics: dict[str, list] = {}
         for (topic, partition), pos in plan.send:

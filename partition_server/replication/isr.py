@@ -16,6 +16,7 @@ import logging
 
 from partition_server.controller_client import ControllerUnavailable
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
 log = logging.getLogger(__name__)
@@ -25,7 +26,7 @@ NOT_APPLIED = (ErrorCode.INELIGIBLE_REPLICA, ErrorCode.INVALID_REQUEST)
 
 
 async def send_alter_partition(broker, changes) -> None:
-    cls = REQUESTS[56]
+    cls = REQUESTS[ApiKey.ALTER_PARTITION]
     by_topic: dict = {}
     for hosted, change in changes:
         by_topic.setdefault((hosted.topic, hosted.topic_id), []).append(cls.PartitionData(

@@ -19,9 +19,9 @@ as the broker replays them: one metadata round trip.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Iterable
 
+from common.acl import AclBinding
 from common.principal import ANONYMOUS, parse_principal_list  # noqa: F401 - re-exported
 
 # org.apache.kafka.common.resource.ResourceType
@@ -50,27 +50,22 @@ WILDCARD = "*"
 _IMPLIED_BY = {DESCRIBE: (READ, WRITE, DELETE, ALTER), DESCRIBE_CONFIGS: (ALTER_CONFIGS,)}
 
 
-@dataclasses.dataclass(frozen=True)
-class Acl:
-    resource_type: int
-    resource_name: str
-    pattern_type: int
-    principal: str
-    host: str
-    operation: int
-    permission_type: int
+# the one ACL shape (common/acl.py), under the authorizer's historical name
+Acl = AclBinding
 
-    def matches_resource(self, resource_type: int, name: str) -> bool:
-        if self.resource_type != resource_type:
-            return False
-        if self.pattern_type == LITERAL:
-            return self.resource_name == name or self.resource_name == WILDCARD
-        if self.pattern_type == PREFIXED:
-            return name.startswith(self.resource_name)
+
+def matches_resource(acl: Acl, resource_type: int, name: str) -> bool:
+    if acl.resource_type != resource_type:
         return False
+    if acl.pattern_type == LITERAL:
+        return acl.resource_name == name or acl.resource_name == WILDCARD
+    if acl.pattern_type == PREFIXED:
+        return name.startswith(acl.resource_name)
+    return False
 
-    def applies_to(self, principal: str, host: str) -> bool:
-        return (self.principal in (principal, "User:*")) and self.host in (host, WILDCARD)
+
+def applies_to(acl: Acl, principal: str, host: str) -> bool:
+    return (acl.principal in (principal, "User:*")) and acl.host in (host, WILDCARD)
 
 
 def _grants(acl_op: int, op: int) -> bool:
@@ -100,10 +95,10 @@ class Authorizer:
         if principal in self.super_users:
             return True
         matching = [a for a in self._by_type.get(resource_type, ())
-                    if a.matches_resource(resource_type, name)]
+                    if matches_resource(a, resource_type, name)]
         if not matching:
             return self.allow_if_no_acl
-        mine = [a for a in matching if a.applies_to(principal, host)]
+        mine = [a for a in matching if applies_to(a, principal, host)]
         if any(a.permission_type == DENY and a.operation in (operation, ALL) for a in mine):
             return False
         return any(a.permission_type == ALLOW and _grants(a.operation, operation) for a in mine)
@@ -115,7 +110,7 @@ class Authorizer:
         Write on any topic will do.) A wildcard or empty-prefix DENY shuts every resource."""
         if principal in self.super_users:
             return True
-        mine = [a for a in self._by_type.get(resource_type, ()) if a.applies_to(principal, host)]
+        mine = [a for a in self._by_type.get(resource_type, ()) if applies_to(a, principal, host)]
         if any(a.permission_type == DENY and a.operation in (operation, ALL)
                and (a.resource_name == WILDCARD or (a.pattern_type == PREFIXED
                                                     and a.resource_name == ""))

@@ -9,6 +9,7 @@ register X keeps its inter-broker address.
 """
 
 from __future__ import annotations
+from wire.messages.api_keys import ApiKey
 
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
@@ -24,11 +25,11 @@ def _endpoint(image, node_id: int, listener: str):
 
 
 def rewrite(image, listener: str, api_key: int, response) -> None:
-    if api_key == 3:
+    if api_key == ApiKey.METADATA:
         nodes = [(b, "node_id") for b in response.brokers]
-    elif api_key == 60:
+    elif api_key == ApiKey.DESCRIBE_CLUSTER:
         nodes = [(b, "broker_id") for b in response.brokers]
-    elif api_key == 10:
+    elif api_key == ApiKey.FIND_COORDINATOR:
         nodes = [(c, "node_id") for c in getattr(response, "coordinators", None) or []]
         if getattr(response, "node_id", -1) is not None and getattr(response, "node_id", -1) >= 0:
             nodes.append((response, "node_id"))

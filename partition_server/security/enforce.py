@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from partition_server.security import authorizer as A
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 
 TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
@@ -67,7 +68,7 @@ def _split(items, allowed):
 # -- the per-API rules ---------------------------------------------------------------------------
 
 async def _produce(ok: Check, req, call):
-    body, cls = req.body, RESPONSES[0]
+    body, cls = req.body, RESPONSES[ApiKey.PRODUCE]
     txn = getattr(body, "transactional_id", None)
     denied_code = TOPIC_DENIED
     if txn and not ok(A.WRITE, A.TRANSACTIONAL_ID, txn):
@@ -96,7 +97,7 @@ def _is_follower(req) -> bool:
 
 
 async def _fetch(ok: Check, req, call):
-    cls = RESPONSES[1]
+    cls = RESPONSES[ApiKey.FETCH]
     if _is_follower(req):
         if not ok.cluster(A.CLUSTER_ACTION):
             return _fetch_denied_all(req, CLUSTER_DENIED)
@@ -113,7 +114,7 @@ async def _fetch(ok: Check, req, call):
 
 
 def _fetch_denied_all(req, code):
-    cls = RESPONSES[1]
+    cls = RESPONSES[ApiKey.FETCH]
     return cls(error_code=code, responses=[cls.FetchableTopicResponse(
         topic=t.topic, partitions=[cls.PartitionData(partition_index=p.partition, error_code=code,
                                                      high_watermark=-1) for p in t.partitions])
@@ -121,7 +122,7 @@ def _fetch_denied_all(req, code):
 
 
 async def _list_offsets(ok: Check, req, call):
-    cls = RESPONSES[2]
+    cls = RESPONSES[ApiKey.LIST_OFFSETS]
     resp = await call(req)
     for t in resp.topics:
         if not ok.topic(A.DESCRIBE, t.name):
@@ -145,7 +146,7 @@ async def _offset_for_leader_epoch(ok: Check, req, call):
 
 
 async def _metadata(ok: Check, req, call):
-    cls = RESPONSES[3]
+    cls = RESPONSES[ApiKey.METADATA]
     listed_all = req.body.topics is None or (req.api_version == 0 and not req.body.topics)
     if req.body.topics and getattr(req.body, "allow_auto_topic_creation", False):
         # auto-creation needs Create; without it the topic is simply not created
@@ -178,7 +179,7 @@ async def _group_read(ok: Check, req, call):
 
 
 async def _offset_commit(ok: Check, req, call):
-    cls = RESPONSES[8]
+    cls = RESPONSES[ApiKey.OFFSET_COMMIT]
     group_ok = ok(A.READ, A.GROUP, req.body.group_id)
     body = req.body
     if not group_ok:
@@ -194,7 +195,7 @@ async def _offset_commit(ok: Check, req, call):
 
 
 async def _offset_fetch(ok: Check, req, call):
-    cls = RESPONSES[9]
+    cls = RESPONSES[ApiKey.OFFSET_FETCH]
     if req.api_version < 8:
         if not ok(A.DESCRIBE, A.GROUP, req.body.group_id):
             # v0-1 have no top-level error: each requested partition carries it
@@ -222,7 +223,7 @@ def _topic_visible(ok, t, requested) -> bool:
 
 
 async def _find_coordinator(ok: Check, req, call):
-    cls = RESPONSES[10]
+    cls = RESPONSES[ApiKey.FIND_COORDINATOR]
     key_type = getattr(req.body, "key_type", 0)
     rtype, code = (A.TRANSACTIONAL_ID, TXN_DENIED) if key_type == 1 else (A.GROUP, GROUP_DENIED)
     if req.api_version < 4:
@@ -239,7 +240,7 @@ async def _find_coordinator(ok: Check, req, call):
 
 
 async def _describe_groups(ok: Check, req, call):
-    cls = RESPONSES[15]
+    cls = RESPONSES[ApiKey.DESCRIBE_GROUPS]
     denied = [g for g in req.body.groups if not ok(A.DESCRIBE, A.GROUP, g)]
     req.body.groups = [g for g in req.body.groups if g not in denied]
     resp = await call(req) if req.body.groups else cls()
@@ -248,7 +249,7 @@ async def _describe_groups(ok: Check, req, call):
 
 
 async def _consumer_group_describe(ok: Check, req, call):
-    cls = RESPONSES[69]
+    cls = RESPONSES[ApiKey.CONSUMER_GROUP_DESCRIBE]
     denied = [g for g in req.body.group_ids if not ok(A.DESCRIBE, A.GROUP, g)]
     req.body.group_ids = [g for g in req.body.group_ids if g not in denied]
     resp = await call(req) if req.body.group_ids else cls()
@@ -264,7 +265,7 @@ async def _list_groups(ok: Check, req, call):
 
 
 async def _delete_groups(ok: Check, req, call):
-    cls = RESPONSES[42]
+    cls = RESPONSES[ApiKey.DELETE_GROUPS]
     denied = [g for g in req.body.groups_names if not ok(A.DELETE, A.GROUP, g)]
     req.body.groups_names = [g for g in req.body.groups_names if g not in denied]
     resp = await call(req) if req.body.groups_names else cls()
@@ -273,7 +274,7 @@ async def _delete_groups(ok: Check, req, call):
 
 
 async def _offset_delete(ok: Check, req, call):
-    cls = RESPONSES[47]
+    cls = RESPONSES[ApiKey.OFFSET_DELETE]
     if not ok(A.DELETE, A.GROUP, req.body.group_id):
         return cls(error_code=GROUP_DENIED)
     req.body.topics, denied = _split(req.body.topics, lambda t: ok.topic(A.READ, t.name))
@@ -285,7 +286,7 @@ async def _offset_delete(ok: Check, req, call):
 
 
 async def _init_producer_id(ok: Check, req, call):
-    cls = RESPONSES[22]
+    cls = RESPONSES[ApiKey.INIT_PRODUCER_ID]
     txn = req.body.transactional_id
     if txn:
         if not ok(A.WRITE, A.TRANSACTIONAL_ID, txn):
@@ -297,7 +298,7 @@ async def _init_producer_id(ok: Check, req, call):
 
 
 async def _create_topics(ok: Check, req, call):
-    cls = RESPONSES[19]
+    cls = RESPONSES[ApiKey.CREATE_TOPICS]
     cluster_ok = ok.cluster(A.CREATE)
     req.body.topics, denied = _split(req.body.topics,
                                      lambda t: cluster_ok or ok.topic(A.CREATE, t.name))
@@ -309,7 +310,7 @@ async def _create_topics(ok: Check, req, call):
 
 
 async def _delete_topics(ok: Check, req, call):
-    cls = RESPONSES[20]
+    cls = RESPONSES[ApiKey.DELETE_TOPICS]
     body = req.body
     body.topic_names, denied = _split(body.topic_names, lambda n: ok.topic(A.DELETE, n))
     # v6 names topics by struct (name or id); ids are resolved by the handler, so an id-only
@@ -324,7 +325,7 @@ async def _delete_topics(ok: Check, req, call):
 
 
 async def _delete_records(ok: Check, req, call):
-    cls = RESPONSES[21]
+    cls = RESPONSES[ApiKey.DELETE_RECORDS]
     req.body.topics, denied = _split(req.body.topics, lambda t: ok.topic(A.DELETE, t.name))
     resp = await call(req) if req.body.topics or not denied else cls()
     resp.topics.extend(cls.DeleteRecordsTopicResult(name=t.name, partitions=[
@@ -335,7 +336,7 @@ async def _delete_records(ok: Check, req, call):
 
 
 async def _create_partitions(ok: Check, req, call):
-    cls = RESPONSES[37]
+    cls = RESPONSES[ApiKey.CREATE_PARTITIONS]
     req.body.topics, denied = _split(req.body.topics, lambda t: ok.topic(A.ALTER, t.name))
     resp = await call(req) if req.body.topics or not denied else cls()
     resp.results.extend(cls.CreatePartitionsTopicResult(name=t.name, error_code=TOPIC_DENIED)
@@ -354,7 +355,7 @@ def _config_code(resource) -> int:
 
 
 async def _describe_configs(ok: Check, req, call):
-    cls = RESPONSES[32]
+    cls = RESPONSES[ApiKey.DESCRIBE_CONFIGS]
     req.body.resources, denied = _split(req.body.resources,
                                         lambda r: _config_allowed(ok, A.DESCRIBE_CONFIGS, r))
     resp = await call(req) if req.body.resources or not denied else cls()
@@ -384,25 +385,25 @@ def _cluster_rule(op: int, deny):
 
 
 def _deny_acl_create(req):
-    cls = RESPONSES[30]
+    cls = RESPONSES[ApiKey.CREATE_ACLS]
     return cls(results=[cls.AclCreationResult(error_code=CLUSTER_DENIED) for _ in req.body.creations])
 
 
 def _deny_acl_delete(req):
-    cls = RESPONSES[31]
+    cls = RESPONSES[ApiKey.DELETE_ACLS]
     return cls(filter_results=[cls.DeleteAclsFilterResult(error_code=CLUSTER_DENIED)
                                for _ in req.body.filters])
 
 
 def _deny_scram_alter(req):
-    cls = RESPONSES[51]
+    cls = RESPONSES[ApiKey.ALTER_USER_SCRAM_CREDENTIALS]
     users = [d.name for d in req.body.deletions] + [u.name for u in req.body.upsertions]
     return cls(results=[cls.AlterUserScramCredentialsResult(user=u, error_code=CLUSTER_DENIED)
                         for u in dict.fromkeys(users)])
 
 
 def _deny_elect(req):
-    return RESPONSES[43](error_code=CLUSTER_DENIED)
+    return RESPONSES[ApiKey.ELECT_LEADERS](error_code=CLUSTER_DENIED)
 
 
 def _deny_quota_alter(req):
@@ -421,7 +422,8 @@ def _txn_rule(extra=None):
         if txn is not None and not ok(A.WRITE, A.TRANSACTIONAL_ID, txn):
             return _txn_denied(req)
         if extra is not None and not extra(ok, req):
-            return _txn_denied(req, GROUP_DENIED if req.api_key in (25, 28) else TOPIC_DENIED)
+            group_api = req.api_key in (ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.TXN_OFFSET_COMMIT)
+            return _txn_denied(req, GROUP_DENIED if group_api else TOPIC_DENIED)
         return await call(req)
     return rule
 
@@ -429,12 +431,12 @@ def _txn_rule(extra=None):
 def _txn_denied(req, code=TXN_DENIED):
     cls = RESPONSES[req.api_key]
     # AddPartitionsToTxn v0-3 and TxnOffsetCommit carry per-partition results only
-    if req.api_key == 24:
+    if req.api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
         return cls(error_code=code, results_by_topic_v3_and_below=[cls.AddPartitionsToTxnTopicResult(
             name=t.name, results_by_partition=[cls.AddPartitionsToTxnPartitionResult(
                 partition_index=p, partition_error_code=code) for p in t.partitions])
             for t in req.body.v3_and_below_topics])
-    if req.api_key == 28:
+    if req.api_key == ApiKey.TXN_OFFSET_COMMIT:
         return cls(topics=[cls.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
             cls.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
             for p in t.partitions]) for t in req.body.topics])
@@ -444,7 +446,7 @@ def _txn_denied(req, code=TXN_DENIED):
 async def _add_partitions_to_txn(ok: Check, req, call):
     if req.api_version >= 4:         # the batched form is broker to broker (KIP-890)
         if not ok.cluster(A.CLUSTER_ACTION):
-            return RESPONSES[24](error_code=CLUSTER_DENIED)
+            return RESPONSES[ApiKey.ADD_PARTITIONS_TO_TXN](error_code=CLUSTER_DENIED)
         return await call(req)
     body = req.body
     code = None
@@ -458,7 +460,7 @@ async def _add_partitions_to_txn(ok: Check, req, call):
 
 
 async def _describe_transactions(ok: Check, req, call):
-    cls = RESPONSES[65]
+    cls = RESPONSES[ApiKey.DESCRIBE_TRANSACTIONS]
     ids = list(req.body.transactional_ids)
     denied = [t for t in ids if not ok(A.DESCRIBE, A.TRANSACTIONAL_ID, t)]
     req.body.transactional_ids = [t for t in ids if t not in denied]
@@ -476,27 +478,58 @@ async def _list_transactions(ok: Check, req, call):
 
 
 RULES = {
-    0: _produce, 1: _fetch, 2: _list_offsets, 3: _metadata, 23: _offset_for_leader_epoch,
-    8: _offset_commit, 9: _offset_fetch, 10: _find_coordinator,
-    11: _group_read, 12: _group_read, 13: _group_read, 14: _group_read, 68: _group_read,
-    15: _describe_groups, 69: _consumer_group_describe, 16: _list_groups,
-    42: _delete_groups, 47: _offset_delete, 22: _init_producer_id,
-    19: _create_topics, 20: _delete_topics, 21: _delete_records, 37: _create_partitions,
-    32: _describe_configs, 33: _alter_configs, 44: _alter_configs,
-    30: _cluster_rule(A.ALTER, _deny_acl_create), 31: _cluster_rule(A.ALTER, _deny_acl_delete),
-    29: _cluster_rule(A.DESCRIBE, _top_level(29)), 51: _cluster_rule(A.ALTER, _deny_scram_alter),
-    50: _cluster_rule(A.DESCRIBE, _top_level(50)), 43: _cluster_rule(A.ALTER, _deny_elect),
-    55: _cluster_rule(A.DESCRIBE, _top_level(55)), 60: _cluster_rule(A.DESCRIBE, _top_level(60)),
-    27: _cluster_rule(A.CLUSTER_ACTION, lambda req: RESPONSES[27]()),
-    48: _cluster_rule(A.DESCRIBE_CONFIGS, _top_level(48)),       # client quotas, as in Kafka
-    49: _cluster_rule(A.ALTER_CONFIGS, lambda req: _deny_quota_alter(req)),
-    24: _add_partitions_to_txn,
-    65: _describe_transactions, 66: _list_transactions,
-    25: _txn_rule(lambda ok, req: ok(A.READ, A.GROUP, req.body.group_id)),
-    26: _txn_rule(),
-    28: _txn_rule(lambda ok, req: ok(A.READ, A.GROUP, req.body.group_id)),
+    ApiKey.PRODUCE: _produce,
+    ApiKey.FETCH: _fetch,
+    ApiKey.LIST_OFFSETS: _list_offsets,
+    ApiKey.METADATA: _metadata,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: _offset_for_leader_epoch,
+    ApiKey.OFFSET_COMMIT: _offset_commit,
+    ApiKey.OFFSET_FETCH: _offset_fetch,
+    ApiKey.FIND_COORDINATOR: _find_coordinator,
+    ApiKey.JOIN_GROUP: _group_read,
+    ApiKey.HEARTBEAT: _group_read,
+    ApiKey.LEAVE_GROUP: _group_read,
+    ApiKey.SYNC_GROUP: _group_read,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: _group_read,
+    ApiKey.DESCRIBE_GROUPS: _describe_groups,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: _consumer_group_describe,
+    ApiKey.LIST_GROUPS: _list_groups,
+    ApiKey.DELETE_GROUPS: _delete_groups,
+    ApiKey.OFFSET_DELETE: _offset_delete,
+    ApiKey.INIT_PRODUCER_ID: _init_producer_id,
+    ApiKey.CREATE_TOPICS: _create_topics,
+    ApiKey.DELETE_TOPICS: _delete_topics,
+    ApiKey.DELETE_RECORDS: _delete_records,
+    ApiKey.CREATE_PARTITIONS: _create_partitions,
+    ApiKey.DESCRIBE_CONFIGS: _describe_configs,
+    ApiKey.ALTER_CONFIGS: _alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: _alter_configs,
+    ApiKey.CREATE_ACLS: _cluster_rule(A.ALTER, _deny_acl_create),
+    ApiKey.DELETE_ACLS: _cluster_rule(A.ALTER, _deny_acl_delete),
+    ApiKey.DESCRIBE_ACLS: _cluster_rule(A.DESCRIBE, _top_level(ApiKey.DESCRIBE_ACLS)),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _cluster_rule(A.ALTER, _deny_scram_alter),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS:
+        _cluster_rule(A.DESCRIBE, _top_level(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)),
+    ApiKey.ELECT_LEADERS: _cluster_rule(A.ALTER, _deny_elect),
+    ApiKey.DESCRIBE_QUORUM: _cluster_rule(A.DESCRIBE, _top_level(ApiKey.DESCRIBE_QUORUM)),
+    ApiKey.DESCRIBE_CLUSTER: _cluster_rule(A.DESCRIBE, _top_level(ApiKey.DESCRIBE_CLUSTER)),
+    ApiKey.WRITE_TXN_MARKERS:
+        _cluster_rule(A.CLUSTER_ACTION, lambda req: RESPONSES[ApiKey.WRITE_TXN_MARKERS]()),
+    # client quotas, as in Kafka
+    ApiKey.DESCRIBE_CLIENT_QUOTAS:
+        _cluster_rule(A.DESCRIBE_CONFIGS, _top_level(ApiKey.DESCRIBE_CLIENT_QUOTAS)),
+    ApiKey.ALTER_CLIENT_QUOTAS:
+        _cluster_rule(A.ALTER_CONFIGS, lambda req: _deny_quota_alter(req)),
+    ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions_to_txn,
+    ApiKey.DESCRIBE_TRANSACTIONS: _describe_transactions,
+    ApiKey.LIST_TRANSACTIONS: _list_transactions,
+    ApiKey.ADD_OFFSETS_TO_TXN:
+        _txn_rule(lambda ok, req: ok(A.READ, A.GROUP, req.body.group_id)),
+    ApiKey.END_TXN: _txn_rule(),
+    ApiKey.TXN_OFFSET_COMMIT:
+        _txn_rule(lambda ok, req: ok(A.READ, A.GROUP, req.body.group_id)),
 }
-ALWAYS_ALLOWED = {18}       # ApiVersions
+ALWAYS_ALLOWED = {ApiKey.API_VERSIONS}
 
 
 async def authorize_and_call(authorizer: A.Authorizer, ctx, request, call):

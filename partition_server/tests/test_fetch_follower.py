@@ -13,6 +13,7 @@ from partition_server.handlers.fetch_follower import close_session
 from partition_server.log import LogConfig, PartitionLog
 from partition_server.purgatory import Purgatory
 from partition_server.replica_manager import ReplicaManager
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import build_batch
 
@@ -41,7 +42,7 @@ class FakeBroker:
 
 
 def fetch(session_id, epoch, offsets=None, forgotten=(), max_wait_ms=0):
-    cls = REQUESTS[1]
+    cls = REQUESTS[ApiKey.FETCH]
     parts = [cls.FetchPartition(partition=p, current_leader_epoch=1, fetch_offset=o,
                                 last_fetched_epoch=-1, log_start_offset=0,
                                 partition_max_bytes=1 << 20)

@@ -11,6 +11,7 @@ import trio
 from clients.cli.dev import CONTROLLER_IDS, DevLayout, ManagedProcess, write_properties
 from partition_server.testing import free_base_port
 from partition_server.tests.test_security_network import connect
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
 pytestmark = pytest.mark.live
@@ -37,7 +38,7 @@ def test_requests_wait_for_the_first_metadata_catch_up(tmp_path):
                 await trio.sleep(0.1)
         try:
             with trio.move_on_after(timeout_s):
-                return await client.call(REQUESTS[3](topics=None), 12)
+                return await client.call(REQUESTS[ApiKey.METADATA](topics=None), 12)
             return None
         finally:
             await client.stream.aclose()

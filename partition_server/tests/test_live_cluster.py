@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from partition_server.testing import LiveCluster, run_script
+from wire.messages.api_keys import ApiKey
 
 pytestmark = pytest.mark.live
 
@@ -169,9 +170,9 @@ def test_idempotent_retry_is_not_appended_twice(cluster):
     async def scenario():
         conn = BrokerConnection("127.0.0.1", leader)
         await conn.connect()
-        init = await conn.request(REQUESTS[22](transactional_id=None, transaction_timeout_ms=60000), 4)
+        init = await conn.request(REQUESTS[ApiKey.INIT_PRODUCER_ID](transactional_id=None, transaction_timeout_ms=60000), 4)
         assert init.error_code == 0 and init.producer_id >= 0
-        pr = REQUESTS[0]
+        pr = REQUESTS[ApiKey.PRODUCE]
 
         def produce(seq, n):
             batch = build_batch([(None, b"v%d" % (seq + i), [], None) for i in range(n)],
@@ -280,7 +281,7 @@ def test_incremental_fetch_sessions(cluster):
     for part in (0, 1):
         p.produce(topic, b"first", partition=part)
     assert p.flush(30) == 0
-    fr = REQUESTS[1]
+    fr = REQUESTS[ApiKey.FETCH]
 
     def fetch(session_id, epoch, positions, forgotten=()):
         return fr(replica_id=-1, max_wait_ms=200, min_bytes=1, max_bytes=1 << 20, isolation_level=0,

@@ -15,6 +15,7 @@ from clients.connection import BrokerConnection
 from partition_server.group.coordinator import OFFSETS_TOPIC, partition_for
 from partition_server.testing import LiveCluster
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
 pytestmark = pytest.mark.live
@@ -82,7 +83,7 @@ def _offset_delete(cluster, admin, group, parts):
         conn = BrokerConnection("127.0.0.1", port)
         await conn.connect()
         try:
-            od = REQUESTS[47]
+            od = REQUESTS[ApiKey.OFFSET_DELETE]
             by_topic = {}
             for t, p in parts:
                 by_topic.setdefault(t, []).append(od.OffsetDeleteRequestPartition(partition_index=p))

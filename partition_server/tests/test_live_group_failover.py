@@ -14,6 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from partition_server.group.coordinator import GROUP_KEY, OFFSETS_TOPIC, partition_for
 from partition_server.testing import LiveCluster
+from wire.messages.api_keys import ApiKey
 
 pytestmark = pytest.mark.live
 
@@ -222,7 +223,7 @@ def _consumer_group_describe(cluster, admin, group):
         conn = BrokerConnection("127.0.0.1", port)
         await conn.connect()
         try:
-            return await conn.request(REQUESTS[69](group_ids=[group]), 0)
+            return await conn.request(REQUESTS[ApiKey.CONSUMER_GROUP_DESCRIBE](group_ids=[group]), 0)
         finally:
             await conn.aclose()
     g = trio.run(go).groups[0]

@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from partition_server.testing import LiveCluster
+from wire.messages.api_keys import ApiKey
 
 pytestmark = pytest.mark.live
 
@@ -256,7 +257,7 @@ def test_kip848_consumer_protocol_with_librdkafka(cluster):
         conn = BrokerConnection(host, port)
         await conn.connect()
         try:
-            jg = REQUESTS[11]
+            jg = REQUESTS[ApiKey.JOIN_GROUP]
             return await conn.request(jg(group_id=group, session_timeout_ms=10000,
                                          rebalance_timeout_ms=10000, member_id="",
                                          protocol_type="consumer", protocols=[

@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from clients.connection import BrokerConnection
 from partition_server.testing import LiveCluster
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import build_batch
 
@@ -42,7 +43,7 @@ def _create(cluster, topic, config=None, rf=3):
 
 
 def _produce_request(topic, records, acks=-1, timeout_ms=10000):
-    pr = REQUESTS[0]
+    pr = REQUESTS[ApiKey.PRODUCE]
     return pr(acks=acks, timeout_ms=timeout_ms, topic_data=[pr.TopicProduceData(
         name=topic, partition_data=[pr.PartitionProduceData(index=0, records=records)])])
 
@@ -130,7 +131,7 @@ def test_fetch_max_bytes_below_one_batch_still_returns_that_batch(cluster):
     big = build_batch([(None, b"y" * 5000, [], None)])
     resp = trio.run(_request, port, _produce_request("kip74", big), 9)
     assert resp.responses[0].partition_responses[0].error_code == ErrorCode.NONE
-    fr = REQUESTS[1]
+    fr = REQUESTS[ApiKey.FETCH]
     req = fr(replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=100, isolation_level=0,
              session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
              topics=[fr.FetchTopic(topic="kip74", partitions=[fr.FetchPartition(

@@ -26,6 +26,7 @@ from clients.cli.secure_dev import SecureDev
 from clients.cli.users import alter
 from partition_server.testing import LiveCluster
 from wire.connection import ClientConnection
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
 pytestmark = pytest.mark.live
@@ -274,7 +275,7 @@ class Wire:
 
     def produce(self, topic: str) -> int:
         from wire.records.batch import Record, build_batch
-        cls = REQUESTS[0]
+        cls = REQUESTS[ApiKey.PRODUCE]
         batch = build_batch([Record(offset_delta=0, value=b"x")], base_offset=0,
                             base_timestamp=int(time.time() * 1000))
         req = cls(acks=-1, timeout_ms=5000, topic_data=[cls.TopicProduceData(
@@ -283,7 +284,7 @@ class Wire:
         return resp.responses[0].partition_responses[0].error_code
 
     def fetch(self, topic: str) -> int:
-        cls = REQUESTS[1]
+        cls = REQUESTS[ApiKey.FETCH]
         req = cls(replica_id=-1, max_wait_ms=10, min_bytes=1, max_bytes=1 << 20, session_id=0,
                   session_epoch=-1, topics=[cls.FetchTopic(topic=topic, partitions=[
                       cls.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])])
@@ -291,14 +292,14 @@ class Wire:
         return resp.responses[0].partitions[0].error_code
 
     def join(self, group: str) -> int:
-        cls = REQUESTS[11]
+        cls = REQUESTS[ApiKey.JOIN_GROUP]
         req = cls(group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
                   protocol_type="consumer",
                   protocols=[cls.JoinGroupRequestProtocol(name="range", metadata=b"")])
         return self.call(req, 5).error_code
 
     def topics(self) -> list[str]:
-        resp = self.call(REQUESTS[3](topics=None), 12)
+        resp = self.call(REQUESTS[ApiKey.METADATA](topics=None), 12)
         return [t.name for t in resp.topics]
 
 
@@ -386,7 +387,7 @@ def test_authorization_matrix(secure, bob):
     visible = bob.topics()
     assert readonly in visible and writeonly in visible and other not in visible
     # cluster operations: CreateAcls needs Alter on the cluster
-    cls = REQUESTS[30]
+    cls = REQUESTS[ApiKey.CREATE_ACLS]
     resp = bob.call(cls(creations=[cls.AclCreation(resource_type=2, resource_name="*",
                                                    resource_pattern_type=3, principal="User:bob",
                                                    host="*", operation=2, permission_type=3)]), 3)
@@ -455,11 +456,11 @@ def _frame(message, version: int) -> bytes:
 
 def test_stranger_on_inter_node_ports_learns_nothing(secure):
     layout = secure.layout
-    fetch = REQUESTS[1]
+    fetch = REQUESTS[ApiKey.FETCH]
     metadata_fetch = fetch(replica_id=99, max_wait_ms=10, min_bytes=1, max_bytes=1 << 20, topics=[
         fetch.FetchTopic(topic="__cluster_metadata", partitions=[
             fetch.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])])
-    reg = REQUESTS[62](broker_id=77, cluster_id="raftka", incarnation_id=uuid.uuid4(),
+    reg = REQUESTS[ApiKey.BROKER_REGISTRATION](broker_id=77, cluster_id="raftka", incarnation_id=uuid.uuid4(),
                        listeners=[], rack=None)
     for index in range(3):
         port = layout.controller_port(index)
@@ -479,7 +480,7 @@ def test_stranger_on_inter_node_ports_learns_nothing(secure):
     # unauthenticated broker connection: Metadata and a follower Fetch get no answer
     for port, tls in ((layout.plain_port(0), False), (layout.broker_port(0), True)):
         with _raw(port, tls, secure.ca) as sock:
-            sock.sendall(_frame(REQUESTS[3](topics=None), 12))
+            sock.sendall(_frame(REQUESTS[ApiKey.METADATA](topics=None), 12))
             assert _read_all(sock) == b""
     # even the super user's DescribeConfigs never shows a password
     from confluent_kafka.admin import ConfigResource, ResourceType as RT
@@ -533,9 +534,9 @@ def test_fuzz_and_floods_do_not_disturb_authenticated_clients(secure):
             except (OSError, ssl.SSLError):
                 pass
         # 2. truncated SASL exchanges: handshake, then half a SaslAuthenticate, then hang up
-        hs = _frame(REQUESTS[17](mechanism="SCRAM-SHA-512"), 1)
+        hs = _frame(REQUESTS[ApiKey.SASL_HANDSHAKE](mechanism="SCRAM-SHA-512"), 1)
         auth = ClientConnection(first_correlation_id=2).send_request(
-            REQUESTS[36](auth_bytes=b"n,,n=alice,r=abc"), 2)
+            REQUESTS[ApiKey.SASL_AUTHENTICATE](auth_bytes=b"n,,n=alice,r=abc"), 2)
         for cut in range(0, len(auth), 7):
             port, _ = rng.choice(ports[:3])
             with _raw(port, False, None) as sock:

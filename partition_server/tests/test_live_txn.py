@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from partition_server.testing import LiveCluster
+from wire.messages.api_keys import ApiKey
 
 pytestmark = pytest.mark.live
 
@@ -199,18 +200,18 @@ async def test_describe_and_list_transactions(cluster):
     host, port = cluster.bootstrap.split(",")[0].split(":")
     conn = BrokerConnection(host, int(port))
     await conn.connect()
-    fc = REQUESTS[10]
+    fc = REQUESTS[ApiKey.FIND_COORDINATOR]
     found = await conn.request(fc(key_type=1, coordinator_keys=["tx-describe"]), 4)
     c = found.coordinators[0]
     assert c.error_code == 0
     coord = BrokerConnection(c.host, c.port)
     await coord.connect()
-    desc = await coord.request(REQUESTS[65](transactional_ids=["tx-describe", "nope"]), 0)
+    desc = await coord.request(REQUESTS[ApiKey.DESCRIBE_TRANSACTIONS](transactional_ids=["tx-describe", "nope"]), 0)
     st = {s.transactional_id: s for s in desc.transaction_states}
     assert st["tx-describe"].transaction_state == "Ongoing"
     assert [(t.topic, list(t.partitions)) for t in st["tx-describe"].topics] == [("txn-describe", [1])]
     assert st["nope"].error_code in (105, 16)      # TRANSACTIONAL_ID_NOT_FOUND or NOT_COORDINATOR
-    listed = await coord.request(REQUESTS[66](state_filters=["Ongoing"], producer_id_filters=[],
+    listed = await coord.request(REQUESTS[ApiKey.LIST_TRANSACTIONS](state_filters=["Ongoing"], producer_id_filters=[],
                                               duration_filter=-1), 1)
     assert "tx-describe" in {s.transactional_id for s in listed.transaction_states}
     assert all(s.transaction_state == "Ongoing" for s in listed.transaction_states)
@@ -225,7 +226,7 @@ async def _leader_conn(cluster, topic, partition):
     host, port = cluster.bootstrap.split(",")[0].split(":")
     boot = BrokerConnection(host, int(port))
     await boot.connect()
-    md = REQUESTS[3]
+    md = REQUESTS[ApiKey.METADATA]
     r = await boot.request(md(topics=[md.MetadataRequestTopic(name=topic)]), 9)
     await boot.aclose()
     leader = next(p.leader_id for t in r.topics for p in t.partitions if p.partition_index == partition)
@@ -250,7 +251,7 @@ class RawTxnProducer:
         boot = BrokerConnection(host, int(port))
         await boot.connect()
         for _ in range(50):
-            c = (await boot.request(REQUESTS[10](key_type=1, coordinator_keys=[self.tid]),
+            c = (await boot.request(REQUESTS[ApiKey.FIND_COORDINATOR](key_type=1, coordinator_keys=[self.tid]),
                                     4)).coordinators[0]
             if c.error_code == 0:
                 break
@@ -259,7 +260,7 @@ class RawTxnProducer:
         self.coord = BrokerConnection(c.host, c.port)
         await self.coord.connect()
         for _ in range(50):
-            init = await self.coord.request(REQUESTS[22](
+            init = await self.coord.request(REQUESTS[ApiKey.INIT_PRODUCER_ID](
                 transactional_id=self.tid, transaction_timeout_ms=30000, producer_id=-1,
                 producer_epoch=-1), 4)
             if init.error_code == 0:
@@ -271,7 +272,7 @@ class RawTxnProducer:
 
     async def produce(self, seq, epoch=None, value=b"v"):
         from wire.records.batch import build_batch
-        pr = self.R[0]
+        pr = self.R[ApiKey.PRODUCE]
         batch = build_batch([(b"k", value, [], None)], producer_id=self.pid,
                             producer_epoch=self.epoch if epoch is None else epoch,
                             base_sequence=seq, is_transactional=True)
@@ -283,7 +284,7 @@ class RawTxnProducer:
         return r.responses[0].partition_responses[0].error_code
 
     async def add_partition(self):
-        ap = self.R[24]
+        ap = self.R[ApiKey.ADD_PARTITIONS_TO_TXN]
         added = await self.coord.request(ap(
             v3_and_below_transactional_id=self.tid, v3_and_below_producer_id=self.pid,
             v3_and_below_producer_epoch=self.epoch, v3_and_below_topics=[
@@ -291,13 +292,13 @@ class RawTxnProducer:
         return added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
 
     async def end(self, commit, version=3, epoch=None):
-        return await self.coord.request(self.R[26](
+        return await self.coord.request(self.R[ApiKey.END_TXN](
             transactional_id=self.tid, producer_id=self.pid,
             producer_epoch=self.epoch if epoch is None else epoch, committed=commit), version)
 
     async def offsets(self, isolation):
         """(last stable or high watermark per isolation level, log end offset)."""
-        lo = self.R[2]
+        lo = self.R[ApiKey.LIST_OFFSETS]
         r = await self.leader.request(lo(replica_id=-1, isolation_level=isolation, topics=[
             lo.ListOffsetsTopic(name=self.topic, partitions=[
                 lo.ListOffsetsPartition(partition_index=0, timestamp=-1)])]), 5)
@@ -390,20 +391,20 @@ async def test_hanging_transaction_found_and_aborted_by_an_operator(cluster):
     p.produce(topic, b"stuck", partition=0)
     p.flush(30)
     leader = await _leader_conn(cluster, topic, 0)
-    dp = REQUESTS[61]
+    dp = REQUESTS[ApiKey.DESCRIBE_PRODUCERS]
     desc = await leader.request(dp(topics=[dp.TopicRequest(name=topic, partition_indexes=[0])]), 0)
     part = desc.topics[0].partitions[0]
     assert part.error_code == 0
     open_txns = [s for s in part.active_producers if s.current_txn_start_offset >= 0]
     assert [s.current_txn_start_offset for s in open_txns] == [0]
     victim = open_txns[0]
-    wm = REQUESTS[27]
+    wm = REQUESTS[ApiKey.WRITE_TXN_MARKERS]
     r = await leader.request(wm(markers=[wm.WritableTxnMarker(
         producer_id=victim.producer_id, producer_epoch=victim.producer_epoch,
         transaction_result=False, coordinator_epoch=victim.coordinator_epoch,
         topics=[wm.WritableTxnMarkerTopic(name=topic, partition_indexes=[0])])]), 1)
     assert r.markers[0].topics[0].partitions[0].error_code == 0
-    lo = REQUESTS[2]
+    lo = REQUESTS[ApiKey.LIST_OFFSETS]
     got = await leader.request(lo(replica_id=-1, isolation_level=1, topics=[lo.ListOffsetsTopic(
         name=topic, partitions=[lo.ListOffsetsPartition(partition_index=0, timestamp=-1)])]), 5)
     assert got.topics[0].partitions[0].offset == 2
@@ -473,7 +474,7 @@ async def _coordinator_conn(cluster, key, key_type):
     boot = BrokerConnection(host, int(port))
     await boot.connect()
     for _ in range(100):
-        c = (await boot.request(REQUESTS[10](key_type=key_type, coordinator_keys=[key]), 4)).coordinators[0]
+        c = (await boot.request(REQUESTS[ApiKey.FIND_COORDINATOR](key_type=key_type, coordinator_keys=[key]), 4)).coordinators[0]
         if c.error_code == 0:
             break
         await trio.sleep(0.2)
@@ -492,20 +493,20 @@ async def test_txn_offset_commit_is_unstable_until_the_commit_lands(cluster):
     coord = await _coordinator_conn(cluster, tid, 1)
     gc = await _coordinator_conn(cluster, group, 0)
     for _ in range(100):
-        init = await coord.request(REQUESTS[22](transactional_id=tid, transaction_timeout_ms=30000,
+        init = await coord.request(REQUESTS[ApiKey.INIT_PRODUCER_ID](transactional_id=tid, transaction_timeout_ms=30000,
                                                 producer_id=-1, producer_epoch=-1), 4)
         if init.error_code == 0:
             break
         await trio.sleep(0.2)
     pid, epoch = init.producer_id, init.producer_epoch
     for _ in range(100):
-        add = await coord.request(REQUESTS[25](transactional_id=tid, producer_id=pid,
+        add = await coord.request(REQUESTS[ApiKey.ADD_OFFSETS_TO_TXN](transactional_id=tid, producer_id=pid,
                                                producer_epoch=epoch, group_id=group), 3)
         if add.error_code == 0:
             break
         await trio.sleep(0.2)
     assert add.error_code == 0
-    tc = REQUESTS[28]
+    tc = REQUESTS[ApiKey.TXN_OFFSET_COMMIT]
     r = await gc.request(tc(transactional_id=tid, group_id=group, producer_id=pid,
                             producer_epoch=epoch, generation_id=-1, member_id="",
                             group_instance_id=None, topics=[tc.TxnOffsetCommitRequestTopic(
@@ -521,7 +522,7 @@ async def test_txn_offset_commit_is_unstable_until_the_commit_lands(cluster):
                                          partition_index=0, committed_offset=999,
                                          committed_leader_epoch=-1, committed_metadata="z")])]), 3)
     assert zombie.topics[0].partitions[0].error_code == 47     # INVALID_PRODUCER_EPOCH
-    of = REQUESTS[9]
+    of = REQUESTS[ApiKey.OFFSET_FETCH]
 
     async def fetch(stable):
         got = await gc.request(of(groups=[of.OffsetFetchRequestGroup(
@@ -532,7 +533,7 @@ async def test_txn_offset_commit_is_unstable_until_the_commit_lands(cluster):
 
     assert await fetch(True) == (88, -1)           # UNSTABLE_OFFSET_COMMIT
     assert await fetch(False) == (0, -1)           # not committed yet
-    end = await coord.request(REQUESTS[26](transactional_id=tid, producer_id=pid,
+    end = await coord.request(REQUESTS[ApiKey.END_TXN](transactional_id=tid, producer_id=pid,
                                            producer_epoch=epoch, committed=True), 3)
     assert end.error_code == 0
     for _ in range(100):
@@ -553,7 +554,7 @@ async def test_idle_transactional_id_expires(cluster):
 
     async def init():
         for _ in range(100):
-            r = await coord.request(REQUESTS[22](transactional_id=tid, transaction_timeout_ms=30000,
+            r = await coord.request(REQUESTS[ApiKey.INIT_PRODUCER_ID](transactional_id=tid, transaction_timeout_ms=30000,
                                                  producer_id=-1, producer_epoch=-1), 4)
             if r.error_code == 0:
                 return r.producer_id, r.producer_epoch
@@ -561,11 +562,11 @@ async def test_idle_transactional_id_expires(cluster):
         raise AssertionError("InitProducerId kept failing")
 
     first = await init()
-    desc = await coord.request(REQUESTS[65](transactional_ids=[tid]), 0)
+    desc = await coord.request(REQUESTS[ApiKey.DESCRIBE_TRANSACTIONS](transactional_ids=[tid]), 0)
     assert desc.transaction_states[0].error_code == 0
     for _ in range(60):
         await trio.sleep(0.5)
-        desc = await coord.request(REQUESTS[65](transactional_ids=[tid]), 0)
+        desc = await coord.request(REQUESTS[ApiKey.DESCRIBE_TRANSACTIONS](transactional_ids=[tid]), 0)
         if desc.transaction_states[0].error_code == 105:       # TRANSACTIONAL_ID_NOT_FOUND
             break
     assert desc.transaction_states[0].error_code == 105

@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from chaos_tests.checkers.txn import assert_final_values
 from partition_server.testing import LiveCluster
+from wire.messages.api_keys import ApiKey
 
 pytestmark = pytest.mark.live
 
@@ -54,7 +55,7 @@ def coordinator_of(cluster, tid: str) -> int:
                 conn = BrokerConnection(host, int(port))
                 try:
                     await conn.connect()
-                    r = await conn.request(REQUESTS[10](key_type=1, coordinator_keys=[tid]), 4)
+                    r = await conn.request(REQUESTS[ApiKey.FIND_COORDINATOR](key_type=1, coordinator_keys=[tid]), 4)
                     c = r.coordinators[0]
                     if c.error_code == 0:
                         return c.node_id

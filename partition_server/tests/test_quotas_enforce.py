@@ -14,6 +14,7 @@ from partition_server.handlers.client_quotas import enforce, metric_families
 from partition_server.metrics import _labels
 from common.network import ClientContext
 from wire.connection import Request
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS, RESPONSES
 
 
@@ -36,16 +37,16 @@ def _ctx(principal="User:ANONYMOUS"):
 
 
 def _produce(version=9, size=5000, client_id="app", acks=1):
-    return Request(0, version, 1, client_id, None, REQUESTS[0](acks=acks, timeout_ms=1000), size)
+    return Request(ApiKey.PRODUCE, version, 1, client_id, None, REQUESTS[ApiKey.PRODUCE](acks=acks, timeout_ms=1000), size)
 
 
 def _fetch(version=12, replica_id=-1, client_id="app"):
-    body = REQUESTS[1](replica_id=replica_id, max_wait_ms=0, min_bytes=1, max_bytes=50 << 20)
-    return Request(1, version, 1, client_id, None, body, 100)
+    body = REQUESTS[ApiKey.FETCH](replica_id=replica_id, max_wait_ms=0, min_bytes=1, max_bytes=50 << 20)
+    return Request(ApiKey.FETCH, version, 1, client_id, None, body, 100)
 
 
 def _fetch_response(nbytes):
-    cls = RESPONSES[1]
+    cls = RESPONSES[ApiKey.FETCH]
     return cls(responses=[cls.FetchableTopicResponse(topic="t", partitions=[
         cls.PartitionData(partition_index=0, high_watermark=10, records=b"x" * nbytes)])])
 
@@ -57,11 +58,11 @@ async def _answer(resp):
 async def test_user_quota_from_the_sasl_principal_sets_throttle_and_mute():
     broker = _Broker(ClientQuotaRecord((("user", "alice"),), "producer_byte_rate", 100.0))
     ctx = _ctx("User:alice")
-    resp = await enforce(broker, ctx, _produce(size=5000), lambda r: _answer(RESPONSES[0]()))
+    resp = await enforce(broker, ctx, _produce(size=5000), lambda r: _answer(RESPONSES[ApiKey.PRODUCE]()))
     # 5000 bytes over the 10 s floor = 500 B/s against 100: (500 - 100) / 100 × 10 s
     assert resp.throttle_time_ms == 40_000 and ctx.mute_s == 40.0
     other = _ctx("User:bob")
-    resp = await enforce(broker, other, _produce(size=5000), lambda r: _answer(RESPONSES[0]()))
+    resp = await enforce(broker, other, _produce(size=5000), lambda r: _answer(RESPONSES[ApiKey.PRODUCE]()))
     assert resp.throttle_time_ms == 0 and other.mute_s == 0.0
 
 
@@ -72,7 +73,7 @@ async def test_client_id_quota_and_acks_zero_is_muted_without_answer():
     assert ctx.mute_s > 0
     ctx2 = _ctx()
     resp = await enforce(broker, ctx2, _produce(client_id="other"),
-                         lambda r: _answer(RESPONSES[0]()))
+                         lambda r: _answer(RESPONSES[ApiKey.PRODUCE]()))
     assert resp.throttle_time_ms == 0 and ctx2.mute_s == 0
 
 
@@ -81,7 +82,7 @@ async def test_pre_kip_219_versions_get_a_late_answer(autojump_clock):
     ctx = _ctx()
     start = trio.current_time()
     resp = await enforce(broker, ctx, _produce(version=5, size=1500),
-                         lambda r: _answer(RESPONSES[0]()))
+                         lambda r: _answer(RESPONSES[ApiKey.PRODUCE]()))
     assert resp.throttle_time_ms == 5000                # (150 - 100) / 100 × 10 s
     assert trio.current_time() - start >= 5.0 and ctx.mute_s == 0
 
@@ -118,8 +119,8 @@ async def test_request_percentage_counts_time_spent_running_and_caps_at_one_wind
         while time.perf_counter() < end:
             pass
         await trio.sleep(0.2)                  # ...and waiting, which is not counted
-        return RESPONSES[3]()
-    req = Request(3, 12, 1, "busy", None, REQUESTS[3](), 50)
+        return RESPONSES[ApiKey.METADATA]()
+    req = Request(ApiKey.METADATA, 12, 1, "busy", None, REQUESTS[ApiKey.METADATA](), 50)
     resp = await enforce(broker, ctx, req, busy)
     # 50 ms over the 10 s floor = 0.5 %/s: under 1 %
     assert resp.throttle_time_ms == 0
@@ -128,7 +129,7 @@ async def test_request_percentage_counts_time_spent_running_and_caps_at_one_wind
     # 200 ms of work in the window = 2 % > 1 %: throttled, at most one window
     assert 0 < resp.throttle_time_ms <= 1000
     ctx2 = _ctx()
-    resp = await enforce(broker, ctx2, Request(3, 12, 1, "idle", None, REQUESTS[3](), 50), busy)
+    resp = await enforce(broker, ctx2, Request(ApiKey.METADATA, 12, 1, "idle", None, REQUESTS[ApiKey.METADATA](), 50), busy)
     assert resp.throttle_time_ms == 0
 
 
@@ -139,8 +140,8 @@ async def test_request_time_of_a_handler_that_never_awaits_is_counted():
         end = time.perf_counter() + 0.06
         while time.perf_counter() < end:
             pass
-        return RESPONSES[3]()
-    req = Request(3, 12, 1, "busy", None, REQUESTS[3](), 50)
+        return RESPONSES[ApiKey.METADATA]()
+    req = Request(ApiKey.METADATA, 12, 1, "busy", None, REQUESTS[ApiKey.METADATA](), 50)
     throttles = [(await enforce(broker, _ctx(), req, busy_sync)).throttle_time_ms
                  for _ in range(3)]
     assert throttles[0] == 0 and throttles[-1] > 0      # 180 ms of work: 1.8 % over 10 s
@@ -150,7 +151,7 @@ async def test_metrics_show_rate_and_throttle_per_bucket():
     broker = _Broker(ClientQuotaRecord((("user", "alice"),), "producer_byte_rate", 100.0))
     assert metric_families(broker, _labels) == []
     await enforce(broker, _ctx("User:alice"), _produce(size=5000),
-                  lambda r: _answer(RESPONSES[0]()))
+                  lambda r: _answer(RESPONSES[ApiKey.PRODUCE]()))
     families = {name: samples for name, _, _, samples in metric_families(broker, _labels)}
     tags = '{quota="producer_byte_rate",user="alice",client_id=""}'
     assert families["raftka_client_quota_throttle_time_ms_total"] == [(tags, 40_000)]
@@ -173,15 +174,15 @@ def test_quota_apis_need_describe_configs_and_alter_configs_on_the_cluster():
                         call)
         return resp, seen
 
-    aq = REQUESTS[49]
+    aq = REQUESTS[ApiKey.ALTER_CLIENT_QUOTAS]
     alter = aq(entries=[aq.EntryData(entity=[aq.EntityData(entity_type="user", entity_name="b")],
                                      ops=[aq.OpData(key="producer_byte_rate", value=1.0)])])
-    describe = REQUESTS[48](components=[], strict=False)
+    describe = REQUESTS[ApiKey.DESCRIBE_CLIENT_QUOTAS](components=[], strict=False)
     nobody = A.Authorizer([])
-    resp, seen = run(nobody, 49, alter)
+    resp, seen = run(nobody, ApiKey.ALTER_CLIENT_QUOTAS, alter)
     assert seen == [] and resp.entries[0].error_code == 31          # CLUSTER_AUTHORIZATION_FAILED
     assert resp.entries[0].entity[0].entity_name == "b"
-    resp, seen = run(nobody, 48, describe)
+    resp, seen = run(nobody, ApiKey.DESCRIBE_CLIENT_QUOTAS, describe)
     assert seen == [] and resp.error_code == 31
 
     def grant(op):
@@ -197,7 +198,7 @@ async def test_fetch_bytes_counted_from_file_ranges_too():
     from partition_server.log.segment import FileRange
     broker = _Broker(ClientQuotaRecord((("client-id", "app"),), "consumer_byte_rate", 100.0))
     ctx = _ctx()
-    cls = RESPONSES[1]
+    cls = RESPONSES[ApiKey.FETCH]
 
     async def handler(req):
         return cls(responses=[cls.FetchableTopicResponse(topic="t", partitions=[

@@ -23,6 +23,7 @@ from confluent_kafka.admin import NewTopic
 from clients.admin import AdminClient
 from partition_server.testing import LiveCluster
 from wire.errors import InvalidRequestError
+from wire.messages.api_keys import ApiKey
 
 pytestmark = pytest.mark.live
 QUOTA = 100 * 1024                   # bytes per second
@@ -304,7 +305,7 @@ def test_request_percentage_throttles_a_busy_client(cluster):
         try:
             throttles = []
             for _ in range(n):
-                resp = await conn.request(REQUESTS[3](topics=None), 9)
+                resp = await conn.request(REQUESTS[ApiKey.METADATA](topics=None), 9)
                 throttles.append(resp.throttle_time_ms)
                 if resp.throttle_time_ms:
                     await trio.sleep(resp.throttle_time_ms / 1000)   # as a KIP-219 client does

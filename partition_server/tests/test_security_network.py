@@ -13,19 +13,20 @@ from common import tls
 from common.sasl import SCRAM_SHA_512, ScramClient, make_credential
 from wire.connection import ClientConnection
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS, RESPONSES
 
 CREDS = {("alice", SCRAM_SHA_512): make_credential(SCRAM_SHA_512, "pw", 4096)}
-SUPPORTED = {18: (0, 3), 3: (0, 12)}
+SUPPORTED = {ApiKey.API_VERSIONS: (0, 3), ApiKey.METADATA: (0, 12)}
 
 
 async def dispatch(ctx, request):
-    if request.api_key == 18:
-        cls = RESPONSES[18]
+    if request.api_key == ApiKey.API_VERSIONS:
+        cls = RESPONSES[ApiKey.API_VERSIONS]
         return cls(error_code=0, api_keys=[cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
                                            for k, (lo, hi) in sorted(SUPPORTED.items())])
     # Metadata: tells the test who the server thinks we are
-    return RESPONSES[3](cluster_id=ctx.principal, brokers=[], topics=[])
+    return RESPONSES[ApiKey.METADATA](cluster_id=ctx.principal, brokers=[], topics=[])
 
 
 async def start(nursery, security):
@@ -63,13 +64,13 @@ class Client:
         return False
 
     async def scram(self, user="alice", password="pw", version=2):
-        hs = await self.call(REQUESTS[17](mechanism="SCRAM-SHA-512"), 1)
+        hs = await self.call(REQUESTS[ApiKey.SASL_HANDSHAKE](mechanism="SCRAM-SHA-512"), 1)
         assert hs.error_code == 0 and "SCRAM-SHA-512" in hs.mechanisms
         client = ScramClient(SCRAM_SHA_512, user, password)
-        first = await self.call(REQUESTS[36](auth_bytes=client.first()), version)
+        first = await self.call(REQUESTS[ApiKey.SASL_AUTHENTICATE](auth_bytes=client.first()), version)
         if first.error_code:
             return first
-        final = await self.call(REQUESTS[36](auth_bytes=client.final(first.auth_bytes)), version)
+        final = await self.call(REQUESTS[ApiKey.SASL_AUTHENTICATE](auth_bytes=client.final(first.auth_bytes)), version)
         if final.error_code == 0:
             client.verify(final.auth_bytes)
         return final
@@ -82,10 +83,10 @@ async def connect(port):
 async def test_scram_then_requests_as_the_principal(nursery):
     port = await start(nursery, sasl_security())
     c = await connect(port)
-    versions = await c.call(REQUESTS[18](), 3)          # allowed before authentication
+    versions = await c.call(REQUESTS[ApiKey.API_VERSIONS](), 3)          # allowed before authentication
     assert {17, 36} <= {k.api_key for k in versions.api_keys}
     assert (await c.scram()).error_code == 0
-    assert (await c.call(REQUESTS[3](topics=None), 12)).cluster_id == "User:alice"
+    assert (await c.call(REQUESTS[ApiKey.METADATA](topics=None), 12)).cluster_id == "User:alice"
 
 
 async def test_wrong_password_is_refused_and_closed(nursery):
@@ -102,9 +103,9 @@ async def test_requests_before_authentication_close_the_connection(nursery):
     port = await start(nursery, sasl_security())
     c = await connect(port)
     with pytest.raises(EOFError):
-        await c.call(REQUESTS[3](topics=None), 12)
+        await c.call(REQUESTS[ApiKey.METADATA](topics=None), 12)
     c = await connect(port)                          # unknown mechanism: told the list, closed
-    hs = await c.call(REQUESTS[17](mechanism="GSSAPI"), 1)
+    hs = await c.call(REQUESTS[ApiKey.SASL_HANDSHAKE](mechanism="GSSAPI"), 1)
     assert hs.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM and "PLAIN" in hs.mechanisms
     assert await c.closed()
 
@@ -121,16 +122,16 @@ async def test_oversized_and_slow_pre_auth(nursery):
 async def test_legacy_v0_handshake_with_raw_tokens(nursery):
     port = await start(nursery, sasl_security())
     c = await connect(port)
-    hs = await c.call(REQUESTS[17](mechanism="PLAIN"), 0)
+    hs = await c.call(REQUESTS[ApiKey.SASL_HANDSHAKE](mechanism="PLAIN"), 0)
     assert hs.error_code == 0
     token = b"\0alice\0pw"
     # PLAIN needs a SCRAM credential to check against: alice has SCRAM-SHA-512
     await c.stream.send_all(struct.pack(">i", len(token)) + token)
     reply = await c.stream.receive_some(4)
     assert reply == struct.pack(">i", 0)             # empty challenge: authenticated
-    assert (await c.call(REQUESTS[3](topics=None), 12)).cluster_id == "User:alice"
+    assert (await c.call(REQUESTS[ApiKey.METADATA](topics=None), 12)).cluster_id == "User:alice"
     c = await connect(port)
-    await c.call(REQUESTS[17](mechanism="PLAIN"), 0)
+    await c.call(REQUESTS[ApiKey.SASL_HANDSHAKE](mechanism="PLAIN"), 0)
     await c.stream.send_all(struct.pack(">i", 9) + b"\0alice\0no")
     assert await c.closed()
 
@@ -140,11 +141,11 @@ async def test_reauthentication(nursery):
     c = await connect(port)
     resp = await c.scram()
     assert resp.session_lifetime_ms == 300
-    await c.call(REQUESTS[3](topics=None), 12)
+    await c.call(REQUESTS[ApiKey.METADATA](topics=None), 12)
     await trio.sleep(0.2)
     assert (await c.scram()).error_code == 0         # re-authenticated on the same connection
     await trio.sleep(0.2)
-    await c.call(REQUESTS[3](topics=None), 12)       # new session: still fine
+    await c.call(REQUESTS[ApiKey.METADATA](topics=None), 12)       # new session: still fine
     CREDS[("bob", SCRAM_SHA_512)] = make_credential(SCRAM_SHA_512, "b", 4096)
     assert (await c.scram(user="bob", password="b")).error_code == \
         ErrorCode.SASL_AUTHENTICATION_FAILED         # a session may not change principal
@@ -152,7 +153,7 @@ async def test_reauthentication(nursery):
     await c.scram()
     await trio.sleep(0.4)
     with pytest.raises(EOFError):                    # expired: the next request closes it
-        await c.call(REQUESTS[3](topics=None), 12)
+        await c.call(REQUESTS[ApiKey.METADATA](topics=None), 12)
 
 
 async def test_sasl_ssl_and_connection_limits(nursery, tmp_path):
@@ -173,13 +174,13 @@ async def test_sasl_ssl_and_connection_limits(nursery, tmp_path):
     assert (await a.scram()).error_code == 0
     with pytest.raises((trio.BrokenResourceError, EOFError)):   # third from this IP: refused
         third = await tls_client()
-        await third.call(REQUESTS[18](), 3)
+        await third.call(REQUESTS[ApiKey.API_VERSIONS](), 3)
     assert limiter.refused >= 1
     await b.stream.aclose()
     await trio.sleep(0.1)
     c = await tls_client()                           # a slot is free again
     assert (await c.scram()).error_code == 0
-    assert (await a.call(REQUESTS[3](topics=None), 12)).cluster_id == "User:alice"
+    assert (await a.call(REQUESTS[ApiKey.METADATA](topics=None), 12)).cluster_id == "User:alice"
 
 
 async def test_ssl_listener_client_certificate_is_the_principal(nursery, tmp_path):
@@ -197,10 +198,10 @@ async def test_ssl_listener_client_certificate_is_the_principal(nursery, tmp_pat
         return Client(stream)
 
     c = await client(str(paths["client:alice"]))
-    assert (await c.call(REQUESTS[3](topics=None), 12)).cluster_id == "User:CN=alice"
+    assert (await c.call(REQUESTS[ApiKey.METADATA](topics=None), 12)).cluster_id == "User:CN=alice"
     with pytest.raises((trio.BrokenResourceError, EOFError)):    # no certificate: refused
         anonymous = await client(None)
-        await anonymous.call(REQUESTS[18](), 3)
+        await anonymous.call(REQUESTS[ApiKey.API_VERSIONS](), 3)
 
 
 def test_connection_limiter_counts():

@@ -38,6 +38,7 @@ from partition_server.txn import state as S
 from partition_server.txn.markers import MarkerSender
 from partition_server.txn.offsets import TxnOffsetStore
 from wire.errors import ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import build_batch, decode_batch, iter_batches
 
@@ -114,7 +115,7 @@ class TransactionCoordinator:
             cfg = self.broker.config
             live = sum(1 for b in self.broker.image.brokers.values() if not b.fenced)
             rf = max(1, min(cfg["transaction.state.log.replication.factor"], live))
-            cls = REQUESTS[19]
+            cls = REQUESTS[ApiKey.CREATE_TOPICS]
             req = cls(topics=[cls.CreatableTopic(
                 name=TXN_TOPIC, num_partitions=cfg["transaction.state.log.num.partitions"],
                 replication_factor=rf, configs=[

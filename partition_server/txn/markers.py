@@ -25,6 +25,7 @@ from partition_server.coordinator_append import wait_completion
 from partition_server.group.coordinator import OFFSETS_TOPIC
 from partition_server.peers import PeerConnections
 from wire.errors import DecodeError, ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import build_end_txn_marker
 
@@ -115,7 +116,7 @@ class MarkerSender:
         return left
 
     async def _send(self, node, producer_id, producer_epoch, commit, coordinator_epoch, tps):
-        cls = REQUESTS[27]
+        cls = REQUESTS[ApiKey.WRITE_TXN_MARKERS]
         topics: dict[str, list[int]] = {}
         for t, p in tps:
             topics.setdefault(t, []).append(p)

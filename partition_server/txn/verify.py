@@ -19,8 +19,10 @@ import logging
 import trio
 
 from common.connection import ConnectionClosed
+from partition_server.handlers.context import HandlerContext
 from partition_server.replication.partition import Role
 from wire.errors import DecodeError, ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import RecordBatchHeader
 
@@ -55,14 +57,14 @@ def _map(err: ErrorCode) -> ErrorCode:
     return ErrorCode.INVALID_TXN_STATE
 
 
-async def verify_produce(broker, body) -> dict:
+async def verify_produce(hctx: HandlerContext, body) -> dict:
     """{(topic, partition): error} for the partitions of a Produce request that fail
     verification; partitions not listed go ahead."""
     tid = getattr(body, "transactional_id", None)
     needed: dict[tuple, list] = {}          # (pid, epoch) → partitions to verify
     for t in body.topic_data:
         for p in t.partition_data:
-            hosted = broker.replicas.get(t.name, p.index)
+            hosted = hctx.replicas.get(t.name, p.index)
             if hosted is None or hosted.state.role is not Role.LEADER or p.records is None \
                     or not len(p.records):
                 continue
@@ -76,7 +78,7 @@ async def verify_produce(broker, body) -> dict:
         return {tp: ErrorCode.INVALID_TXN_STATE for tps in needed.values() for tp in tps}
     refused = {}
     for (pid, epoch), tps in needed.items():
-        for tp, err in (await verify(broker, tid, pid, epoch, tps)).items():
+        for tp, err in (await verify(hctx, tid, pid, epoch, tps)).items():
             if err != ErrorCode.NONE:
                 log.info("refusing a transactional write of %s (producer %d epoch %d) to %s-%d: %s",
                          tid, pid, epoch, tp[0], tp[1], err.name)
@@ -84,16 +86,16 @@ async def verify_produce(broker, body) -> dict:
     return refused
 
 
-async def verify(broker, tid: str, pid: int, epoch: int, tps: list) -> dict:
+async def verify(hctx: HandlerContext, tid: str, pid: int, epoch: int, tps: list) -> dict:
     """Ask the coordinator of `tid` (ourselves or over the wire)."""
-    txn = broker.txn
+    txn = hctx.txn
     if txn.owns(tid) == ErrorCode.NONE:
         return txn.verify(tid, pid, epoch, tps)
-    p = broker.image.partition("__transaction_state", txn.partition_of(tid)) \
-        if "__transaction_state" in broker.image.topics else None
-    if p is None or p.leader < 0 or p.leader == broker.broker_id:
+    p = hctx.image.partition("__transaction_state", txn.partition_of(tid)) \
+        if "__transaction_state" in hctx.image.topics else None
+    if p is None or p.leader < 0 or p.leader == hctx.broker_id:
         return {tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in tps}
-    cls = REQUESTS[24]
+    cls = REQUESTS[ApiKey.ADD_PARTITIONS_TO_TXN]
     topics: dict[str, list[int]] = {}
     for t, part in tps:
         topics.setdefault(t, []).append(part)

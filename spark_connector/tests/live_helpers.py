@@ -7,6 +7,7 @@ import sys
 import time
 
 from spark_connector import kafka_io
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
 
@@ -18,7 +19,7 @@ def create_topic(bootstrap: str, name: str, partitions: int, rf: int = 1,
                  configs: dict | None = None, timeout_s: float = 60,
                  client_config: kafka_io.ClientConfig | None = None) -> None:
     c = kafka_io.get_client(client_config) if client_config else client(bootstrap)
-    ct = REQUESTS[19]
+    ct = REQUESTS[ApiKey.CREATE_TOPICS]
     # the dev cluster defaults to min.insync.replicas=2: a one-replica topic needs 1
     configs = {"min.insync.replicas": str(min(rf, 2)), **(configs or {})}
     sock = c._any_socket()
@@ -44,7 +45,7 @@ def delete_records(bootstrap: str, topic: str, partition: int, before_offset: in
     """DeleteRecords: the partition's log start moves to `before_offset`; returns it."""
     c = client(bootstrap)
     sock = c._leader_socket(topic, partition)
-    dr = REQUESTS[21]
+    dr = REQUESTS[ApiKey.DELETE_RECORDS]
     resp = sock.request(dr(topics=[dr.DeleteRecordsTopic(name=topic, partitions=[
         dr.DeleteRecordsPartition(partition_index=partition, offset=before_offset)])],
         timeout_ms=30000), 2)

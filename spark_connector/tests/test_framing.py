@@ -10,13 +10,17 @@ import pytest
 from spark_connector.framing import ClientFraming, request_class, response_class
 from wire.connection import ClientConnection, ServerConnection, api_versions_body
 from wire.errors import DecodeError, ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS, RESPONSES
 
-SUPPORTED = {0: (3, 11), 1: (4, 12), 2: (1, 8), 3: (1, 12), 18: (0, 3)}
+SUPPORTED = {
+    ApiKey.PRODUCE: (3, 11), ApiKey.FETCH: (4, 12), ApiKey.LIST_OFFSETS: (1, 8),
+    ApiKey.METADATA: (1, 12), ApiKey.API_VERSIONS: (0, 3),
+}
 
 
 def fetch_request():
-    fr = request_class(1)
+    fr = request_class(ApiKey.FETCH)
     return fr(replica_id=-1, max_wait_ms=200, min_bytes=1, max_bytes=1 << 20, isolation_level=1,
               session_id=0, session_epoch=-1, topics=[fr.FetchTopic(topic="t", partitions=[
                   fr.FetchPartition(partition=2, fetch_offset=7, current_leader_epoch=-1,
@@ -28,7 +32,7 @@ def test_request_bytes_match_wire_connection(version):
     ours = ClientFraming().encode_request(fetch_request(), version, "spark")
     theirs = ClientConnection().send_request(fetch_request(), version, "spark")
     assert ours == theirs
-    assert request_class(1) is REQUESTS[1] and response_class(1) is RESPONSES[1]
+    assert request_class(ApiKey.FETCH) is REQUESTS[ApiKey.FETCH] and response_class(ApiKey.FETCH) is RESPONSES[ApiKey.FETCH]
 
 
 @pytest.mark.parametrize("version", [4, 12])
@@ -37,7 +41,7 @@ def test_decodes_what_a_server_connection_sends(version):
     server = ServerConnection(SUPPORTED)
     server.receive_data(framing.encode_request(fetch_request(), version, "spark"))
     req = server.next_request()
-    fr = RESPONSES[1]
+    fr = RESPONSES[ApiKey.FETCH]
     body = fr(responses=[fr.FetchableTopicResponse(topic="t", partitions=[fr.PartitionData(
         partition_index=2, high_watermark=9, last_stable_offset=9, log_start_offset=0,
         records=b"")])])
@@ -50,7 +54,7 @@ def test_decodes_what_a_server_connection_sends(version):
 def test_api_versions_fallback_to_v0_is_read():
     framing = ClientFraming()
     server = ServerConnection(SUPPORTED)
-    av = request_class(18)
+    av = request_class(ApiKey.API_VERSIONS)
     server.receive_data(framing.encode_request(av(client_software_name="x",
                                                   client_software_version="1"), 3, "spark"))
     req = server.next_request()
@@ -60,8 +64,8 @@ def test_api_versions_fallback_to_v0_is_read():
     # a broker that does not speak v3 answers in v0 with UNSUPPORTED_VERSION and its list
     framing.encode_request(av(), 3, "spark")
     cid = framing._pending[2]
-    v0 = RESPONSES[18](error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=[
-        RESPONSES[18].ApiVersion(api_key=18, min_version=0, max_version=2)])
+    v0 = RESPONSES[ApiKey.API_VERSIONS](error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=[
+        RESPONSES[ApiKey.API_VERSIONS].ApiVersion(api_key=ApiKey.API_VERSIONS, min_version=0, max_version=2)])
     payload = bytearray(cid.to_bytes(4, "big"))
     v0.encode_into(payload, 0)
     got = framing.decode_response(memoryview(bytes(payload)))

@@ -11,9 +11,14 @@ import pytest
 from spark_connector import kafka_io
 from wire.connection import ServerConnection, api_versions_body
 from wire.errors import ErrorCode, KafkaError
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 
-SUPPORTED = {0: (3, 11), 1: (4, 12), 2: (1, 8), 3: (1, 12), 17: (0, 1), 18: (0, 3), 36: (0, 2)}
+SUPPORTED = {
+    ApiKey.PRODUCE: (3, 11), ApiKey.FETCH: (4, 12), ApiKey.LIST_OFFSETS: (1, 8),
+    ApiKey.METADATA: (1, 12), ApiKey.SASL_HANDSHAKE: (0, 1), ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
+}
 
 
 class ScriptedBroker:
@@ -45,7 +50,7 @@ class ScriptedBroker:
                 sc.receive_data(data)
                 while (req := sc.next_request()) is not None:
                     self.seen.append((req.api_key, req.body))
-                    if req.api_key == 18:
+                    if req.api_key == ApiKey.API_VERSIONS:
                         body = api_versions_body(SUPPORTED, version=req.api_version)
                     else:
                         body = self.handler(req, self)
@@ -56,7 +61,7 @@ class ScriptedBroker:
 
 
 def metadata(port, leader_id=1, error=0):
-    md = RESPONSES[3]
+    md = RESPONSES[ApiKey.METADATA]
     return md(brokers=[md.MetadataResponseBroker(node_id=1, host="127.0.0.1", port=port)],
               cluster_id="c", controller_id=1, topics=[md.MetadataResponseTopic(
                   error_code=0, name="t", partitions=[md.MetadataResponsePartition(
@@ -66,11 +71,11 @@ def metadata(port, leader_id=1, error=0):
 
 def test_sasl_plain_sends_the_credentials_before_anything_else():
     def handler(req, broker):
-        if req.api_key == 17:
-            return RESPONSES[17](error_code=0, mechanisms=["PLAIN"])
-        if req.api_key == 36:
+        if req.api_key == ApiKey.SASL_HANDSHAKE:
+            return RESPONSES[ApiKey.SASL_HANDSHAKE](error_code=0, mechanisms=["PLAIN"])
+        if req.api_key == ApiKey.SASL_AUTHENTICATE:
             ok = bytes(req.body.auth_bytes) == b"\0alice\0secret"
-            return RESPONSES[36](error_code=0 if ok else ErrorCode.SASL_AUTHENTICATION_FAILED,
+            return RESPONSES[ApiKey.SASL_AUTHENTICATE](error_code=0 if ok else ErrorCode.SASL_AUTHENTICATION_FAILED,
                                  error_message=None if ok else "bad password", auth_bytes=b"")
         return metadata(broker.port)
 
@@ -96,9 +101,9 @@ def test_not_leader_refreshes_metadata_and_retries():
     answers = {"list": 0}
 
     def handler(req, broker):
-        if req.api_key == 3:
+        if req.api_key == ApiKey.METADATA:
             return metadata(broker.port)
-        lo = RESPONSES[2]
+        lo = RESPONSES[ApiKey.LIST_OFFSETS]
         answers["list"] += 1
         err = ErrorCode.NOT_LEADER_OR_FOLLOWER if answers["list"] == 1 else 0
         return lo(topics=[lo.ListOffsetsTopicResponse(name="t", partitions=[

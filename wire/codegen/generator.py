@@ -178,6 +178,23 @@ def render_index(entries: list[tuple[str, dict]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def api_key_name(schema_name: str) -> str:
+    """ApiVersionsRequest → API_VERSIONS: Kafka's own ApiKeys enum names."""
+    return snake_case(schema_name[: -len("Request")]).rstrip("_").upper()
+
+
+def render_api_keys(entries: list[tuple[str, dict]]) -> str:
+    requests = sorted((schema["apiKey"], schema["name"]) for _, schema in entries
+                      if schema["type"] == "request")
+    lines = [HEADER.format(src="every request schema").rstrip("\n"),
+             '"""Every api key by Kafka\'s name, so code says `ApiKey.FETCH`, never a bare 1."""',
+             "", "import enum", "", "",
+             "class ApiKey(enum.IntEnum):"]
+    for key, name in requests:
+        lines.append(f"    {api_key_name(name)} = {key}")
+    return "\n".join(lines) + "\n"
+
+
 def generate(schema_dir: Path) -> dict[str, str]:
     """{file name: content} for every output file."""
     files: dict[str, str] = {}
@@ -187,4 +204,5 @@ def generate(schema_dir: Path) -> dict[str, str]:
         files[mod + ".py"] = text
         entries.append((mod, schema))
     files["index_generated.py"] = render_index(entries)
+    files["api_keys_generated.py"] = render_api_keys(entries)
     return files

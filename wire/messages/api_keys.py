@@ -6,10 +6,14 @@ ApiVersions); this module only knows what the schemas define.
 
 from __future__ import annotations
 
+from wire.messages.api_keys_generated import ApiKey
 from wire.messages.index_generated import REQUESTS, RESPONSES
 
-API_VERSIONS = 18
-CONTROLLED_SHUTDOWN = 7
+__all__ = ["ApiKey", "api_name", "apis_for", "listeners", "request_class",
+           "request_header_version", "response_class", "response_header_version"]
+
+API_VERSIONS = ApiKey.API_VERSIONS
+CONTROLLED_SHUTDOWN = ApiKey.CONTROLLED_SHUTDOWN
 
 
 def request_class(api_key: int):

@@ -5,6 +5,7 @@ import pytest
 from wire.connection import (ClientConnection, ConnectionStateError, Request, ServerConnection,
                              UnsupportedRequest, unsupported_api_versions_response)
 from wire.errors import DecodeError, ErrorCode
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import ALL
 
 MetadataRequest = ALL["MetadataRequest"]
@@ -58,7 +59,7 @@ def test_no_response_releases_acks0_produce():
     server.no_response(produce)
     client.receive_data(server.send_response(meta, MetadataResponse(controller_id=3)))
     pending, body = client.next_response()
-    assert pending.api_key == 3 and body.controller_id == 3
+    assert pending.api_key == ApiKey.METADATA and body.controller_id == 3
 
 
 def test_oversized_frame_refused_before_buffering():
@@ -80,7 +81,7 @@ def test_negative_frame_and_unknown_api_key_are_garbage():
 
 
 def test_unsupported_api_versions_answered_in_v0_with_full_list():
-    supported = {0: (3, 9), 1: (4, 12), 18: (0, 3)}
+    supported = {ApiKey.PRODUCE: (3, 9), ApiKey.FETCH: (4, 12), ApiKey.API_VERSIONS: (0, 3)}
     client, server = ClientConnection(), ServerConnection(supported=supported)
     data = client.send_request(ApiVersionsRequest(client_software_name="x",
                                                   client_software_version="1"), 4)

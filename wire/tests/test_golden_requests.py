@@ -19,6 +19,7 @@ from partition_server.handlers import SUPPORTED
 from wire import framing
 from wire.connection import ServerConnection, api_versions_body
 from wire.messages import api_keys
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
 
@@ -61,7 +62,7 @@ class CaptureServer:
                 frame, buf = buf[4:4 + size], buf[4 + size:]
                 self.frames.append(frame)
                 api_key, version = framing.peek_api(frame)
-                if api_key == 18:
+                if api_key == ApiKey.API_VERSIONS:
                     cid = framing.peek_correlation_id(frame)
                     body = api_versions_body(SUPPORTED, 0, min(version, 3))
                     reply = framing.encode_response_header(cid, 0) + body

@@ -17,6 +17,7 @@ import pytest
 from wire.connection import (Request, ServerConnection, api_versions_body,
                              unsupported_api_versions_response)
 from wire.errors import DecodeError
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import ALL
 from wire.records import compression as codecs
 from wire.records.batch import (Compression, RecordBatchHeader, build_batch, decode_batch,
@@ -31,7 +32,10 @@ ProduceResponse = ALL["ProduceResponse"]
 # derives features from the advertised ranges. Without Fetch 4 (10) it falls back to magic-0
 # message sets (no zstd) even on Produce v9, and without FindCoordinator v0 it silently sends
 # lz4 batches uncompressed. (Found by this test; the broker's ApiVersions must advertise them.)
-SUPPORTED = {18: (0, 3), 3: (0, 9), 0: (3, 9), 1: (4, 12), 10: (0, 4)}
+SUPPORTED = {
+    ApiKey.API_VERSIONS: (0, 3), ApiKey.METADATA: (0, 9), ApiKey.PRODUCE: (3, 9),
+    ApiKey.FETCH: (4, 12), ApiKey.FIND_COORDINATOR: (0, 4),
+}
 TOPIC = "golden"
 T0 = 1_700_000_000_000
 MESSAGES = [(b"k1", b"v1" * 40, [("h", b"x")], T0),
@@ -94,11 +98,11 @@ class FakeBroker:
     def _answer(self, server: ServerConnection, req) -> bytes:
         if not isinstance(req, Request):                 # ApiVersions at a newer version
             return unsupported_api_versions_response(server, req)
-        if req.api_key == 18:
+        if req.api_key == ApiKey.API_VERSIONS:
             return server.send_response(req, api_versions_body(SUPPORTED, 0, req.api_version))
-        if req.api_key == 3:
+        if req.api_key == ApiKey.METADATA:
             return server.send_response(req, self._metadata())
-        if req.api_key == 0:
+        if req.api_key == ApiKey.PRODUCE:
             return server.send_response(req, self._produce(req.body))
         raise AssertionError(f"unexpected api key {req.api_key}")
 

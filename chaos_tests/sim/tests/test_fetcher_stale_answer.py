@@ -19,6 +19,7 @@ import uuid
 from partition_server.log.partition_log import PartitionLog
 from partition_server.replica_manager import ReplicaManager
 from partition_server.replication.fetcher import FetcherManager
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 from wire.records.batch import build_batch
 
@@ -36,7 +37,7 @@ def follow(replicas, leader: int, epoch: int) -> None:
 
 
 def diverged(at_epoch: int, end_offset: int):
-    cls = RESPONSES[1]
+    cls = RESPONSES[ApiKey.FETCH]
     return cls(error_code=0, session_id=0, responses=[cls.FetchableTopicResponse(
         topic="t", partitions=[cls.PartitionData(
             partition_index=0, error_code=0, high_watermark=5, log_start_offset=0,

@@ -34,6 +34,7 @@ from clients.cluster import Cluster
 from clients.consumer.group.coordinator import COORDINATOR_RETRY, TP, CoordinatorClient
 from clients.errors import KafkaConnectionError, KafkaTimeoutError, check
 from wire.errors import ErrorCode, KafkaError
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
 log = logging.getLogger("raftka.consumer.group")
@@ -78,7 +79,7 @@ class GroupMember(CoordinatorClient):
         """Join and sync once. Returns the new assignment, or None when the group moved on
         under us (rejoin needed); raises on fatal errors and when `deadline` passes."""
         self.stable = False
-        jg = REQUESTS[11]
+        jg = REQUESTS[ApiKey.JOIN_GROUP]
         protocols = []
         for a in self.assignors:
             sub = a.subscription(topics, owned, self.generation)
@@ -141,12 +142,12 @@ class GroupMember(CoordinatorClient):
         ppt = {t: len(md.topics[t].partitions) for t in topics if t in md.topics}
         self.assigned_partition_counts = ppt
         result = self.protocol.assign(ppt, subs)
-        sg = REQUESTS[14]
+        sg = REQUESTS[ApiKey.SYNC_GROUP]
         return [sg.SyncGroupRequestAssignment(member_id=m, assignment=encode_assignment(a))
                 for m, a in result.items()]
 
     async def _sync(self, assignments, timeout_s: float) -> list[TP] | None:
-        sg = REQUESTS[14]
+        sg = REQUESTS[ApiKey.SYNC_GROUP]
         req = sg(group_id=self.group_id, generation_id=self.generation, member_id=self.member_id,
                  group_instance_id=self.group_instance_id, protocol_type=PROTOCOL_TYPE,
                  protocol_name=self.protocol.name, assignments=assignments)
@@ -181,7 +182,7 @@ class GroupMember(CoordinatorClient):
     # -- heartbeat / leave -----------------------------------------------------------------------
 
     async def heartbeat(self) -> int:
-        hb = REQUESTS[12]
+        hb = REQUESTS[ApiKey.HEARTBEAT]
         try:
             resp = await self._call(hb(group_id=self.group_id, generation_id=self.generation,
                                        member_id=self.member_id,
@@ -215,7 +216,7 @@ class GroupMember(CoordinatorClient):
             # static members do not leave: their instance id keeps their place (KIP-345)
             self.reset_member()
             return
-        lg = REQUESTS[13]
+        lg = REQUESTS[ApiKey.LEAVE_GROUP]
 
         def build(v):
             if v >= 3:
@@ -224,7 +225,7 @@ class GroupMember(CoordinatorClient):
             return lg(group_id=self.group_id, member_id=self.member_id)
         try:
             with trio.move_on_after(5):
-                await self._call_versioned(build, 13)
+                await self._call_versioned(build, ApiKey.LEAVE_GROUP)
         except KafkaError as exc:
             log.info("group %s: leave failed (%s); the session will expire", self.group_id, exc)
         self.reset_member()

@@ -12,6 +12,7 @@ from clients.cluster import Cluster
 from clients.consumer.offsets import drop_on_cancel
 from clients.errors import KafkaConnectionError, KafkaTimeoutError, check
 from wire.errors import ErrorCode, KafkaError
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
 TP = tuple[str, int]
@@ -92,7 +93,7 @@ class CoordinatorClient:
                      use_generation: bool) -> None:
         """OffsetCommit {tp: (offset, leader_epoch, metadata)}. Raises CommitFailedError when
         the group rebalanced, a typed KafkaError otherwise; retries coordinator moves."""
-        oc = REQUESTS[8]
+        oc = REQUESTS[ApiKey.OFFSET_COMMIT]
         by_topic: dict[str, list] = {}
         for (topic, part), (offset, epoch, meta) in sorted(offsets.items()):
             by_topic.setdefault(topic, []).append(oc.OffsetCommitRequestPartition(
@@ -130,7 +131,7 @@ class CoordinatorClient:
     async def fetch_committed(self, tps: list[TP], require_stable: bool = True
                               ) -> dict[TP, tuple[int, int, str | None] | None]:
         """{tp: (offset, leader_epoch, metadata)} or None where nothing is committed."""
-        of = REQUESTS[9]
+        of = REQUESTS[ApiKey.OFFSET_FETCH]
         by_topic: dict[str, list[int]] = {}
         for t, p in tps:
             by_topic.setdefault(t, []).append(p)
@@ -142,7 +143,7 @@ class CoordinatorClient:
                                   for t, ps in by_topic.items()])
             code = 0
             try:
-                resp = await self._call_versioned(build, 9, max_version=7)
+                resp = await self._call_versioned(build, ApiKey.OFFSET_FETCH, max_version=7)
                 code = resp.error_code or next((p.error_code for t in resp.topics
                                                 for p in t.partitions if p.error_code), 0)
             except (KafkaConnectionError, KafkaTimeoutError):

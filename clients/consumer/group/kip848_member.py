@@ -37,11 +37,12 @@ from clients.consumer.group.kip848_state import (COORDINATOR_RETRY, ConsumerGrou
 from clients.errors import KafkaConnectionError, KafkaTimeoutError, check
 from clients.consumer.group.coordinator import CoordinatorClient
 from wire.errors import ErrorCode, KafkaError
+from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
 log = logging.getLogger("raftka.consumer.group")
 
-HEARTBEAT = 68
+HEARTBEAT = ApiKey.CONSUMER_GROUP_HEARTBEAT
 
 
 class ConsumerGroupMember(CoordinatorClient):
