@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import resource
 import signal
 import sys
 
@@ -85,3 +86,24 @@ def install_stop_signals() -> trio.Event:
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
     return stop
+
+
+OPEN_FILES_WANTED = 1 << 20
+
+
+def raise_open_file_limit() -> int:
+    """Raise this process's open-file limit as far as it may go, and return it. A broker keeps
+    a file open per log segment: 30,000 replicas need 30,000+ descriptors, past the usual
+    default soft limit (the accept loop then fails with EMFILE). Kafka's docs ask operators for
+    100,000+; a process may raise its soft limit to its hard limit, and a privileged one the
+    hard limit too (up to the kernel's fs.nr_open)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for target in (OPEN_FILES_WANTED, hard):
+        if target == resource.RLIM_INFINITY or target <= soft:
+            continue
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, max(target, hard)))
+            return target
+        except (ValueError, OSError):
+            continue
+    return soft

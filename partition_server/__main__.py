@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import trio
@@ -47,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"raftka broker: {exc}", file=sys.stderr)
         return 2
     process.install_test_seams(props, "log.dirs")
+    limit = process.raise_open_file_limit()
+    logging.getLogger("partition_server").info("open-file limit %d (a file per log segment)", limit)
     code = process.run("raftka broker", _serve, config, controller_config)
     print(f"broker {config.node_id} stopped", file=sys.stderr, flush=True)
     return code
