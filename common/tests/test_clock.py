@@ -25,13 +25,3 @@ def test_wall_jumps_steady_does_not(tmp_path):
     assert -3_600_000 < wall_delta < -3_599_000          # the wall clock went an hour back
     assert 150 <= steady_delta < 2000                    # the steady one kept going forward
 
-
-def test_open_file_limit_is_raised_as_far_as_allowed_and_never_lowered():
-    import resource
-
-    from common.process import raise_open_file_limit
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    got = raise_open_file_limit()
-    now_soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    assert got == now_soft >= soft
-    assert now_soft >= min(hard, 1 << 20) or hard == resource.RLIM_INFINITY
