@@ -237,13 +237,7 @@ class Producer(Sender, Transactions):
                                    on_delivery=on_delivery)
             if fut is not None:
                 return fut
-        if isinstance(value, str):
-            value = value.encode()
-        if isinstance(key, str):
-            key = key.encode()
-        if headers:
-            headers = [(k, v.encode() if isinstance(v, str) else v) for k, v in
-                       (headers.items() if isinstance(headers, dict) else headers)]
+        key, value, headers = _as_bytes(key, value, headers)
         size = record_size(key, value, headers)
         if size + BATCH_HEADER_SIZE > self.config["max.request.size"]:
             raise MessageTooLargeError(f"record of ~{size} bytes exceeds max.request.size "
@@ -310,13 +304,7 @@ class Producer(Sender, Transactions):
             return None
         if self._txn is not None:
             self._txn.check_can_send()
-        if isinstance(value, str):
-            value = value.encode()
-        if isinstance(key, str):
-            key = key.encode()
-        if headers:
-            headers = [(k, v.encode() if isinstance(v, str) else v) for k, v in
-                       (headers.items() if isinstance(headers, dict) else headers)]
+        key, value, headers = _as_bytes(key, value, headers)
         size = record_size(key, value, headers)
         if size + BATCH_HEADER_SIZE > self._max_request_size:
             return None
@@ -388,3 +376,15 @@ class Producer(Sender, Transactions):
 
     def _wake(self) -> None:
         self._wakeup.set()
+
+
+def _as_bytes(key, value, headers):
+    """str keys, values and header values as UTF-8 bytes; headers as a list of pairs."""
+    if isinstance(value, str):
+        value = value.encode()
+    if isinstance(key, str):
+        key = key.encode()
+    if headers:
+        headers = [(k, v.encode() if isinstance(v, str) else v) for k, v in
+                   (headers.items() if isinstance(headers, dict) else headers)]
+    return key, value, headers
