@@ -77,4 +77,28 @@ def spark_session(local_dir: str, cores: int = 2):
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
+    _start_callback_server(spark)
     return spark
+
+
+# select()'s fd_set holds descriptors 0..1023 only
+SELECT_FD_LIMIT = 1024
+
+
+def _start_callback_server(spark) -> None:
+    """Start py4j's callback server now (foreachBatch would start it on first use) and check its
+    socket can work. The server waits for the JVM's connections with select(), which cannot
+    watch a descriptor >= 1024: with more descriptors open in this process (leaked by earlier
+    tests of the same run), the server thread dies, the JVM's connection is never accepted, and
+    every foreachBatch call blocks until the query's stop times out (CI: four tests, 6 min
+    each). Fail here instead, saying why."""
+    from pyspark.java_gateway import ensure_callback_server_started
+    gw = spark.sparkContext._gateway
+    ensure_callback_server_started(gw)
+    fd = gw._callback_server.server_socket.fileno()
+    if fd >= SELECT_FD_LIMIT:
+        open_fds = len(os.listdir("/proc/self/fd"))
+        raise RuntimeError(
+            f"py4j's callback server socket is descriptor {fd} (>= {SELECT_FD_LIMIT}, beyond "
+            f"select()); this process has {open_fds} descriptors open: an earlier test leaked "
+            f"them (each test must close the logs, clients and sockets it opens)")
