@@ -171,7 +171,7 @@ def idempotence_rounds(cluster, topic: str, plan: list[str], seed: int, tmp_path
         reader.stop()
     unfinished = [w.flush() for w in writers]
     for w in writers:
-        if isinstance(w, KafkaPythonWriter):
+        if isinstance(w, (Writer, KafkaPythonWriter)):
             w.close()
     stats["seconds"] = round(time.monotonic() - t0, 1)
     final_read(cluster.direct_bootstrap, topic, PARTITIONS, history)
