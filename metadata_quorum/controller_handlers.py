@@ -39,6 +39,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),  # forwarded by brokers
     ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),       # forwarded by brokers
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),  # forwarded by brokers (KIP-455)
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),   # forwarded by brokers
 }
 
 
@@ -289,6 +291,42 @@ async def handle_alter_client_quotas(svc, req):
     return cls(entries=out)
 
 
+async def handle_alter_partition_reassignments(svc, req):
+    """KIP-455; decisions in controller/reassignment.py. Per partition: NONE,
+    UNKNOWN_TOPIC_OR_PARTITION, NO_REASSIGNMENT_IN_PROGRESS, INVALID_REPLICA_ASSIGNMENT; top-level
+    NOT_CONTROLLER when this node is not (or stops being) the active controller."""
+    cls = RESPONSES[ApiKey.ALTER_PARTITION_REASSIGNMENTS]
+    moves = [(t.name, p.partition_index, None if p.replicas is None else list(p.replicas))
+             for t in req.body.topics for p in t.partitions]
+    results, err = await _mutate(svc, lambda now: svc.controller.alter_partition_reassignments(
+        moves))
+    if err:
+        return cls(error_code=err, error_message=err.name, responses=[])
+    by_topic: dict = {}
+    for (topic, partition, _), (code, message) in zip(moves, results):
+        by_topic.setdefault(topic, []).append(cls.ReassignablePartitionResponse(
+            partition_index=partition, error_code=code, error_message=message))
+    return cls(error_code=0, responses=[cls.ReassignableTopicResponse(name=t, partitions=ps)
+                                        for t, ps in by_topic.items()])
+
+
+async def handle_list_partition_reassignments(svc, req):
+    """Moves in progress, from the active controller's image (NOT_CONTROLLER elsewhere: a
+    follower's image may lag behind a move just accepted)."""
+    cls = RESPONSES[ApiKey.LIST_PARTITION_REASSIGNMENTS]
+    topics = None if req.body.topics is None else [
+        (t.name, list(t.partition_indexes)) for t in req.body.topics]
+    found, err = await _mutate(svc, lambda now: (
+        [], svc.controller.list_partition_reassignments(topics)))
+    if err:
+        return cls(error_code=err, error_message=err.name)
+    return cls(error_code=0, topics=[cls.OngoingTopicReassignment(name=name, partitions=[
+        cls.OngoingPartitionReassignment(partition_index=o.partition, replicas=list(o.replicas),
+                                         adding_replicas=list(o.adding),
+                                         removing_replicas=list(o.removing)) for o in moves])
+        for name, moves in found])
+
+
 async def handle_allocate_producer_ids(svc, req):
     res, err = await _mutate(svc, lambda now: svc.controller.allocate_producer_ids(
         req.body.broker_id, req.body.broker_epoch))
@@ -387,6 +425,8 @@ HANDLERS = {
     ApiKey.ALLOCATE_PRODUCER_IDS: handle_allocate_producer_ids,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: handle_alter_user_scram_credentials,
     ApiKey.ALTER_CLIENT_QUOTAS: handle_alter_client_quotas,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,
 }
 assert set(HANDLERS) == set(SUPPORTED)
 assert all(REQUESTS[k].VALID_VERSIONS[0] <= lo and hi <= REQUESTS[k].VALID_VERSIONS[1]

@@ -63,6 +63,13 @@ class PartitionState:
     # unclean shutdown: the partition's last resort once all of them are back
     last_known_elr: tuple = ()
 
+    @property
+    def replication_factor(self) -> int:
+        """Copies the partition is meant to have. During a reassignment (KIP-455) `replicas` is
+        target + leaving: this is the smaller of the original and target counts, so a move never
+        raises the min.insync.replicas cap (an RF-1 partition moving keeps its RF-1 rules)."""
+        return len(self.replicas) - max(len(self.adding_replicas), len(self.removing_replicas))
+
 
 @dataclasses.dataclass(frozen=True)
 class TopicImage:

@@ -144,8 +144,11 @@ class ReplicaManager:
 
     def apply_partition(self, topic: str, topic_id, partition: int, replicas: list[int],
                         isr: list[int], leader: int, leader_epoch: int, partition_epoch: int,
-                        topic_config: dict, min_insync_replicas: int, now_ms: int) -> Role:
-        """Make the local replica match one partition record of the image; returns its role."""
+                        topic_config: dict, min_insync_replicas: int, now_ms: int,
+                        replication_factor: int | None = None) -> Role:
+        """Make the local replica match one partition record of the image; returns its role.
+        `replication_factor`: smaller than `replicas` during a reassignment (PartitionState
+        .replication_factor)."""
         key = (topic, partition)
         hosted = self.partitions.get(key)
         if self.broker_id not in replicas:
@@ -170,7 +173,8 @@ class ReplicaManager:
                 self.compacted.add(key)
         hosted.min_insync_replicas = min_insync_replicas
         # the controller judges the ELR by the same figure (replication_control.min_insync)
-        hosted.state.min_insync_replicas = max(1, min(min_insync_replicas, len(replicas)))
+        rf = len(replicas) if replication_factor is None else replication_factor
+        hosted.state.min_insync_replicas = max(1, min(min_insync_replicas, rf))
         if leader == self.broker_id:
             if hosted.state.become_leader(leader_epoch, partition_epoch, replicas, isr, now_ms):
                 hosted.log.assign_epoch_start(leader_epoch, hosted.log.log_end_offset)

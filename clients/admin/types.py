@@ -120,3 +120,11 @@ class OffsetAndMetadata:
     offset: int
     metadata: str = ""
     leader_epoch: int = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionReassignment:
+    """A move in progress (KIP-455): the replica set now (target + leaving), and both halves."""
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]

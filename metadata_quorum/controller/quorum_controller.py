@@ -8,9 +8,8 @@ Every command returns a `ControllerResult(records, response)` — a named tuple,
 `records, response = controller.create_topics(...)` works too. Concerns live in
 `cluster_control` (registration, heartbeats, fencing; KIP-631), `replication_control` (topics,
 placement, elections, AlterPartition; KIP-497/KIP-841), `config_control` (typed config table),
-`acl_control`, `feature_control` (features KIP-584, SCRAM KIP-554). Not done: eligible leader
-replicas (KIP-966 ELR) — a fenced last ISR member stays in the ISR instead; partition
-reassignment commands (the records carry adding/removing replicas, nothing writes them yet).
+`acl_control`, `feature_control` (features KIP-584, SCRAM KIP-554), `reassignment` (partition
+reassignment, KIP-455).
 """
 
 from __future__ import annotations
@@ -20,7 +19,8 @@ from typing import Any, NamedTuple
 
 from metadata_quorum import records as r
 from metadata_quorum.controller import (acl_control, cluster_control, config_control,
-                                        feature_control, quota_control, replication_control)
+                                        feature_control, quota_control, reassignment,
+                                        replication_control)
 from metadata_quorum.image import MetadataImage
 
 PRODUCER_ID_BLOCK = 1000
@@ -105,7 +105,10 @@ class QuorumController:
         if not records:
             records = replication_control.unclean_recoveries(self.image)
         if rebalance and not records:
-            records = replication_control.preferred_rebalance(self.image)
+            # first a move that can finish (normally AlterPartition finished it: see
+            # reassignment.py), so that it is not taken for an unbalanced leadership
+            records = (reassignment.completions(self.image)
+                       or replication_control.preferred_rebalance(self.image))
         return records
 
     # -- topics -----------------------------------------------------------------------------------
@@ -158,9 +161,35 @@ class QuorumController:
     @_result
     def alter_partition(self, broker_id, broker_epoch, topic_id, partition, leader_epoch,
                         partition_epoch, new_isr):
-        return replication_control.alter_partition(self.image, broker_id, broker_epoch, topic_id,
-                                                   partition, leader_epoch, partition_epoch,
-                                                   new_isr, self.default_min_isr)
+        """An ISR change; when it completes a reassignment, the completion is a second record,
+        so the answer (the ISR change alone) never names a leadership the leader no longer
+        has: a later partition epoch from the metadata stream supersedes it."""
+        records, result = replication_control.alter_partition(
+            self.image, broker_id, broker_epoch, topic_id, partition, leader_epoch,
+            partition_epoch, new_isr, self.default_min_isr)
+        if records:
+            after = self.image.apply_all(self.image.offset + 1, records)
+            done = reassignment.after_isr_change(after, topic_id, partition, result.isr)
+            if done is not None:
+                records.append(done)
+        return records, result
+
+    @_result
+    def alter_partition_reassignments(self, moves: list[tuple[str, int, list | None]]):
+        """moves: [(topic, partition, target replicas or None to cancel)] → results
+        [(error, message)], one per move (KIP-455)."""
+        records, results = [], []
+        image = self.image
+        for topic, partition, target in moves:
+            recs, code, message = reassignment.alter(image, topic, partition, target)
+            results.append((code, message))
+            if recs:
+                records += recs
+                image = image.apply_all(image.offset + 1, recs)  # a later move sees this one
+        return records, results
+
+    def list_partition_reassignments(self, topics: list[tuple[str, list[int]]] | None):
+        return reassignment.ongoing(self.image, topics)
 
     @_result
     def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]]):

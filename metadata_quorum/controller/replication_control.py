@@ -191,7 +191,8 @@ def unclean_allowed(image: MetadataImage, topic: str) -> bool:
     return value.lower() == "true"
 
 
-def min_insync(image: MetadataImage, topic: str, replicas, default_min_isr: int) -> int:
+def min_insync(image: MetadataImage, topic: str, replication_factor: int,
+               default_min_isr: int) -> int:
     """min.insync.replicas for ELR decisions: topic config, cluster default, else the controller's
     own setting — capped at the replication factor (an RF-1 topic is never 'below' it)."""
     value = image.topic_config(topic).get("min.insync.replicas")
@@ -201,13 +202,13 @@ def min_insync(image: MetadataImage, topic: str, replicas, default_min_isr: int)
         wanted = int(value) if value is not None else default_min_isr
     except ValueError:
         wanted = default_min_isr
-    return max(1, min(wanted, len(replicas)))
+    return max(1, min(wanted, replication_factor))
 
 
 def elr_after(image: MetadataImage, topic: str, p, new_isr: tuple, default_min_isr: int) -> tuple:
     """The ELR once the ISR becomes `new_isr`: members leaving an ISR that ends up below
     min.insync.replicas join it; an ISR at min.insync.replicas empties it."""
-    if len(new_isr) >= min_insync(image, topic, p.replicas, default_min_isr):
+    if len(new_isr) >= min_insync(image, topic, p.replication_factor, default_min_isr):
         return ()
     out: list[int] = []
     for x in p.elr + p.isr:

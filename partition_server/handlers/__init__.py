@@ -58,6 +58,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),  # → forwarded
     ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),    # from the metadata image
     ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),       # → forwarded
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),  # → forwarded (KIP-455)
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),   # → forwarded: the active controller's view
 }
 
 HANDLERS = {
@@ -106,6 +108,8 @@ HANDLERS = {
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: admin.forward,
     ApiKey.DESCRIBE_CLIENT_QUOTAS: client_quotas.handle_describe_client_quotas,
     ApiKey.ALTER_CLIENT_QUOTAS: client_quotas.handle_alter_client_quotas,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: admin.forward,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: admin.forward,
 }
 assert set(HANDLERS) == set(SUPPORTED)
 

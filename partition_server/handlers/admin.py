@@ -23,6 +23,8 @@ def _first_error(api_key: int, resp) -> int:
              30: "results", 31: "filter_results"}
     if api_key in items:
         return next((x.error_code for x in getattr(resp, items[api_key])), 0)
+    # AlterPartitionReassignments, ListPartitionReassignments and the rest: NOT_CONTROLLER is
+    # top-level
     return getattr(resp, "error_code", 0)
 
 

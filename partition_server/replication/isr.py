@@ -58,6 +58,10 @@ async def send_alter_partition(broker, changes) -> None:
             else:
                 hosted.state.isr_change_uncertain()
                 broker.replicas.isr_candidates.add((hosted.topic, hosted.partition))
+        elif broker.replicas.get(hosted.topic, change.partition) is not hosted:
+            # no longer hosted here: e.g. a reassignment this ISR change completed removed us
+            # (the completion is the controller's next record), and the stream got here first
+            continue
         else:
             log.info("ISR of %s-%d is now %s", hosted.topic, change.partition, list(res.isr))
             # Apply at once (same leader epoch); the metadata stream will confirm it.

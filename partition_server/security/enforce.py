@@ -511,6 +511,11 @@ RULES = {
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS:
         _cluster_rule(A.DESCRIBE, _top_level(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)),
     ApiKey.ELECT_LEADERS: _cluster_rule(A.ALTER, _deny_elect),
+    # partition reassignment (KIP-455), as in Kafka: Alter / Describe on the cluster
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS:
+        _cluster_rule(A.ALTER, _top_level(ApiKey.ALTER_PARTITION_REASSIGNMENTS)),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS:
+        _cluster_rule(A.DESCRIBE, _top_level(ApiKey.LIST_PARTITION_REASSIGNMENTS)),
     ApiKey.DESCRIBE_QUORUM: _cluster_rule(A.DESCRIBE, _top_level(ApiKey.DESCRIBE_QUORUM)),
     ApiKey.DESCRIBE_CLUSTER: _cluster_rule(A.DESCRIBE, _top_level(ApiKey.DESCRIBE_CLUSTER)),
     ApiKey.WRITE_TXN_MARKERS:

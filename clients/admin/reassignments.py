@@ -1,0 +1,60 @@
+"""Partition reassignment calls of the admin client (KIP-455), mixed into `AdminClient`:
+AlterPartitionReassignments and ListPartitionReassignments, sent to the controller named in
+metadata (a broker, which forwards them to the active controller)."""
+
+from __future__ import annotations
+
+from clients.admin.types import PartitionReassignment
+from clients.cluster import TopicPartition
+from clients.errors import check, error
+from wire.errors import ErrorCode, KafkaError
+from wire.messages.api_keys import ApiKey
+from wire.messages.index_generated import REQUESTS
+
+
+def _not_controller(resp) -> list[int]:
+    return [resp.error_code] if resp.error_code == ErrorCode.NOT_CONTROLLER else []
+
+
+class ReassignmentCalls:
+    """Needs the host's `cluster` and `_retrying` (AdminClient)."""
+
+    async def alter_partition_reassignments(
+            self, reassignments: dict[TopicPartition, list[int] | None], *,
+            timeout_ms: int = 60_000) -> dict[TopicPartition, KafkaError | None]:
+        """Move each partition to its target replicas (first = preferred leader), or cancel
+        the move in progress with None. Returns per partition None or the broker's error
+        (INVALID_REPLICA_ASSIGNMENT, NO_REASSIGNMENT_IN_PROGRESS, UNKNOWN_TOPIC_OR_PARTITION)."""
+        ar = REQUESTS[ApiKey.ALTER_PARTITION_REASSIGNMENTS]
+        by_topic: dict[str, list] = {}
+        for tp, target in reassignments.items():
+            by_topic.setdefault(tp.topic, []).append(ar.ReassignablePartition(
+                partition_index=tp.partition,
+                replicas=None if target is None else [int(b) for b in target]))
+        req = ar(timeout_ms=timeout_ms, topics=[ar.ReassignableTopic(name=t, partitions=ps)
+                                                for t, ps in by_topic.items()])
+        resp = await self._retrying(lambda: self.cluster.call_controller(req), _not_controller)
+        check(resp.error_code, resp.error_message, "alter partition reassignments")
+        return {TopicPartition(t.name, p.partition_index):
+                error(p.error_code, p.error_message, f"{t.name}-{p.partition_index}")
+                if p.error_code else None
+                for t in resp.responses for p in t.partitions}
+
+    async def list_partition_reassignments(
+            self, partitions: list[TopicPartition] | None = None
+    ) -> dict[TopicPartition, PartitionReassignment]:
+        """Moves in progress among `partitions` (None: everywhere)."""
+        lr = REQUESTS[ApiKey.LIST_PARTITION_REASSIGNMENTS]
+        topics = None
+        if partitions is not None:
+            wanted: dict[str, list[int]] = {}
+            for tp in partitions:
+                wanted.setdefault(tp.topic, []).append(tp.partition)
+            topics = [lr.ListPartitionReassignmentsTopics(name=t, partition_indexes=ps)
+                      for t, ps in wanted.items()]
+        req = lr(topics=topics)
+        resp = await self._retrying(lambda: self.cluster.call_controller(req), _not_controller)
+        check(resp.error_code, resp.error_message, "list partition reassignments")
+        return {TopicPartition(t.name, p.partition_index): PartitionReassignment(
+            tuple(p.replicas), tuple(p.adding_replicas), tuple(p.removing_replicas))
+            for t in resp.topics for p in t.partitions}

@@ -1,0 +1,67 @@
+"""A broker's replicas through a reassignment (KIP-455), as the metadata image drives them: the
+leader tracks an adding replica but counts it for neither the ISR nor min.insync.replicas until
+it joined; an RF-1 partition moving keeps its RF-1 min.insync.replicas cap (the replica list
+is target + leaving meanwhile); the removed replica stops and deletes its log."""
+
+import os
+
+from metadata_quorum.image import PartitionState as Registration
+from partition_server.log import LogConfig, PartitionLog
+from partition_server.replica_manager import ReplicaManager
+from partition_server.replication.partition import Role
+from wire.records.batch import build_batch
+
+T0 = 1_700_000_000_000
+
+
+def _manager(tmp_path, broker_id: int) -> ReplicaManager:
+    def opener(topic, partition, cfg):
+        plog = PartitionLog(str(tmp_path / f"b{broker_id}" / f"{topic}-{partition}"), LogConfig())
+        if plog.log_end_offset == 0:
+            plog.append_as_leader(build_batch([(None, b"v", [], T0)]), leader_epoch=0, now_ms=T0)
+        return plog
+    return ReplicaManager(broker_id, opener)
+
+
+def _apply(rm, reg: Registration, min_isr: int = 2):
+    return rm.apply_partition("t", None, 0, list(reg.replicas), list(reg.isr), reg.leader,
+                              reg.leader_epoch, reg.partition_epoch, {}, min_isr, T0,
+                              reg.replication_factor)
+
+
+def test_replication_factor_during_a_move():
+    assert Registration(0, (1, 2, 0), (0, 1), 0, 0, 1, (0,), (2,)).replication_factor == 2
+    assert Registration(0, (1, 0), (0,), 0, 0, 1, (0,), (1,)).replication_factor == 1
+    assert Registration(0, (2, 1, 0), (0,), 0, 0, 1, (0,), (2, 1)).replication_factor == 1
+    assert Registration(0, (0, 1), (0, 1), 0, 0, 0).replication_factor == 2
+
+
+def test_leader_tracks_an_adding_replica_outside_the_isr(tmp_path):
+    rm = _manager(tmp_path, 0)
+    _apply(rm, Registration(0, (0,), (0,), 0, 0, 0), min_isr=2)
+    state = rm.get("t", 0).state
+    assert state.min_insync_replicas == 1
+    # moving {0} → {1}: replicas (1, 0), adding (1,), removing (0,); RF 1 both sides
+    assert _apply(rm, Registration(0, (1, 0), (0,), 0, 0, 1, (0,), (1,))) is Role.LEADER
+    assert state.min_insync_replicas == 1 and set(state.followers) == {1}
+    assert state.in_sync_count() == 1          # the adding replica does not count yet
+    # it fetched up to the log end: proposed for the ISR through AlterPartition
+    state.update_follower_fetch(1, rm.get("t", 0).log.log_end_offset, T0)
+    change = state.isr_change_needed(T0, 30_000)
+    assert change is not None and change.new_isr == (0, 1)
+
+
+def test_removed_replica_stops_and_deletes_its_log_when_the_move_completes(tmp_path):
+    rm = _manager(tmp_path, 0)
+    _apply(rm, Registration(0, (0, 1), (0, 1), 0, 0, 0))
+    directory = rm.get("t", 0).log.directory
+    _apply(rm, Registration(0, (1, 2, 0), (0, 1), 0, 0, 1, (0,), (2,)))
+    assert rm.get("t", 0) is not None and os.path.isdir(directory)       # still hosting
+    assert _apply(rm, Registration(0, (1, 2), (1, 2), 1, 1, 3)) is Role.NONE
+    assert rm.get("t", 0) is None and not os.path.exists(directory)
+
+
+def test_adding_replica_starts_as_a_follower(tmp_path):
+    rm = _manager(tmp_path, 2)
+    assert _apply(rm, Registration(0, (1, 2, 0), (0, 1), 0, 0, 1, (0,), (2,))) is Role.FOLLOWER
+    assert rm.get("t", 0).state.leader_id == 0
