@@ -268,10 +268,19 @@ class Broker:
             nursery.start_soon(self.groups.tick_loop)
             nursery.start_soon(self.txn.run)
             nursery.start_soon(self.groups.lag.run)
+            nursery.start_soon(self._delete_stray_logs)
             if self.config["raftka.metrics.listener"]:
                 from partition_server.metrics import serve_metrics
                 await nursery.start(serve_metrics, self, self.config["raftka.metrics.listener"])
             task_status.started()
+
+    async def _delete_stray_logs(self) -> None:
+        """Once caught up with the metadata log: logs of partitions no longer ours (stray_logs.py,
+        e.g. a reassignment that finished while this broker was down)."""
+        from partition_server.stray_logs import delete_stray_logs
+        await self.caught_up_once.wait()
+        await delete_stray_logs(self.log_dir, self.image, self.broker_id,
+                                set(self.replicas.partitions))
 
     async def controlled_shutdown(self, timeout_s: float = 10.0) -> None:
         """Ask the controller to move our leaderships away, wait until told to stop."""

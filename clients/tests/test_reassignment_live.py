@@ -81,21 +81,27 @@ async def test_live_move_copies_every_record_and_deletes_the_old_log(live):
         await _until(done, 60, "the move to [1, 2] to finish")
         await _until(lambda: _false(old_dir.exists()), 30, f"broker 0 to delete {old_dir}")
 
-        async with Consumer(live.bootstrap, {"enable.auto.commit": "false"}) as c:
-            c.assign([tp])
-            c.seek(tp, 0)
-            got: list[tuple[int, bytes]] = []
-
-            async def read_all():
-                got.extend((r.offset, r.value) for r in await c.poll(500))
-                return len(got) >= RECORDS
-            await _until(read_all, 30, "every record")
-            await trio.sleep(0)
-        assert got == [(i, b"r%d" % i) for i in range(RECORDS)]
+        assert await _read_back(live, tp) == [(i, b"r%d" % i) for i in range(RECORDS)]
 
 
 async def _false(value):
     return not value
+
+
+async def _read_back(live, tp) -> list[tuple[int, bytes]]:
+    """(offset, value) of every record from offset 0, read until RECORDS arrived; then one more
+    poll, so a duplicate past them would show."""
+    async with Consumer(live.bootstrap, {"enable.auto.commit": "false"}) as c:
+        c.assign([tp])
+        c.seek(tp, 0)
+        got: list[tuple[int, bytes]] = []
+
+        async def read_all():
+            got.extend((r.offset, r.value) for r in await c.poll(500))
+            return len(got) >= RECORDS
+        await _until(read_all, 30, "every record")
+        got.extend((r.offset, r.value) for r in await c.poll(200))
+    return got
 
 
 @pytest.mark.live
@@ -166,3 +172,42 @@ async def test_live_kafka_python_admin_calls(live):
         assert set(listed) <= {KTP(topic, 0)}
         await _until(lambda: _isr_is(admin, topic, [2, 0]), 60, "kafka-python's move")
         assert list((await _partition(admin, topic)).replicas) == [2, 0]
+
+
+@pytest.mark.live
+async def test_live_move_survives_a_controller_kill_and_a_source_down_until_done(live):
+    """The move's state is in metadata records: the active controller is SIGKILLed (and
+    restarted) mid-move, the source broker is SIGKILLed too; the move finishes on the new
+    controller once the target catches up, and the source, back afterwards, deletes its stray
+    log (the move completed while it was down)."""
+    async with AdminClient(live.bootstrap) as admin:
+        topic = await _new_topic(admin, [0, 1])
+        tp = TopicPartition(topic, 0)
+        async with Producer(admin.cluster, {"acks": "all"}) as p:
+            for i in range(RECORDS):
+                await p.send(topic, b"f%d" % i, partition=0)
+            await p.flush()
+        live.kill("broker-2", signal.SIGSTOP)
+        try:
+            assert await admin.alter_partition_reassignments({tp: [1, 2]}) == {tp: None}
+            active = (await admin.describe_quorum())["leader_id"]
+            await trio.to_thread.run_sync(live.restart_controller,
+                                          [3000, 3001, 3002].index(active))
+            live.kill("broker-0")
+            moves = await admin.list_partition_reassignments([tp])
+            assert moves[tp].adding_replicas == (2,) and moves[tp].removing_replicas == (0,)
+        finally:
+            live.kill("broker-2", signal.SIGCONT)
+
+        async def done():
+            if await admin.list_partition_reassignments([tp]):
+                return None
+            p = await _partition(admin, topic)
+            return list(p.replicas) == [1, 2] and sorted(p.isr) == [1, 2]
+        await _until(done, 90, "the move to finish without its source")
+        old_dir = live.layout.data_dir / "broker-0" / f"{topic}-0"
+        assert old_dir.exists()                      # it was down: nobody told it yet
+        await trio.to_thread.run_sync(live.restart_broker, 0)
+        await _until(lambda: _false(old_dir.exists()), 30, f"broker 0 to delete stray {old_dir}")
+
+        assert await _read_back(live, tp) == [(i, b"f%d" % i) for i in range(RECORDS)]

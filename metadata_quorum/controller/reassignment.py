@@ -4,7 +4,8 @@ from a `MetadataImage` to PartitionChangeRecords; `replay` of the records change
 The state lives in the partition itself, so a controller failover or a broker restart mid-move
 neither loses nor corrupts it:
 
-    idle(replicas = R) ──alter(T)──▶ moving(replicas = T + (R − T), adding = T − R, removing = R − T)
+    idle(replicas = R) ──alter(T)──▶ moving(replicas = T + (R − T),
+                                          adding = T − R, removing = R − T)
     moving ──every replica of T in the ISR──▶ idle(replicas = T, ISR − removing; a leader being
         removed hands over to the first in-sync, usable member of T)
     moving ──alter(None) (cancel)──▶ idle(replicas = R, ISR − adding; an adding leader hands over)

@@ -65,3 +65,38 @@ def test_adding_replica_starts_as_a_follower(tmp_path):
     rm = _manager(tmp_path, 2)
     assert _apply(rm, Registration(0, (1, 2, 0), (0, 1), 0, 0, 1, (0,), (2,))) is Role.FOLLOWER
     assert rm.get("t", 0).state.leader_id == 0
+
+
+# -- stray logs: a replica removed while its broker was down -----------------------------------
+
+def _image(replicas):
+    import uuid
+    from metadata_quorum import records as r
+    from metadata_quorum.image import MetadataImage
+    tid = uuid.uuid4()
+    return MetadataImage().apply_all(0, [r.TopicRecord("t-x", tid), r.PartitionRecord(
+        tid, 0, tuple(replicas), tuple(replicas), replicas[0])])
+
+
+def test_stray_directories():
+    from partition_server.stray_logs import partition_of, stray_directories
+    assert partition_of("t-x-0") == ("t-x", 0) and partition_of("t-x") is None
+    assert partition_of("-3") is None and partition_of("a-b") is None
+    names = ["t-x-0", "gone-1", "t-x-1", "old-2.stray-delete", "hosted-3", "notes"]
+    assert stray_directories(names, _image([1, 2]), 0, {("hosted", 3)}) == [
+        "t-x-0", "gone-1", "t-x-1", "old-2.stray-delete"]
+    assert stray_directories(names, _image([0, 2]), 0, set()) == [
+        "gone-1", "t-x-1", "old-2.stray-delete", "hosted-3"]
+
+
+async def test_delete_stray_logs_leaves_ours_and_lookalikes(tmp_path):
+    from partition_server.stray_logs import delete_stray_logs
+    for name in ("t-x-0", "gone-1", "controller-3000"):
+        (tmp_path / name).mkdir()
+    for name in ("t-x-0", "gone-1"):
+        (tmp_path / name / ("0" * 20 + ".log")).write_bytes(b"")
+    (tmp_path / "controller-3000" / "journal").write_bytes(b"raft")
+    (tmp_path / "half-5.stray-delete").mkdir()
+    deleted = await delete_stray_logs(str(tmp_path), _image([0, 1]), 0, set())
+    assert sorted(deleted) == ["gone-1", "half-5.stray-delete"]
+    assert sorted(os.listdir(tmp_path)) == ["controller-3000", "t-x-0"]
