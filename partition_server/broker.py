@@ -199,7 +199,7 @@ class Broker:
             role = self.replicas.apply_partition(
                 topic.name, topic.topic_id, p.partition_id, list(p.replicas), list(p.isr),
                 p.leader, p.leader_epoch, p.partition_epoch, cfg, min_isr, now,
-                p.replication_factor)
+                p.replication_factor, p.adding_replicas)
         except OSError as exc:
             log.error("cannot open %s-%d: %s", topic.name, p.partition_id, exc)
             self._apply_failed.append((topic, p))       # tried again with the next image

@@ -145,10 +145,11 @@ class ReplicaManager:
     def apply_partition(self, topic: str, topic_id, partition: int, replicas: list[int],
                         isr: list[int], leader: int, leader_epoch: int, partition_epoch: int,
                         topic_config: dict, min_insync_replicas: int, now_ms: int,
-                        replication_factor: int | None = None) -> Role:
+                        replication_factor: int | None = None, adding_replicas=()) -> Role:
         """Make the local replica match one partition record of the image; returns its role.
-        `replication_factor`: smaller than `replicas` during a reassignment (PartitionState
-        .replication_factor)."""
+        During a reassignment `replication_factor` is smaller than `replicas` (PartitionState
+        .replication_factor) and the leader forgets what it knew of `adding_replicas`
+        (PartitionState.restart_followers)."""
         key = (topic, partition)
         hosted = self.partitions.get(key)
         if self.broker_id not in replicas:
@@ -178,6 +179,8 @@ class ReplicaManager:
         if leader == self.broker_id:
             if hosted.state.become_leader(leader_epoch, partition_epoch, replicas, isr, now_ms):
                 hosted.log.assign_epoch_start(leader_epoch, hosted.log.log_end_offset)
+            if adding_replicas:
+                hosted.state.restart_followers(adding_replicas, now_ms)
         else:
             hosted.state.become_follower(leader, leader_epoch, partition_epoch, replicas, isr)
         if hosted.state.role is Role.LEADER:

@@ -253,7 +253,8 @@ class SimBroker:
                 wanted.add((topic.name, p.partition_id))
                 role = self.replicas.apply_partition(
                     topic.name, topic.topic_id, p.partition_id, list(p.replicas), list(p.isr),
-                    p.leader, p.leader_epoch, p.partition_epoch, cfg, min_isr, now)
+                    p.leader, p.leader_epoch, p.partition_epoch, cfg, min_isr, now,
+                    p.replication_factor, p.adding_replicas)
                 if role is Role.FOLLOWER and p.leader >= 0:
                     self.assignments[(topic.name, p.partition_id)] = p.leader
                 else:
@@ -262,6 +263,7 @@ class SimBroker:
             if key not in wanted:
                 self.assignments.pop(key, None)
                 self.replicas.remove_partition(*key, delete=True)
+                self.sim.invariants.on_replica_removed(self, key)
         # FetcherManager.run cancels the task of a leader we no longer follow anything from:
         # its in-flight fetch is abandoned and its answer never processed
         for leader in set(self.fetch_inflight) - set(self.assignments.values()):

@@ -60,6 +60,9 @@ class Invariants:
                 if now[0] < before[0] or now[1] < before[1]:
                     self.fail(f"{tp}: controller epochs went from {before} to {now}")
                 self.controller_epochs[tp] = now
+                if not set(p.isr) <= set(p.replicas) or (p.leader >= 0 and p.leader not in p.isr):
+                    self.fail(f"{tp}: leader {p.leader} / ISR {p.isr} outside replicas "
+                              f"{p.replicas}")
                 for key, left in list(self.suspect.items()):
                     if key[1] != tp:
                         continue
@@ -67,6 +70,13 @@ class Invariants:
                         self.suspect[key] = True
                     elif left:
                         del self.suspect[key]     # re-admitted after catching up: judged again
+
+    def on_replica_removed(self, broker, tp) -> None:
+        """A reassignment moved `tp` off `broker`: if it comes back, it is a new replica (an
+        empty log, a high watermark from 0), not the old one going backwards."""
+        for key in ((broker.broker_id, broker.incarnation, tp),
+                    (broker.broker_id, broker.incarnation, tp, "pe")):
+            self.replica_seen.pop(key, None)
 
     def on_ack(self, topic, partition, offset, value) -> None:
         tp = (topic, partition)

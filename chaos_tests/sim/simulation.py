@@ -18,6 +18,10 @@ Faults (the nemesis picks among them at random times, at most two at once):
   slow        one broker's messages (both ways) take 50-800 ms longer for a while (a slow
               follower or leader: ISR shrink and expansion under load, F5)
   flaky       drop, duplicate and delay (hence reorder) messages for a while
+
+With `reassign` on (off by default, so the CI seeds' runs stay as they were), partitions are also
+moved (KIP-455) at random times: a new target of 2 or 3 brokers in a random order, or a cancel;
+convergence then means every partition's move finished and its replicas agree.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ DEFAULT_CONFIG = {
     "fetch_retry_ms": 50,
     "request_timeout_ms": 1500,
     "delivery_timeout_ms": 8000,
+    "reassign": False,
 }
 
 
@@ -151,6 +156,8 @@ class Simulation:
         for c in self.producers + self.consumers:
             c.start()
         self.sched.after(self.sched.rng.randint(200, 1000), self._nemesis)
+        if self.cfg["reassign"]:
+            self.sched.after(self.sched.rng.randint(200, 1000), self._reassigner)
 
     def _run_until(self, done, timeout_ms: int, what: str) -> None:
         deadline = self.sched.now + timeout_ms
@@ -166,8 +173,9 @@ class Simulation:
         for t in image.topics.values():
             for p in t.partitions.values():
                 lines.append(f"  controller {t.name}-{p.partition_id}: leader {p.leader} "
-                             f"epoch {p.leader_epoch} isr {p.isr} partition epoch "
-                             f"{p.partition_epoch}")
+                             f"epoch {p.leader_epoch} replicas {p.replicas} isr {p.isr} "
+                             f"adding {p.adding_replicas} removing {p.removing_replicas} "
+                             f"partition epoch {p.partition_epoch}")
         for b in self.brokers:
             if not b.up:
                 lines.append(f"  {b.name}: down")
@@ -234,6 +242,21 @@ class Simulation:
             self.net.slow[b.name] = rng.choice([50, 200, 800])
         self.sched.after(duration, self._end_fault, b)
 
+    def _reassigner(self) -> None:
+        """Move one partition to 2 or 3 brokers in a random order, or cancel its move."""
+        if not self.nemesis_on:
+            return
+        rng = self.sched.rng
+        self.sched.after(rng.randint(300, 3000), self._reassigner)
+        partition = rng.randrange(PARTITIONS)
+        target = None
+        if rng.random() < 0.8:
+            target = rng.sample(range(BROKERS), rng.choice([2, 3]))
+        records, results = self.controller.qc.alter_partition_reassignments(
+            [(TOPIC, partition, target)])
+        self.controller.commit(records)
+        self._count("reassign" if target else "cancel" if results[0][0] == 0 else "no-op")
+
     def _count(self, name: str) -> None:
         self.fault_counts[name] = self.fault_counts.get(name, 0) + 1
 
@@ -283,11 +306,14 @@ class Simulation:
         image = self.controller.image
         for t in image.topics.values():
             for p in t.partitions.values():
-                if p.leader < 0 or len(p.isr) != BROKERS:
+                if p.leader < 0 or p.adding_replicas or p.removing_replicas or \
+                        len(p.isr) != len(p.replicas):
                     return False
                 tp = (t.name, p.partition_id)
                 logs = []
                 for b in self.brokers:
+                    if b.broker_id not in p.replicas:
+                        continue
                     hosted = b.replicas.get(*tp)
                     if hosted is None:
                         return False

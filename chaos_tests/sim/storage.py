@@ -73,6 +73,12 @@ class DiskLog(PartitionLog):
         super().flush()
         self.flushed = self.log_end_offset
 
+    def delete(self) -> None:
+        """The replica was removed (a reassignment moved it away): the directory is gone."""
+        super().delete()
+        self.values = []
+        self.flushed = 0
+
     def abandon(self) -> None:
         """The process died: close file descriptors without flushing or marking a clean stop."""
         for seg in self.segments:
@@ -100,6 +106,10 @@ class Disk:
 
     def open_log(self, topic: str, partition: int) -> DiskLog:
         key = (topic, partition)
+        if key in self.open and self.open[key].closed:
+            # deleted (the replica was moved away) and now assigned here again: a new, empty log
+            del self.open[key]
+            self.flushed.pop(key, None)
         if key not in self.open:
             path = os.path.join(self.root, f"{topic}-{partition}")
             self.open[key] = DiskLog(path, self.flushed.get(key, 0))
@@ -110,7 +120,11 @@ class Disk:
         if power_loss:
             self.intact_epoch = -1
         lost = 0
-        for key, plog in self.open.items():
+        for key, plog in list(self.open.items()):
+            if plog.closed:                 # deleted: nothing of it survives
+                self.flushed.pop(key, None)
+                self._dead.pop(key, None)
+                continue
             self.flushed[key] = plog.flushed
             self._dead[key] = plog.values
             plog.abandon()

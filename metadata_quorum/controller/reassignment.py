@@ -20,8 +20,11 @@ checked when a move starts (a target inside the ISR finishes at once), after eve
 leader). A move whose leader must go waits until a usable target member is in the ISR rather
 than finishing into an offline partition.
 
-Cancel: when the ISR holds only adding replicas (the original ones all fell out), Kafka reverts
-uncleanly — the first usable original replica leads with an ISR of itself; we do the same.
+Cancel: when the ISR holds only adding replicas (the original ones all fell out), reverting
+would need an unclean election: refused (INVALID_REPLICA_ASSIGNMENT, Kafka's words) unless the
+topic allows unclean election, then the first usable original replica leads with an ISR of
+itself. A new target replacing a move reverts it first, so the same rule applies (the seeded
+simulation lost acknowledged records with an unconditional unclean revert).
 
 Errors (Kafka's codes and words): UNKNOWN_TOPIC_OR_PARTITION; NO_REASSIGNMENT_IN_PROGRESS for
 cancelling nothing; INVALID_REPLICA_ASSIGNMENT for an empty target, an unregistered broker or a
@@ -34,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 
 from metadata_quorum import records as r
+from metadata_quorum.controller.replication_control import unclean_allowed
 from metadata_quorum.image import MetadataImage, PartitionState
 from wire.errors import ErrorCode
 
@@ -150,20 +154,25 @@ def alter(image: MetadataImage, topic: str, partition: int, target):
             f"Unable to find partition {topic}-{partition}." if t else
             f"Unable to find a topic named {topic}.")
     usable = _usable(image)
-    if target is None:
-        if not in_progress(p):
-            return [], ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, (
-                f"No ongoing reassignment for {topic}-{partition}.")
-        pl = revert(p, usable)
-    else:
+    if target is None and not in_progress(p):
+        return [], ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, (
+            f"No ongoing reassignment for {topic}-{partition}.")
+    if target is not None:
         problem = validate_target(image, target)
         if problem:
             return [], ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem
+    # the revert is unclean when no original replica is in sync
+    unclean = in_progress(p) and not set(p.isr) - set(p.adding_replicas)
+    if unclean and not unclean_allowed(image, topic):
+        return [], ErrorCode.INVALID_REPLICA_ASSIGNMENT, (
+            f"Unable to revert partition assignment for {topic}:{partition} because it would "
+            "require an unclean leader election.")
+    if target is None:
+        pl = revert(p, usable)
+    else:
         # a new target replaces the one in progress: first back to the original replicas
         pl = start(revert(p, usable), target)
         pl = complete(pl, usable) or pl
-    # the revert was unclean when no original replica was in sync
-    unclean = in_progress(p) and not set(p.isr) - set(p.adding_replicas)
     rec = change_record(t.topic_id, p, pl, unclean)
     return ([rec] if rec else []), ErrorCode.NONE, None
 

@@ -92,8 +92,17 @@ def test_cancel_restores_the_original_and_moves_leadership_off_an_adding_replica
     log.run_pure(lambda: c.broker_heartbeat(1, ep[1], 0, True, False, 1))
     assert state(c)[2] == 2
     log.run_pure(lambda: c.broker_heartbeat(0, ep[0], len(log.entries), False, False, 2))
+    # only 2 (adding) is in sync: reverting needs an unclean election, refused as Kafka does
+    # (cancel and a replacing target alike), and nothing changes
+    before = c.image
+    for target in (None, [0, 1], [1, 3]):
+        code, message = move(log, target)
+        assert code == E.INVALID_REPLICA_ASSIGNMENT and "unclean leader election" in message
+    assert c.image is before
+    # allowed once the topic allows unclean election: the first usable original replica leads
+    log.run_pure(lambda: c.incremental_alter_configs(
+        [(2, "t", [("unclean.leader.election.enable", 0, "true")])]))
     assert move(log, None) == (E.NONE, None)
-    # only 2 (adding) was in sync: unclean revert to the first usable original replica
     assert state(c) == ((0, 1), (0,), 0, (), ())
     assert move(log, None)[0] == E.NO_REASSIGNMENT_IN_PROGRESS
 

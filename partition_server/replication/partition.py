@@ -177,6 +177,15 @@ class PartitionState:
         self.followers = {}
         return True
 
+    def restart_followers(self, replica_ids, now_ms: int) -> None:
+        """Forget the fetch positions of these followers outside the ISR: a reassignment's
+        adding replicas (KIP-455). One removed and added back between two images we applied
+        (both changes in one metadata batch) is a new, empty replica; its old position must not
+        let it join the ISR before it has fetched again (found by the seeded simulation)."""
+        for r in replica_ids:
+            if r in self.followers and r not in self.isr:
+                self.followers[r] = FollowerState(last_caught_up_ms=now_ms)
+
     def stop_replica(self) -> None:
         self.role = Role.NONE
         self.leader_id = -1

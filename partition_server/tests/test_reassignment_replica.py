@@ -26,7 +26,7 @@ def _manager(tmp_path, broker_id: int) -> ReplicaManager:
 def _apply(rm, reg: Registration, min_isr: int = 2):
     return rm.apply_partition("t", None, 0, list(reg.replicas), list(reg.isr), reg.leader,
                               reg.leader_epoch, reg.partition_epoch, {}, min_isr, T0,
-                              reg.replication_factor)
+                              reg.replication_factor, reg.adding_replicas)
 
 
 def test_replication_factor_during_a_move():
@@ -49,6 +49,22 @@ def test_leader_tracks_an_adding_replica_outside_the_isr(tmp_path):
     state.update_follower_fetch(1, rm.get("t", 0).log.log_end_offset, T0)
     change = state.isr_change_needed(T0, 30_000)
     assert change is not None and change.new_isr == (0, 1)
+
+
+def test_a_replica_removed_and_added_back_between_two_images_starts_afresh(tmp_path):
+    """Both changes in one metadata batch: the leader never saw the removal, and the follower's
+    old fetch position (its deleted log's end) must not let it join the ISR."""
+    rm = _manager(tmp_path, 0)
+    _apply(rm, Registration(0, (0, 1), (0,), 0, 0, 0))
+    state = rm.get("t", 0).state
+    state.update_follower_fetch(1, rm.get("t", 0).log.log_end_offset, T0)
+    assert state.followers[1].log_end_offset == 1
+    # 1 was removed (its log deleted) and is now being added again
+    _apply(rm, Registration(0, (0, 1), (0,), 0, 0, 3, (), (1,)))
+    assert state.followers[1].log_end_offset == -1
+    assert state.isr_change_needed(T0, 30_000) is None
+    state.update_follower_fetch(1, 0, T0)               # its real position: an empty log
+    assert state.isr_change_needed(T0, 30_000) is None
 
 
 def test_removed_replica_stops_and_deletes_its_log_when_the_move_completes(tmp_path):
