@@ -88,8 +88,8 @@ async def _false(value):
     return not value
 
 
-async def _read_back(live, tp) -> list[tuple[int, bytes]]:
-    """(offset, value) of every record from offset 0, read until RECORDS arrived; then one more
+async def _read_back(live, tp, count: int = RECORDS) -> list[tuple[int, bytes]]:
+    """(offset, value) of every record from offset 0, read until `count` arrived; then one more
     poll, so a duplicate past them would show."""
     async with Consumer(live.bootstrap, {"enable.auto.commit": "false"}) as c:
         c.assign([tp])
@@ -98,8 +98,8 @@ async def _read_back(live, tp) -> list[tuple[int, bytes]]:
 
         async def read_all():
             got.extend((r.offset, r.value) for r in await c.poll(500))
-            return len(got) >= RECORDS
-        await _until(read_all, 30, "every record")
+            return len(got) >= count
+        await _until(read_all, 60, "every record")
         got.extend((r.offset, r.value) for r in await c.poll(200))
     return got
 
@@ -211,3 +211,57 @@ async def test_live_move_survives_a_controller_kill_and_a_source_down_until_done
         await _until(lambda: _false(old_dir.exists()), 30, f"broker 0 to delete stray {old_dir}")
 
         assert await _read_back(live, tp) == [(i, b"f%d" % i) for i in range(RECORDS)]
+
+
+@pytest.mark.live
+async def test_live_move_under_continuous_acks_all_load_from_librdkafka(live):
+    """confluent-kafka (idempotent, acks=all) writes throughout a move whose leader is removed:
+    every acknowledged record is read back at its acknowledged offset, and no record twice."""
+    async with AdminClient(live.bootstrap) as admin:
+        topic = await _new_topic(admin, [0, 1])
+        tp = TopicPartition(topic, 0)
+        stop, acked, failed = trio.Event(), {}, []
+        token = trio.lowlevel.current_trio_token()
+
+        def produce():
+            from confluent_kafka import Producer as CKProducer
+
+            def delivered(err, msg):
+                if err is None:
+                    acked[msg.offset()] = msg.value()
+                else:
+                    failed.append(err)
+            p = CKProducer({"bootstrap.servers": live.bootstrap, "acks": "all",
+                            "enable.idempotence": True, "linger.ms": 5})
+            i = 0
+            while not trio.from_thread.run_sync(stop.is_set, trio_token=token):
+                p.produce(topic, b"c%d" % i, partition=0, on_delivery=delivered)
+                p.poll(0.002)
+                i += 1
+            p.flush(30)
+
+        async with trio.open_nursery() as n:
+            n.start_soon(trio.to_thread.run_sync, produce)
+            await _until(lambda: _true(len(acked) >= 200), 30, "the load to start")
+            assert await admin.alter_partition_reassignments({tp: [1, 2]}) == {tp: None}
+
+            async def done():
+                if await admin.list_partition_reassignments([tp]):
+                    return None
+                p = await _partition(admin, topic)
+                return list(p.replicas) == [1, 2] and sorted(p.isr) == [1, 2]
+            await _until(done, 90, "the move to finish under load")
+            settled = len(acked)
+            await _until(lambda: _true(len(acked) > settled + 200), 30, "writes after the move")
+            stop.set()
+        assert not failed, failed[:3]
+        top = max(acked)
+        got = await _read_back(live, tp, top + 1)
+        values = [v for _, v in got]
+        assert len(values) == len(set(values)), "a record was written twice"
+        by_offset = dict(got)
+        assert all(by_offset.get(o) == v for o, v in acked.items())
+
+
+async def _true(value):
+    return value
