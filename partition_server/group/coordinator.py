@@ -23,12 +23,19 @@
 - `__consumer_offsets` is created on the first FindCoordinator for a group
   (`offsets.topic.num.partitions`, replication min(`offsets.topic.replication.factor`, brokers),
   `cleanup.policy=compact`).
+
+Collaborators, given at construction (so the coordinator is built and tested without a broker):
+the broker config, the replica manager (its `__consumer_offsets` partitions), the purgatory
+(commit waits), the current metadata image (a callable: the broker replaces its image as
+metadata arrives), the call to the active controller (creating the offsets topic) and the
+connections to other brokers (the lag monitor's).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 import msgpack
 import trio
@@ -48,6 +55,13 @@ from wire.messages.api_keys import ApiKey
 from wire.messages.consumer_protocol_subscription_generated import ConsumerProtocolSubscription
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import build_batch, decode_batch, iter_batches
+
+if TYPE_CHECKING:
+    from metadata_quorum.image import MetadataImage
+    from partition_server.config import BrokerConfig
+    from partition_server.peers import PeerConnections
+    from partition_server.purgatory import Purgatory
+    from partition_server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -77,15 +91,21 @@ def now_ms() -> int:
 
 
 class GroupCoordinator:
-    def __init__(self, broker):
-        self.broker = broker
-        cfg = broker.config
+    def __init__(self, config: BrokerConfig, replicas: ReplicaManager, purgatory: Purgatory,
+                 image: Callable[[], MetadataImage], call_controller: Callable[..., Awaitable],
+                 peers: PeerConnections):
+        self.config = cfg = config
+        self.replicas = replicas
+        self.purgatory = purgatory
+        self._image = image
+        self._call_controller = call_controller     # ControllerClient.call_active
         self.state = GroupCoordinatorState(GroupConfig(
             min_session_timeout_ms=cfg["group.min.session.timeout.ms"],
             max_session_timeout_ms=cfg["group.max.session.timeout.ms"],
             initial_rebalance_delay_ms=cfg["group.initial.rebalance.delay.ms"]))
         # KIP-848 groups live beside classic ones; a group id is one or the other
-        self.lag = LagMonitor(broker)
+        self.lag = LagMonitor(self, replicas, image, peers,
+                              cfg["raftka.group.lag.interval.ms"] / 1000)
         self.consumer = ConsumerGroupCoordinatorState(
             cfg["group.consumer.session.timeout.ms"], cfg["group.consumer.heartbeat.interval.ms"])
         # `raftka.offsets.retention.ms` (not a Kafka name) overrides the minutes, for tests and
@@ -105,17 +125,17 @@ class GroupCoordinator:
     # -- ownership --------------------------------------------------------------------------------
 
     def num_partitions(self) -> int:
-        topic = self.broker.image.topics.get(OFFSETS_TOPIC)
-        return len(topic.partitions) if topic else self.broker.config["offsets.topic.num.partitions"]
+        topic = self._image().topics.get(OFFSETS_TOPIC)
+        return len(topic.partitions) if topic else self.config["offsets.topic.num.partitions"]
 
     def partition_of(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions())
 
     def owns(self, group_id: str) -> ErrorCode:
-        if OFFSETS_TOPIC not in self.broker.image.topics:
+        if OFFSETS_TOPIC not in self._image().topics:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         p = self.partition_of(group_id)
-        hosted = self.broker.replicas.get(OFFSETS_TOPIC, p)
+        hosted = self.replicas.get(OFFSETS_TOPIC, p)
         if hosted is None or hosted.state.role is not Role.LEADER:
             return ErrorCode.NOT_COORDINATOR
         if p not in self.loaded:
@@ -124,7 +144,7 @@ class GroupCoordinator:
 
     async def find(self, key: str):
         """(error, node_id, host, port) of the coordinator for group `key`."""
-        image = self.broker.image
+        image = self._image()
         if OFFSETS_TOPIC not in image.topics:
             await self._create_offsets_topic()
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
@@ -139,16 +159,16 @@ class GroupCoordinator:
             return
         self._creating = True
         try:
-            live = sum(1 for b in self.broker.image.brokers.values() if not b.fenced)
+            live = sum(1 for b in self._image().brokers.values() if not b.fenced)
             cls = REQUESTS[ApiKey.CREATE_TOPICS]
             req = cls(topics=[cls.CreatableTopic(
-                name=OFFSETS_TOPIC, num_partitions=self.broker.config["offsets.topic.num.partitions"],
-                replication_factor=max(1, min(self.broker.config["offsets.topic.replication.factor"], live)),
+                name=OFFSETS_TOPIC, num_partitions=self.config["offsets.topic.num.partitions"],
+                replication_factor=max(1, min(self.config["offsets.topic.replication.factor"], live)),
                 configs=[cls.CreatableTopicConfig(name="cleanup.policy", value="compact")])],
                 timeout_ms=10000)
             try:
-                await self.broker.client.call_active(req, timeout_s=10, version=7,
-                                                     error_of=lambda r: r.topics[0].error_code)
+                await self._call_controller(req, timeout_s=10, version=7,
+                                            error_of=lambda r: r.topics[0].error_code)
             except Exception as exc:  # noqa: BLE001 - the client will ask again
                 log.info("creating %s failed: %s", OFFSETS_TOPIC, exc)
         finally:
@@ -156,11 +176,11 @@ class GroupCoordinator:
 
     def on_image(self) -> None:
         """Load offsets of newly led partitions; forget groups of partitions we stopped leading."""
-        topic = self.broker.image.topics.get(OFFSETS_TOPIC)
+        topic = self._image().topics.get(OFFSETS_TOPIC)
         if topic is None:
             return
         for pid in topic.partitions:
-            hosted = self.broker.replicas.get(OFFSETS_TOPIC, pid)
+            hosted = self.replicas.get(OFFSETS_TOPIC, pid)
             leading = hosted is not None and hosted.state.role is Role.LEADER
             if leading and pid not in self.loaded:
                 self._load(pid, hosted)
@@ -307,7 +327,7 @@ class GroupCoordinator:
     def topics_snapshot(self) -> dict:
         """{name: (topic id, partitions)} of the user topics, for server-side assignment.
         Computed once per metadata image: the tick asks for it ten times a second."""
-        image = self.broker.image
+        image = self._image()
         cached = getattr(self, "_topics_snapshot", None)
         if cached is None or cached[0] is not image:
             cached = self._topics_snapshot = (image, {
@@ -327,10 +347,10 @@ class GroupCoordinator:
 
     def _append(self, pid: int, records: list) -> tuple[ErrorCode, int]:
         ts = now_ms()
-        res = self.broker.replicas.append_records(
+        res = self.replicas.append_records(
             OFFSETS_TOPIC, pid, build_batch([(k, v, [], ts) for k, v in records]), -1, ts)
         if res.error == ErrorCode.NONE:
-            self.broker.purgatory.notify((OFFSETS_TOPIC, pid))
+            self.purgatory.notify((OFFSETS_TOPIC, pid))
         return res.error, res.last_offset
 
     def _persist_groups(self, now: int) -> None:
@@ -384,8 +404,8 @@ class GroupCoordinator:
         last = self._persisted_at.get(key)
         if last is None:
             return ErrorCode.NONE
-        return await wait_committed(self.broker, OFFSETS_TOPIC, self.partition_of(gid), last,
-                                    GROUP_STORE_TIMEOUT_S)
+        return await wait_committed(self.replicas, self.purgatory, OFFSETS_TOPIC,
+                                    self.partition_of(gid), last, GROUP_STORE_TIMEOUT_S)
 
     async def _store_group(self, gid: str, generation: int) -> None:
         """Make the group record of a generation the leader just assigned durable (acks=all),
@@ -444,7 +464,8 @@ class GroupCoordinator:
         err, last = self._append(pid, records)
         if err != ErrorCode.NONE:
             return coordinator_error(err)
-        return await wait_committed(self.broker, OFFSETS_TOPIC, pid, last, timeout_s)
+        return await wait_committed(self.replicas, self.purgatory, OFFSETS_TOPIC, pid, last,
+                                    timeout_s)
 
     # -- offsets ----------------------------------------------------------------------------------
 
