@@ -120,7 +120,9 @@ class GroupCoordinator:
         self.loaded: set[int] = set()
         self.waiters: dict[tuple, tuple[trio.Event, list]] = {}
         self._creating = False
-        self._last_logged: dict[str, tuple] = {}
+        self._last_logged: dict[tuple, tuple] = {}    # (kind, group) → what was last logged
+        self._dirty: set[str] = set()                 # changed classic groups to persist/log
+        self._dirty_consumer: set[str] = set()        # changed KIP-848 groups
 
     # -- ownership --------------------------------------------------------------------------------
 
@@ -210,7 +212,7 @@ class GroupCoordinator:
             if value is None:
                 continue
             try:
-                self.state.groups[gid] = restore_group(gid, value[:5], now)
+                self.state.restored(restore_group(gid, value[:5], now), now)
             except (ValueError, TypeError):
                 log.warning("skipping an unreadable group record for %s", gid)
                 continue
@@ -221,7 +223,7 @@ class GroupCoordinator:
             if value is None:
                 continue
             try:
-                self.consumer.groups[gid] = restore_consumer_group(gid, value, now)
+                self.consumer.restored(restore_consumer_group(gid, value, now), now)
             except (ValueError, TypeError):
                 log.warning("skipping an unreadable consumer group record for %s", gid)
                 continue
@@ -234,7 +236,7 @@ class GroupCoordinator:
     def _unload(self, pid: int) -> None:
         self.loaded.discard(pid)
         for table in (self.state.groups, self.consumer.groups, self.offsets, self._persisted,
-                      self._empty_since, self._persisted_at):
+                      self._empty_since, self._persisted_at, self._last_logged):
             for key in list(table):
                 group_id = key[1] if isinstance(key, tuple) else key
                 if self.partition_of(group_id) == pid:
@@ -293,6 +295,9 @@ class GroupCoordinator:
             await self._ticks()
 
     async def _ticks(self) -> None:
+        """Every 100 ms: timers that are due, then the groups changed since the last tick are
+        logged and persisted. Its cost follows what happened, not how many groups there are
+        (the offsets expiry below walks the offsets, every offsets.retention.check.interval.ms)."""
         next_expiry = now_ms() + self.retention_check_ms
         while True:
             await trio.sleep(0.1)
@@ -300,6 +305,8 @@ class GroupCoordinator:
             self.deliver(self.state.tick(now))
             for gid, mid, why in self.consumer.tick(now, self.topics_snapshot()):
                 log.info("group %s: member %s removed (%s)", gid, mid, why)
+            self._dirty |= self.state.take_changed()
+            self._dirty_consumer |= self.consumer.take_changed()
             self._log_transitions()
             self._persist_groups(now)
             wall = now_ms()
@@ -308,21 +315,28 @@ class GroupCoordinator:
                 self._expire_offsets(wall)
 
     def _log_transitions(self) -> None:
-        """One INFO line per group state change: the operator's view of rebalances."""
-        seen = {}
-        for gid, g in self.state.groups.items():
+        """One INFO line per group state change: the operator's view of rebalances. Looks at
+        the groups changed since the last tick only."""
+        for gid in self._dirty:
+            g = self.state.groups.get(gid)
+            if g is None:
+                self._last_logged.pop(("classic", gid), None)
+                continue
             now = (g.state.value, g.generation_id, len(g.members))
-            seen[gid] = now
-            if self._last_logged.get(gid) != now:
+            if self._last_logged.get(("classic", gid)) != now:
+                self._last_logged[("classic", gid)] = now
                 log.info("group %s: %s, generation %d, %d member(s)%s", gid, *now,
                          f", protocol {g.protocol_name}" if g.protocol_name else "")
-        for gid, g in self.consumer.groups.items():
+        for gid in self._dirty_consumer:
+            g = self.consumer.groups.get(gid)
+            if g is None:
+                self._last_logged.pop(("consumer", gid), None)
+                continue
             now = (g.state, g.group_epoch, len(g.members))
-            seen[gid] = now
-            if self._last_logged.get(gid) != now:
+            if self._last_logged.get(("consumer", gid)) != now:
+                self._last_logged[("consumer", gid)] = now
                 log.info("consumer group %s: %s, epoch %d, %d member(s), assignor %s", gid, *now,
                          g.assignor)
-        self._last_logged = seen
 
     def topics_snapshot(self) -> dict:
         """{name: (topic id, partitions)} of the user topics, for server-side assignment.
@@ -354,9 +368,15 @@ class GroupCoordinator:
         return res.error, res.last_offset
 
     def _persist_groups(self, now: int) -> None:
-        """Write the group record of every group whose settled generation changed."""
-        for gid, g in list(self.state.groups.items()):
-            if self.owns(gid) != ErrorCode.NONE or g.storing is not None:
+        """Write the group record of every changed group whose settled generation changed. A
+        group whose append failed stays dirty and is tried again on the next tick."""
+        dirty, self._dirty = self._dirty, set()
+        for gid in dirty:
+            g = self.state.groups.get(gid)
+            owns = self.owns(gid)
+            if owns == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                self._dirty.add(gid)        # ours in a moment
+            if g is None or owns != ErrorCode.NONE or g.storing is not None:
                 continue                    # a generation being stored is _store_group's
             if g.state is GroupState.EMPTY and gid not in self._empty_since:
                 self._empty_since[gid] = now
@@ -369,13 +389,18 @@ class GroupCoordinator:
             err, _ = self._append(self.partition_of(gid), [(msgpack.packb([GROUP_KEY, gid]), value)])
             if err == ErrorCode.NONE:
                 self._persisted[gid] = rec
-        for gid, g in list(self.consumer.groups.items()):
-            if self.owns(gid) != ErrorCode.NONE:
+            else:
+                self._dirty.add(gid)
+        dirty, self._dirty_consumer = self._dirty_consumer, set()
+        for gid in dirty:
+            g = self.consumer.groups.get(gid)
+            if g is None or self.owns(gid) != ErrorCode.NONE:
                 continue
             rec = consumer_group_record(g)
             if rec == self._persisted.get(("consumer", gid)):
                 continue
-            self._append_consumer_group(gid, rec)
+            if self._append_consumer_group(gid, rec) != ErrorCode.NONE:
+                self._dirty_consumer.add(gid)
 
     def _append_consumer_group(self, gid: str, rec: list) -> ErrorCode:
         """Append a KIP-848 group's record (not waiting for it to commit) and remember it and
@@ -454,6 +479,7 @@ class GroupCoordinator:
             self.offsets.pop(gid, None)
 
     def _forget_group(self, gid: str) -> None:
+        self._dirty.add(gid)                # its last logged state is dropped on the next tick
         self.state.groups.pop(gid, None)
         self._persisted.pop(gid, None)
         self._empty_since.pop(gid, None)
@@ -504,6 +530,7 @@ class GroupCoordinator:
             self.offsets.pop(group_id, None)
             self._forget_group(group_id)
             self.consumer.groups.pop(group_id, None)
+            self._dirty_consumer.add(group_id)
             self._persisted.pop(("consumer", group_id), None)
             self._persisted_at.pop(("consumer", group_id), None)
         return err
