@@ -94,14 +94,8 @@ class Broker:
         self.client.listeners = [(x.name, x.host, x.port, SECURITY_PROTOCOL_IDS[x.protocol])
                                  for x in sorted(self.listener_set.advertised,
                                                  key=lambda x: x.name != inter.name)]
-        self.fetchers = FetcherManager(self)
-        from partition_server.group.coordinator import GroupCoordinator
-        self.groups = GroupCoordinator(self)
-        from partition_server.txn.coordinator import TransactionCoordinator
-        self.txn = TransactionCoordinator(self)
-        from partition_server.handlers.producer_id import ProducerIdBlock
-        self.producer_ids = ProducerIdBlock()
         self.image = MetadataImage()
+        self._build_components()
         self._apply_failed: list = []       # (TopicImage, PartitionState) that could not open
         # security: credentials (inter-node user + metadata SCRAM records) and the authorizer,
         # rebuilt from every image (None: no authorizer configured, everything allowed)
@@ -120,6 +114,29 @@ class Broker:
         # what request handlers may touch (handlers/context.py), instead of this whole object
         from partition_server.handlers.context import HandlerContext
         self.handler_context = HandlerContext.of(self)
+
+    def _build_components(self) -> None:
+        """The follower fetchers, producer ids, group and transaction coordinators. Each gets
+        the collaborators it uses, not the broker; what the broker replaces while it runs (its
+        metadata image) they read through a callable."""
+        from partition_server.group.coordinator import GroupCoordinator
+        from partition_server.handlers.producer_id import ProducerIdBlock
+        from partition_server.peers import PeerConnections
+        from partition_server.txn.coordinator import TransactionCoordinator
+        config, image, security = self.config, self._current_image, self.inter_broker_security
+        self.fetchers = FetcherManager(self.broker_id, config, self.replicas, self.purgatory,
+                                       image, security)
+        self.producer_ids = ProducerIdBlock(self.client, self.broker_id)
+        self.groups = GroupCoordinator(
+            config, self.replicas, self.purgatory, image, self.client.call_active,
+            PeerConnections(image, security, f"raftka-lag-{self.broker_id}"))
+        self.txn = TransactionCoordinator(
+            config, self.replicas, self.purgatory, image, self.client.call_active,
+            self.producer_ids.allocate, self.groups,
+            PeerConnections(image, security, f"raftka-txn-{self.broker_id}"))
+
+    def _current_image(self) -> MetadataImage:
+        return self.image
 
     def _on_log_dir_failure(self) -> None:
         """Our only log directory failed: stay up (serving metadata and errors), but ask the
@@ -263,15 +280,24 @@ class Broker:
             nursery.start_soon(self.client.follow_metadata, self.on_image)
             nursery.start_soon(self.client.heartbeat_loop, self.on_heartbeat_state)
             nursery.start_soon(self.fetchers.run)
-            nursery.start_soon(housekeeping.isr_loop, self)
-            nursery.start_soon(housekeeping.housekeeping_loop, self)
+            from partition_server.replication.isr import send_alter_partition
+            nursery.start_soon(housekeeping.isr_loop, self.replicas,
+                               self.config["replica.lag.time.max.ms"], self.isr_eligible,
+                               functools.partial(send_alter_partition, self.client,
+                                                 self.broker_id, self.replicas, self.purgatory))
+            nursery.start_soon(housekeeping.housekeeping_loop, self.replicas, self.purgatory,
+                               self.config["log.retention.check.interval.ms"] / 1000,
+                               self.config["replica.high.watermark.checkpoint.interval.ms"] / 1000,
+                               self.checkpoint_high_watermarks)
             nursery.start_soon(self.groups.tick_loop)
             nursery.start_soon(self.txn.run)
             nursery.start_soon(self.groups.lag.run)
             nursery.start_soon(self._delete_stray_logs)
             if self.config["raftka.metrics.listener"]:
-                from partition_server.metrics import serve_metrics
-                await nursery.start(serve_metrics, self, self.config["raftka.metrics.listener"])
+                from partition_server.metrics import MetricSources, serve_metrics
+                sources = MetricSources(self.replicas, self.fetch_sessions, self.fetchers,
+                                        self.groups, lambda: getattr(self, "client_quotas", None))
+                await nursery.start(serve_metrics, sources, self.config["raftka.metrics.listener"])
             task_status.started()
 
     async def _delete_stray_logs(self) -> None:

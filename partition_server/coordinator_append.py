@@ -1,11 +1,20 @@
 """Coordinator writes to their internal topics (`__consumer_offsets`, `__transaction_state`):
 append locally as the partition leader, then wait — as an acks=all produce would — until the
 high watermark passes the append. One mapping of partition errors to the codes coordinator
-clients expect, shared by the group and transaction coordinators."""
+clients expect, shared by the group and transaction coordinators.
+
+The waits take the two collaborators they use (the replica manager, which knows when an append
+is committed, and the purgatory, which wakes the waiter), not the broker."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from wire.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from partition_server.purgatory import Purgatory
+    from partition_server.replica_manager import ReplicaManager
 
 
 def coordinator_error(err: ErrorCode) -> ErrorCode:
@@ -28,23 +37,25 @@ def store_error(err: ErrorCode) -> ErrorCode:
     return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
-async def wait_completion(broker, topic: str, partition: int, last_offset: int,
+async def wait_completion(replicas: ReplicaManager, purgatory: Purgatory, topic: str,
+                          partition: int, last_offset: int,
                           timeout_s: float) -> ErrorCode | None:
     """Wait, as an acks=all produce does, until `last_offset` is committed or can no longer be;
     the partition's verdict (None: still pending at the timeout)."""
     key = (topic, partition)
-    broker.purgatory.notify(key)
+    purgatory.notify(key)
 
     def done():
-        return broker.replicas.produce_completion(topic, partition, last_offset) is not None
-    await broker.purgatory.wait_until([key], done, timeout_s)
-    return broker.replicas.produce_completion(topic, partition, last_offset)
+        return replicas.produce_completion(topic, partition, last_offset) is not None
+    await purgatory.wait_until([key], done, timeout_s)
+    return replicas.produce_completion(topic, partition, last_offset)
 
 
-async def wait_committed(broker, topic: str, partition: int, last_offset: int,
-                         timeout_s: float) -> ErrorCode:
+async def wait_committed(replicas: ReplicaManager, purgatory: Purgatory, topic: str,
+                         partition: int, last_offset: int, timeout_s: float) -> ErrorCode:
     """`wait_completion` in the codes a coordinator's clients expect."""
-    outcome = await wait_completion(broker, topic, partition, last_offset, timeout_s)
+    outcome = await wait_completion(replicas, purgatory, topic, partition, last_offset,
+                                    timeout_s)
     if outcome is None:
         return ErrorCode.REQUEST_TIMED_OUT
     if outcome == ErrorCode.NONE:

@@ -12,6 +12,9 @@ hosted partitions per tick — so an idle broker's cost does not grow with its p
   second, instead of every log at once.
 - high watermark checkpoint, every replica.high.watermark.checkpoint.interval.ms: written only
   when some high watermark changed since the last write.
+
+The loops take what they use (the replica manager, the purgatory, a few settings and callables
+into the broker), not the broker, so a test runs one against a bare ReplicaManager.
 """
 
 from __future__ import annotations
@@ -19,13 +22,17 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Awaitable, Callable, Iterable
 
 import trio
 
 from common.clock import steady_ms
 from partition_server.log.cleaner import LogCleaner
 from partition_server.replication.partition import Role
+
+if TYPE_CHECKING:
+    from partition_server.purgatory import Purgatory
+    from partition_server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +64,12 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-async def isr_loop(broker) -> None:
-    """Propose ISR shrinks/expansions for partitions we lead (AlterPartition)."""
-    from partition_server.replication.isr import send_alter_partition
-    lag_ms = broker.config["replica.lag.time.max.ms"]
+async def isr_loop(replicas: ReplicaManager, lag_ms: int, isr_eligible: Callable[[int], bool],
+                   alter_partition: Callable[[list], Awaitable[None]]) -> None:
+    """Propose ISR shrinks/expansions for partitions we lead: `alter_partition(changes)` sends
+    them (replication/isr.py's send_alter_partition); `isr_eligible(broker_id)` says whether a
+    follower's broker may join the ISR (KIP-841); `lag_ms` is replica.lag.time.max.ms."""
     tick_s = min(lag_ms / 4000, 0.5)
-    replicas = broker.replicas
     sweep = Sweep(lambda: replicas.led, lag_ms / 4000, tick_s)
     while True:
         await trio.sleep(tick_s)
@@ -75,17 +82,18 @@ async def isr_loop(broker) -> None:
             hosted = replicas.get(*key)
             if hosted is None or hosted.state.role is not Role.LEADER:
                 continue
-            change = hosted.state.isr_change_needed(now, lag_ms, broker.isr_eligible)
+            change = hosted.state.isr_change_needed(now, lag_ms, isr_eligible)
             if change is not None:
                 changes.append((hosted, change))
         if changes:
-            await send_alter_partition(broker, changes)
+            await alter_partition(changes)
 
 
-async def housekeeping_loop(broker) -> None:
-    replicas = broker.replicas
-    retention_s = broker.config["log.retention.check.interval.ms"] / 1000
-    hw_interval = broker.config["replica.high.watermark.checkpoint.interval.ms"] / 1000
+async def housekeeping_loop(replicas: ReplicaManager, purgatory: Purgatory, retention_s: float,
+                            hw_interval: float,
+                            checkpoint_high_watermarks: Callable[..., None]) -> None:
+    """Flushes, compaction, retention (every `retention_s`, log.retention.check.interval.ms)
+    and high-watermark checkpoints (every `hw_interval`)."""
     tick_s = min(1.0, hw_interval)
     retention = Sweep(lambda: replicas.partitions, retention_s, tick_s)
     next_hw_checkpoint = trio.current_time() + hw_interval
@@ -93,14 +101,14 @@ async def housekeeping_loop(broker) -> None:
         await trio.sleep(tick_s)
         now = now_ms()
         if trio.current_time() >= next_hw_checkpoint:
-            broker.checkpoint_high_watermarks(force=False)
+            checkpoint_high_watermarks(force=False)
             next_hw_checkpoint = trio.current_time() + hw_interval
         for key in list(replicas.timed_flush):
-            _guarded(broker, key, lambda h: h.log.maybe_flush(now))
+            _guarded(replicas, key, lambda h: h.log.maybe_flush(now))
         for key in list(replicas.compacted):
-            _guarded(broker, key, lambda h: _compact(h, now))
+            _guarded(replicas, key, lambda h: _compact(h, now))
         for key in retention.next_slice():
-            _guarded(broker, key, lambda h: _retention(broker, h, now))
+            _guarded(replicas, key, lambda h: _retention(purgatory, h, now))
 
 
 def _compact(hosted, now: int) -> None:
@@ -110,19 +118,19 @@ def _compact(hosted, now: int) -> None:
     hosted.cleaner.clean_step(COMPACTION_BUDGET_BYTES, now)
 
 
-def _retention(broker, hosted, now: int) -> None:
+def _retention(purgatory: Purgatory, hosted, now: int) -> None:
     if hosted.log.apply_retention(now):
         # the log start moved: fetch sessions holding the partition tell their followers
-        broker.purgatory.notify((hosted.topic, hosted.partition))
+        purgatory.notify((hosted.topic, hosted.partition))
 
 
-def _guarded(broker, key, job) -> None:
-    hosted = broker.replicas.get(*key)
+def _guarded(replicas: ReplicaManager, key, job) -> None:
+    hosted = replicas.get(*key)
     if hosted is None or hosted.offline:
         return
     try:
-        broker.replicas.check_storage()
+        replicas.check_storage()
         job(hosted)
     except OSError as exc:
         log.error("housekeeping of %s-%d failed: %s", hosted.topic, hosted.partition, exc)
-        broker.replicas.storage_failed(hosted, exc)
+        replicas.storage_failed(hosted, exc)

@@ -1,19 +1,41 @@
 """A Prometheus text endpoint (`GET /metrics`) on `raftka.metrics.listener` (host:port; off when
 unset). Read-only and cheap: it renders what the broker already keeps — partition offsets and
 ISR for the partitions it leads, group state, and the consumer lag table of `group/lag.py`.
-Plain HTTP/1.0 on trio, one request per connection; anything but GET /metrics is a 404."""
+Plain HTTP/1.0 on trio, one request per connection; anything but GET /metrics is a 404.
+
+`MetricSources` names what is rendered (not the broker): the replica manager, the fetch session
+cache, the follower fetchers' statistics, the group coordinator and the client quota manager (a
+callable: the broker creates it on first use)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from typing import TYPE_CHECKING, Callable
 
 import trio
 
 from partition_server.replication.partition import Role
 
+if TYPE_CHECKING:
+    from partition_server.fetch_session import FetchSessionCache
+    from partition_server.group.coordinator import GroupCoordinator
+    from partition_server.quotas import QuotaManager
+    from partition_server.replica_manager import ReplicaManager
+    from partition_server.replication.fetcher import FetcherManager
+
 log = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES = 8192
+
+
+@dataclasses.dataclass(eq=False)
+class MetricSources:
+    replicas: ReplicaManager
+    fetch_sessions: FetchSessionCache
+    fetchers: FetcherManager
+    groups: GroupCoordinator
+    client_quotas: Callable[[], QuotaManager | None]
 
 
 def _labels(**kv) -> str:
@@ -22,7 +44,7 @@ def _labels(**kv) -> str:
     return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in kv.items()) + "}"
 
 
-def render(broker) -> str:
+def render(sources: MetricSources) -> str:
     lines = []
 
     def family(name: str, kind: str, doc: str, samples) -> None:
@@ -31,8 +53,8 @@ def render(broker) -> str:
         lines.extend(f"{name}{labels} {value}" for labels, value in samples)
 
     led = []
-    for topic, partition in sorted(broker.replicas.hosted_keys()):
-        hosted = broker.replicas.get(topic, partition)
+    for topic, partition in sorted(sources.replicas.hosted_keys()):
+        hosted = sources.replicas.get(topic, partition)
         if hosted is not None and hosted.state.role is Role.LEADER:
             led.append((topic, partition, hosted))
     family("raftka_partition_log_end_offset", "gauge", "Log end offset of partitions led here.",
@@ -42,8 +64,8 @@ def render(broker) -> str:
     family("raftka_partition_isr_size", "gauge", "In-sync replicas of partitions led here.",
            [(_labels(topic=t, partition=p), len(h.state.isr)) for t, p, h in led])
     family("raftka_fetch_sessions", "gauge", "Incremental fetch sessions (KIP-227) cached here.",
-           [("", len(broker.fetch_sessions.sessions))])
-    fetch_stats = sorted(broker.fetchers.stats.items())
+           [("", len(sources.fetch_sessions.sessions))])
+    fetch_stats = sorted(sources.fetchers.stats.items())
     family("raftka_replica_fetch_request_partitions", "gauge",
            "Partitions named (fetched or forgotten) by the last follower fetch, per leader.",
            [(_labels(leader=b), s.request_partitions) for b, s in fetch_stats])
@@ -54,7 +76,7 @@ def render(broker) -> str:
            "Follower fetches sent, per leader and kind (full or incremental, KIP-227).",
            [(_labels(leader=b, kind=k), n) for b, s in fetch_stats
             for k, n in (("full", s.full_fetches), ("incremental", s.incremental_fetches))])
-    groups = broker.groups
+    groups = sources.groups
     family("raftka_consumer_group_members", "gauge", "Members of the groups coordinated here.",
            [(_labels(group=gid, type="classic", state=g.state.value), len(g.members))
             for gid, g in sorted(groups.state.groups.items())] +
@@ -70,12 +92,12 @@ def render(broker) -> str:
     family("raftka_consumer_group_committed_offset", "gauge", "Committed offset per group and partition.",
            [(_labels(group=g, topic=t, partition=p), v.committed) for (g, t, p), v in table])
     from partition_server.handlers.client_quotas import metric_families   # client quotas
-    for name, kind, doc, samples in metric_families(broker, _labels):
+    for name, kind, doc, samples in metric_families(sources.client_quotas(), _labels):
         family(name, kind, doc, samples)
     return "\n".join(lines) + "\n"
 
 
-async def _answer(broker, stream) -> None:
+async def _answer(sources: MetricSources, stream) -> None:
     with trio.move_on_after(5):
         data = b""
         while b"\r\n\r\n" not in data and b"\n\n" not in data and len(data) < MAX_REQUEST_BYTES:
@@ -85,7 +107,7 @@ async def _answer(broker, stream) -> None:
             data += chunk
         parts = data.split(b"\r\n", 1)[0].split()
         if len(parts) >= 2 and parts[0] == b"GET" and parts[1].split(b"?")[0] == b"/metrics":
-            status, body = "200 OK", render(broker).encode()
+            status, body = "200 OK", render(sources).encode()
             ctype = "text/plain; version=0.0.4; charset=utf-8"
         else:
             status, body, ctype = "404 Not Found", b"try GET /metrics\n", "text/plain"
@@ -99,7 +121,8 @@ async def _answer(broker, stream) -> None:
         await stream.aclose()
 
 
-async def serve_metrics(broker, listener: str, task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def serve_metrics(sources: MetricSources, listener: str,
+                        task_status=trio.TASK_STATUS_IGNORED) -> None:
     host, _, port = listener.rpartition(":")
     listeners = await trio.open_tcp_listeners(int(port), host=host or "127.0.0.1")
     log.info("metrics on http://%s:%s/metrics", host or "127.0.0.1", port)
@@ -107,7 +130,7 @@ async def serve_metrics(broker, listener: str, task_status=trio.TASK_STATUS_IGNO
 
     async def handler(stream):
         try:
-            await _answer(broker, stream)
+            await _answer(sources, stream)
         except Exception:  # noqa: BLE001 - one bad scrape must not take the endpoint down
             log.exception("metrics request failed")
     await trio.serve_listeners(handler, listeners)

@@ -25,7 +25,6 @@ MODULE_EXCEPTIONS = {
 FUNCTION_EXCEPTIONS = {
     "bench/spark_stream.py::main": 149,
     "clients/cli/main.py::build_parser": 75,
-    "partition_server/group/consumer_group.py::ConsumerGroupCoordinatorState.heartbeat": 75,
     "wire/messages/runtime.py::_emit_value": 78,
 }
 

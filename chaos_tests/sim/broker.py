@@ -88,8 +88,10 @@ class SimBroker:
         self.broker_epoch = -1
         self.registered = False
         self.req = 0
-        self.fetcher = FetcherManager.__new__(FetcherManager)   # its follower logic, not its tasks
-        self.fetcher.broker = self
+        # its follower logic (_build/_process), not its tasks
+        self.fetcher = FetcherManager(broker_id=self.broker_id, config=self.config,
+                                      replicas=self.replicas, purgatory=self.purgatory,
+                                      image=lambda: self.image, security=None)
         self.assignments: dict = {}           # (topic, partition) → leader id
         self.fetch_inflight: dict = {}        # leader id → request id
         self.fetch_bodies: dict = {}          # request id → the Fetch sent (to judge its answer)

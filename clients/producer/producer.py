@@ -67,16 +67,17 @@ partition; the outcome is stored once per batch and a `DeliveryFuture` is only a
 batch keeps the records' callbacks and timestamps, never the futures, so dropped futures leave
 the garbage collector nothing to track); completion calls each record's callbacks in order.
 
-Layout: this module is the facade (configuration, lifecycle, send, flush);
-clients/producer/accumulator.py the batches, futures and accumulator (no I/O);
-clients/producer/sender.py the sender loop and the handling of answers;
-clients/producer/pipe.py the pipelined connection per node and its turnstile;
-clients/producer/transactions.py the transactional calls.
+Layout: the `Producer` is a facade (configuration, lifecycle, send, flush) over collaborators it
+builds and owns, as Kafka's KafkaProducer does, each with a narrow interface:
+`RecordAccumulator` (accumulator.py: batches, futures, memory; no I/O), `Sender` (sender.py: the
+sender loop, in-flight counts, answers, retries), `ProduceConnections` (pipe.py: the pipelined
+connection per node), `ProducerIdAndEpoch` (idempotence.py: producer id, epoch, sequences),
+`TransactionManager` (transaction_manager.py: the transaction state machine, pure) and
+`Transactions` (transactions.py: the calls to the coordinators).
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import time
 from typing import Callable
@@ -92,16 +93,17 @@ from common.security import ClientSecurity
 from clients.errors import KafkaTimeoutError, UnknownTopicError
 from clients.producer.partitioner import StickyPartitioner, partition_for_key
 from clients.producer.config import COMPRESSION, PRODUCER, idempotence
+from clients.producer.idempotence import ProducerIdAndEpoch
 from clients.producer.pipe import ProduceConnections
 from clients.producer.sender import Sender
 from clients.producer.transactions import Transactions
-from clients.producer.transaction_manager import TransactionManager
+from clients.producer.transaction_manager import State, TransactionManager, TransactionStateError
 from wire.errors import ErrorCode, KafkaError, MessageTooLargeError
 
 __all__ = ["DeliveryFuture", "Producer", "ProducerBatch", "RecordAccumulator", "RecordMetadata"]
 
 
-class Producer(Sender, Transactions):
+class Producer:
     """Kafka producer. Use as `async with Producer(bootstrap, config) as p:` (starts the sender
     task; leaving flushes and closes) or `await p.start(nursery)` / `await p.aclose()`."""
 
@@ -124,29 +126,23 @@ class Producer(Sender, Transactions):
         self._acc = RecordAccumulator(cfg["batch.size"], cfg["linger.ms"] / 1000,
                                       cfg["buffer.memory"], COMPRESSION[cfg["compression.type"]])
         self._partitioner = StickyPartitioner()
-        self._backoff_s = cfg["retry.backoff.ms"] / 1000
         self._delivery_timeout_s = cfg["delivery.timeout.ms"] / 1000
         self._max_block_s = cfg["max.block.ms"] / 1000
-        self._wakeup = trio.Event()
-        self._space = trio.Event()
-        self._idle = trio.Event()
-        self._inflight: dict[int, int] = {}             # node -> Produce requests outstanding
-        self._tp_inflight: collections.Counter = collections.Counter()   # tp -> batches out
-        self._max_inflight = cfg["max.in.flight.requests.per.connection"]
-        self._acked_next_seq: dict[TopicPartition, int] = {}
-        # our own pipelined connection per node, ordered by a turnstile (pipe.py)
-        self._connections = ProduceConnections(self.cluster, f"produce-{id(self):x}")
-        self._incomplete = 0
-        self._flushing = 0
+        self._ids = ProducerIdAndEpoch()
+        self._transactions = None if self._txn is None else Transactions(
+            self.cluster, self._txn, self._ids, cfg, flush=self.flush,
+            fail_unsent=self._fail_unsent, wake=self._wake)
+        self._sender = Sender(
+            self.cluster, self._acc, self._ids, cfg, idempotent=self.idempotent,
+            # our own pipelined connection per node, ordered by a turnstile (pipe.py)
+            connections=ProduceConnections(self.cluster, f"produce-{id(self):x}"),
+            txn=self._txn,
+            add_partitions=None if self._transactions is None else
+            self._transactions.add_partitions)
         self._closing = False
         self._closed = False
         self._nursery: trio.Nursery | None = None
         self._exit_stack: contextlib.AsyncExitStack | None = None
-        self._producer_id, self._producer_epoch = -1, -1
-        self._sequences: dict[TopicPartition, int] = {}
-        self._need_new_pid = False
-        self._adding_partitions = False
-        self._refresh_wanted = False
         self._started = False
         self._available_cache: dict[str, tuple[int, list[int] | None]] = {}
         self._max_request_size = cfg["max.request.size"]
@@ -184,10 +180,9 @@ class Producer(Sender, Transactions):
         if self._own_cluster:
             await self.cluster.start()
         if self.idempotent and self._txn is None:
-            await self._init_producer_id()      # a transactional one waits for init_transactions
+            await self._sender.init_producer_id()   # a transactional one: init_transactions
         self._nursery = nursery
-        self._sender_scope = trio.CancelScope()
-        nursery.start_soon(self._sender)
+        nursery.start_soon(self._sender.run)
         self._started = True
         return self
 
@@ -196,15 +191,14 @@ class Producer(Sender, Transactions):
         Records still unsent after that fail with KafkaTimeoutError."""
         if self._closed:
             return
-        self._closing = True
+        self._closing = self._sender.closing = True
         self._wake()
         if self._started:
             with trio.move_on_after(self._delivery_timeout_s if timeout_s is None else timeout_s):
                 await self.flush()
-            self._sender_scope.cancel()
-        for b in self._acc.all_batches():
-            self._fail_batch(b, KafkaTimeoutError("producer closed before the record was sent"))
-        self._closed = True
+            self._sender.stop()
+        self._sender.fail_unsent(KafkaTimeoutError("producer closed before the record was sent"))
+        self._closed = self._sender.closed = True
         if self._own_cluster:
             await self.cluster.aclose()
 
@@ -257,7 +251,7 @@ class Producer(Sender, Transactions):
                 deadline = trio.current_time() + self._max_block_s
             self._wake()
             with trio.move_on_at(deadline):
-                await self._space.wait()
+                await self._sender.space.wait()
             if trio.current_time() >= deadline:
                 raise KafkaTimeoutError(f"buffer.memory full for {self._max_block_s:g} s "
                                         "(max.block.ms)")
@@ -297,7 +291,7 @@ class Producer(Sender, Transactions):
                         b.timestamps.append(ts)
                         if on_delivery is not None:
                             b.n_callbacks += 1
-                        self._incomplete += 1
+                        self._sender.incomplete += 1
                         return DeliveryFuture(b, n)
         t = self.cluster.metadata.topics.get(topic)
         if t is None or not t.partitions or self._closing:
@@ -343,7 +337,7 @@ class Producer(Sender, Transactions):
             self._sticky_batch[topic] = fut._batch      # where send_nowait's fast path appends
         if self._txn is not None:
             self._txn.maybe_add_partition(tp)
-        self._incomplete += 1
+        self._sender.incomplete += 1
         if new_batch:
             self._wake()
         return fut
@@ -362,20 +356,57 @@ class Producer(Sender, Transactions):
 
     async def flush(self) -> None:
         """Wait until every record sent so far is acknowledged or failed."""
-        if self._incomplete == 0:
-            return
-        self._flushing += 1
-        try:
-            while self._incomplete:
-                self._wake()
-                if self._idle.is_set():
-                    self._idle = trio.Event()
-                await self._idle.wait()
-        finally:
-            self._flushing -= 1
+        await self._sender.flush()
 
     def _wake(self) -> None:
-        self._wakeup.set()
+        self._sender.wake()
+
+    def _fail_unsent(self, exc: Exception) -> None:
+        self._sender.fail_unsent(exc)
+
+    # -- transactions (the calls are Transactions', transactions.py) -----------------------------
+
+    def _transactional(self, what: str) -> Transactions:
+        if self._transactions is None:
+            raise TransactionStateError(f"{what}() needs a transactional producer "
+                                        "(set transactional.id)")
+        if not self._started:
+            raise TransactionStateError(f"{what}() before the producer was started")
+        return self._transactions
+
+    @property
+    def producer_id_and_epoch(self) -> tuple[int, int]:
+        """(producer id, epoch) in use; (-1, -1) before the first InitProducerId."""
+        return self._ids.producer_id, self._ids.producer_epoch
+
+    @property
+    def transaction_state(self) -> State | None:
+        return None if self._txn is None else self._txn.state
+
+    async def init_transactions(self, timeout_s: float | None = None) -> None:
+        """Get this transactional.id's producer id and epoch from its coordinator, fencing any
+        older instance (its open transaction is aborted by the coordinator first)."""
+        await self._transactional("init_transactions").init_transactions(timeout_s)
+
+    async def begin_transaction(self) -> None:
+        await self._transactional("begin_transaction").begin_transaction()
+
+    async def send_offsets_to_transaction(self, offsets, group_metadata_or_group_id,
+                                          timeout_s: float | None = None) -> None:
+        """Commit consumed offsets as part of the transaction (consume-transform-produce);
+        the accepted shapes are Transactions.send_offsets_to_transaction's."""
+        await self._transactional("send_offsets_to_transaction").send_offsets_to_transaction(
+            offsets, group_metadata_or_group_id, timeout_s)
+
+    async def commit_transaction(self, timeout_s: float | None = None) -> None:
+        """Flush every record of the transaction, then commit it (EndTxn). Raises if any record
+        failed: the transaction must then be aborted. After a timeout, calling it again resumes."""
+        await self._transactional("commit_transaction").commit_transaction(timeout_s)
+
+    async def abort_transaction(self, timeout_s: float | None = None) -> None:
+        """Abort: records not sent yet fail with TransactionAbortedError, those in flight are
+        awaited, then EndTxn(abort). Also the way out of an abortable error."""
+        await self._transactional("abort_transaction").abort_transaction(timeout_s)
 
 
 def _as_bytes(key, value, headers):

@@ -1,22 +1,36 @@
 """The producer's sender: ready batches -> Produce requests per node, answers -> outcomes.
 
-A mixin of `Producer` (producer.py, whose docstring describes the whole): its state
-(accumulator, in-flight counts, sequences, transaction manager) is set up by
-`Producer.__init__`. The sender loop drains ready batches into at most one request per node at
-a time, up to max.in.flight.requests.per.connection outstanding on the node's `ProducePipe`
-(the connections, turnstiles and failure counts per node are a collaborator,
-`pipe.ProduceConnections`); each request's task settles its batches: complete, retry in order,
-split, or fail.
+Kafka's `Sender`: a collaborator of `Producer` (producer.py, whose docstring describes the
+whole) that owns the sending half and nothing else. What it is given, and why:
+
+    cluster        metadata (leaders) and InitProducerId for an idempotent producer
+    accumulator    the batches to drain, re-enqueue, expire and release (RecordAccumulator)
+    ids            producer id, epoch and sequences (ProducerIdAndEpoch, shared with the
+                   transactional calls, which change the id and epoch)
+    txn            the transaction state machine (pure), or None: gates what may be sent
+    add_partitions the transactional call that adds new partitions (AddPartitionsToTxn)
+    connections    a pipelined connection per node (pipe.ProduceConnections)
+
+What it owns: the sender loop, the in-flight counts per node and partition, the records not yet
+completed (`incomplete`) and the events the producer's `send` (buffer space) and `flush` (idle)
+wait on. The loop drains ready batches into at most one request per node at a time, up to
+max.in.flight.requests.per.connection outstanding on the node's `ProducePipe`; each request's
+task settles its batches: complete, retry in order, split, or fail.
 """
 
 from __future__ import annotations
 
+import collections
+from typing import Awaitable, Callable
+
 import trio
 
-from clients.producer.accumulator import NO_SEQUENCE, ProducerBatch
-from clients.cluster import TopicPartition
+from clients.cluster import Cluster, TopicPartition
 from clients.errors import KafkaTimeoutError, Retry, classify, error
-from clients.producer.pipe import NotSent
+from clients.producer.accumulator import NO_SEQUENCE, ProducerBatch, RecordAccumulator
+from clients.producer.idempotence import ProducerIdAndEpoch
+from clients.producer.pipe import NotSent, ProduceConnections
+from clients.producer.transaction_manager import State, TransactionAbortedError, TransactionManager
 from wire.errors import ErrorCode, KafkaError
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
@@ -27,13 +41,71 @@ INIT_PRODUCER_ID = REQUESTS[ApiKey.INIT_PRODUCER_ID]
 
 
 class Sender:
-    """Producer's sender half (mixin; the state is Producer's)."""
+    """The producer's sending half (see the module docstring for what it is given)."""
 
-    async def _sender(self) -> None:
-        with self._sender_scope:
+    def __init__(self, cluster: Cluster, accumulator: RecordAccumulator,
+                 ids: ProducerIdAndEpoch, config, *, idempotent: bool,
+                 connections: ProduceConnections, txn: TransactionManager | None = None,
+                 add_partitions: Callable[[list[TopicPartition]], Awaitable[None]] | None = None):
+        self.cluster = cluster
+        self._acc = accumulator
+        self.ids = ids
+        self.config = config
+        self.idempotent = idempotent
+        self.acks = config["acks"]
+        self._connections = connections
+        self._txn = txn
+        self._add_partitions_to_txn = add_partitions
+        self._backoff_s = config["retry.backoff.ms"] / 1000
+        self._delivery_timeout_s = config["delivery.timeout.ms"] / 1000
+        self._max_block_s = config["max.block.ms"] / 1000
+        self._max_inflight = config["max.in.flight.requests.per.connection"]
+        self._inflight: dict[int, int] = {}             # node -> Produce requests outstanding
+        self._tp_inflight: collections.Counter = collections.Counter()   # tp -> batches out
+        self.incomplete = 0         # records appended and not yet completed or failed
+        self._flushing = 0          # flush() calls waiting: every batch is ready at once
+        self.closing = False        # close pending: likewise, and nothing new will come
+        self.closed = False         # no more retries
+        self._wakeup = trio.Event()
+        self.space = trio.Event()   # set (and replaced) whenever buffer memory is released
+        self._idle = trio.Event()
+        self._adding_partitions = False
+        self._refresh_wanted = False
+        self._scope = trio.CancelScope()
+
+    # -- what the producer calls -----------------------------------------------------------------
+
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        """The sender task: runs until `stop`."""
+        with self._scope:
             async with trio.open_nursery() as nursery:
                 self._connections.nursery = nursery
                 await self._sender_loop(nursery)
+
+    def stop(self) -> None:
+        self._scope.cancel()
+
+    async def flush(self) -> None:
+        """Wait until every record appended so far is acknowledged or failed."""
+        if self.incomplete == 0:
+            return
+        self._flushing += 1
+        try:
+            while self.incomplete:
+                self.wake()
+                if self._idle.is_set():
+                    self._idle = trio.Event()
+                await self._idle.wait()
+        finally:
+            self._flushing -= 1
+
+    def fail_unsent(self, exc: Exception) -> None:
+        """Fail every batch still in the accumulator (not in flight)."""
+        for b in self._acc.all_batches():
+            self._fail_batch(b, exc)
 
     async def _sender_loop(self, nursery: trio.Nursery) -> None:
         refresh_after = 0.0
@@ -44,14 +116,14 @@ class Sender:
                 self._fail_batch(b, KafkaTimeoutError(
                     f"{b.tp.topic}-{b.tp.partition}: not delivered within "
                     f"delivery.timeout.ms{last}"))
-            if self._need_new_pid and not self._inflight:
+            if self.ids.need_new_producer_id and not self._inflight:
                 try:
-                    await self._init_producer_id()
+                    await self.init_producer_id()
                 except KafkaError:
                     pass        # retried on the next pass; batches wait meanwhile
             md = self.cluster.metadata
             ready, next_check, unknown = self._acc.ready(
-                now, md.leader_for, self._flushing > 0 or self._closing)
+                now, md.leader_for, self._flushing > 0 or self.closing)
             if (unknown or self._refresh_wanted or self.cluster.metadata_stale()) \
                     and now >= refresh_after:
                 self._refresh_wanted = False
@@ -59,11 +131,11 @@ class Sender:
                 nursery.start_soon(self._refresh)
             if unknown:
                 next_check = min(next_check, now + self._backoff_s)
-            if self._need_new_pid:
+            if self.ids.need_new_producer_id:
                 ready = {}      # nothing new is sealed under the old producer id
             txn = self._txn
             if txn is not None:
-                ready = self._txn_filter_ready(txn, ready, nursery)
+                ready = self._transactional_gate(txn, ready, nursery)
             sent = False
             for node, tps in ready.items():
                 if self._inflight.get(node, 0) >= self._max_inflight:
@@ -91,7 +163,7 @@ class Sender:
                     sent = True
             if sent and self._max_inflight > 1:
                 next_check = now        # look again at once: the pipeline may take more
-            if self._incomplete == 0:
+            if self.incomplete == 0:
                 self._idle.set()
             self._wakeup = trio.Event()
             with trio.move_on_after(max(0.0, min(next_check - now, 1.0))):
@@ -102,10 +174,12 @@ class Sender:
             await self.cluster.refresh_metadata(force=True)
         except KafkaError:
             pass            # the next loop retries after backoff
-        self._wake()
+        self.wake()
 
-    async def _init_producer_id(self) -> None:
-        ip = REQUESTS[ApiKey.INIT_PRODUCER_ID]
+    async def init_producer_id(self) -> None:
+        """InitProducerId without a transactional.id (an idempotent producer), retried until
+        max.block.ms on retriable errors."""
+        ip = INIT_PRODUCER_ID
         deadline = trio.current_time() + self._max_block_s
         while True:
             try:
@@ -113,10 +187,7 @@ class Sender:
                                                       transaction_timeout_ms=60000))
                 code = resp.error_code
                 if code == 0:
-                    self._producer_id, self._producer_epoch = resp.producer_id, resp.producer_epoch
-                    self._sequences.clear()
-                    self._acked_next_seq.clear()
-                    self._need_new_pid = False
+                    self.ids.reset(resp.producer_id, resp.producer_epoch)
                     return
                 err: Exception = KafkaError.from_code(code)
                 if classify(code) is Retry.NO:
@@ -130,18 +201,16 @@ class Sender:
             await trio.sleep(self._backoff_s)
 
     def _seal(self, b: ProducerBatch) -> bytes:
+        ids = self.ids
         if b.data is not None:
-            if self.idempotent and (b.producer_id, b.producer_epoch) != (
-                    self._producer_id, self._producer_epoch):
+            if self.idempotent and not ids.is_current(b.producer_id, b.producer_epoch):
                 # sealed under a producer id we have since replaced: new id, new sequence
-                seq = self._sequences.get(b.tp, 0)
-                self._sequences[b.tp] = (seq + b.record_count) & 0x7FFFFFFF
-                return b.restamp(self._producer_id, self._producer_epoch, seq)
+                seq = ids.take_sequence(b.tp, b.record_count)
+                return b.restamp(ids.producer_id, ids.producer_epoch, seq)
             return b.data
         if self.idempotent:
-            seq = self._sequences.get(b.tp, 0)
-            self._sequences[b.tp] = (seq + b.record_count) & 0x7FFFFFFF
-            return b.seal(self._producer_id, self._producer_epoch, seq, self._txn is not None)
+            seq = ids.take_sequence(b.tp, b.record_count)
+            return b.seal(ids.producer_id, ids.producer_epoch, seq, self._txn is not None)
         return b.seal(-1, -1, NO_SEQUENCE)
 
     def _build_produce(self, batches: list[ProducerBatch]):
@@ -218,7 +287,7 @@ class Sender:
                     self._tp_inflight[b.tp] = n
                 else:
                     del self._tp_inflight[b.tp]
-            self._wake()
+            self.wake()
 
     def _predecessor_unacked(self, b: ProducerBatch) -> bool:
         """OUT_OF_ORDER_SEQUENCE_NUMBER for `b` is only a symptom when the batch before it was
@@ -226,9 +295,8 @@ class Sender:
         when `b` directly follows the last acknowledged batch it is a real error."""
         if not self.idempotent or b.base_sequence < 0:
             return False
-        if (b.producer_id, b.producer_epoch) != (self._producer_id, self._producer_epoch):
-            return True
-        return self._acked_next_seq.get(b.tp, 0) != b.base_sequence
+        return self.ids.predecessor_unacked(b.tp, b.producer_id, b.producer_epoch,
+                                            b.base_sequence)
 
     def _split(self, b: ProducerBatch) -> None:
         """The broker refused the batch as too large (max.message.bytes) and it holds more than
@@ -277,7 +345,7 @@ class Sender:
         action = Retry.RETRY if force else classify(exc)
         now = trio.current_time()
         if action is not Retry.NO and b.attempts < self.config["retries"] and \
-                now - b.created < self._delivery_timeout_s and not self._closed:
+                now - b.created < self._delivery_timeout_s and not self.closed:
             b.attempts += 1
             b.last_error = exc
             b.retry_at = now + self._backoff_s * min(2 ** (b.attempts - 1), 10)
@@ -288,22 +356,21 @@ class Sender:
         self._fail_batch(b, exc)
 
     def _complete_batch(self, b: ProducerBatch, base_offset: int, log_append_time: int) -> None:
-        if b.producer_id == self._producer_id and b.producer_epoch == self._producer_epoch and \
-                b.base_sequence >= 0:
-            self._acked_next_seq[b.tp] = (b.base_sequence + b.record_count) & 0x7FFFFFFF
+        self.ids.acknowledged(b.tp, b.producer_id, b.producer_epoch, b.base_sequence,
+                              b.record_count)
         self._acc.release(b)
-        self._space.set()
-        self._space = trio.Event()
+        self.space.set()
+        self.space = trio.Event()
         # like Kafka: the broker's log-append time when the topic uses it, else the record's own
         b.complete(base_offset, log_append_time)
-        self._incomplete -= b.record_count
-        if self._incomplete == 0:
+        self.incomplete -= b.record_count
+        if self.incomplete == 0:
             self._idle.set()
 
     def _fail_batch(self, b: ProducerBatch, exc: Exception) -> None:
         self._acc.release(b)
-        self._space.set()
-        self._space = trio.Event()
+        self.space.set()
+        self.space = trio.Event()
         if self._txn is not None:
             # the transaction can no longer commit; after its abort the epoch is bumped if this
             # batch took a sequence number (the broker would see a gap otherwise)
@@ -312,9 +379,41 @@ class Sender:
                 self._txn.needs_epoch_bump = True
         elif self.idempotent and b.data is not None:
             # a sequence gap would follow this batch: start over with a new producer id
-            self._need_new_pid = True
+            self.ids.need_new_producer_id = True
         b.sealed = True         # out of the accumulator: the send fast path must not append
         b.complete(-1, -1, exc)
-        self._incomplete -= b.record_count
-        if self._incomplete == 0:
+        self.incomplete -= b.record_count
+        if self.incomplete == 0:
             self._idle.set()
+
+    # -- transactions ----------------------------------------------------------------------------
+
+    def _transactional_gate(self, txn: TransactionManager, ready: dict, nursery) -> dict:
+        """Nothing is sent in an abortable/fatal/aborting state (unsent records fail at once,
+        so flush never hangs); new partitions are added to the transaction in one
+        AddPartitionsToTxn per drain before their first batch goes."""
+        if txn.state in (State.ABORTABLE_ERROR, State.FATAL_ERROR, State.ABORTING):
+            if not self._acc.empty():
+                cause = txn.last_error
+                self.fail_unsent(cause if txn.state is State.FATAL_ERROR else
+                                 TransactionAbortedError(f"transaction cannot commit: {cause}"
+                                                         if cause else "transaction aborted"))
+            return {}
+        if txn.pending and not self._adding_partitions:
+            tps = txn.take_pending()
+            if tps:
+                self._adding_partitions = True
+                nursery.start_soon(self._add_partitions, tps)
+        out = {}
+        for node, tps in ready.items():
+            ok = [tp for tp in tps if txn.is_added(tp)]
+            if ok:
+                out[node] = ok
+        return out
+
+    async def _add_partitions(self, tps: list[TopicPartition]) -> None:
+        try:
+            await self._add_partitions_to_txn(tps)
+        finally:
+            self._adding_partitions = False
+            self.wake()

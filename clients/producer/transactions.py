@@ -1,17 +1,26 @@
-"""The producer's transactional API (KIP-98, with KIP-890 part 2's EndTxn v5).
+"""The producer's transactional calls (KIP-98, with KIP-890 part 2's EndTxn v5).
 
-A mixin of `Producer` (producer.py): the transaction state machine is
-transaction_manager.py; this holds the calls to the transaction and group coordinators
-(InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn) and the sender's
-transactional gate.
+`Transactions` is a collaborator of `Producer` (producer.py), which delegates its public
+transactional methods here: the calls to the transaction and group coordinators
+(InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn). The state
+machine they drive is transaction_manager.py (pure); the sender's gate (nothing sent in an
+error state, new partitions added first) is in sender.py and calls `add_partitions`.
+
+What it is given: the cluster (to find coordinators), the state machine, the producer id and
+epoch (it sets them: InitProducerId, EndTxn v5), the config's timeouts, and three calls into
+the sending half: `flush` (wait for what was sent), `fail_unsent` (abort: what was not sent
+fails at once) and `wake` (a state change the sender loop must see).
 """
 
 from __future__ import annotations
 
+from typing import Awaitable, Callable
+
 import trio
 
-from clients.cluster import COORDINATOR_GROUP, COORDINATOR_TRANSACTION, TopicPartition
+from clients.cluster import COORDINATOR_GROUP, COORDINATOR_TRANSACTION, Cluster, TopicPartition
 from clients.errors import KafkaConnectionError, KafkaTimeoutError, Retry, classify, error
+from clients.producer.idempotence import ProducerIdAndEpoch
 from clients.producer.transaction_manager import (State, TransactionAbortedError,
                                                   TransactionManager, TransactionStateError,
                                                   is_fatal)
@@ -27,29 +36,25 @@ TXN_OFFSET_COMMIT = REQUESTS[ApiKey.TXN_OFFSET_COMMIT]
 
 
 class Transactions:
-    """Producer's transactional calls (mixin; the state is Producer's)."""
+    """The transactional calls of one producer (see the module docstring)."""
 
-    def _require_txn(self, what: str) -> TransactionManager:
-        if self._txn is None:
-            raise TransactionStateError(f"{what}() needs a transactional producer "
-                                        "(set transactional.id)")
-        if not self._started:
-            raise TransactionStateError(f"{what}() before the producer was started")
-        return self._txn
-
-    @property
-    def producer_id_and_epoch(self) -> tuple[int, int]:
-        """(producer id, epoch) in use; (-1, -1) before the first InitProducerId."""
-        return self._producer_id, self._producer_epoch
-
-    @property
-    def transaction_state(self) -> State | None:
-        return None if self._txn is None else self._txn.state
+    def __init__(self, cluster: Cluster, txn: TransactionManager, ids: ProducerIdAndEpoch,
+                 config, *, flush: Callable[[], Awaitable[None]],
+                 fail_unsent: Callable[[Exception], None], wake: Callable[[], None]):
+        self.cluster = cluster
+        self._txn = txn
+        self.ids = ids
+        self._flush = flush
+        self._fail_unsent = fail_unsent
+        self._wake = wake
+        self._backoff_s = config["retry.backoff.ms"] / 1000
+        self._max_block_s = config["max.block.ms"] / 1000
+        self._delivery_timeout_s = config["delivery.timeout.ms"] / 1000
 
     async def init_transactions(self, timeout_s: float | None = None) -> None:
         """Get this transactional.id's producer id and epoch from its coordinator, fencing any
         older instance (its open transaction is aborted by the coordinator first)."""
-        txn = self._require_txn("init_transactions")
+        txn = self._txn
         txn.start_init()
         try:
             await self._txn_init_pid(bump=False, timeout_s=timeout_s)
@@ -62,7 +67,7 @@ class Transactions:
         txn.init_done()
 
     async def begin_transaction(self) -> None:
-        self._require_txn("begin_transaction").begin()
+        self._txn.begin()
 
     async def send_offsets_to_transaction(self, offsets, group_metadata_or_group_id,
                                           timeout_s: float | None = None) -> None:
@@ -71,7 +76,7 @@ class Transactions:
         (offset, metadata))}, or an iterable of objects with topic/partition/offset (such as
         confluent-kafka's TopicPartition). `group_metadata_or_group_id`: the group id, or a
         consumer's group metadata (group_id, generation_id, member_id, group_instance_id)."""
-        txn = self._require_txn("send_offsets_to_transaction")
+        txn = self._txn
         txn.check_can_add_offsets()
         group = group_metadata_or_group_id
         if isinstance(group, str):
@@ -95,8 +100,8 @@ class Transactions:
         tid = txn.transactional_id
         try:
             await self._coordinator_call(
-                lambda: ADD_OFFSETS_TO_TXN(transactional_id=tid, producer_id=self._producer_id,
-                                           producer_epoch=self._producer_epoch,
+                lambda: ADD_OFFSETS_TO_TXN(transactional_id=tid, producer_id=self.ids.producer_id,
+                                           producer_epoch=self.ids.producer_epoch,
                                            group_id=group_id),
                 lambda r: r.error_code, "AddOffsetsToTxn", timeout_s=timeout_s)
             txn.offsets_added = True
@@ -109,8 +114,8 @@ class Transactions:
                 return 0
             await self._coordinator_call(
                 lambda: TXN_OFFSET_COMMIT(
-                    transactional_id=tid, group_id=group_id, producer_id=self._producer_id,
-                    producer_epoch=self._producer_epoch, generation_id=generation,
+                    transactional_id=tid, group_id=group_id, producer_id=self.ids.producer_id,
+                    producer_epoch=self.ids.producer_epoch, generation_id=generation,
                     member_id=member, group_instance_id=instance,
                     topics=[TXN_OFFSET_COMMIT.TxnOffsetCommitRequestTopic(name=t, partitions=ps)
                             for t, ps in by_topic.items()]),
@@ -123,7 +128,7 @@ class Transactions:
     async def commit_transaction(self, timeout_s: float | None = None) -> None:
         """Flush every record of the transaction, then commit it (EndTxn). Raises if any record
         failed: the transaction must then be aborted. After a timeout, calling it again resumes."""
-        txn = self._require_txn("commit_transaction")
+        txn = self._txn
         if txn.state is not State.COMMITTING:
             txn.begin_commit()
         self._wake()
@@ -140,7 +145,7 @@ class Transactions:
     async def abort_transaction(self, timeout_s: float | None = None) -> None:
         """Abort: records not sent yet fail with TransactionAbortedError, those in flight are
         awaited, then EndTxn(abort). Also the way out of an abortable error."""
-        txn = self._require_txn("abort_transaction")
+        txn = self._txn
         txn.begin_abort()
         self._wake()
         self._fail_unsent(TransactionAbortedError("transaction aborted before the record was "
@@ -168,7 +173,7 @@ class Transactions:
     async def _flush_within(self, timeout_s: float | None, what: str) -> None:
         limit = self._max_block_s if timeout_s is None else timeout_s
         with trio.move_on_after(limit):
-            await self.flush()
+            await self._flush()
             return
         raise KafkaTimeoutError(f"{what}: records still unacknowledged after {limit:g} s; "
                                 "call it again to keep waiting")
@@ -186,16 +191,14 @@ class Transactions:
         try:
             resp = await self._coordinator_call(
                 lambda: END_TXN(transactional_id=txn.transactional_id,
-                                producer_id=self._producer_id,
-                                producer_epoch=self._producer_epoch, committed=commit),
+                                producer_id=self.ids.producer_id,
+                                producer_epoch=self.ids.producer_epoch, committed=commit),
                 lambda r: r.error_code, "EndTxn", max_version=5, timeout_s=timeout_s)
             if resp.producer_id >= 0 and resp.producer_epoch >= 0:
                 # EndTxn v5 (KIP-890 part 2): the coordinator bumped the epoch with this
                 # transaction (a new id at epoch overflow); our next transaction uses it, from
                 # sequence 0, and a late retry of this one's batches is fenced
-                self._producer_id, self._producer_epoch = resp.producer_id, resp.producer_epoch
-                self._sequences.clear()
-                self._acked_next_seq.clear()
+                self.ids.reset(resp.producer_id, resp.producer_epoch)
                 return True
             return False
         except KafkaError as exc:
@@ -210,12 +213,10 @@ class Transactions:
         resp = await self._coordinator_call(
             lambda: INIT_PRODUCER_ID(transactional_id=txn.transactional_id,
                                      transaction_timeout_ms=txn.transaction_timeout_ms,
-                                     producer_id=self._producer_id if bump else -1,
-                                     producer_epoch=self._producer_epoch if bump else -1),
+                                     producer_id=self.ids.producer_id if bump else -1,
+                                     producer_epoch=self.ids.producer_epoch if bump else -1),
             lambda r: r.error_code, "InitProducerId", timeout_s=timeout_s)
-        self._producer_id, self._producer_epoch = resp.producer_id, resp.producer_epoch
-        self._sequences.clear()
-        self._acked_next_seq.clear()
+        self.ids.reset(resp.producer_id, resp.producer_epoch)
 
     async def _coordinator_call(self, make, code_of, what: str, *,
                                 key_type: int = COORDINATOR_TRANSACTION, key: str | None = None,
@@ -253,35 +254,9 @@ class Transactions:
                 else self._backoff_s
             await trio.sleep(min(pause, max(0.0, deadline - now)))
 
-    def _fail_unsent(self, exc: Exception) -> None:
-        """Fail every batch still in the accumulator (not in flight)."""
-        for b in self._acc.all_batches():
-            self._fail_batch(b, exc)
-
-    def _txn_filter_ready(self, txn: TransactionManager, ready: dict, nursery) -> dict:
-        """The sender's transactional gate: nothing is sent in an abortable/fatal/aborting
-        state (unsent records fail at once, so flush never hangs); new partitions are added to
-        the transaction in one AddPartitionsToTxn per drain before their first batch goes."""
-        if txn.state in (State.ABORTABLE_ERROR, State.FATAL_ERROR, State.ABORTING):
-            if not self._acc.empty():
-                cause = txn.last_error
-                self._fail_unsent(cause if txn.state is State.FATAL_ERROR else
-                                  TransactionAbortedError(f"transaction cannot commit: {cause}"
-                                                          if cause else "transaction aborted"))
-            return {}
-        if txn.pending and not self._adding_partitions:
-            tps = txn.take_pending()
-            if tps:
-                self._adding_partitions = True
-                nursery.start_soon(self._add_partitions, tps)
-        out = {}
-        for node, tps in ready.items():
-            ok = [tp for tp in tps if txn.is_added(tp)]
-            if ok:
-                out[node] = ok
-        return out
-
-    async def _add_partitions(self, tps: list[TopicPartition]) -> None:
+    async def add_partitions(self, tps: list[TopicPartition]) -> None:
+        """AddPartitionsToTxn for the partitions the sender found pending (one request per
+        drain); a failure makes the transaction abortable (or fatal)."""
         txn = self._txn
         by_topic: dict[str, list[int]] = {}
         for tp in tps:
@@ -300,8 +275,8 @@ class Transactions:
             await self._coordinator_call(
                 lambda: ADD_PARTITIONS_TO_TXN(
                     v3_and_below_transactional_id=txn.transactional_id,
-                    v3_and_below_producer_id=self._producer_id,
-                    v3_and_below_producer_epoch=self._producer_epoch,
+                    v3_and_below_producer_id=self.ids.producer_id,
+                    v3_and_below_producer_epoch=self.ids.producer_epoch,
                     v3_and_below_topics=[ADD_PARTITIONS_TO_TXN.AddPartitionsToTxnTopic(
                         name=t, partitions=ps) for t, ps in by_topic.items()]),
                 first_error, "AddPartitionsToTxn", max_version=3,
@@ -312,9 +287,6 @@ class Transactions:
             self._txn_failed(exc)
         else:
             txn.partitions_added(tps)
-        finally:
-            self._adding_partitions = False
-            self._wake()
 
 
 def offset_entries(offsets):

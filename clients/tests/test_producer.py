@@ -289,7 +289,7 @@ async def test_live_failed_batch_then_new_producer_id(live):
     async with Producer(live.bootstrap, {"linger.ms": 0}) as p:
         await _create(p, topic, 1, configs=[("max.message.bytes", "2000")])
         first = await (await p.send(topic, b"small-1", partition=0))
-        pid = p._producer_id
+        pid = p._ids.producer_id
         big = await p.send(topic, b"x" * 5000, partition=0)
         with pytest.raises(KE) as info:
             await big
@@ -299,4 +299,4 @@ async def test_live_failed_batch_then_new_producer_id(live):
         assert [f.exception() for f in later] == [None] * 4
         assert [f.result().offset for f in later] == list(range(first.offset + 1,
                                                                  first.offset + 5))
-        assert p._producer_id != pid
+        assert p._ids.producer_id != pid

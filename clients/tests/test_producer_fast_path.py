@@ -56,7 +56,7 @@ async def test_fast_path_writes_what_the_general_encoder_writes():
             want.append((None, v, [], ts))
         assert fut is not None and fut.partition == 0 and fut.timestamp == ts
     (batch,) = _batches(p)
-    data = p._seal(batch)
+    data = p._sender._seal(batch)
     assert data == build_batch(want)
     d = decode_batch(data)
     assert [(r.key, r.value, r.headers, r.timestamp) for r in d.records] == want
@@ -77,10 +77,10 @@ async def test_fast_path_keeps_batch_size_sticks_and_orders_callbacks():
     assert not futs[0].done()
     for n, b in enumerate(sorted(batches, key=lambda b: b.order)):
         p._acc.drain([b.tp], 1 << 20)
-        p._seal(b)
-        p._complete_batch(b, 1000 * n, -1)
+        p._sender._seal(b)
+        p._sender._complete_batch(b, 1000 * n, -1)
     assert [i for i, _, _ in seen] == list(range(100))
-    assert p._incomplete == 0
+    assert p._sender.incomplete == 0
     for i, f in enumerate(futs):
         m = f.result()
         assert (m.partition, m.offset) == seen[i][1:]
@@ -93,19 +93,19 @@ async def test_no_append_to_a_sent_or_failed_batch():
     first = p.send_nowait("t", b"a")
     (b1,) = _batches(p)
     p._acc.drain([b1.tp], 1 << 20)
-    p._seal(b1)                               # sent: the next record starts a new batch
+    p._sender._seal(b1)                               # sent: the next record starts a new batch
     second = p.send_nowait("t", b"b")
     assert second._batch is not b1 and first._batch is b1 and b1.record_count == 1
     failed = []
     second.add_callback(lambda m, e: failed.append(e))
     for b in p._acc.all_batches():
-        p._fail_batch(b, KafkaError("gone"))
+        p._sender._fail_batch(b, KafkaError("gone"))
     assert isinstance(failed[0], KafkaError) and second.done()
     with pytest.raises(KafkaError):
         second.result()
     third = p.send_nowait("t", b"c")
     assert third._batch is not second._batch and not third.done()
-    assert decode_batch(p._seal(third._batch)).records[0].value == b"c"
+    assert decode_batch(p._sender._seal(third._batch)).records[0].value == b"c"
 
 
 async def test_late_callbacks_and_several_per_record():
@@ -117,8 +117,8 @@ async def test_late_callbacks_and_several_per_record():
     futs[2].add_callback(lambda m, e: order.append(("c", m.offset)))
     b = futs[0]._batch
     p._acc.drain([b.tp], 1 << 20)
-    p._seal(b)
-    p._complete_batch(b, 10, 555)
+    p._sender._seal(b)
+    p._sender._complete_batch(b, 10, 555)
     # record order first, then each record's own callbacks in the order they were added
     assert order == [("b", 10), ("a", 12), ("c", 12)]
     assert futs[3].result() == (("t", 0, 13, 555))          # log-append time from the broker
@@ -132,7 +132,7 @@ async def test_value_sizes_around_the_fast_path_limit(size):
     p = _producer(partitions=1, **{"batch.size": 1 << 15})
     p.send_nowait("t", b"a")
     fut = p.send_nowait("t", b"z" * size)
-    recs = [r for b in _batches(p) for r in decode_batch(p._seal(b)).records]
+    recs = [r for b in _batches(p) for r in decode_batch(p._sender._seal(b)).records]
     assert [r.value for r in recs] == [b"a", b"z" * size] and fut.partition == 0
     assert len(_batches(p)) == 1      # the long way appends to the same open batch
 
@@ -169,16 +169,16 @@ async def test_batch_holds_no_future_and_waiters_follow_a_split():
             nursery.start_soon(wait, f)
         await trio.testing.wait_all_tasks_blocked()
         p._acc.drain([b.tp], 1 << 20)
-        p._seal(b)
-        p._split(b)                              # as after MESSAGE_TOO_LARGE
+        p._sender._seal(b)
+        p._sender._split(b)                              # as after MESSAGE_TOO_LARGE
         await trio.testing.wait_all_tasks_blocked()
         assert got == [] and not futs[3].done()
         first, second = p._acc.batches[b.tp]
-        p._complete_batch(second, 70, -1)
+        p._sender._complete_batch(second, 70, -1)
         await trio.testing.wait_all_tasks_blocked()
         assert got == [71] and not futs[0].done()
-        p._complete_batch(first, 50, -1)
-    assert sorted(got) == [50, 71] and p._incomplete == 0
+        p._sender._complete_batch(first, 50, -1)
+    assert sorted(got) == [50, 71] and p._sender.incomplete == 0
 
 
 async def test_async_send_takes_the_fast_path_and_still_waits_or_raises():
@@ -191,6 +191,6 @@ async def test_async_send_takes_the_fast_path_and_still_waits_or_raises():
         await p.send("t", b"x" * 700)
     b = first._batch
     p._acc.drain([b.tp], 1 << 20)
-    p._seal(b)
-    p._complete_batch(b, 40, -1)
+    p._sender._seal(b)
+    p._sender._complete_batch(b, 40, -1)
     assert seen == [41] and [r.value for r in decode_batch(b.data).records] == [b"a", b"b"]

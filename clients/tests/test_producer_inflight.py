@@ -58,7 +58,7 @@ def test_split_keeps_place_sequences_and_futures():
     b.seal(42, 3, 100)
     later = ProducerBatch(TP, 0, 0.0, 100, (8,))
     p._acc.batches[TP] = collections.deque([later])
-    p._split(b)
+    p._sender._split(b)
     first, second, third = p._acc.batches[TP]
     assert (first.order, second.order, third) == ((7, 0), (7, 1), later)
     d1, d2 = decode_batch(first.data), decode_batch(second.data)
@@ -147,7 +147,7 @@ async def test_inflight_idempotent_order_across_leader_restart(live):
     concurrent, peak = collections.Counter(), [0]
     async with Producer(live.bootstrap, cfg) as p:
         assert p.idempotent
-        real_call = p._produce_call
+        real_call = p._sender._produce_call
 
         async def counting_call(node, req, expect_response=True, ticket=None, failures=None):
             concurrent[node] += 1
@@ -156,16 +156,16 @@ async def test_inflight_idempotent_order_across_leader_restart(live):
                 return await real_call(node, req, expect_response, ticket, failures)
             finally:
                 concurrent[node] -= 1
-        p._produce_call = counting_call
+        p._sender._produce_call = counting_call
         await p.cluster.wait_for_topic(topic)
         victim = p.cluster.leader_for(topic, 0)
-        real_retry = p._retry_or_fail
+        real_retry = p._sender._retry_or_fail
         retried = collections.Counter()
 
         def counting_retry(b, exc, force=False):
             retried[type(exc).__name__] += 1
             return real_retry(b, exc, force)
-        p._retry_or_fail = counting_retry
+        p._sender._retry_or_fail = counting_retry
         futs = []
         restarted = trio.Event()
 
@@ -251,50 +251,50 @@ def _three_batches(p):
     for i in range(3):
         fut, _ = p._acc.append(TP, None, bytes([65 + i]) * 90, None, 1, now=trio.current_time())
         futs.append(fut)
-    p._incomplete = 3
+    p._sender.incomplete = 3
     batches = [p._acc.drain([TP], 1 << 20)[0] for _ in range(3)]
-    p._inflight[0] = 3
-    p._tp_inflight[TP] = 3
+    p._sender._inflight[0] = 3
+    p._sender._tp_inflight[TP] = 3
     return futs, batches
 
 
 async def test_out_of_order_behind_a_retried_batch_is_retried_in_order():
     p = Producer("127.0.0.1:1", {"batch.size": 100, "retry.backoff.ms": 1})
-    p._producer_id, p._producer_epoch = 5, 0
+    p._ids.producer_id, p._ids.producer_epoch = 5, 0
     futs, batches = _three_batches(p)
     # the first batch hits a leader change; the two behind it find a sequence gap
-    p._produce_call = _fake_answers([ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    p._sender._produce_call = _fake_answers([ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                      ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                                      ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER])
     for b in batches:
-        await p._send_to(0, [b])
+        await p._sender._send_to(0, [b])
     assert not any(f.done() for f in futs)
     assert list(p._acc.batches[TP]) == batches                 # back in sequence order
     assert [b.base_sequence for b in batches] == [0, 1, 2]     # same bytes, same sequences
-    assert not p._inflight and not p._tp_inflight
+    assert not p._sender._inflight and not p._sender._tp_inflight
     # resent in order, all acknowledged
-    p._produce_call = _fake_answers([0, 0, 0])
+    p._sender._produce_call = _fake_answers([0, 0, 0])
     for _ in range(3):
-        await p._send_to(0, p._acc.drain([TP], 1 << 20))
+        await p._sender._send_to(0, p._acc.drain([TP], 1 << 20))
     assert [f.result().offset for f in futs] == [0, 10, 20]
-    assert not p._need_new_pid
+    assert not p._ids.need_new_producer_id
 
 
 async def test_out_of_order_right_after_an_acked_batch_is_an_error():
     p = Producer("127.0.0.1:1", {"batch.size": 100, "retry.backoff.ms": 1})
-    p._producer_id, p._producer_epoch = 5, 0
+    p._ids.producer_id, p._ids.producer_epoch = 5, 0
     futs, batches = _three_batches(p)
-    p._produce_call = _fake_answers([0, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+    p._sender._produce_call = _fake_answers([0, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                                      ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER])
     for b in batches:
-        await p._send_to(0, [b])
+        await p._sender._send_to(0, [b])
     assert futs[0].result().offset == 0
     assert futs[1].exception().code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER   # a real gap
-    assert p._need_new_pid
+    assert p._ids.need_new_producer_id
     # the third's predecessor failed: retried, and restamped under the next producer id
     assert not futs[2].done() and list(p._acc.batches[TP]) == [batches[2]]
-    p._producer_id, p._sequences = 6, {}
-    assert decode_batch(p._seal(batches[2])).header.producer_id == 6
+    p._ids.producer_id, p._ids.next_sequence = 6, {}
+    assert decode_batch(p._sender._seal(batches[2])).header.producer_id == 6
     assert batches[2].base_sequence == 0
 
 

@@ -114,7 +114,7 @@ async def test_request_waiting_in_turnstile_is_not_sent_on_the_next_connection()
             if v == b"a":
                 await broker.first_read.wait()
         # request 1 read by the broker, request 2 stuck in its write, request 3 in the turnstile
-        assert p._inflight == {1: 3} and broker.first_read.is_set()
+        assert p._sender._inflight == {1: 3} and broker.first_read.is_set()
         assert len(broker.conns) == 1
         await trio.aclose_forcefully(broker.conns[0][1])          # the connection dies
         with trio.fail_after(10):

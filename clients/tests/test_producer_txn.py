@@ -128,16 +128,16 @@ async def test_coordinator_errors_retried_or_raised():
     p.cluster.forget_coordinator = lambda key, key_type=0: forgotten.append((key, key_type))
     p.cluster.call = script(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR,
                             KafkaConnectionError("gone"), ErrorCode.CONCURRENT_TRANSACTIONS, 0)
-    resp = await p._coordinator_call(lambda: None, lambda r: r.error_code, "EndTxn")
+    resp = await p._transactions._coordinator_call(lambda: None, lambda r: r.error_code, "EndTxn")
     assert resp.error_code == 0
     assert len(found) == 5 and forgotten == [("tx-unit", 1), ("tx-unit", 1)]
     p.cluster.call = script(ErrorCode.PRODUCER_FENCED)
     with pytest.raises(ProducerFencedError, match="EndTxn"):
-        await p._coordinator_call(lambda: None, lambda r: r.error_code, "EndTxn")
+        await p._transactions._coordinator_call(lambda: None, lambda r: r.error_code, "EndTxn")
     p.cluster.call = script(*[ErrorCode.CONCURRENT_TRANSACTIONS] * 1000)
     from clients.errors import KafkaTimeoutError
     with pytest.raises(KafkaTimeoutError, match="CONCURRENT_TRANSACTIONS"):
-        await p._coordinator_call(lambda: None, lambda r: r.error_code, "EndTxn", timeout_s=0.2)
+        await p._transactions._coordinator_call(lambda: None, lambda r: r.error_code, "EndTxn", timeout_s=0.2)
 
 # -- live ---------------------------------------------------------------------------------------
 
@@ -388,12 +388,12 @@ async def test_failed_record_makes_transaction_abortable(live):
         assert p.transaction_state is State.ABORTABLE_ERROR
         with pytest.raises(TransactionAbortedError):
             await p.send(topic, "more", partition=0)
-        epoch = p._producer_epoch
+        epoch = p._ids.producer_epoch
         await p.abort_transaction()
         assert ok.done() and ok.exception() is None      # its half of the split batch went out
         # the failed batch used a sequence: the epoch must move on (EndTxn v5 does it; with an
         # older coordinator an InitProducerId bump would), once
-        assert p._producer_epoch == epoch + 1
+        assert p._ids.producer_epoch == epoch + 1
         # the producer goes on: a new transaction commits (epoch bumped if a sequence was used)
         await p.begin_transaction()
         await p.send(topic, "after", partition=0)

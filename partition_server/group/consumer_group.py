@@ -31,6 +31,7 @@ import dataclasses
 import enum
 import uuid
 
+from partition_server.group.timers import INF, DeadlineHeap
 from wire.errors import ErrorCode
 
 ASSIGNORS = ("uniform", "range")
@@ -62,6 +63,12 @@ class ConsumerMember:
     last_heartbeat_ms: int = 0
     revoke_deadline_ms: int = 0
     last_sent: dict | None = None
+
+
+def member_deadline_ms(m: ConsumerMember, session_timeout_ms: int) -> int:
+    """The first moment `tick` removes the member unless it heartbeats (or revokes) first."""
+    deadline = m.last_heartbeat_ms + session_timeout_ms + 1
+    return min(deadline, m.revoke_deadline_ms + 1) if m.revoking else deadline
 
 
 @dataclasses.dataclass
@@ -258,7 +265,16 @@ class ConsumerGroup:
 
 
 class ConsumerGroupCoordinatorState:
-    """All KIP-848 groups of one coordinator."""
+    """All KIP-848 groups of one coordinator.
+
+    Timers (`tick` costs what is due, not the number of groups): each group with members has
+    one entry in a deadline heap, at the earliest moment one of its members may have to go
+    (session timeout, revocation deadline). A heartbeat only moves its member's deadline later,
+    so it touches the heap only when that deadline is earlier than the group's entry (a new
+    member, a shorter revocation deadline); when an entry comes due the group's members are
+    checked and its next deadline is computed and pushed. Stale entries (a group deleted,
+    replaced or rescheduled earlier) are skipped when popped. `changed` collects the groups a
+    call may have changed, for the coordinator to persist and log (see `take_changed`)."""
 
     def __init__(self, session_timeout_ms: int = 45_000, heartbeat_interval_ms: int = 5_000,
                  max_size: int = 2**31 - 1):
@@ -266,6 +282,8 @@ class ConsumerGroupCoordinatorState:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.max_size = max_size
         self.groups: dict[str, ConsumerGroup] = {}
+        self.timers = DeadlineHeap()
+        self.changed: set[str] = set()
 
     def heartbeat(self, group_id: str, member_id: str, member_epoch: int, *, instance_id=None,
                   rebalance_timeout_ms: int = -1, subscribed_names=None, subscribed_regex=None,
@@ -283,47 +301,15 @@ class ConsumerGroupCoordinatorState:
             self._remove(g, member_id, topics)
             return HeartbeatResult(ErrorCode.NONE, member_id, member_epoch)
         if member_epoch == 0:
-            if g is None:
-                g = self.groups[group_id] = ConsumerGroup(group_id)
-            if instance_id is not None:
-                holder = next((m for m in g.members.values() if m.instance_id == instance_id), None)
-                if holder is not None and holder.member_id != member_id:
-                    return HeartbeatResult(ErrorCode.UNRELEASED_INSTANCE_ID, member_id, member_epoch)
-            if member_id in g.members:              # a rejoin: drop what it had, start over
-                self._remove(g, member_id, topics)
-            elif len(g.members) >= self.max_size:
-                return HeartbeatResult(ErrorCode.GROUP_MAX_SIZE_REACHED, member_id, member_epoch)
-            if subscribed_names is None and subscribed_regex is None:
-                return HeartbeatResult(ErrorCode.INVALID_REQUEST, member_id, member_epoch,
-                                       message="a joining member must give its subscription")
-            member_id = member_id or str(uuid.uuid4())
-            g.members[member_id] = ConsumerMember(
-                member_id, instance_id, client_id, client_host,
-                rebalance_timeout_ms if rebalance_timeout_ms > 0 else 300_000,
-                list(subscribed_names or []), subscribed_regex, server_assignor,
-                last_heartbeat_ms=now_ms)
-            g.bump()
+            g, member_id, refused = self._join(g, group_id, member_id, instance_id,
+                                               rebalance_timeout_ms, subscribed_names,
+                                               subscribed_regex, server_assignor, topics,
+                                               client_id, client_host, now_ms)
         else:
-            if g is None or member_id not in g.members:
-                return HeartbeatResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id, member_epoch)
-            m = g.members[member_id]
-            if member_epoch != m.member_epoch:
-                lost_answer = (member_epoch == m.previous_epoch and owned is not None
-                               and not _minus(_norm(owned), m.assigned))
-                if not lost_answer:
-                    return HeartbeatResult(ErrorCode.FENCED_MEMBER_EPOCH, member_id, member_epoch)
-                m.last_sent = None                   # resend the assignment it missed
-            changed = False
-            if subscribed_names is not None and list(subscribed_names) != m.subscribed_names:
-                m.subscribed_names, changed = list(subscribed_names), True
-            if subscribed_regex is not None and subscribed_regex != m.subscribed_regex:
-                m.subscribed_regex, changed = subscribed_regex or None, True
-            if server_assignor is not None and server_assignor != m.server_assignor:
-                m.server_assignor, changed = server_assignor, True
-            if rebalance_timeout_ms > 0:
-                m.rebalance_timeout_ms = rebalance_timeout_ms
-            if changed:
-                g.bump()
+            refused = self._update(g, member_id, member_epoch, owned, rebalance_timeout_ms,
+                                   subscribed_names, subscribed_regex, server_assignor)
+        if refused is not None:
+            return refused
         m = g.members[member_id]
         m.last_heartbeat_ms = now_ms
         if owned is not None:
@@ -334,6 +320,8 @@ class ConsumerGroupCoordinatorState:
         if g.group_epoch != g.assignment_epoch:
             g.compute_target(topics)
         g.reconcile(m, now_ms)
+        self.changed.add(group_id)
+        self.timers.schedule(g, member_deadline_ms(m, self.session_timeout_ms))
         current = _norm(m.assigned)
         send = None
         # a full heartbeat (owned partitions given) that does not match what we want the member
@@ -343,16 +331,90 @@ class ConsumerGroupCoordinatorState:
             send, m.last_sent = current, current
         return HeartbeatResult(ErrorCode.NONE, member_id, m.member_epoch, send)
 
+    def _join(self, g: ConsumerGroup | None, group_id: str, member_id: str, instance_id,
+              rebalance_timeout_ms: int, subscribed_names, subscribed_regex, server_assignor,
+              topics: dict, client_id: str, client_host: str, now_ms: int):
+        """Member epoch 0: (group, member id, None) or (_, _, the refusal)."""
+        if g is None:
+            g = self.groups[group_id] = ConsumerGroup(group_id)
+            self.changed.add(group_id)
+        if instance_id is not None:
+            holder = next((m for m in g.members.values() if m.instance_id == instance_id), None)
+            if holder is not None and holder.member_id != member_id:
+                return g, member_id, HeartbeatResult(ErrorCode.UNRELEASED_INSTANCE_ID, member_id, 0)
+        if member_id in g.members:              # a rejoin: drop what it had, start over
+            self._remove(g, member_id, topics)
+        elif len(g.members) >= self.max_size:
+            return g, member_id, HeartbeatResult(ErrorCode.GROUP_MAX_SIZE_REACHED, member_id, 0)
+        if subscribed_names is None and subscribed_regex is None:
+            return g, member_id, HeartbeatResult(
+                ErrorCode.INVALID_REQUEST, member_id, 0,
+                message="a joining member must give its subscription")
+        member_id = member_id or str(uuid.uuid4())
+        g.members[member_id] = ConsumerMember(
+            member_id, instance_id, client_id, client_host,
+            rebalance_timeout_ms if rebalance_timeout_ms > 0 else 300_000,
+            list(subscribed_names or []), subscribed_regex, server_assignor,
+            last_heartbeat_ms=now_ms)
+        g.bump()
+        return g, member_id, None
+
+    @staticmethod
+    def _update(g: ConsumerGroup | None, member_id: str, member_epoch: int, owned,
+                rebalance_timeout_ms: int, subscribed_names, subscribed_regex,
+                server_assignor) -> HeartbeatResult | None:
+        """A known member's heartbeat: fenced or stale epochs refused (the HeartbeatResult),
+        else its subscription updated (None)."""
+        if g is None or member_id not in g.members:
+            return HeartbeatResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id, member_epoch)
+        m = g.members[member_id]
+        if member_epoch != m.member_epoch:
+            lost_answer = (member_epoch == m.previous_epoch and owned is not None
+                           and not _minus(_norm(owned), m.assigned))
+            if not lost_answer:
+                return HeartbeatResult(ErrorCode.FENCED_MEMBER_EPOCH, member_id, member_epoch)
+            m.last_sent = None                   # resend the assignment it missed
+        changed = False
+        if subscribed_names is not None and list(subscribed_names) != m.subscribed_names:
+            m.subscribed_names, changed = list(subscribed_names), True
+        if subscribed_regex is not None and subscribed_regex != m.subscribed_regex:
+            m.subscribed_regex, changed = subscribed_regex or None, True
+        if server_assignor is not None and server_assignor != m.server_assignor:
+            m.server_assignor, changed = server_assignor, True
+        if rebalance_timeout_ms > 0:
+            m.rebalance_timeout_ms = rebalance_timeout_ms
+        if changed:
+            g.bump()
+        return None
+
     def _remove(self, g: ConsumerGroup, member_id: str, topics: dict) -> None:
         g.members.pop(member_id, None)
         g.target.pop(member_id, None)
         g.bump()
         g.compute_target(topics)
+        self.changed.add(g.group_id)
+
+    def restored(self, g: ConsumerGroup, now_ms: int) -> None:
+        """Install a group rebuilt from its record (a coordinator failover) with its timers."""
+        self.groups[g.group_id] = g
+        self.changed.add(g.group_id)
+        self.timers.schedule(g, self._next_deadline_ms(g))
+
+    def take_changed(self) -> set[str]:
+        """The ids of the groups changed since the last call (some may be gone since)."""
+        changed, self.changed = self.changed, set()
+        return changed
+
+    def _next_deadline_ms(self, g: ConsumerGroup) -> float:
+        return min((member_deadline_ms(m, self.session_timeout_ms) for m in g.members.values()),
+                   default=INF)
 
     def tick(self, now_ms: int, topics: dict) -> list[tuple[str, str, str]]:
-        """Remove members past their session or revocation deadline: [(group, member, why)]."""
+        """Remove members past their session or revocation deadline: [(group, member, why)].
+        Only groups with a deadline due are looked at (see the class docstring)."""
         gone = []
-        for g in self.groups.values():
+        fired = self.timers.due(now_ms, self.groups)
+        for g in fired:
             for mid, m in list(g.members.items()):
                 if now_ms - m.last_heartbeat_ms > self.session_timeout_ms:
                     gone.append((g.group_id, mid, "session timeout"))
@@ -360,6 +422,8 @@ class ConsumerGroupCoordinatorState:
                     gone.append((g.group_id, mid, "did not revoke within its rebalance timeout"))
         for gid, mid, _ in gone:
             self._remove(self.groups[gid], mid, topics)
+        for g in fired:
+            self.timers.schedule(g, self._next_deadline_ms(g))
         return gone
 
     def can_commit(self, group_id: str, member_id: str, member_epoch: int) -> ErrorCode:

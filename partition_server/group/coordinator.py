@@ -23,12 +23,19 @@
 - `__consumer_offsets` is created on the first FindCoordinator for a group
   (`offsets.topic.num.partitions`, replication min(`offsets.topic.replication.factor`, brokers),
   `cleanup.policy=compact`).
+
+Collaborators, given at construction (so the coordinator is built and tested without a broker):
+the broker config, the replica manager (its `__consumer_offsets` partitions), the purgatory
+(commit waits), the current metadata image (a callable: the broker replaces its image as
+metadata arrives), the call to the active controller (creating the offsets topic) and the
+connections to other brokers (the lag monitor's).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 import msgpack
 import trio
@@ -48,6 +55,13 @@ from wire.messages.api_keys import ApiKey
 from wire.messages.consumer_protocol_subscription_generated import ConsumerProtocolSubscription
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import build_batch, decode_batch, iter_batches
+
+if TYPE_CHECKING:
+    from metadata_quorum.image import MetadataImage
+    from partition_server.config import BrokerConfig
+    from partition_server.peers import PeerConnections
+    from partition_server.purgatory import Purgatory
+    from partition_server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -77,15 +91,21 @@ def now_ms() -> int:
 
 
 class GroupCoordinator:
-    def __init__(self, broker):
-        self.broker = broker
-        cfg = broker.config
+    def __init__(self, config: BrokerConfig, replicas: ReplicaManager, purgatory: Purgatory,
+                 image: Callable[[], MetadataImage], call_controller: Callable[..., Awaitable],
+                 peers: PeerConnections):
+        self.config = cfg = config
+        self.replicas = replicas
+        self.purgatory = purgatory
+        self._image = image
+        self._call_controller = call_controller     # ControllerClient.call_active
         self.state = GroupCoordinatorState(GroupConfig(
             min_session_timeout_ms=cfg["group.min.session.timeout.ms"],
             max_session_timeout_ms=cfg["group.max.session.timeout.ms"],
             initial_rebalance_delay_ms=cfg["group.initial.rebalance.delay.ms"]))
         # KIP-848 groups live beside classic ones; a group id is one or the other
-        self.lag = LagMonitor(broker)
+        self.lag = LagMonitor(self, replicas, image, peers,
+                              cfg["raftka.group.lag.interval.ms"] / 1000)
         self.consumer = ConsumerGroupCoordinatorState(
             cfg["group.consumer.session.timeout.ms"], cfg["group.consumer.heartbeat.interval.ms"])
         # `raftka.offsets.retention.ms` (not a Kafka name) overrides the minutes, for tests and
@@ -100,22 +120,24 @@ class GroupCoordinator:
         self.loaded: set[int] = set()
         self.waiters: dict[tuple, tuple[trio.Event, list]] = {}
         self._creating = False
-        self._last_logged: dict[str, tuple] = {}
+        self._last_logged: dict[tuple, tuple] = {}    # (kind, group) → what was last logged
+        self._dirty: set[str] = set()                 # changed classic groups to persist/log
+        self._dirty_consumer: set[str] = set()        # changed KIP-848 groups
 
     # -- ownership --------------------------------------------------------------------------------
 
     def num_partitions(self) -> int:
-        topic = self.broker.image.topics.get(OFFSETS_TOPIC)
-        return len(topic.partitions) if topic else self.broker.config["offsets.topic.num.partitions"]
+        topic = self._image().topics.get(OFFSETS_TOPIC)
+        return len(topic.partitions) if topic else self.config["offsets.topic.num.partitions"]
 
     def partition_of(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions())
 
     def owns(self, group_id: str) -> ErrorCode:
-        if OFFSETS_TOPIC not in self.broker.image.topics:
+        if OFFSETS_TOPIC not in self._image().topics:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         p = self.partition_of(group_id)
-        hosted = self.broker.replicas.get(OFFSETS_TOPIC, p)
+        hosted = self.replicas.get(OFFSETS_TOPIC, p)
         if hosted is None or hosted.state.role is not Role.LEADER:
             return ErrorCode.NOT_COORDINATOR
         if p not in self.loaded:
@@ -124,7 +146,7 @@ class GroupCoordinator:
 
     async def find(self, key: str):
         """(error, node_id, host, port) of the coordinator for group `key`."""
-        image = self.broker.image
+        image = self._image()
         if OFFSETS_TOPIC not in image.topics:
             await self._create_offsets_topic()
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
@@ -139,16 +161,16 @@ class GroupCoordinator:
             return
         self._creating = True
         try:
-            live = sum(1 for b in self.broker.image.brokers.values() if not b.fenced)
+            live = sum(1 for b in self._image().brokers.values() if not b.fenced)
             cls = REQUESTS[ApiKey.CREATE_TOPICS]
             req = cls(topics=[cls.CreatableTopic(
-                name=OFFSETS_TOPIC, num_partitions=self.broker.config["offsets.topic.num.partitions"],
-                replication_factor=max(1, min(self.broker.config["offsets.topic.replication.factor"], live)),
+                name=OFFSETS_TOPIC, num_partitions=self.config["offsets.topic.num.partitions"],
+                replication_factor=max(1, min(self.config["offsets.topic.replication.factor"], live)),
                 configs=[cls.CreatableTopicConfig(name="cleanup.policy", value="compact")])],
                 timeout_ms=10000)
             try:
-                await self.broker.client.call_active(req, timeout_s=10, version=7,
-                                                     error_of=lambda r: r.topics[0].error_code)
+                await self._call_controller(req, timeout_s=10, version=7,
+                                            error_of=lambda r: r.topics[0].error_code)
             except Exception as exc:  # noqa: BLE001 - the client will ask again
                 log.info("creating %s failed: %s", OFFSETS_TOPIC, exc)
         finally:
@@ -156,11 +178,11 @@ class GroupCoordinator:
 
     def on_image(self) -> None:
         """Load offsets of newly led partitions; forget groups of partitions we stopped leading."""
-        topic = self.broker.image.topics.get(OFFSETS_TOPIC)
+        topic = self._image().topics.get(OFFSETS_TOPIC)
         if topic is None:
             return
         for pid in topic.partitions:
-            hosted = self.broker.replicas.get(OFFSETS_TOPIC, pid)
+            hosted = self.replicas.get(OFFSETS_TOPIC, pid)
             leading = hosted is not None and hosted.state.role is Role.LEADER
             if leading and pid not in self.loaded:
                 self._load(pid, hosted)
@@ -190,7 +212,7 @@ class GroupCoordinator:
             if value is None:
                 continue
             try:
-                self.state.groups[gid] = restore_group(gid, value[:5], now)
+                self.state.restored(restore_group(gid, value[:5], now), now)
             except (ValueError, TypeError):
                 log.warning("skipping an unreadable group record for %s", gid)
                 continue
@@ -201,7 +223,7 @@ class GroupCoordinator:
             if value is None:
                 continue
             try:
-                self.consumer.groups[gid] = restore_consumer_group(gid, value, now)
+                self.consumer.restored(restore_consumer_group(gid, value, now), now)
             except (ValueError, TypeError):
                 log.warning("skipping an unreadable consumer group record for %s", gid)
                 continue
@@ -214,7 +236,7 @@ class GroupCoordinator:
     def _unload(self, pid: int) -> None:
         self.loaded.discard(pid)
         for table in (self.state.groups, self.consumer.groups, self.offsets, self._persisted,
-                      self._empty_since, self._persisted_at):
+                      self._empty_since, self._persisted_at, self._last_logged):
             for key in list(table):
                 group_id = key[1] if isinstance(key, tuple) else key
                 if self.partition_of(group_id) == pid:
@@ -273,6 +295,9 @@ class GroupCoordinator:
             await self._ticks()
 
     async def _ticks(self) -> None:
+        """Every 100 ms: timers that are due, then the groups changed since the last tick are
+        logged and persisted. Its cost follows what happened, not how many groups there are
+        (the offsets expiry below walks the offsets, every offsets.retention.check.interval.ms)."""
         next_expiry = now_ms() + self.retention_check_ms
         while True:
             await trio.sleep(0.1)
@@ -280,6 +305,8 @@ class GroupCoordinator:
             self.deliver(self.state.tick(now))
             for gid, mid, why in self.consumer.tick(now, self.topics_snapshot()):
                 log.info("group %s: member %s removed (%s)", gid, mid, why)
+            self._dirty |= self.state.take_changed()
+            self._dirty_consumer |= self.consumer.take_changed()
             self._log_transitions()
             self._persist_groups(now)
             wall = now_ms()
@@ -288,26 +315,33 @@ class GroupCoordinator:
                 self._expire_offsets(wall)
 
     def _log_transitions(self) -> None:
-        """One INFO line per group state change: the operator's view of rebalances."""
-        seen = {}
-        for gid, g in self.state.groups.items():
+        """One INFO line per group state change: the operator's view of rebalances. Looks at
+        the groups changed since the last tick only."""
+        for gid in self._dirty:
+            g = self.state.groups.get(gid)
+            if g is None:
+                self._last_logged.pop(("classic", gid), None)
+                continue
             now = (g.state.value, g.generation_id, len(g.members))
-            seen[gid] = now
-            if self._last_logged.get(gid) != now:
+            if self._last_logged.get(("classic", gid)) != now:
+                self._last_logged[("classic", gid)] = now
                 log.info("group %s: %s, generation %d, %d member(s)%s", gid, *now,
                          f", protocol {g.protocol_name}" if g.protocol_name else "")
-        for gid, g in self.consumer.groups.items():
+        for gid in self._dirty_consumer:
+            g = self.consumer.groups.get(gid)
+            if g is None:
+                self._last_logged.pop(("consumer", gid), None)
+                continue
             now = (g.state, g.group_epoch, len(g.members))
-            seen[gid] = now
-            if self._last_logged.get(gid) != now:
+            if self._last_logged.get(("consumer", gid)) != now:
+                self._last_logged[("consumer", gid)] = now
                 log.info("consumer group %s: %s, epoch %d, %d member(s), assignor %s", gid, *now,
                          g.assignor)
-        self._last_logged = seen
 
     def topics_snapshot(self) -> dict:
         """{name: (topic id, partitions)} of the user topics, for server-side assignment.
         Computed once per metadata image: the tick asks for it ten times a second."""
-        image = self.broker.image
+        image = self._image()
         cached = getattr(self, "_topics_snapshot", None)
         if cached is None or cached[0] is not image:
             cached = self._topics_snapshot = (image, {
@@ -327,16 +361,22 @@ class GroupCoordinator:
 
     def _append(self, pid: int, records: list) -> tuple[ErrorCode, int]:
         ts = now_ms()
-        res = self.broker.replicas.append_records(
+        res = self.replicas.append_records(
             OFFSETS_TOPIC, pid, build_batch([(k, v, [], ts) for k, v in records]), -1, ts)
         if res.error == ErrorCode.NONE:
-            self.broker.purgatory.notify((OFFSETS_TOPIC, pid))
+            self.purgatory.notify((OFFSETS_TOPIC, pid))
         return res.error, res.last_offset
 
     def _persist_groups(self, now: int) -> None:
-        """Write the group record of every group whose settled generation changed."""
-        for gid, g in list(self.state.groups.items()):
-            if self.owns(gid) != ErrorCode.NONE or g.storing is not None:
+        """Write the group record of every changed group whose settled generation changed. A
+        group whose append failed stays dirty and is tried again on the next tick."""
+        dirty, self._dirty = self._dirty, set()
+        for gid in dirty:
+            g = self.state.groups.get(gid)
+            owns = self.owns(gid)
+            if owns == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                self._dirty.add(gid)        # ours in a moment
+            if g is None or owns != ErrorCode.NONE or g.storing is not None:
                 continue                    # a generation being stored is _store_group's
             if g.state is GroupState.EMPTY and gid not in self._empty_since:
                 self._empty_since[gid] = now
@@ -349,13 +389,18 @@ class GroupCoordinator:
             err, _ = self._append(self.partition_of(gid), [(msgpack.packb([GROUP_KEY, gid]), value)])
             if err == ErrorCode.NONE:
                 self._persisted[gid] = rec
-        for gid, g in list(self.consumer.groups.items()):
-            if self.owns(gid) != ErrorCode.NONE:
+            else:
+                self._dirty.add(gid)
+        dirty, self._dirty_consumer = self._dirty_consumer, set()
+        for gid in dirty:
+            g = self.consumer.groups.get(gid)
+            if g is None or self.owns(gid) != ErrorCode.NONE:
                 continue
             rec = consumer_group_record(g)
             if rec == self._persisted.get(("consumer", gid)):
                 continue
-            self._append_consumer_group(gid, rec)
+            if self._append_consumer_group(gid, rec) != ErrorCode.NONE:
+                self._dirty_consumer.add(gid)
 
     def _append_consumer_group(self, gid: str, rec: list) -> ErrorCode:
         """Append a KIP-848 group's record (not waiting for it to commit) and remember it and
@@ -384,8 +429,8 @@ class GroupCoordinator:
         last = self._persisted_at.get(key)
         if last is None:
             return ErrorCode.NONE
-        return await wait_committed(self.broker, OFFSETS_TOPIC, self.partition_of(gid), last,
-                                    GROUP_STORE_TIMEOUT_S)
+        return await wait_committed(self.replicas, self.purgatory, OFFSETS_TOPIC,
+                                    self.partition_of(gid), last, GROUP_STORE_TIMEOUT_S)
 
     async def _store_group(self, gid: str, generation: int) -> None:
         """Make the group record of a generation the leader just assigned durable (acks=all),
@@ -434,6 +479,7 @@ class GroupCoordinator:
             self.offsets.pop(gid, None)
 
     def _forget_group(self, gid: str) -> None:
+        self._dirty.add(gid)                # its last logged state is dropped on the next tick
         self.state.groups.pop(gid, None)
         self._persisted.pop(gid, None)
         self._empty_since.pop(gid, None)
@@ -444,7 +490,8 @@ class GroupCoordinator:
         err, last = self._append(pid, records)
         if err != ErrorCode.NONE:
             return coordinator_error(err)
-        return await wait_committed(self.broker, OFFSETS_TOPIC, pid, last, timeout_s)
+        return await wait_committed(self.replicas, self.purgatory, OFFSETS_TOPIC, pid, last,
+                                    timeout_s)
 
     # -- offsets ----------------------------------------------------------------------------------
 
@@ -483,6 +530,7 @@ class GroupCoordinator:
             self.offsets.pop(group_id, None)
             self._forget_group(group_id)
             self.consumer.groups.pop(group_id, None)
+            self._dirty_consumer.add(group_id)
             self._persisted.pop(("consumer", group_id), None)
             self._persisted_at.pop(("consumer", group_id), None)
         return err

@@ -17,16 +17,22 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from typing import TYPE_CHECKING, Callable
 
 import trio
 
 from common.connection import ConnectionClosed
-from partition_server.peers import PeerConnections
 from partition_server.replication.partition import Role
 from wire.errors import DecodeError, ErrorCode
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import decode_batch, iter_batches
+
+if TYPE_CHECKING:
+    from metadata_quorum.image import MetadataImage
+    from partition_server.group.coordinator import GroupCoordinator
+    from partition_server.peers import PeerConnections
+    from partition_server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +72,16 @@ def timestamp_at(data: bytes, offset: int) -> int | None:
 
 
 class LagMonitor:
-    def __init__(self, broker):
-        self.broker = broker
+    """Given what it reads, not the broker: the group coordinator (committed offsets, which
+    groups we coordinate), the replica manager (partitions we lead), the metadata image (a
+    callable; who leads the others) and connections to those leaders."""
+
+    def __init__(self, groups: GroupCoordinator, replicas: ReplicaManager,
+                 image: Callable[[], MetadataImage], peers: PeerConnections, interval_s: float):
+        self.groups = groups
+        self.replicas = replicas
+        self._image = image
+        self.interval_s = interval_s
         self.table: dict[tuple[str, str, int], PartitionLag] = {}
         # (topic, partition, committed offset) → timestamp of the record there. A committed
         # record (below the high watermark) does not change, so an idle group costs one
@@ -75,19 +89,18 @@ class LagMonitor:
         # refresh are dropped.
         self._timestamps: dict[tuple[str, int, int], int | None] = {}
         self._used: dict[tuple[str, int, int], int | None] = {}
-        self.peers = PeerConnections(broker, f"raftka-lag-{broker.config.node_id}")
+        self.peers = peers
 
     async def run(self) -> None:
-        interval = self.broker.config["raftka.group.lag.interval.ms"] / 1000
         while True:
-            await trio.sleep(interval)
+            await trio.sleep(self.interval_s)
             try:
                 await self.refresh()
             except Exception:  # noqa: BLE001 - lag is advisory: log, keep the broker serving
                 log.exception("consumer lag refresh failed")
 
     async def refresh(self) -> None:
-        groups = self.broker.groups
+        groups = self.groups
         wanted: dict[tuple[str, int], list[tuple[str, int]]] = {}
         for gid, parts in list(groups.offsets.items()):
             if groups.owns(gid) != ErrorCode.NONE:
@@ -99,7 +112,7 @@ class LagMonitor:
         self._used = {}
         remote: dict[int, list] = {}
         for (topic, partition), users in wanted.items():
-            hosted = self.broker.replicas.get(topic, partition)
+            hosted = self.replicas.get(topic, partition)
             if hosted is not None and hosted.state.role is Role.LEADER and not hosted.offline:
                 hw = hosted.state.high_watermark
                 for gid, committed in users:
@@ -109,7 +122,7 @@ class LagMonitor:
                             hosted.log.read(committed, 1, min_one=True).read_bytes(), committed))
                     table[(gid, topic, partition)] = compute_lag(committed, hw, ts, now)
                 continue
-            p = self.broker.image.partition(topic, partition)
+            p = self._image().partition(topic, partition)
             if p is not None and p.leader >= 0:
                 remote.setdefault(p.leader, []).append((topic, partition, users))
         for leader, items in remote.items():

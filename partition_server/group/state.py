@@ -17,6 +17,15 @@ States and transitions:
 Error codes: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, MEMBER_ID_REQUIRED,
 INCONSISTENT_GROUP_PROTOCOL, FENCED_INSTANCE_ID, INVALID_SESSION_TIMEOUT, GROUP_ID_NOT_FOUND,
 NON_EMPTY_GROUP.
+
+Timers: `tick` looks only at groups with a deadline due (timers.py): a group is scheduled at the
+earliest of its members' session expiries (members waiting in JoinGroup/SyncGroup excluded: they
+cannot heartbeat), its pending member ids' expiries and, while preparing a rebalance, the
+rebalance timeout and the initial delay. Heartbeats only push deadlines later, so they never
+touch the heap; a join schedules its member's session, and the once-per-rebalance transitions
+(rebalance started or completed, generation stored, members left) recompute the group's
+deadline. `changed` names the groups a call may have changed (not heartbeats), so the
+coordinator persists and logs only those.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import dataclasses
 import enum
 import uuid
 
+from partition_server.group.timers import INF, DeadlineHeap
 from wire.errors import ErrorCode
 
 
@@ -181,6 +191,20 @@ class Group:
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
 
+    def next_deadline_ms(self, now_ms: int) -> float:
+        """The earliest moment at which `tick` may have something to do. It may be past: a
+        member out of SyncGroup whose session ran out while it waited goes on the next tick."""
+        waiting = self.pending_join | self.pending_sync
+        deadlines = [m.last_heartbeat_ms + m.session_timeout_ms + 1
+                     for mid, m in self.members.items() if mid not in waiting]
+        deadlines += [expiry + 1 for expiry in self.pending_members.values()]
+        if self.state is GroupState.PREPARING_REBALANCE:
+            deadlines.append(self.rebalance_deadline_ms)
+            if self.initial_delay_until_ms > now_ms:
+                # once past, the delay no longer completes anything by itself (joins do)
+                deadlines.append(self.initial_delay_until_ms)
+        return min(deadlines, default=INF)
+
     def ready_to_complete_join(self, now_ms: int) -> bool:
         if self.state is not GroupState.PREPARING_REBALANCE:
             return False
@@ -196,6 +220,22 @@ class GroupCoordinatorState:
     def __init__(self, config: GroupConfig | None = None):
         self.config = config or GroupConfig()
         self.groups: dict[str, Group] = {}
+        self.timers = DeadlineHeap()
+        self.changed: set[str] = set()
+
+    def restored(self, g: Group, now_ms: int) -> None:
+        """Install a group rebuilt from its record (a coordinator failover) with its timers."""
+        self.groups[g.group_id] = g
+        self.changed.add(g.group_id)
+        self._reschedule(g, now_ms)
+
+    def take_changed(self) -> set[str]:
+        """The ids of the groups changed since the last call (some may be gone since)."""
+        changed, self.changed = self.changed, set()
+        return changed
+
+    def _reschedule(self, g: Group, now_ms: int) -> None:
+        self.timers.schedule(g, g.next_deadline_ms(now_ms))
 
     def group(self, group_id: str) -> Group:
         g = self.groups.get(group_id)
@@ -213,6 +253,9 @@ class GroupCoordinatorState:
         if not (cfg.min_session_timeout_ms <= session_timeout_ms <= cfg.max_session_timeout_ms):
             return JoinResult(member_id, ErrorCode.INVALID_SESSION_TIMEOUT), [], member_id
         g = self.group(group_id)
+        self.changed.add(group_id)
+        # the joining member's session (or its pending member id) runs from now
+        self.timers.schedule(g, now_ms + session_timeout_ms + 1)
         if not protocols or not protocol_type or (
                 g.members and g.protocol_type is not None and protocol_type != g.protocol_type):
             return JoinResult(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL), [], member_id
@@ -248,11 +291,15 @@ class GroupCoordinatorState:
         if g.state is GroupState.EMPTY:
             g.initial_delay_until_ms = now_ms + cfg.initial_rebalance_delay_ms
         effects = []
-        if g.state is not GroupState.PREPARING_REBALANCE:
+        began = g.state is not GroupState.PREPARING_REBALANCE
+        if began:
             effects += g._prepare_rebalance(now_ms)
         g.pending_join.add(member_id)
-        if g.ready_to_complete_join(now_ms):
+        completed = g.ready_to_complete_join(now_ms)
+        if completed:
             effects += g._complete_join(now_ms)
+        if began or completed:
+            self._reschedule(g, now_ms)     # once per rebalance: its deadlines are new
         mine = next((e for e in effects
                      if isinstance(e, JoinResult) and e.member_id == member_id), None)
         return mine, [e for e in effects if e is not mine], member_id
@@ -278,6 +325,7 @@ class GroupCoordinatorState:
             return None, []
         for mid, m in g.members.items():
             m.assignment = assignments.get(mid, b"")
+        self.changed.add(group_id)
         g.storing = g.generation_id
         return None, [StoreGroup(group_id, g.generation_id)]
 
@@ -290,17 +338,20 @@ class GroupCoordinatorState:
                 or g.state is not GroupState.COMPLETING_REBALANCE:
             return []
         g.storing = None
+        self.changed.add(group_id)
         if error == ErrorCode.NONE:
             g.state = GroupState.STABLE
             effects = [self._sync_result(g, mid) for mid in sorted(g.pending_sync)]
-            g.pending_sync.clear()
-            return effects
-        # Kafka's resetAndPropagateAssignmentError, then a new rebalance
-        for m in g.members.values():
-            m.assignment = b""
-        effects = [SyncResult(mid, error) for mid in sorted(g.pending_sync)]
+        else:
+            # Kafka's resetAndPropagateAssignmentError, then a new rebalance
+            for m in g.members.values():
+                m.assignment = b""
+            effects = [SyncResult(mid, error) for mid in sorted(g.pending_sync)]
         g.pending_sync.clear()
-        return effects + g._prepare_rebalance(now_ms)
+        if error != ErrorCode.NONE:
+            effects += g._prepare_rebalance(now_ms)
+        self._reschedule(g, now_ms)       # members out of SyncGroup count their sessions again
+        return effects
 
     @staticmethod
     def _sync_result(g: Group, member_id: str) -> SyncResult:
@@ -340,6 +391,9 @@ class GroupCoordinatorState:
             g._remove(member_id)
             codes.append(ErrorCode.NONE)
             effects += self._membership_changed(g, now_ms)
+        if g is not None:
+            self.changed.add(group_id)
+            self._reschedule(g, now_ms)
         return codes, effects
 
     def _membership_changed(self, g: Group, now_ms: int) -> list:
@@ -353,9 +407,11 @@ class GroupCoordinatorState:
         return effects
 
     def tick(self, now_ms: int) -> list:
-        """Expire sessions and complete rebalances whose time has come; returns effects."""
+        """Expire sessions and complete rebalances whose time has come; returns effects. Only
+        groups with a deadline due are looked at (see the module docstring)."""
         effects: list = []
-        for g in list(self.groups.values()):
+        for g in self.timers.due(now_ms, self.groups):
+            self.changed.add(g.group_id)
             g.pending_members = {k: v for k, v in g.pending_members.items() if v >= now_ms}
             for mid, m in list(g.members.items()):
                 if mid in g.pending_join or mid in g.pending_sync:
@@ -367,6 +423,7 @@ class GroupCoordinatorState:
                     effects += self._membership_changed(g, now_ms)
             if g.ready_to_complete_join(now_ms):
                 effects += g._complete_join(now_ms)
+            self._reschedule(g, now_ms)
         return effects
 
     # -- offsets (validation only; storage is the caller's) ----------------------------------------
@@ -396,6 +453,7 @@ class GroupCoordinatorState:
             return ErrorCode.NON_EMPTY_GROUP
         g.state = GroupState.DEAD
         del self.groups[group_id]
+        self.changed.add(group_id)
         return ErrorCode.NONE
 
 

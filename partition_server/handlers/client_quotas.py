@@ -203,10 +203,10 @@ async def enforce(hctx: HandlerContext, ctx, request, call):
 
 # -- metrics (partition_server/metrics.py renders these) -------------------------------------------
 
-def metric_families(broker, labels) -> list:
+def metric_families(qm: QuotaManager | None, labels) -> list:
     """[(name, kind, doc, [(labels, value)])] for the Prometheus endpoint: per metered
-    (quota key, user, client id) bucket, its current rate and the throttle handed out so far."""
-    qm = getattr(broker, "client_quotas", None)
+    (quota key, user, client id) bucket of the quota manager (None before its first use), its
+    current rate and the throttle handed out so far."""
     if qm is None or not qm.rates:
         return []
     now = _now_ms()

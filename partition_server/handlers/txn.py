@@ -22,7 +22,6 @@ import trio
 from partition_server.handlers import group, producer_id
 from partition_server.group.coordinator import OFFSETS_TOPIC
 from partition_server.handlers.context import HandlerContext
-from partition_server.txn.markers import append_marker_locally
 from partition_server.txn.verify import RETRIABLE as VERIFY_RETRIABLE, verify
 from partition_server.txn.state import TxnState
 from wire.errors import ErrorCode
@@ -172,8 +171,8 @@ async def handle_write_txn_markers(hctx: HandlerContext, req):
         if hctx.image.partition(topic, p) is None:
             results[(i, topic, p)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             return
-        results[(i, topic, p)] = await append_marker_locally(
-            hctx, topic, p, m.producer_id, m.producer_epoch, m.transaction_result,
+        results[(i, topic, p)] = await hctx.txn.markers.append_locally(
+            topic, p, m.producer_id, m.producer_epoch, m.transaction_result,
             m.coordinator_epoch)
 
     # every marker is appended at once and they replicate together (acks=all each)

@@ -7,6 +7,12 @@ our current leader epoch (KIP-320/595). The leader answers with batches to appen
 watermark, or a diverging epoch: then we truncate to its end offset (the first offset where our
 logs may differ) and fetch again. OFFSET_OUT_OF_RANGE means our log is outside the leader's:
 above its end (truncate to it) or below its start (start over at its start).
+
+`FetcherManager` is given what it uses, not the broker: our broker id, the config (fetch size),
+the replica manager (the followed logs), the purgatory (woken when a follower's high watermark
+moves), the current metadata image (a callable: where each leader listens) and the
+inter-broker TLS/SASL settings. The deterministic simulation (chaos_tests/sim) builds one the
+same way and drives its `_build`/`_process` halves.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from typing import TYPE_CHECKING, Callable
 
 import trio
 
@@ -24,6 +31,12 @@ from wire.errors import DecodeError, ErrorCode, KafkaError
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import iter_batches
+
+if TYPE_CHECKING:
+    from common.security import ClientSecurity
+    from metadata_quorum.image import MetadataImage
+    from partition_server.purgatory import Purgatory
+    from partition_server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +59,14 @@ class FetchStats:
 
 
 class FetcherManager:
-    def __init__(self, broker):
-        self.broker = broker
+    def __init__(self, broker_id: int, config, replicas: ReplicaManager, purgatory: Purgatory,
+                 image: Callable[[], MetadataImage], security: ClientSecurity | None):
+        self.broker_id = broker_id
+        self.config = config
+        self.replicas = replicas
+        self.purgatory = purgatory
+        self._image = image
+        self._security = security
         self.assignments: dict[tuple[str, int], int] = {}     # partition → leader broker id
         self.by_leader: dict[int, set[tuple[str, int]]] = {}  # leader → partitions followed
         self.sessions: dict[int, FollowerSession] = {}        # leader → its running session
@@ -122,7 +141,7 @@ class FetcherManager:
         conn = None
         next_resync = trio.current_time() + RESYNC_INTERVAL_S
         while True:
-            reg = self.broker.image.brokers.get(leader)
+            reg = self._image().brokers.get(leader)
             if not self.by_leader.get(leader) or reg is None:
                 await trio.sleep(0.1)
                 continue
@@ -134,8 +153,8 @@ class FetcherManager:
                 next_resync = trio.current_time() + RESYNC_INTERVAL_S
             try:
                 if conn is None:
-                    conn = BrokerConnection(reg.host, reg.port, f"replica-{self.broker.broker_id}",
-                                            security=self.broker.inter_broker_security)
+                    conn = BrokerConnection(reg.host, reg.port, f"replica-{self.broker_id}",
+                                            security=self._security)
                     await conn.connect(timeout_s=2)
                 plan = session.build(self.by_leader.get(leader, ()),
                                      lambda key: self._position(key, leader))
@@ -172,7 +191,7 @@ class FetcherManager:
         """Where `key` fetches from now; None if it is not fetched (from `leader`)."""
         if leader is not None and self.assignments.get(key) != leader:
             return None
-        hosted = self.broker.replicas.get(*key)
+        hosted = self.replicas.get(*key)
         if hosted is None or hosted.state.role is not Role.FOLLOWER or hosted.offline:
             return None
         plog = hosted.log
@@ -187,7 +206,7 @@ class FetcherManager:
 
     def _request(self, plan: FetchPlan):
         cls = REQUESTS[ApiKey.FETCH]
-        max_bytes = self.broker.config["replica.fetch.max.bytes"]
+        max_bytes = self.config["replica.fetch.max.bytes"]
         topics: dict[str, list] = {}
         for (topic, partition), pos in plan.send:
             topics.setdefault(topic, []).append(cls.FetchPartition(
@@ -197,7 +216,7 @@ class FetcherManager:
         forgotten: dict[str, list] = {}
         for topic, partition in plan.forgotten:
             forgotten.setdefault(topic, []).append(partition)
-        return cls(replica_id=self.broker.broker_id, max_wait_ms=MAX_WAIT_MS, min_bytes=1,
+        return cls(replica_id=self.broker_id, max_wait_ms=MAX_WAIT_MS, min_bytes=1,
                    max_bytes=16 << 20, isolation_level=0, session_id=plan.session_id,
                    session_epoch=plan.session_epoch,
                    topics=[cls.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
@@ -228,7 +247,7 @@ class FetcherManager:
             for p in t.partitions:
                 key = (t.topic, p.partition_index)
                 asked = positions.get(key)
-                hosted = self.broker.replicas.get(*key)
+                hosted = self.replicas.get(*key)
                 if asked is None or hosted is None or hosted.state.role is not Role.FOLLOWER:
                     continue
                 mark(key)
@@ -244,13 +263,13 @@ class FetcherManager:
                     errors = True
                 except OSError as exc:
                     log.error("follower %s-%d storage error: %s", t.topic, p.partition_index, exc)
-                    self.broker.replicas.storage_failed(hosted, exc)
+                    self.replicas.storage_failed(hosted, exc)
                     errors = True
         return errors
 
     def _apply(self, hosted, p, now: int) -> bool:
         plog, state = hosted.log, hosted.state
-        self.broker.replicas.check_storage()
+        self.replicas.check_storage()
         if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
             if p.high_watermark >= 0 and plog.log_end_offset > p.high_watermark:
                 plog.truncate_to(p.high_watermark)
@@ -284,5 +303,5 @@ class FetcherManager:
                 if h.producer_id >= 0:
                     hosted.producers.update_from_header(h)
         state.update_follower_high_watermark(p.high_watermark)
-        self.broker.purgatory.notify((hosted.topic, hosted.partition))
+        self.purgatory.notify((hosted.topic, hosted.partition))
         return False

@@ -13,11 +13,16 @@ already counts in the ISR (found by the seeded simulation, chaos_tests/sim).
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
-from partition_server.controller_client import ControllerUnavailable
+from partition_server.controller_client import ControllerClient, ControllerUnavailable
 from wire.errors import ErrorCode
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
+
+if TYPE_CHECKING:
+    from partition_server.purgatory import Purgatory
+    from partition_server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +30,10 @@ log = logging.getLogger(__name__)
 NOT_APPLIED = (ErrorCode.INELIGIBLE_REPLICA, ErrorCode.INVALID_REQUEST)
 
 
-async def send_alter_partition(broker, changes) -> None:
+async def send_alter_partition(client: ControllerClient, broker_id: int,
+                               replicas: ReplicaManager, purgatory: Purgatory, changes) -> None:
+    """One AlterPartition with every proposed ISR change [(hosted, change)]; applied at once
+    when accepted, flagged to be sent again when the answer is uncertain."""
     cls = REQUESTS[ApiKey.ALTER_PARTITION]
     by_topic: dict = {}
     for hosted, change in changes:
@@ -34,17 +42,17 @@ async def send_alter_partition(broker, changes) -> None:
             new_isr_with_epochs=[cls.BrokerState(broker_id=b, broker_epoch=-1)
                                  for b in change.new_isr],
             partition_epoch=change.partition_epoch))
-    req = cls(broker_id=broker.broker_id, broker_epoch=broker.client.broker_epoch,
+    req = cls(broker_id=broker_id, broker_epoch=client.broker_epoch,
               topics=[cls.TopicData(topic_id=tid, partitions=ps)
                       for (_, tid), ps in by_topic.items()])
     try:
-        resp = await broker.client.call_active(
+        resp = await client.call_active(
             req, timeout_s=5,
             error_of=lambda r: next((p.error_code for t in r.topics for p in t.partitions), 0))
     except ControllerUnavailable:
         for hosted, _ in changes:
             hosted.state.isr_change_uncertain()
-            broker.replicas.isr_candidates.add((hosted.topic, hosted.partition))   # send again
+            replicas.isr_candidates.add((hosted.topic, hosted.partition))   # send again
         return
     results = {(t.topic_id, p.partition_index): p for t in resp.topics for p in t.partitions}
     for hosted, change in changes:
@@ -57,8 +65,8 @@ async def send_alter_partition(broker, changes) -> None:
                 hosted.state.isr_change_failed()
             else:
                 hosted.state.isr_change_uncertain()
-                broker.replicas.isr_candidates.add((hosted.topic, hosted.partition))
-        elif broker.replicas.get(hosted.topic, change.partition) is not hosted:
+                replicas.isr_candidates.add((hosted.topic, hosted.partition))
+        elif replicas.get(hosted.topic, change.partition) is not hosted:
             # no longer hosted here: e.g. a reassignment this ISR change completed removed us
             # (the completion is the controller's next record), and the stream got here first
             continue
@@ -68,4 +76,4 @@ async def send_alter_partition(broker, changes) -> None:
             hosted.state.become_leader(res.leader_epoch, res.partition_epoch,
                                        list(hosted.state.replicas), list(res.isr), 0)
             hosted.state.maybe_advance_high_watermark()
-            broker.purgatory.notify((hosted.topic, hosted.partition))
+            purgatory.notify((hosted.topic, hosted.partition))

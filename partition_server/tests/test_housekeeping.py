@@ -58,7 +58,7 @@ def test_high_watermark_checkpoint_is_written_only_when_one_changed(tmp_path):
 
 async def test_isr_tick_checks_a_slice_of_the_led_partitions_and_flagged_ones(tmp_path,
                                                                               autojump_clock,
-                                                                              monkeypatch):
+                                                                              ):
     rm = _manager(tmp_path, 100)
     checked = []
     for key, hosted in rm.partitions.items():
@@ -70,17 +70,14 @@ async def test_isr_tick_checks_a_slice_of_the_led_partitions_and_flagged_ones(tm
         hosted.state.isr_change_needed = spy
     sent = []
 
-    async def fake_send(broker, changes):
+    async def fake_send(changes):
         sent.extend(changes)
-    monkeypatch.setattr("partition_server.replication.isr.send_alter_partition", fake_send)
-    broker = types.SimpleNamespace(replicas=rm, config={"replica.lag.time.max.ms": 8000},
-                                   isr_eligible=lambda b: True)
     rm.isr_candidates.add(("t", 99))
     with trio.move_on_after(0.55):                   # one tick: 0.5 s of a 2 s sweep
-        await housekeeping.isr_loop(broker)
+        await housekeeping.isr_loop(rm, 8000, lambda b: True, fake_send)
     # a quarter of the sweep (25), plus the flagged partition unless the slice held it already
     assert len(checked) in (25, 26) and ("t", 99) in checked and not rm.isr_candidates
     checked.clear()
     with trio.move_on_after(2.05):                   # a whole sweep: every led partition
-        await housekeeping.isr_loop(broker)
+        await housekeeping.isr_loop(rm, 8000, lambda b: True, fake_send)
     assert set(checked) == set(rm.led) and len(rm.led) == 100

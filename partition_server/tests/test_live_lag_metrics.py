@@ -116,11 +116,9 @@ async def test_lag_refresh_reads_a_record_only_when_the_committed_offset_moves()
     hosted = types.SimpleNamespace(state=types.SimpleNamespace(role=Role.LEADER, high_watermark=10),
                                    offline=False, log=Log())
     offsets = {"g": {("t", 0): (4, None)}}
-    broker = types.SimpleNamespace(
-        config=types.SimpleNamespace(node_id=0),
-        groups=types.SimpleNamespace(offsets=offsets, owns=lambda gid: ErrorCode.NONE),
-        replicas=types.SimpleNamespace(get=lambda t, p: hosted))
-    lag = LagMonitor(broker)
+    lag = LagMonitor(types.SimpleNamespace(offsets=offsets, owns=lambda gid: ErrorCode.NONE),
+                     types.SimpleNamespace(get=lambda t, p: hosted), image=lambda: None,
+                     peers=None, interval_s=5)
     await lag.refresh()
     await lag.refresh()
     assert reads == [4] and lag.table[("g", "t", 0)].messages == 6

@@ -149,10 +149,11 @@ async def test_request_time_of_a_handler_that_never_awaits_is_counted():
 
 async def test_metrics_show_rate_and_throttle_per_bucket():
     broker = _Broker(ClientQuotaRecord((("user", "alice"),), "producer_byte_rate", 100.0))
-    assert metric_families(broker, _labels) == []
+    assert metric_families(getattr(broker, "client_quotas", None), _labels) == []
     await enforce(broker, _ctx("User:alice"), _produce(size=5000),
                   lambda r: _answer(RESPONSES[ApiKey.PRODUCE]()))
-    families = {name: samples for name, _, _, samples in metric_families(broker, _labels)}
+    families = {name: samples for name, _, _, samples in
+                metric_families(broker.client_quotas, _labels)}
     tags = '{quota="producer_byte_rate",user="alice",client_id=""}'
     assert families["raftka_client_quota_throttle_time_ms_total"] == [(tags, 40_000)]
     [(got_tags, rate)] = families["raftka_client_quota_rate"]

@@ -21,12 +21,19 @@ markers, timeouts, failover. Decisions are in the pure `state.py`.
 - Expiration: a transactional id idle (Empty/Complete*) for `transactional.id.expiration.ms` gets
   a tombstone and is forgotten; partitions forget producers idle for `producer.id.expiration.ms`
   (the snapshot loop below, which also writes producer-state snapshots).
+
+Collaborators, given at construction (so it is built and tested without a broker): the broker
+config, the replica manager (its `__transaction_state` partitions; producer-state snapshots),
+the purgatory (commit waits), the current metadata image (a callable: the broker replaces it),
+the call to the active controller (creating the topic), the producer id allocator, the group
+coordinator (transactional offsets) and connections to other brokers (markers).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 import msgpack
 import trio
@@ -41,6 +48,14 @@ from wire.errors import ErrorCode
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import build_batch, decode_batch, iter_batches
+
+if TYPE_CHECKING:
+    from metadata_quorum.image import MetadataImage
+    from partition_server.config import BrokerConfig
+    from partition_server.group.coordinator import GroupCoordinator
+    from partition_server.peers import PeerConnections
+    from partition_server.purgatory import Purgatory
+    from partition_server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -57,35 +72,43 @@ def partition_for(transactional_id: str, partitions: int) -> int:
 
 
 class TransactionCoordinator:
-    def __init__(self, broker):
-        self.broker = broker
-        cfg = broker.config
+    def __init__(self, config: BrokerConfig, replicas: ReplicaManager, purgatory: Purgatory,
+                 image: Callable[[], MetadataImage], call_controller: Callable[..., Awaitable],
+                 allocate_producer_id: Callable[[], Awaitable[int | None]],
+                 groups: GroupCoordinator, peers: PeerConnections):
+        self.config = cfg = config
+        self.replicas = replicas
+        self.purgatory = purgatory
+        self._image = image
+        self._call_controller = call_controller         # ControllerClient.call_active
+        self._allocate_producer_id = allocate_producer_id
         self.max_timeout_ms = cfg["transaction.max.timeout.ms"]
         self.check_interval_ms = cfg["transaction.abort.timed.out.transaction.cleanup.interval.ms"]
         self.txns: dict[str, S.TransactionMetadata] = {}
         self.loaded: dict[int, int] = {}          # partition → coordinator epoch it was loaded in
         self.locks: dict[str, trio.Lock] = {}
         self.completing: dict[str, trio.Event] = {}   # set when the markers task ends
-        self.markers = MarkerSender(broker)
-        self.offsets = TxnOffsetStore(broker)
+        self.offsets = TxnOffsetStore(groups, replicas, purgatory)
+        self.markers = MarkerSender(config.node_id, replicas, purgatory, image, self.offsets,
+                                    peers)
         self._nursery: trio.Nursery | None = None
         self._creating = False
 
     # -- ownership --------------------------------------------------------------------------------
 
     def num_partitions(self) -> int:
-        topic = self.broker.image.topics.get(TXN_TOPIC)
+        topic = self._image().topics.get(TXN_TOPIC)
         return len(topic.partitions) if topic else \
-            self.broker.config["transaction.state.log.num.partitions"]
+            self.config["transaction.state.log.num.partitions"]
 
     def partition_of(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.num_partitions())
 
     def owns(self, transactional_id: str) -> ErrorCode:
-        if TXN_TOPIC not in self.broker.image.topics:
+        if TXN_TOPIC not in self._image().topics:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         p = self.partition_of(transactional_id)
-        hosted = self.broker.replicas.get(TXN_TOPIC, p)
+        hosted = self.replicas.get(TXN_TOPIC, p)
         if hosted is None or hosted.state.role is not Role.LEADER:
             return ErrorCode.NOT_COORDINATOR
         if self.loaded.get(p) != hosted.state.leader_epoch:
@@ -97,7 +120,7 @@ class TransactionCoordinator:
 
     async def find(self, key: str):
         """(error, node_id, host, port) of the coordinator for transactional id `key`."""
-        image = self.broker.image
+        image = self._image()
         if TXN_TOPIC not in image.topics:
             await self._create_topic()
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
@@ -112,8 +135,8 @@ class TransactionCoordinator:
             return
         self._creating = True
         try:
-            cfg = self.broker.config
-            live = sum(1 for b in self.broker.image.brokers.values() if not b.fenced)
+            cfg = self.config
+            live = sum(1 for b in self._image().brokers.values() if not b.fenced)
             rf = max(1, min(cfg["transaction.state.log.replication.factor"], live))
             cls = REQUESTS[ApiKey.CREATE_TOPICS]
             req = cls(topics=[cls.CreatableTopic(
@@ -124,8 +147,8 @@ class TransactionCoordinator:
                                              value=str(min(rf, cfg["transaction.state.log.min.isr"])))])],
                 timeout_ms=10000)
             try:
-                await self.broker.client.call_active(req, timeout_s=10, version=7,
-                                                     error_of=lambda r: r.topics[0].error_code)
+                await self._call_controller(req, timeout_s=10, version=7,
+                                            error_of=lambda r: r.topics[0].error_code)
             except Exception as exc:  # noqa: BLE001 - the client asks again
                 log.info("creating %s failed: %s", TXN_TOPIC, exc)
         finally:
@@ -134,11 +157,11 @@ class TransactionCoordinator:
     # -- loading (failover) -----------------------------------------------------------------------
 
     def on_image(self) -> None:
-        topic = self.broker.image.topics.get(TXN_TOPIC)
+        topic = self._image().topics.get(TXN_TOPIC)
         if topic is None:
             return
         for pid in topic.partitions:
-            hosted = self.broker.replicas.get(TXN_TOPIC, pid)
+            hosted = self.replicas.get(TXN_TOPIC, pid)
             leading = hosted is not None and hosted.state.role is Role.LEADER
             if leading and self.loaded.get(pid) != hosted.state.leader_epoch:
                 self._load(pid, hosted)
@@ -218,10 +241,11 @@ class TransactionCoordinator:
         return ErrorCode.NONE
 
     async def _append_and_wait(self, p: int, batch: bytes, ts: int, timeout_s: float) -> ErrorCode:
-        res = self.broker.replicas.append_as_coordinator(TXN_TOPIC, p, batch, ts)
+        res = self.replicas.append_as_coordinator(TXN_TOPIC, p, batch, ts)
         if res.error != ErrorCode.NONE:
             return coordinator_error(res.error)
-        return await wait_committed(self.broker, TXN_TOPIC, p, res.last_offset, timeout_s)
+        return await wait_committed(self.replicas, self.purgatory, TXN_TOPIC, p,
+                                    res.last_offset, timeout_s)
 
     # -- client APIs ------------------------------------------------------------------------------
 
@@ -240,7 +264,7 @@ class TransactionCoordinator:
                                             expected_epoch, fresh, now_ms())
                 if not result.needs_new_producer_id:
                     break
-                fresh = await self.broker.producer_ids.allocate(self.broker)
+                fresh = await self._allocate_producer_id()
                 if fresh is None:
                     return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1
             if result.abort_first:
@@ -284,7 +308,7 @@ class TransactionCoordinator:
                 result = S.end_txn(self.txns.get(tid), pid, epoch, commit, now_ms(), bump, fresh)
                 if not result.needs_new_producer_id:
                     break
-                fresh = await self.broker.producer_ids.allocate(self.broker)
+                fresh = await self._allocate_producer_id()
                 if fresh is None:
                     return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1
             if result.error != ErrorCode.NONE:
@@ -410,8 +434,8 @@ class TransactionCoordinator:
         from partition_server.housekeeping import Sweep
         from partition_server.txn.snapshot import SNAPSHOT_INTERVAL_S, maybe_snapshot
         last: dict = {}
-        expiration_ms = self.broker.config["producer.id.expiration.ms"]
-        replicas = self.broker.replicas
+        expiration_ms = self.config["producer.id.expiration.ms"]
+        replicas = self.replicas
         sweep = Sweep(lambda: replicas.partitions, SNAPSHOT_INTERVAL_S, 1.0)
         while True:
             await trio.sleep(1.0)
@@ -432,7 +456,7 @@ class TransactionCoordinator:
                                 hosted.partition, exc)
 
     async def _timeout_loop(self) -> None:
-        expiration_ms = self.broker.config["transactional.id.expiration.ms"]
+        expiration_ms = self.config["transactional.id.expiration.ms"]
         while True:
             await trio.sleep(self.check_interval_ms / 1000)
             now = now_ms()

@@ -11,23 +11,35 @@ WriteTxnMarkers (the partition leader's side, `handle_marker`): codes per partit
 NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, KAFKA_STORAGE_ERROR, REQUEST_TIMED_OUT
 (not replicated in time), TRANSACTION_COORDINATOR_FENCED (an older coordinator epoch than one
 already seen for that producer on this partition).
+
+`MarkerSender` is given what it uses, not the broker: our broker id, the replica manager and
+purgatory (local appends and their commit), the metadata image (a callable: who leads each
+partition), the transactional offsets to materialize before a COMMIT on `__consumer_offsets`,
+and connections to the other leaders.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING, Callable
 
 import trio
 
 from common.connection import ConnectionClosed
 from partition_server.coordinator_append import wait_completion
 from partition_server.group.coordinator import OFFSETS_TOPIC
-from partition_server.peers import PeerConnections
 from wire.errors import DecodeError, ErrorCode
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import build_end_txn_marker
+
+if TYPE_CHECKING:
+    from metadata_quorum.image import MetadataImage
+    from partition_server.peers import PeerConnections
+    from partition_server.purgatory import Purgatory
+    from partition_server.replica_manager import ReplicaManager
+    from partition_server.txn.offsets import TxnOffsetStore
 
 log = logging.getLogger(__name__)
 
@@ -38,42 +50,49 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-async def append_marker_locally(broker, topic: str, partition: int, producer_id: int,
-                                producer_epoch: int, commit: bool, coordinator_epoch: int,
-                                timeout_s: float = MARKER_TIMEOUT_S) -> ErrorCode:
-    """Append one marker on this leader and wait until it is replicated (high watermark)."""
-    hosted = broker.replicas.get(topic, partition)
-    if hosted is not None and hosted.producers.marker_fenced(producer_id, coordinator_epoch):
-        return ErrorCode.TRANSACTION_COORDINATOR_FENCED      # a zombie coordinator's late marker
-    if topic == OFFSETS_TOPIC and commit:
-        # transactional offset commits become ordinary committed offsets before the marker:
-        # redone if the marker is retried, so a crash in between loses nothing
-        err = await broker.txn.offsets.materialize(partition, producer_id, timeout_s)
-        if err != ErrorCode.NONE:
-            return err
-    ts = now_ms()
-    batch = build_end_txn_marker(commit, producer_id, producer_epoch, coordinator_epoch,
-                                 timestamp_ms=ts)
-    res = broker.replicas.append_as_coordinator(topic, partition, batch, ts,
-                                                control_type=1 if commit else 0,
-                                                coordinator_epoch=coordinator_epoch)
-    if res.error != ErrorCode.NONE:
-        return res.error
-    if topic == OFFSETS_TOPIC:
-        broker.txn.offsets.forget(partition, producer_id)
-    outcome = await wait_completion(broker, topic, partition, res.last_offset, timeout_s)
-    return ErrorCode.REQUEST_TIMED_OUT if outcome is None else outcome
-
-
 class MarkerSender:
-    def __init__(self, broker):
-        self.broker = broker
-        self.peers = PeerConnections(broker, f"raftka-txn-{broker.broker_id}")
+    def __init__(self, broker_id: int, replicas: ReplicaManager, purgatory: Purgatory,
+                 image: Callable[[], MetadataImage], offsets: TxnOffsetStore,
+                 peers: PeerConnections):
+        self.broker_id = broker_id
+        self.replicas = replicas
+        self.purgatory = purgatory
+        self._image = image
+        self.offsets = offsets
+        self.peers = peers
+
+    async def append_locally(self, topic: str, partition: int, producer_id: int,
+                             producer_epoch: int, commit: bool, coordinator_epoch: int,
+                             timeout_s: float = MARKER_TIMEOUT_S) -> ErrorCode:
+        """Append one marker on this leader and wait until it is replicated (high watermark).
+        Also WriteTxnMarkers' work on the partition leader (handlers/txn.py)."""
+        hosted = self.replicas.get(topic, partition)
+        if hosted is not None and hosted.producers.marker_fenced(producer_id, coordinator_epoch):
+            return ErrorCode.TRANSACTION_COORDINATOR_FENCED  # a zombie coordinator's late marker
+        if topic == OFFSETS_TOPIC and commit:
+            # transactional offset commits become ordinary committed offsets before the marker:
+            # redone if the marker is retried, so a crash in between loses nothing
+            err = await self.offsets.materialize(partition, producer_id, timeout_s)
+            if err != ErrorCode.NONE:
+                return err
+        ts = now_ms()
+        batch = build_end_txn_marker(commit, producer_id, producer_epoch, coordinator_epoch,
+                                     timestamp_ms=ts)
+        res = self.replicas.append_as_coordinator(topic, partition, batch, ts,
+                                                  control_type=1 if commit else 0,
+                                                  coordinator_epoch=coordinator_epoch)
+        if res.error != ErrorCode.NONE:
+            return res.error
+        if topic == OFFSETS_TOPIC:
+            self.offsets.forget(partition, producer_id)
+        outcome = await wait_completion(self.replicas, self.purgatory, topic, partition,
+                                        res.last_offset, timeout_s)
+        return ErrorCode.REQUEST_TIMED_OUT if outcome is None else outcome
 
     async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool,
                             coordinator_epoch: int, partitions) -> set:
         """Write the markers; returns the partitions not (yet) written."""
-        image = self.broker.image
+        image = self._image()
         by_leader: dict[int, list] = {}
         left = set()
         for topic, partition in partitions:
@@ -89,8 +108,8 @@ class MarkerSender:
         results: dict = {}
 
         async def local(tp):
-            results[tp] = await append_marker_locally(
-                self.broker, tp[0], tp[1], producer_id, producer_epoch, commit, coordinator_epoch)
+            results[tp] = await self.append_locally(
+                tp[0], tp[1], producer_id, producer_epoch, commit, coordinator_epoch)
 
         async def remote(node, tps):
             try:
@@ -104,7 +123,7 @@ class MarkerSender:
 
         async with trio.open_nursery() as nursery:
             for node, tps in by_leader.items():
-                if node == self.broker.broker_id:
+                if node == self.broker_id:
                     for tp in tps:        # appended at once, replicated together
                         nursery.start_soon(local, tp)
                 else:

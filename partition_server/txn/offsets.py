@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import msgpack
 
@@ -25,14 +26,24 @@ from partition_server.group.coordinator import OFFSETS_TOPIC
 from wire.errors import DecodeError, ErrorCode
 from wire.records.batch import build_batch, decode_batch, iter_batches
 
+if TYPE_CHECKING:
+    from partition_server.group.coordinator import GroupCoordinator
+    from partition_server.purgatory import Purgatory
+    from partition_server.replica_manager import ReplicaManager
+
 log = logging.getLogger(__name__)
 
 TXN_OFFSET_KEY = 4
 
 
 class TxnOffsetStore:
-    def __init__(self, broker):
-        self.broker = broker
+    """Given the group coordinator (which partition holds a group; where offsets become
+    committed ones), the replica manager and the purgatory (append, wait for the commit)."""
+
+    def __init__(self, groups: GroupCoordinator, replicas: ReplicaManager, purgatory: Purgatory):
+        self.groups = groups
+        self.replicas = replicas
+        self.purgatory = purgatory
         # (offsets partition, producer id) → {group: {(topic, partition): (offset, epoch, meta)}}
         self.pending: dict[tuple[int, int], dict[str, dict]] = {}
 
@@ -41,17 +52,17 @@ class TxnOffsetStore:
         """entries: [(topic, partition, offset, leader_epoch, metadata)]."""
         if not entries:
             return ErrorCode.NONE
-        groups = self.broker.groups
-        pid_part = groups.partition_of(group_id)
+        pid_part = self.groups.partition_of(group_id)
         ts = int(time.time() * 1000)
         batch = build_batch(
             [(msgpack.packb([TXN_OFFSET_KEY, group_id, t, p]), msgpack.packb([o, e, m, ts]), [], ts)
              for t, p, o, e, m in entries],
             producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True)
-        res = self.broker.replicas.append_as_coordinator(OFFSETS_TOPIC, pid_part, batch, ts)
+        res = self.replicas.append_as_coordinator(OFFSETS_TOPIC, pid_part, batch, ts)
         if res.error != ErrorCode.NONE:
             return coordinator_error(res.error)
-        err = await wait_committed(self.broker, OFFSETS_TOPIC, pid_part, res.last_offset, timeout_s)
+        err = await wait_committed(self.replicas, self.purgatory, OFFSETS_TOPIC, pid_part,
+                                   res.last_offset, timeout_s)
         if err != ErrorCode.NONE:
             return err
         table = self.pending.setdefault((pid_part, producer_id), {}).setdefault(group_id, {})
@@ -62,13 +73,13 @@ class TxnOffsetStore:
     def has_pending(self, group_id: str, topic: str, partition: int) -> bool:
         """KIP-447: a pending transactional commit for this partition (OffsetFetch with
         require_stable answers UNSTABLE_OFFSET_COMMIT meanwhile)."""
-        pid_part = self.broker.groups.partition_of(group_id)
+        pid_part = self.groups.partition_of(group_id)
         return any(pp == pid_part and (topic, partition) in groups.get(group_id, {})
                    for (pp, _), groups in self.pending.items())
 
     def _recover(self, partition: int, producer_id: int) -> dict[str, dict]:
         """Read the producer's open transaction on this partition back from the log."""
-        hosted = self.broker.replicas.get(OFFSETS_TOPIC, partition)
+        hosted = self.replicas.get(OFFSETS_TOPIC, partition)
         out: dict[str, dict] = {}
         if hosted is None or producer_id not in hosted.producers.ongoing:
             return out
@@ -100,7 +111,7 @@ class TxnOffsetStore:
             pending = self._recover(partition, producer_id)
         for group_id, table in pending.items():
             entries = [(t, p, o, e, m) for (t, p), (o, e, m) in table.items()]
-            err = await self.broker.groups.store_offsets(group_id, entries, timeout_s)
+            err = await self.groups.store_offsets(group_id, entries, timeout_s)
             if err != ErrorCode.NONE:
                 return err
         return ErrorCode.NONE

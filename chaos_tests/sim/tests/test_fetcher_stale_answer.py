@@ -48,11 +48,9 @@ def diverged(at_epoch: int, end_offset: int):
 def test_late_answer_from_the_previous_leader_is_not_applied(tmp_path):
     plog = PartitionLog(str(tmp_path / "t-0"))
     replicas = ReplicaManager(0, lambda topic, partition, config: plog)
-    broker = types.SimpleNamespace(replicas=replicas, broker_id=0,
-                                   config={"replica.fetch.max.bytes": 1 << 20},
-                                   purgatory=types.SimpleNamespace(notify=lambda key: None))
-    fetcher = FetcherManager.__new__(FetcherManager)
-    fetcher.broker = broker
+    fetcher = FetcherManager(0, {"replica.fetch.max.bytes": 1 << 20}, replicas,
+                             types.SimpleNamespace(notify=lambda key: None),
+                             image=lambda: None, security=None)
 
     # we hold 0..4 (committed) and 5..9 from epoch 0 that were never committed
     follow(replicas, leader=1, epoch=1)
