@@ -66,6 +66,18 @@ class RequestStats:
                 "records_per_request": round(msgs / reqs, 1) if reqs else None}
 
 
+def follower_fetches(cluster: LiveCluster) -> int:
+    """Follower fetches sent so far by all brokers (their /metrics counter)."""
+    import urllib.request
+    total = 0
+    for b in (0, 1, 2):
+        url = f"http://127.0.0.1:{cluster.layout.metrics_port(b)}/metrics"
+        for line in urllib.request.urlopen(url, timeout=10).read().decode().splitlines():
+            if line.startswith("raftka_replica_fetch_requests_total{"):
+                total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
 def load_avg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -113,6 +125,38 @@ class TreeCluster:
                     p.proc.kill()
 
 
+def measure(c: TreeCluster, name: str, records: int, cfg: dict) -> dict:
+    """One produce round on `c`'s narrow or wide set, with what it cost the brokers."""
+    stats = RequestStats()
+    fetches0 = follower_fetches(c.cluster)
+    cpu0 = {n: proc_cpu_s(p) for n, p in c.pids().items()}
+    r = c.runs[name].round(records, 600, consume=False, producer_config=cfg | stats.config())
+    cpu = {n: proc_cpu_s(p) - cpu0[n] for n, p in c.pids().items()}
+    r["broker_cpu_ms"] = round(1000 * sum(v for n, v in cpu.items() if "broker" in n))
+    r["follower_fetches"] = follower_fetches(c.cluster) - fetches0
+    r |= stats.summary()
+    r["cpu_ms_per_request"] = round(r["broker_cpu_ms"] / r["produce_requests"], 3) \
+        if r["produce_requests"] else None
+    return r
+
+
+def summarize(got: dict) -> list:
+    out = []
+    for (tree, label), v in got.items():
+        w = statistics.median(r["produce_rps"] for r in v["wide"])
+        n = statistics.median(r["produce_rps"] for r in v["narrow"])
+        ratios = [a["produce_rps"] / b["produce_rps"] for a, b in zip(v["wide"], v["narrow"])]
+        cpu = statistics.median(r["cpu_ms_per_request"] for r in v["wide"])
+        out.append({"tree": tree, "config": label, "wide_rps": round(w), "narrow_rps": round(n),
+                    "ratio_of_medians": round(w / n, 3),
+                    "ratio_per_round": [round(x, 3) for x in ratios],
+                    "wide_cpu_ms_per_request_median": cpu, "rounds": v})
+        print(f"{tree} {label}: wide {w:,.0f} / narrow {n:,.0f} rec/s = {w / n:.3f} "
+              f"(per round {[round(x, 3) for x in ratios]}); wide: brokers' CPU {cpu:.2f} ms "
+              f"per request (median)")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trees", default=str(Path(__file__).resolve().parents[1]),
@@ -122,12 +166,17 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=60_000, help="per round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--linger-ms", default="", help="extra linger.ms values (information)")
+    ap.add_argument("--only-extra", action="store_true",
+                    help="skip the headline configuration (--linger-ms values only): with a "
+                         "linger longer than the enqueue, every partition gets exactly one "
+                         "request, so the brokers' CPU per request compares trees fairly")
     ap.add_argument("--hold", type=float, default=0,
                     help="instead: produce wide for this many seconds (for a profiler)")
     ap.add_argument("--out", help="write the results as JSON here")
     args = ap.parse_args()
     trees = [Path(t).resolve() for t in args.trees.split(",")]
-    lingers = [None] + [int(x) for x in args.linger_ms.split(",") if x]
+    lingers = ([] if args.only_extra else [None]) + \
+        [int(x) for x in args.linger_ms.split(",") if x]
     work = Path(tempfile.mkdtemp(prefix="produce-partitions-"))
     clusters: list[TreeCluster] = []
     got: dict = {}
@@ -135,45 +184,23 @@ def main() -> int:
         for i, tree in enumerate(trees):
             clusters.append(TreeCluster(tree, work / f"c{i}", args.wide, args.narrow))
             print(f"{tree}: {clusters[-1].pids()}", file=sys.stderr, flush=True)
-        if args.hold:
-            end = time.monotonic() + args.hold
-            while time.monotonic() < end:
-                for c in clusters:
-                    r = c.runs["wide"].round(args.records, 600, consume=False)
-                    print(f"{c.tree} wide {r}", file=sys.stderr, flush=True)
-            return 0
-        for rnd in range(args.rounds):
+        end = time.monotonic() + args.hold
+        while time.monotonic() < end:
+            for c in clusters:
+                r = c.runs["wide"].round(args.records, 600, consume=False)
+                print(f"{c.tree} wide {r}", file=sys.stderr, flush=True)
+        for rnd in range(0 if args.hold else args.rounds):
             for c in clusters:
                 for linger in lingers:
+                    label = "headline" if linger is None else f"linger{linger}"
                     cfg = {} if linger is None else {"linger.ms": linger}
                     for name in ("narrow", "wide"):
-                        stats = RequestStats()
-                        cpu0 = {n: proc_cpu_s(p) for n, p in c.pids().items()}
-                        r = c.runs[name].round(args.records, 600, consume=False,
-                                               producer_config=cfg | stats.config())
-                        cpu = {n: proc_cpu_s(p) - cpu0[n] for n, p in c.pids().items()}
-                        broker_cpu_ms = 1000 * sum(v for n, v in cpu.items() if "broker" in n)
-                        r |= stats.summary()
-                        key = (str(c.tree), "headline" if linger is None else f"linger{linger}")
-                        got.setdefault(key, {"narrow": [], "wide": []})[name].append(
-                            r["produce_rps"])
-                        per_req = broker_cpu_ms / r["produce_requests"] \
-                            if r["produce_requests"] else float("nan")
-                        print(f"round {rnd} load {load_avg()} {c.tree} {key[1]} {name}: "
-                              f"{r['produce_rps']} rec/s (enqueued in {r['enqueue_s']} s), "
-                              f"{r['produce_requests']} requests "
-                              f"({r['batches']} batches, {r['records_per_request']} rec/req), "
-                              f"brokers' CPU {broker_cpu_ms:.0f} ms = {per_req:.2f} ms/request",
+                        r = measure(c, name, args.records, cfg)
+                        got.setdefault((str(c.tree), label), {"narrow": [], "wide": []})[
+                            name].append(r)
+                        print(f"round {rnd} load {load_avg()} {c.tree} {label} {name}: {r}",
                               file=sys.stderr, flush=True)
-        out = []
-        for (tree, label), v in got.items():
-            w, n = statistics.median(v["wide"]), statistics.median(v["narrow"])
-            ratios = [a / b for a, b in zip(v["wide"], v["narrow"])]
-            out.append({"tree": tree, "config": label, "wide_rps": round(w),
-                        "narrow_rps": round(n), "ratio_of_medians": round(w / n, 3),
-                        "ratio_per_round": [round(x, 3) for x in ratios], "raw": v})
-            print(f"{tree} {label}: wide {w:,.0f} / narrow {n:,.0f} rec/s = {w / n:.3f} "
-                  f"(per round {[round(x, 3) for x in ratios]})")
+        out = summarize(got)
         if args.out:
             Path(args.out).write_text(json.dumps(out, indent=1))
     finally:

@@ -10,7 +10,14 @@ over 6 partitions, whose requests are large). Here, as Redpanda does, a Produce 
    request only once this stage is over, so appends happen in request order (idempotent
    sequences, transactional order: exactly as before);
 2. *replication*: the acks=all wait for the high watermark. Up to MAX_IN_FLIGHT of these
-   overlap.
+   overlap, holding up to MAX_IN_FLIGHT_BYTES of requests (one request is always let in).
+
+The bound matters beyond memory: over many partitions each request carries one partition's
+few records, and every request waiting at once is one more partition in the next follower
+fetch, so the replication round (fetch, append, high watermark, answers written together) is
+paid per many requests instead of per few (bench/produce_partitions.py measures the brokers'
+CPU per Produce request; bench/README.md has the figures). 500 is Kafka's default
+`queued.max.requests`, there for a whole broker; a connection here never holds more.
 
 Answers still leave in request order (the `ServerConnection` enforces it). Any other request
 first waits until every answer before it is sent, then runs alone, as before: only Produce after
@@ -28,7 +35,8 @@ from typing import Awaitable, Callable
 
 import trio
 
-MAX_IN_FLIGHT = 32      # per connection; Kafka's queued.max.requests bounds a whole broker (500)
+MAX_IN_FLIGHT = 500                     # requests per connection
+MAX_IN_FLIGHT_BYTES = 32 * 1024 * 1024  # their sizes (the request frames) per connection
 
 _first_stage: contextvars.ContextVar[trio.Event | None] = \
     contextvars.ContextVar("raftka_first_stage", default=None)
@@ -42,10 +50,11 @@ def first_stage_done() -> None:
 
 
 class _Entry:
-    __slots__ = ("request", "result", "done", "failure")
+    __slots__ = ("request", "result", "done", "failure", "size")
 
     def __init__(self, request):
         self.request = request
+        self.size = getattr(request, "size", 0) or 0
         self.result = None
         self.done = False
         self.failure: BaseException | None = None
@@ -69,6 +78,7 @@ class ResponsePipeline:
         self._entries: collections.deque[_Entry] = collections.deque()
         self._changed = trio.Event()
         self._writing = False
+        self._bytes = 0                         # sizes of the entries not yet answered
         self.failure: BaseException | None = None
 
     def _signal(self) -> None:
@@ -77,10 +87,12 @@ class ResponsePipeline:
 
     async def submit(self, request) -> None:
         """Start `request`; return once its first stage is over (or it finished)."""
-        while len(self._entries) >= MAX_IN_FLIGHT:
-            await self._changed.wait()
         entry = _Entry(request)
+        while self._entries and (len(self._entries) >= MAX_IN_FLIGHT
+                                 or self._bytes + entry.size > MAX_IN_FLIGHT_BYTES):
+            await self._changed.wait()
         self._entries.append(entry)
+        self._bytes += entry.size
         first = trio.Event()
         token = _first_stage.set(first)
         try:
@@ -111,6 +123,7 @@ class ResponsePipeline:
                 self._writing = True        # popped but not on the wire yet: drain() waits
                 while self._entries and self._entries[0].done:
                     entry = self._entries.popleft()
+                    self._bytes -= entry.size
                     if entry.failure is not None:
                         failure = entry.failure     # the answers before it still go out
                         break
