@@ -262,6 +262,7 @@ class Broker:
             nursery.start_soon(self.client.follow_metadata, self.on_image)
             nursery.start_soon(self.client.heartbeat_loop, self.on_heartbeat_state)
             nursery.start_soon(self.fetchers.run)
+            nursery.start_soon(self.purgatory.run)      # times out purgatory waiters
             nursery.start_soon(housekeeping.isr_loop, self)
             nursery.start_soon(housekeeping.housekeeping_loop, self)
             nursery.start_soon(self.groups.tick_loop)
