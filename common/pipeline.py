@@ -10,14 +10,13 @@ over 6 partitions, whose requests are large). Here, as Redpanda does, a Produce 
    request only once this stage is over, so appends happen in request order (idempotent
    sequences, transactional order: exactly as before);
 2. *replication*: the acks=all wait for the high watermark. Up to MAX_IN_FLIGHT of these
-   overlap, holding up to MAX_IN_FLIGHT_BYTES of requests (one request is always let in).
+   overlap, holding up to MAX_IN_FLIGHT_BYTES of requests (one request is always let in): 32
+   requests of up to `socket.request.max.bytes` each could otherwise pin gigabytes.
 
-The bound matters beyond memory: over many partitions each request carries one partition's
-few records, and every request waiting at once is one more partition in the next follower
-fetch, so the replication round (fetch, append, high watermark, answers written together) is
-paid per many requests instead of per few (bench/produce_partitions.py measures the brokers'
-CPU per Produce request; bench/README.md has the figures). 500 is Kafka's default
-`queued.max.requests`, there for a whole broker; a connection here never holds more.
+500 in flight (Kafka's `queued.max.requests`, for a whole broker there) was tried with produce
+over 1,000 partitions, together with other per-request savings: neither the follower fetches per
+request nor the brokers' CPU per request moved measurably on the loaded dev machine
+(bench/README.md, 2026-11-26), so the count stays at 32.
 
 Answers still leave in request order (the `ServerConnection` enforces it). Any other request
 first waits until every answer before it is sent, then runs alone, as before: only Produce after
@@ -35,7 +34,7 @@ from typing import Awaitable, Callable
 
 import trio
 
-MAX_IN_FLIGHT = 500                     # requests per connection
+MAX_IN_FLIGHT = 32                      # requests per connection
 MAX_IN_FLIGHT_BYTES = 32 * 1024 * 1024  # their sizes (the request frames) per connection
 
 _first_stage: contextvars.ContextVar[trio.Event | None] = \
