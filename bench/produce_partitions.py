@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -212,6 +213,7 @@ def main() -> int:
     finally:
         for c in clusters:
             c.stop()
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
