@@ -20,10 +20,12 @@ class Throughput:
         self.tps = tps
         self.next_offset = {tp: 0 for tp in tps}
 
-    def round(self, records: int, timeout_s: float) -> dict:
+    def round(self, records: int, timeout_s: float, consume: bool = True,
+              producer_config: dict | None = None) -> dict:
+        """`producer_config` overrides the headline configuration (a linger sweep, say)."""
         p = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 5,
                       "queue.buffering.max.messages": 1_000_000, "batch.num.messages": 10000,
-                      "enable.idempotence": False})
+                      "enable.idempotence": False} | (producer_config or {}))
         payload = b"x" * 100
         errors, acked = [], {tp: [] for tp in self.tps}
 
@@ -42,8 +44,12 @@ class Throughput:
                     break
                 except BufferError:
                     p.poll(0.01)
+        enqueue_s = time.perf_counter() - t0
         left = p.flush(timeout_s)
         produce_s = time.perf_counter() - t0
+        if "stats_cb" in (producer_config or {}):
+            time.sleep(0.3)          # one more statistics interval, covering the whole round
+            p.poll(0)
         if left or errors:
             raise StepFailed(f"produce: {left} undelivered, {len(errors)} errors "
                              f"(first: {errors[:1]})")
@@ -52,6 +58,8 @@ class Throughput:
             if offs:
                 self.next_offset[tp] = max(offs) + 1
         expected = sum(self.next_offset[tp] - start[tp] for tp in self.tps)
+        if not consume:
+            return {"produce_rps": round(records / produce_s), "enqueue_s": round(enqueue_s, 3)}
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "bench-partitions",
                       "enable.auto.commit": False, "fetch.wait.max.ms": 100})
         try:

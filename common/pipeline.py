@@ -10,7 +10,13 @@ over 6 partitions, whose requests are large). Here, as Redpanda does, a Produce 
    request only once this stage is over, so appends happen in request order (idempotent
    sequences, transactional order: exactly as before);
 2. *replication*: the acks=all wait for the high watermark. Up to MAX_IN_FLIGHT of these
-   overlap.
+   overlap, holding up to MAX_IN_FLIGHT_BYTES of requests (one request is always let in): 32
+   requests of up to `socket.request.max.bytes` each could otherwise pin gigabytes.
+
+500 in flight (Kafka's `queued.max.requests`, for a whole broker there) was tried with produce
+over 1,000 partitions, together with other per-request savings: neither the follower fetches per
+request nor the brokers' CPU per request moved measurably on the loaded dev machine
+(bench/README.md, 2026-11-26), so the count stays at 32.
 
 Answers still leave in request order (the `ServerConnection` enforces it). Any other request
 first waits until every answer before it is sent, then runs alone, as before: only Produce after
@@ -28,7 +34,8 @@ from typing import Awaitable, Callable
 
 import trio
 
-MAX_IN_FLIGHT = 32      # per connection; Kafka's queued.max.requests bounds a whole broker (500)
+MAX_IN_FLIGHT = 32                      # requests per connection
+MAX_IN_FLIGHT_BYTES = 32 * 1024 * 1024  # their sizes (the request frames) per connection
 
 _first_stage: contextvars.ContextVar[trio.Event | None] = \
     contextvars.ContextVar("raftka_first_stage", default=None)
@@ -42,10 +49,11 @@ def first_stage_done() -> None:
 
 
 class _Entry:
-    __slots__ = ("request", "result", "done", "failure")
+    __slots__ = ("request", "result", "done", "failure", "size")
 
     def __init__(self, request):
         self.request = request
+        self.size = getattr(request, "size", 0) or 0
         self.result = None
         self.done = False
         self.failure: BaseException | None = None
@@ -69,6 +77,7 @@ class ResponsePipeline:
         self._entries: collections.deque[_Entry] = collections.deque()
         self._changed = trio.Event()
         self._writing = False
+        self._bytes = 0                         # sizes of the entries not yet answered
         self.failure: BaseException | None = None
 
     def _signal(self) -> None:
@@ -77,10 +86,12 @@ class ResponsePipeline:
 
     async def submit(self, request) -> None:
         """Start `request`; return once its first stage is over (or it finished)."""
-        while len(self._entries) >= MAX_IN_FLIGHT:
-            await self._changed.wait()
         entry = _Entry(request)
+        while self._entries and (len(self._entries) >= MAX_IN_FLIGHT
+                                 or self._bytes + entry.size > MAX_IN_FLIGHT_BYTES):
+            await self._changed.wait()
         self._entries.append(entry)
+        self._bytes += entry.size
         first = trio.Event()
         token = _first_stage.set(first)
         try:
@@ -111,6 +122,7 @@ class ResponsePipeline:
                 self._writing = True        # popped but not on the wire yet: drain() waits
                 while self._entries and self._entries[0].done:
                     entry = self._entries.popleft()
+                    self._bytes -= entry.size
                     if entry.failure is not None:
                         failure = entry.failure     # the answers before it still go out
                         break

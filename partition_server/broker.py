@@ -280,6 +280,7 @@ class Broker:
             nursery.start_soon(self.client.follow_metadata, self.on_image)
             nursery.start_soon(self.client.heartbeat_loop, self.on_heartbeat_state)
             nursery.start_soon(self.fetchers.run)
+            nursery.start_soon(self.purgatory.run)      # times out purgatory waiters
             from partition_server.replication.isr import send_alter_partition
             nursery.start_soon(housekeeping.isr_loop, self.replicas,
                                self.config["replica.lag.time.max.ms"], self.isr_eligible,

@@ -357,7 +357,10 @@ class ReplicaManager:
             return FetchResult(err, leader=(state.leader_id, state.leader_epoch))
         plog = hosted.log
         is_follower = replica_id >= 0
-        if is_follower and last_fetched_epoch >= 0:
+        # the usual case needs no epoch lookup: the follower's last batch is of our latest
+        # epoch and it is not past our end (what `_diverging_epoch` would find too)
+        if is_follower and last_fetched_epoch >= 0 and not (
+                last_fetched_epoch == plog.latest_epoch and fetch_offset <= plog.log_end_offset):
             diverging = self._diverging_epoch(plog, fetch_offset, last_fetched_epoch)
             if diverging is not None:
                 return FetchResult(ErrorCode.NONE, state.high_watermark, state.high_watermark,

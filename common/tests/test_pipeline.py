@@ -4,7 +4,7 @@ answers leave in request order, drain waits for every answer, a failure ends the
 import trio
 import trio.testing
 
-from common.pipeline import MAX_IN_FLIGHT, ResponsePipeline, first_stage_done
+from common.pipeline import MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES, ResponsePipeline, first_stage_done
 
 
 class Harness:
@@ -71,6 +71,41 @@ async def test_in_flight_requests_are_bounded():
         h.release.setdefault(0, trio.Event()).set()
         with trio.fail_after(5):
             await submitted.wait()
+        nursery.cancel_scope.cancel()
+
+
+class Sized(tuple):
+    """A request with a frame size, as `wire.connection` requests have."""
+    size = 0
+
+
+def sized(n: int, size: int) -> Sized:
+    r = Sized((n, False))
+    r.size = size
+    return r
+
+
+async def test_in_flight_bytes_are_bounded_but_one_request_always_passes():
+    h = Harness()
+    async with trio.open_nursery() as nursery:
+        p = ResponsePipeline(nursery, h.run, h.frame, h.write)
+        nursery.start_soon(p.send_loop)
+        await p.submit(sized(0, 2 * MAX_IN_FLIGHT_BYTES))   # alone: larger than the bound is fine
+        submitted = trio.Event()
+
+        async def one_more():
+            await p.submit(sized(1, 1))
+            submitted.set()
+        nursery.start_soon(one_more)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not submitted.is_set()                       # waits for the bytes ahead of it
+        h.release.setdefault(0, trio.Event()).set()
+        with trio.fail_after(5):
+            await submitted.wait()
+        h.release.setdefault(1, trio.Event()).set()
+        with trio.fail_after(5):
+            await p.drain()
+        assert p._bytes == 0                                # noqa: SLF001 - nothing leaks
         nursery.cancel_scope.cancel()
 
 

@@ -26,7 +26,7 @@ answer of an incremental fetch names partitions the request did not).
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Hashable, Iterable
+from typing import Callable, Hashable, Iterable, NamedTuple
 
 from wire.errors import ErrorCode
 
@@ -35,8 +35,9 @@ INITIAL_EPOCH = 0
 MAX_EPOCH = 2**31 - 1
 
 
-@dataclasses.dataclass(frozen=True)
-class FetchPosition:
+class FetchPosition(NamedTuple):
+    """Immutable and compared by value; a tuple because one is built and compared per marked
+    partition per fetch (a frozen dataclass cost twice as much)."""
     fetch_offset: int
     last_fetched_epoch: int
     current_leader_epoch: int

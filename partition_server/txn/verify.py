@@ -24,7 +24,7 @@ from partition_server.replication.partition import Role
 from wire.errors import DecodeError, ErrorCode
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
-from wire.records.batch import RecordBatchHeader
+from wire.records.batch import CRC_START, TRANSACTIONAL_MASK, RecordBatchHeader
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,8 @@ def _first_transactional(records):
     Only the first batch is looked at: a producer sends one partition's batches under one
     producer id and transactional flag (a mixed request still goes through the log's
     validation and the sequence checks), and this runs on every Produce."""
+    if len(records) > CRC_START + 1 and not records[CRC_START + 1] & TRANSACTIONAL_MASK:
+        return None                 # the attributes' low byte, read in place: the usual case
     try:
         h = RecordBatchHeader(memoryview(records), 0)
     except DecodeError:

@@ -26,6 +26,7 @@ import struct
 from typing import Any
 
 from wire.errors import DecodeError
+from wire.messages.struct_init import lazy_init
 from wire.primitives import (ZERO_UUID, read_uvarint, take, uuid_bytes, uvarint_bytes)
 
 INF = 1 << 30
@@ -133,6 +134,9 @@ class Struct:
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
         cls._codecs = {}
+        if "__init__" not in cls.__dict__:
+            # its own __init__, compiled at its first construction (struct_init.py says why)
+            cls.__init__ = lazy_init(cls, _MISSING)
 
     def __init__(self, **kwargs):
         for f in self.FIELDS:
@@ -317,11 +321,19 @@ def _compile(cls, version: int, flexible: bool, lenient: bool = False):
     return enc_ns["enc"], dec_ns["dec"]
 
 
+_DEFAULT_STRUCTS: dict[type, Struct] = {}
+
+
 def _is_default(f: F, value) -> bool:
     if f.default is _MISSING:
         if f.is_array:
             return value is not None and len(value) == 0
-        return value == f.struct()
+        # one cached default instance: a fresh one per check cost a follower fetch answer
+        # three struct constructions per partition (its tagged fields)
+        default = _DEFAULT_STRUCTS.get(f.struct)
+        if default is None:
+            default = _DEFAULT_STRUCTS[f.struct] = f.struct()
+        return value == default
     return value == f.default if value is not None else f.default is None
 
 

@@ -1,0 +1,221 @@
+"""Produce over many partitions vs few, side by side, for one or more code trees (issue 17).
+
+The produce half of `bench/partitions.py`'s throughput step without the rest of that bench:
+for each tree in `--trees` a dev cluster (3 controllers + 3 brokers, RF 3,
+min.insync.replicas 2) is started from that tree (its processes run with PYTHONPATH=tree), with
+`--wide` partitions in topics of 100 and one `--narrow`-partition topic. Then rounds alternate
+tree by tree and, within a tree, narrow then wide, so every figure of a round shares the
+machine's load of the moment. Records: 100 B, acks=all, librdkafka with linger 5 ms
+(`partitions_throughput.Throughput`, the headline configuration); `--linger-ms` adds rounds with
+other linger values as information only. Before the rounds every partition gets one record (the
+first append to a new follower replica writes its leader-epoch checkpoint with two fsyncs).
+
+    python3 bench/produce_partitions.py --records 60000 --rounds 3
+    python3 bench/produce_partitions.py --trees /tmp/pm-old,. --rounds 3      # before/after
+    python3 bench/produce_partitions.py --hold 120     # keep producing wide (for py-spy)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from clients.cli.dev import stop_cluster  # noqa: E402
+from partition_server.testing import LiveCluster  # noqa: E402
+from partitions_throughput import Throughput  # noqa: E402
+
+TOPIC_PARTITIONS = 100
+
+
+def proc_cpu_s(pid: int) -> float:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class RequestStats:
+    """librdkafka's statistics (the last report of a round): Produce requests and batches sent,
+    to tell how many partitions' batches each request carried."""
+
+    def __init__(self):
+        self.last = None
+
+    def config(self) -> dict:
+        return {"statistics.interval.ms": 100, "stats_cb": self._cb}
+
+    def _cb(self, text: str) -> None:
+        self.last = json.loads(text)
+
+    def summary(self) -> dict:
+        brokers = [b for b in (self.last or {}).get("brokers", {}).values() if b["nodeid"] >= 0]
+        reqs = sum(b.get("req", {}).get("Produce", 0) for b in brokers)
+        topics = (self.last or {}).get("topics", {}).values()
+        batches = sum(t.get("batchcnt", {}).get("cnt", 0) for t in topics)
+        msgs = sum(t.get("batchcnt", {}).get("sum", 0) for t in topics)
+        return {"produce_requests": reqs, "batches": batches,
+                "records_per_request": round(msgs / reqs, 1) if reqs else None}
+
+
+def follower_fetches(cluster: LiveCluster) -> int:
+    """Follower fetches sent so far by all brokers (their /metrics counter)."""
+    import urllib.request
+    total = 0
+    for b in (0, 1, 2):
+        url = f"http://127.0.0.1:{cluster.layout.metrics_port(b)}/metrics"
+        for line in urllib.request.urlopen(url, timeout=10).read().decode().splitlines():
+            if line.startswith("raftka_replica_fetch_requests_total{"):
+                total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def load_avg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def create(bootstrap: str, topics: dict[str, int], timeout_s: float = 120) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(t, n, 3, config={"min.insync.replicas": "2"}) for t, n in topics.items()],
+        operation_timeout=timeout_s)
+    for fut in futures.values():
+        fut.result(timeout_s + 10)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        md = admin.list_topics(timeout=30).topics
+        if all(t in md and len(md[t].partitions) == n and
+               all(p.leader >= 0 for p in md[t].partitions.values())
+               for t, n in topics.items()):
+            return
+        time.sleep(0.2)
+    raise RuntimeError("topics not led in time")
+
+
+class TreeCluster:
+    def __init__(self, tree: Path, data_dir: Path, wide: int, narrow: int):
+        self.tree = tree
+        os.environ["PYTHONPATH"] = str(tree)        # inherited by the cluster's processes
+        self.cluster = LiveCluster(data_dir).start(120)
+        wide_topics = {f"wide-{i:03d}": TOPIC_PARTITIONS
+                       for i in range((wide + TOPIC_PARTITIONS - 1) // TOPIC_PARTITIONS)}
+        create(self.cluster.bootstrap, wide_topics | {"narrow": narrow})
+        wide_tps = [(t, q) for t in wide_topics for q in range(TOPIC_PARTITIONS)][:wide]
+        # One record per partition first: a follower's first append to a new partition writes
+        # its leader-epoch checkpoint (two fsyncs), ~2,000 of them over 1,000 partitions RF 3,
+        # which would otherwise land in whichever round comes first.
+        Throughput(self.cluster.bootstrap, wide_tps + [("narrow", q) for q in range(narrow)]) \
+            .round(wide + narrow, 600, consume=False)
+        self.runs = {"narrow": Throughput(self.cluster.bootstrap,
+                                          [("narrow", q) for q in range(narrow)]),
+                     "wide": Throughput(self.cluster.bootstrap, wide_tps)}
+
+    def pids(self) -> dict[str, int]:
+        return {p.name: p.proc.pid for p in self.cluster.procs}
+
+    def stop(self) -> None:
+        try:
+            stop_cluster(self.cluster.procs)
+        finally:
+            for p in self.cluster.procs:
+                if p.proc.poll() is None:
+                    p.proc.kill()
+
+
+def measure(c: TreeCluster, name: str, records: int, cfg: dict) -> dict:
+    """One produce round on `c`'s narrow or wide set, with what it cost the brokers."""
+    stats = RequestStats()
+    fetches0 = follower_fetches(c.cluster)
+    cpu0 = {n: proc_cpu_s(p) for n, p in c.pids().items()}
+    r = c.runs[name].round(records, 600, consume=False, producer_config=cfg | stats.config())
+    cpu = {n: proc_cpu_s(p) - cpu0[n] for n, p in c.pids().items()}
+    r["broker_cpu_ms"] = round(1000 * sum(v for n, v in cpu.items() if "broker" in n))
+    r["follower_fetches"] = follower_fetches(c.cluster) - fetches0
+    r |= stats.summary()
+    r["cpu_ms_per_request"] = round(r["broker_cpu_ms"] / r["produce_requests"], 3) \
+        if r["produce_requests"] else None
+    return r
+
+
+def summarize(got: dict) -> list:
+    out = []
+    for (tree, label), v in got.items():
+        w = statistics.median(r["produce_rps"] for r in v["wide"])
+        n = statistics.median(r["produce_rps"] for r in v["narrow"])
+        ratios = [a["produce_rps"] / b["produce_rps"] for a, b in zip(v["wide"], v["narrow"])]
+        cpu = statistics.median(r["cpu_ms_per_request"] for r in v["wide"])
+        out.append({"tree": tree, "config": label, "wide_rps": round(w), "narrow_rps": round(n),
+                    "ratio_of_medians": round(w / n, 3),
+                    "ratio_per_round": [round(x, 3) for x in ratios],
+                    "wide_cpu_ms_per_request_median": cpu, "rounds": v})
+        print(f"{tree} {label}: wide {w:,.0f} / narrow {n:,.0f} rec/s = {w / n:.3f} "
+              f"(per round {[round(x, 3) for x in ratios]}); wide: brokers' CPU {cpu:.2f} ms "
+              f"per request (median)")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trees", default=str(Path(__file__).resolve().parents[1]),
+                    help="comma-separated code trees, one cluster each")
+    ap.add_argument("--wide", type=int, default=1000)
+    ap.add_argument("--narrow", type=int, default=6)
+    ap.add_argument("--records", type=int, default=60_000, help="per round")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--linger-ms", default="", help="extra linger.ms values (information)")
+    ap.add_argument("--only-extra", action="store_true",
+                    help="skip the headline configuration (--linger-ms values only): with a "
+                         "linger longer than the enqueue, every partition gets exactly one "
+                         "request, so the brokers' CPU per request compares trees fairly")
+    ap.add_argument("--hold", type=float, default=0,
+                    help="instead: produce wide for this many seconds (for a profiler)")
+    ap.add_argument("--out", help="write the results as JSON here")
+    args = ap.parse_args()
+    trees = [Path(t).resolve() for t in args.trees.split(",")]
+    lingers = ([] if args.only_extra else [None]) + \
+        [int(x) for x in args.linger_ms.split(",") if x]
+    work = Path(tempfile.mkdtemp(prefix="produce-partitions-"))
+    clusters: list[TreeCluster] = []
+    got: dict = {}
+    try:
+        for i, tree in enumerate(trees):
+            clusters.append(TreeCluster(tree, work / f"c{i}", args.wide, args.narrow))
+            print(f"{tree}: {clusters[-1].pids()}", file=sys.stderr, flush=True)
+        end = time.monotonic() + args.hold
+        while time.monotonic() < end:
+            for c in clusters:
+                r = c.runs["wide"].round(args.records, 600, consume=False)
+                print(f"{c.tree} wide {r}", file=sys.stderr, flush=True)
+        for rnd in range(0 if args.hold else args.rounds):
+            for c in clusters:
+                for linger in lingers:
+                    label = "headline" if linger is None else f"linger{linger}"
+                    cfg = {} if linger is None else {"linger.ms": linger}
+                    for name in ("narrow", "wide"):
+                        r = measure(c, name, args.records, cfg)
+                        got.setdefault((str(c.tree), label), {"narrow": [], "wide": []})[
+                            name].append(r)
+                        print(f"round {rnd} load {load_avg()} {c.tree} {label} {name}: {r}",
+                              file=sys.stderr, flush=True)
+        out = summarize(got)
+        if args.out:
+            Path(args.out).write_text(json.dumps(out, indent=1))
+    finally:
+        for c in clusters:
+            c.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
