@@ -30,11 +30,14 @@ def test_requests_wait_for_the_first_metadata_catch_up(tmp_path):
         return procs[-1]
 
     async def metadata(timeout_s):
-        for _ in range(100):                  # until the listener is up
+        deadline = time.monotonic() + 60      # until the listener is up (a loaded start is slow)
+        while True:
             try:
                 client = await connect(layout.broker_port(0))
                 break
             except OSError:
+                if time.monotonic() > deadline:
+                    raise
                 await trio.sleep(0.1)
         try:
             with trio.move_on_after(timeout_s):
