@@ -25,6 +25,7 @@ from partition_server.controller_client import ControllerClient
 from partition_server.fetch_session import FetchSessionCache
 from partition_server.image_delta import config_changed_topics, diff_images
 from partition_server.log import LogConfig, PartitionLog
+from partition_server.log.file_cache import OpenFileCache, default_max_open_files
 from partition_server.log.offset_checkpoint import HIGH_WATERMARK_FILE, read_checkpoint, write_checkpoint
 from common.network import serve_listener
 from partition_server.purgatory import Purgatory
@@ -61,13 +62,7 @@ class Broker:
                                     config["inter.broker.listener.name"])
         inter = self.listener_set.advertised_for(self.listener_set.inter_broker)
         self.host, self.port = inter.host, inter.port
-        self.replicas = ReplicaManager(self.broker_id, self._open_log)
-        self.replicas.on_log_dir_failure = self._on_log_dir_failure
-        self.hw_checkpoint_path = os.path.join(self.log_dir, HIGH_WATERMARK_FILE)
-        self.replicas.high_watermarks = read_checkpoint(self.hw_checkpoint_path)
-        if config["raftka.storage.fault.file"]:
-            self.replicas.storage_fault_file = os.path.join(self.log_dir,
-                                                            config["raftka.storage.fault.file"])
+        self._open_storage(config)
         self.purgatory = Purgatory()
         self.replicas.on_change = self.purgatory.notify
         from partition_server.handlers.fetch_follower import close_session
@@ -121,6 +116,18 @@ class Broker:
         from partition_server.handlers.context import HandlerContext
         self.handler_context = HandlerContext.of(self)
 
+    def _open_storage(self, config: BrokerConfig) -> None:
+        # segment files open at most (file_cache.py): descriptors bounded whatever the partitions
+        self.segment_files = OpenFileCache(default_max_open_files(config["raftka.log.max.open.files"]))
+        log.info("keeping at most %d segment files open", self.segment_files.max_open)
+        self.replicas = ReplicaManager(self.broker_id, self._open_log)
+        self.replicas.on_log_dir_failure = self._on_log_dir_failure
+        self.hw_checkpoint_path = os.path.join(self.log_dir, HIGH_WATERMARK_FILE)
+        self.replicas.high_watermarks = read_checkpoint(self.hw_checkpoint_path)
+        if config["raftka.storage.fault.file"]:
+            self.replicas.storage_fault_file = os.path.join(self.log_dir,
+                                                            config["raftka.storage.fault.file"])
+
     def _on_log_dir_failure(self) -> None:
         """Our only log directory failed: stay up (serving metadata and errors), but ask the
         controller — through the controlled-shutdown path — to move every leadership and ISR
@@ -148,7 +155,8 @@ class Broker:
 
     def _open_log(self, topic: str, partition: int, topic_config: dict) -> PartitionLog:
         directory = os.path.join(self.log_dir, f"{topic}-{partition}")
-        return PartitionLog(directory, LogConfig.from_kafka(topic_config), now_ms())
+        return PartitionLog(directory, LogConfig.from_kafka(topic_config), now_ms(),
+                            files=self.segment_files)
 
     # -- metadata -------------------------------------------------------------------------------
 

@@ -43,6 +43,13 @@ def render(broker) -> str:
            [(_labels(topic=t, partition=p), len(h.state.isr)) for t, p, h in led])
     family("raftka_fetch_sessions", "gauge", "Incremental fetch sessions (KIP-227) cached here.",
            [("", len(broker.fetch_sessions.sessions))])
+    files = broker.segment_files
+    family("raftka_log_open_segment_files", "gauge",
+           "Segment files held open by the cache (raftka.log.max.open.files), and pinned.",
+           [(_labels(kind="cached"), files.cached), (_labels(kind="pinned"), files.pinned)])
+    family("raftka_log_segment_file_opens_total", "counter",
+           "Segment files opened (first open or reopen after an eviction), and evictions.",
+           [(_labels(kind="opens"), files.opens), (_labels(kind="evictions"), files.evictions)])
     fetch_stats = sorted(broker.fetchers.stats.items())
     family("raftka_replica_fetch_request_partitions", "gauge",
            "Partitions named (fetched or forgotten) by the last follower fetch, per leader.",

@@ -39,13 +39,13 @@ def finish_interrupted_operations(directory: str) -> None:
 
 
 def open_segments(directory: str, index_interval_bytes: int, recovery_point: int,
-                  clean: bool) -> list[LogSegment]:
+                  clean: bool, files=None) -> list[LogSegment]:
     finish_interrupted_operations(directory)
     bases = sorted(int(n[:-4]) for n in os.listdir(directory)
                    if n.endswith(".log") and n[:-4].isdigit())
     segments: list[LogSegment] = []
     for i, base in enumerate(bases):
-        seg = LogSegment(directory, base, index_interval_bytes)
+        seg = LogSegment(directory, base, index_interval_bytes, files)
         if segments and seg.base_offset < segments[-1].next_offset:
             # an earlier segment was cut short: everything after it is no longer a prefix
             seg.close()
