@@ -214,7 +214,7 @@ class ReplicaManager:
                 hosted.log.delete()
             else:
                 if not hosted.offline:
-                    producer_snapshot.maybe_snapshot(hosted, {})
+                    producer_snapshot.maybe_snapshot(hosted, {}, closing=True, fsync=sync)
                 hosted.log.close(sync=sync)
                 return None if hosted.offline else hosted.log
         except OSError as exc:

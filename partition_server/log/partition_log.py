@@ -28,7 +28,8 @@ from partition_server.log.config import NEVER, LogConfig
 from partition_server.log.epoch_cache import LeaderEpochCache
 from partition_server.log.file_cache import OpenFileCache
 from partition_server.log.fsync import fsync_dir
-from partition_server.log.recovery import CLEAN_SHUTDOWN, open_segments
+from partition_server.log.recovery import (CLEAN_SHUTDOWN, finish_interrupted_operations,
+                                           open_segments)
 from partition_server.log.retention import segments_past_retention
 from partition_server.log.segment import CorruptSegmentError, FileRange, LogSegment
 from partition_server.log.txn_index import AbortedTxn
@@ -91,6 +92,7 @@ class PartitionLog:
         self._graveyard: list[tuple[int, LogSegment]] = []
         self.generation = 0          # bumped when segments are removed; the cleaner aborts on it
         self.closed = False
+        self.snapshot_offsets_at_open: list[int] | None = None
         self._open(now_ms)
 
     # -- opening and recovery ---------------------------------------------------------------------
@@ -112,12 +114,13 @@ class PartitionLog:
         os.replace(path + ".tmp", path)
 
     def _open(self, now_ms: int) -> None:
-        marker = os.path.join(self.directory, CLEAN_SHUTDOWN)
-        clean = os.path.exists(marker)
+        # one directory listing serves the whole open (a broker opens thousands of logs at start)
+        names = finish_interrupted_operations(self.directory)
+        clean = CLEAN_SHUTDOWN in names
         self.segments = open_segments(self.directory, self.config.index_interval_bytes,
-                                      self.recovery_point, clean, self.files)
+                                      self.recovery_point, clean, self.files, names)
         if clean:
-            os.unlink(marker)
+            os.unlink(os.path.join(self.directory, CLEAN_SHUTDOWN))
         if not self.segments:
             self.segments.append(self._new_segment(self.log_start_offset))
         leo = self.log_end_offset
@@ -127,7 +130,8 @@ class PartitionLog:
         if not self.epoch_cache.epochs and leo > self.log_start_offset:
             self._rebuild_epoch_cache()
         self.recovery_point = min(self.recovery_point, leo) if not clean else leo
-        drop_producer_snapshots_after(self.directory, leo)
+        # for the producer-state rebuild that follows (txn/snapshot.py), saving it a listing
+        self.snapshot_offsets_at_open = drop_producer_snapshots_after(self.directory, leo, names)
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         return LogSegment(self.directory, base_offset, self.config.index_interval_bytes, self.files)
@@ -382,6 +386,7 @@ class PartitionLog:
             self._delete_segment(self.segments.pop(), now_ms=None)
         self.active.truncate_to(offset)
         drop_producer_snapshots_after(self.directory, self.log_end_offset)
+        self.snapshot_offsets_at_open = None
         self.epoch_cache.truncate_from_end(self.log_end_offset)
         self._lower_first_dirty_offset(self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
@@ -393,6 +398,7 @@ class PartitionLog:
             self._delete_segment(seg, now_ms=None)
         self.segments = [self._new_segment(offset)]
         drop_producer_snapshots_after(self.directory, -1)
+        self.snapshot_offsets_at_open = None
         self.log_start_offset = offset
         self.recovery_point = offset
         self._lower_first_dirty_offset(offset)
@@ -526,16 +532,24 @@ class PartitionLog:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def drop_producer_snapshots_after(directory: str, offset: int) -> None:
-    """Delete producer-state snapshots taken past `offset` (their records are gone)."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return
+def drop_producer_snapshots_after(directory: str, offset: int,
+                                  names: list[str] | None = None) -> list[int]:
+    """Delete producer-state snapshots taken past `offset` (their records are gone); returns
+    the offsets of those kept, sorted (`names`: the directory's listing, if just taken)."""
+    if names is None:
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            return []
+    kept = []
     for name in names:
         stem = name[:-len(PRODUCER_SNAPSHOT_SUFFIX)]
-        if name.endswith(PRODUCER_SNAPSHOT_SUFFIX) and stem.isdigit() and int(stem) > offset:
-            os.unlink(os.path.join(directory, name))
+        if name.endswith(PRODUCER_SNAPSHOT_SUFFIX) and stem.isdigit():
+            if int(stem) > offset:
+                os.unlink(os.path.join(directory, name))
+            else:
+                kept.append(int(stem))
+    return sorted(kept)
 
 
 
