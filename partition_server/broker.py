@@ -46,6 +46,10 @@ BROKER_TO_TOPIC = {
 }
 
 
+# fewer new partitions than this are opened inline (a thread hop is not worth it)
+OPEN_AHEAD_MIN = 64
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -139,18 +143,20 @@ class Broker:
 
     # -- configuration ----------------------------------------------------------------------------
 
-    def topic_config(self, topic: str) -> dict[str, str]:
-        """Effective topic config: broker defaults overridden by dynamic and topic configs."""
+    def topic_config(self, topic: str, image: MetadataImage | None = None) -> dict[str, str]:
+        """Effective topic config: broker defaults overridden by dynamic and topic configs
+        (of `image`, default the current one)."""
+        image = image or self.image
         merged = {}
         for broker_key, topic_key in BROKER_TO_TOPIC.items():
             value = self.config[broker_key]
             if value is not None:
                 merged[topic_key] = ",".join(value) if isinstance(value, list) else str(value).lower() \
                     if isinstance(value, bool) else str(value)
-        for broker_key, value in self.image.broker_config(self.broker_id).items():
+        for broker_key, value in image.broker_config(self.broker_id).items():
             if broker_key in BROKER_TO_TOPIC:
                 merged[BROKER_TO_TOPIC[broker_key]] = value
-        merged.update(self.image.topic_config(topic))
+        merged.update(image.topic_config(topic))
         return merged
 
     def _open_log(self, topic: str, partition: int, topic_config: dict) -> PartitionLog:
@@ -165,12 +171,13 @@ class Broker:
         Only what changed since the previous image is applied (image_delta.py): an idle
         cluster's metadata changes (a broker registering, one partition's ISR) cost O(topics)
         identity checks plus the changed partitions, not a walk over every partition."""
+        config_topics = config_changed_topics(self.image, image)
+        delta = diff_images(self.image, image, config_topics)
+        await self._open_logs_ahead(image, delta)
         old, self.image = self.image, image
         if self.authorizer is not None:
             from partition_server.security.setup import build_authorizer
             self.authorizer = build_authorizer(image, self.config.values.get)
-        config_topics = config_changed_topics(old, image)
-        delta = diff_images(old, image, config_topics)
         for key in delta.removed:
             self.fetchers.unfollow(*key)
             self.replicas.remove_partition(*key, delete=True)
@@ -189,10 +196,29 @@ class Broker:
             # whether the follower's broker is usable (KIP-841), so look at every partition we
             # lead on the next ISR tick instead of waiting for the sweep.
             self.replicas.isr_candidates |= self.replicas.led
+        self.replicas.discard_preopened()
         self.groups.on_image()
         self.txn.on_image()
         if config_topics is None:
             self.purgatory.notify_all()     # a broker-level default changed: anything may have
+
+    async def _open_logs_ahead(self, image: MetadataImage, delta) -> None:
+        """Many partitions new to this broker (a start, a big CreateTopics): open their logs in
+        threads, off the event loop, before applying the image (until then requests see the
+        previous image, consistent with the hosted replicas)."""
+        removed = set(delta.removed)
+        wanted, configs = [], {}
+        for t, p in delta.apply:
+            key = (t.name, p.partition_id)
+            if self.broker_id in p.replicas and key not in removed and self.replicas.get(*key) is None:
+                if t.name not in configs:
+                    configs[t.name] = self.topic_config(t.name, image)
+                wanted.append((t.name, p.partition_id, configs[t.name]))
+        if len(wanted) >= OPEN_AHEAD_MIN:
+            started = time.monotonic()
+            await trio.to_thread.run_sync(self.replicas.preopen, wanted,
+                                          self.config["num.recovery.threads.per.data.dir"])
+            log.info("opened %d logs in %.1f s", len(wanted), time.monotonic() - started)
 
     def _apply_partition(self, topic, p, cfg: dict, now: int) -> None:
         key = (topic.name, p.partition_id)

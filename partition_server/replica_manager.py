@@ -16,6 +16,7 @@ Error codes returned (per partition), and when:
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import errno
 import logging
@@ -116,6 +117,8 @@ class ReplicaManager:
         self.compacted: set[TopicPartition] = set()
         self.isr_candidates: set[TopicPartition] = set()
         self._hw_dirty: set[TopicPartition] = set()   # high watermarks not checkpointed yet
+        # logs opened ahead by `preopen` (threads), taken by `apply_partition`
+        self._preopened: dict[TopicPartition, tuple[PartitionLog, object]] = {}
 
     def check_storage(self) -> None:
         """Raise the error a full disk gives while the fault-injection file exists (only when
@@ -153,13 +156,15 @@ class ReplicaManager:
                 self.remove_partition(topic, partition, delete=True)
             return Role.NONE
         if hosted is None:
-            plog = self._open_log(topic, partition, topic_config)
+            plog, producers = self._preopened.pop(key, (None, None))
+            if plog is None:
+                plog = self._open_log(topic, partition, topic_config)
+                producers = producer_snapshot.rebuild(plog)
             # After a restart the high watermark starts from the checkpoint (never above what
             # was committed; clamped to the log end) and catches up once the ISR has fetched.
             hosted = HostedPartition(topic, partition, topic_id, plog,
                                      PartitionState(topic, partition, self.broker_id, plog,
-                                                    self.high_watermarks.get(key, 0)))
-            hosted.rebuild_producer_state()
+                                                    self.high_watermarks.get(key, 0)), producers=producers)
             hosted.offline = self.log_dir_failed
             self.partitions[key] = hosted
             hosted.state.on_high_watermark_change = lambda: self._hw_dirty.add(key)
@@ -181,6 +186,35 @@ class ReplicaManager:
         else:
             self.led.discard(key)
         return hosted.state.role
+
+    def preopen(self, wanted: list[tuple[str, int, dict]], threads: int) -> None:
+        """Open the logs of partitions about to be hosted and rebuild their producer state, in
+        `threads` threads (Kafka's num.recovery.threads.per.data.dir), for `apply_partition` to
+        take. Blocking: the broker calls it off its event loop, which then keeps heartbeating
+        and serving while thousands of logs open (or recover) at start. A log that fails to
+        open is left to `apply_partition`, which opens it again and reports the error."""
+        def open_one(item):
+            topic, partition, config = item
+            try:
+                plog = self._open_log(topic, partition, config)
+                self._preopened[(topic, partition)] = (plog, producer_snapshot.rebuild(plog))
+            except (OSError, KafkaError) as exc:
+                log.warning("opening %s-%d ahead: %s", topic, partition, exc)
+        if threads <= 1:
+            for item in wanted:
+                open_one(item)
+            return
+        with concurrent.futures.ThreadPoolExecutor(threads, "log-open") as pool:
+            list(pool.map(open_one, wanted))
+
+    def discard_preopened(self) -> None:
+        """Close logs opened ahead that no partition took (its record changed meanwhile)."""
+        left, self._preopened = self._preopened, {}
+        for plog, _ in left.values():
+            try:
+                plog.close(sync=False)
+            except OSError:
+                pass
 
     def close_all(self) -> None:
         """Stop hosting everything: close every log, sync the file system once, then mark
