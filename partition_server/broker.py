@@ -187,10 +187,11 @@ class Broker:
         configs: dict = {}                  # per topic: computed once, not per partition
         retry = [(image.topics[t.name], p) for t, p in retry
                  if image.partition(t.name, p.partition_id) is p]   # else it is in the delta
-        for t, p in delta.apply + retry:
-            if t.name not in configs:
-                configs[t.name] = self.topic_config(t.name)
-            self._apply_partition(t, p, configs[t.name], now)
+        with self.replicas.batched_epoch_sync():        # no await inside: nothing served
+            for t, p in delta.apply + retry:
+                if t.name not in configs:
+                    configs[t.name] = self.topic_config(t.name)
+                self._apply_partition(t, p, configs[t.name], now)
         if image.brokers is not old.brokers:
             # A broker registered, was fenced or unfenced (rare): ISR expansion depends on
             # whether the follower's broker is usable (KIP-841), so look at every partition we

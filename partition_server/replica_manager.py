@@ -17,6 +17,7 @@ Error codes returned (per partition), and when:
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import errno
 import logging
@@ -117,6 +118,9 @@ class ReplicaManager:
         self.compacted: set[TopicPartition] = set()
         self.isr_candidates: set[TopicPartition] = set()
         self._hw_dirty: set[TopicPartition] = set()   # high watermarks not checkpointed yet
+        # inside `batched_epoch_sync`: new leader epochs are written unsynced, synced at its end
+        self._defer_epoch_sync = False
+        self._epochs_unsynced = False
         # logs opened ahead by `preopen` (threads), taken by `apply_partition`
         self._preopened: dict[TopicPartition, tuple[PartitionLog, object]] = {}
 
@@ -178,7 +182,9 @@ class ReplicaManager:
         hosted.state.min_insync_replicas = max(1, min(min_insync_replicas, len(replicas)))
         if leader == self.broker_id:
             if hosted.state.become_leader(leader_epoch, partition_epoch, replicas, isr, now_ms):
-                hosted.log.assign_epoch_start(leader_epoch, hosted.log.log_end_offset)
+                hosted.log.assign_epoch_start(leader_epoch, hosted.log.log_end_offset,
+                                              fsync=not self._defer_epoch_sync)
+                self._epochs_unsynced |= self._defer_epoch_sync
         else:
             hosted.state.become_follower(leader, leader_epoch, partition_epoch, replicas, isr)
         if hosted.state.role is Role.LEADER:
@@ -186,6 +192,20 @@ class ReplicaManager:
         else:
             self.led.discard(key)
         return hosted.state.role
+
+    @contextlib.contextmanager
+    def batched_epoch_sync(self):
+        """Apply many partitions, then make their new leader-epoch checkpoints durable with one
+        file-system sync instead of two fsyncs each (10,000 leaderships after a start: ~15 s
+        of fsyncs). The caller must not serve the partitions before the block ends."""
+        self._defer_epoch_sync = True
+        try:
+            yield
+        finally:
+            self._defer_epoch_sync = False
+            if self._epochs_unsynced:
+                self._epochs_unsynced = False
+                os.sync()
 
     def preopen(self, wanted: list[tuple[str, int, dict]], threads: int) -> None:
         """Open the logs of partitions about to be hosted and rebuild their producer state, in

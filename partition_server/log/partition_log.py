@@ -328,8 +328,9 @@ class PartitionLog:
 
     # -- epochs -----------------------------------------------------------------------------------
 
-    def assign_epoch_start(self, epoch: int, start_offset: int) -> None:
-        self.epoch_cache.assign(epoch, start_offset)
+    def assign_epoch_start(self, epoch: int, start_offset: int, fsync: bool = True) -> None:
+        """`fsync=False`: the caller syncs (the file system) before relying on it."""
+        self.epoch_cache.assign(epoch, start_offset, fsync)
 
     def end_offset_for(self, epoch: int) -> tuple[int, int]:
         return self.epoch_cache.end_offset_for(epoch, self.log_end_offset)
