@@ -227,20 +227,24 @@ class ReplicaManager:
         with concurrent.futures.ThreadPoolExecutor(threads, "log-open") as pool:
             list(pool.map(open_one, wanted))
 
-    def discard_preopened(self) -> None:
-        """Close logs opened ahead that no partition took (its record changed meanwhile)."""
+    def discard_preopened(self) -> list[PartitionLog]:
+        """Close (unsynced, unmarked) logs opened ahead that no partition took: its record
+        changed meanwhile, or the broker stops mid-start. Returns them."""
         left, self._preopened = self._preopened, {}
+        closed = []
         for plog, _ in left.values():
             try:
                 plog.close(sync=False)
+                closed.append(plog)
             except OSError:
                 pass
+        return closed
 
     def close_all(self) -> None:
         """Stop hosting everything: close every log, sync the file system once, then mark
         each log clean (so a restart trusts them without a scan)."""
         closed = [self.remove_partition(*key, delete=False, sync=False)
-                  for key in list(self.partitions)]
+                  for key in list(self.partitions)] + self.discard_preopened()
         os.sync()
         for plog in closed:
             if plog is not None:
