@@ -113,6 +113,9 @@ class LogSegment:
 
     def load_trusted(self) -> None:
         """After a clean shutdown: take the indexes as written; read only the last batch."""
+        if self.size == 0 and not (os.path.exists(self.index.path)
+                                   or os.path.exists(self.time_index.path)):
+            return      # empty, never indexed: nothing to rebuild (most of 30,000 partitions)
         try:
             self.index.load(self.size)
             self.time_index.load(1 << 62)

@@ -193,3 +193,14 @@ def test_default_bound_is_half_the_open_file_limit():
     assert default_max_open_files(0) == max(MIN_OPEN, soft // 2)
     assert default_max_open_files(5000) == 5000
     assert default_max_open_files(3) == MIN_OPEN
+
+
+def test_an_empty_log_reopens_after_a_clean_close_without_rebuilding(tmp_path, caplog):
+    plog = PartitionLog(str(tmp_path / "t-0"), LogConfig(), T0)
+    plog.close()
+    again = PartitionLog(str(tmp_path / "t-0"), LogConfig(), T0)
+    assert "rebuilding" not in caplog.text
+    assert again.log_end_offset == 0
+    again.append_as_leader(batch(1), 0, T0)
+    assert read_all(again) == [b"value-1"]
+    again.close()
