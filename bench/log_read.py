@@ -62,8 +62,9 @@ def stream(plog: PartitionLog, fetch_bytes: int, use_sendfile: bool) -> tuple[fl
         for r in info.ranges:
             if use_sendfile:
                 pos, left = r.position, r.size
+                f = r.open_file()
                 while left:
-                    n = os.sendfile(sock.fileno(), r.fd, pos, left)
+                    n = os.sendfile(sock.fileno(), f.fd, pos, left)
                     pos, left = pos + n, left - n
             else:
                 sock.sendall(r.read())

@@ -26,9 +26,11 @@ Security per listener (`ListenerSecurity`), as Kafka's SocketServer + SaslServer
 - `max.connections` / `max.connections.per.ip`: a connection beyond either limit is closed at
   once (`ConnectionLimiter`).
 
-Fetch responses may carry `FileRange` chunks (any object with `fd`, `position` and `size`) which
-are written with `os.sendfile` straight from the segment file on plain TCP (zero copy); through
-TLS they are read and encrypted in slices.
+Fetch responses may carry `FileRange` chunks (`position`, `size`, and `open_file()` giving an
+object whose `fd` stays open while it is held: segment files may be closed by the broker's
+open-file bound between the read and the send) which are written with `os.sendfile` straight
+from the segment file on plain TCP (zero copy); through TLS they are read and encrypted in
+slices.
 """
 
 from __future__ import annotations
@@ -161,7 +163,8 @@ async def _send_chunks(stream, chunks: list) -> None:
 
 
 def _read_range(file_range) -> bytes:
-    data = os.pread(file_range.fd, file_range.size, file_range.position)
+    f = file_range.open_file()
+    data = os.pread(f.fd, file_range.size, file_range.position)
     if len(data) != file_range.size:
         raise ConnectionError("segment shrank during send")
     return data
@@ -170,8 +173,9 @@ def _read_range(file_range) -> bytes:
 async def _send_file_range_copy(stream, file_range) -> None:
     """TLS cannot use sendfile: read the range in slices and send them through the stream."""
     offset, remaining = file_range.position, file_range.size
+    f = file_range.open_file()          # held across the awaits: the fd stays open
     while remaining > 0:
-        data = os.pread(file_range.fd, min(remaining, SENDFILE_TLS_SLICE), offset)
+        data = os.pread(f.fd, min(remaining, SENDFILE_TLS_SLICE), offset)
         if not data:
             raise ConnectionError("segment shrank during send")
         await stream.send_all(data)
@@ -183,7 +187,8 @@ async def _sendfile(stream: trio.SocketStream, file_range) -> None:
     """Write `size` bytes of a file at `position` to the socket with os.sendfile."""
     sock = stream.socket
     offset, remaining = file_range.position, file_range.size
-    fd = file_range.fd
+    f = file_range.open_file()          # held across the awaits: the fd stays open
+    fd = f.fd
     while remaining > 0:
         try:        # try first: the socket buffer usually has room, and an epoll wait costs
             sent = os.sendfile(sock.fileno(), fd, offset, remaining)

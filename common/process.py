@@ -92,11 +92,11 @@ OPEN_FILES_WANTED = 1 << 20
 
 
 def raise_open_file_limit() -> int:
-    """Raise this process's open-file limit as far as it may go, and return it. A broker keeps
-    a file open per log segment: 30,000 replicas need 30,000+ descriptors, past the usual
-    default soft limit (the accept loop then fails with EMFILE). Kafka's docs ask operators for
-    100,000+; a process may raise its soft limit to its hard limit, and a privileged one the
-    hard limit too (up to the kernel's fs.nr_open)."""
+    """Raise this process's open-file limit as far as it may go, and return it. A broker's
+    open segment files are bounded (`raftka.log.max.open.files`, by default half this limit),
+    so a higher limit means fewer segment files closed and reopened, and room for connections.
+    A process may raise its soft limit to its hard limit, and a privileged one the hard limit
+    too (up to the kernel's fs.nr_open)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     for target in (OPEN_FILES_WANTED, hard):
         if target == resource.RLIM_INFINITY or target <= soft:

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     process.install_test_seams(props, "log.dirs")
     limit = process.raise_open_file_limit()
-    logging.getLogger("partition_server").info("open-file limit %d (a file per log segment)", limit)
+    logging.getLogger("partition_server").info("open-file limit %d", limit)
     code = process.run("raftka broker", _serve, config, controller_config)
     print(f"broker {config.node_id} stopped", file=sys.stderr, flush=True)
     return code

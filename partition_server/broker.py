@@ -25,6 +25,7 @@ from partition_server.controller_client import ControllerClient
 from partition_server.fetch_session import FetchSessionCache
 from partition_server.image_delta import config_changed_topics, diff_images
 from partition_server.log import LogConfig, PartitionLog
+from partition_server.log.file_cache import OpenFileCache, default_max_open_files
 from partition_server.log.offset_checkpoint import HIGH_WATERMARK_FILE, read_checkpoint, write_checkpoint
 from common.network import serve_listener
 from partition_server.purgatory import Purgatory
@@ -45,6 +46,10 @@ BROKER_TO_TOPIC = {
 }
 
 
+# fewer new partitions than this are opened inline (a thread hop is not worth it)
+OPEN_AHEAD_MIN = 64
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -61,13 +66,7 @@ class Broker:
                                     config["inter.broker.listener.name"])
         inter = self.listener_set.advertised_for(self.listener_set.inter_broker)
         self.host, self.port = inter.host, inter.port
-        self.replicas = ReplicaManager(self.broker_id, self._open_log)
-        self.replicas.on_log_dir_failure = self._on_log_dir_failure
-        self.hw_checkpoint_path = os.path.join(self.log_dir, HIGH_WATERMARK_FILE)
-        self.replicas.high_watermarks = read_checkpoint(self.hw_checkpoint_path)
-        if config["raftka.storage.fault.file"]:
-            self.replicas.storage_fault_file = os.path.join(self.log_dir,
-                                                            config["raftka.storage.fault.file"])
+        self._open_storage(config)
         self.purgatory = Purgatory()
         self.replicas.on_change = self.purgatory.notify
         from partition_server.handlers.fetch_follower import close_session
@@ -138,6 +137,18 @@ class Broker:
     def _current_image(self) -> MetadataImage:
         return self.image
 
+    def _open_storage(self, config: BrokerConfig) -> None:
+        # segment files open at most (file_cache.py): descriptors bounded whatever the partitions
+        self.segment_files = OpenFileCache(default_max_open_files(config["raftka.log.max.open.files"]))
+        log.info("keeping at most %d segment files open", self.segment_files.max_open)
+        self.replicas = ReplicaManager(self.broker_id, self._open_log)
+        self.replicas.on_log_dir_failure = self._on_log_dir_failure
+        self.hw_checkpoint_path = os.path.join(self.log_dir, HIGH_WATERMARK_FILE)
+        self.replicas.high_watermarks = read_checkpoint(self.hw_checkpoint_path)
+        if config["raftka.storage.fault.file"]:
+            self.replicas.storage_fault_file = os.path.join(self.log_dir,
+                                                            config["raftka.storage.fault.file"])
+
     def _on_log_dir_failure(self) -> None:
         """Our only log directory failed: stay up (serving metadata and errors), but ask the
         controller — through the controlled-shutdown path — to move every leadership and ISR
@@ -149,23 +160,26 @@ class Broker:
 
     # -- configuration ----------------------------------------------------------------------------
 
-    def topic_config(self, topic: str) -> dict[str, str]:
-        """Effective topic config: broker defaults overridden by dynamic and topic configs."""
+    def topic_config(self, topic: str, image: MetadataImage | None = None) -> dict[str, str]:
+        """Effective topic config: broker defaults overridden by dynamic and topic configs
+        (of `image`, default the current one)."""
+        image = image or self.image
         merged = {}
         for broker_key, topic_key in BROKER_TO_TOPIC.items():
             value = self.config[broker_key]
             if value is not None:
                 merged[topic_key] = ",".join(value) if isinstance(value, list) else str(value).lower() \
                     if isinstance(value, bool) else str(value)
-        for broker_key, value in self.image.broker_config(self.broker_id).items():
+        for broker_key, value in image.broker_config(self.broker_id).items():
             if broker_key in BROKER_TO_TOPIC:
                 merged[BROKER_TO_TOPIC[broker_key]] = value
-        merged.update(self.image.topic_config(topic))
+        merged.update(image.topic_config(topic))
         return merged
 
     def _open_log(self, topic: str, partition: int, topic_config: dict) -> PartitionLog:
         directory = os.path.join(self.log_dir, f"{topic}-{partition}")
-        return PartitionLog(directory, LogConfig.from_kafka(topic_config), now_ms())
+        return PartitionLog(directory, LogConfig.from_kafka(topic_config), now_ms(),
+                            files=self.segment_files)
 
     # -- metadata -------------------------------------------------------------------------------
 
@@ -174,12 +188,13 @@ class Broker:
         Only what changed since the previous image is applied (image_delta.py): an idle
         cluster's metadata changes (a broker registering, one partition's ISR) cost O(topics)
         identity checks plus the changed partitions, not a walk over every partition."""
+        config_topics = config_changed_topics(self.image, image)
+        delta = diff_images(self.image, image, config_topics)
+        await self._open_logs_ahead(image, delta)
         old, self.image = self.image, image
         if self.authorizer is not None:
             from partition_server.security.setup import build_authorizer
             self.authorizer = build_authorizer(image, self.config.values.get)
-        config_topics = config_changed_topics(old, image)
-        delta = diff_images(old, image, config_topics)
         for key in delta.removed:
             self.fetchers.unfollow(*key)
             self.replicas.remove_partition(*key, delete=True)
@@ -189,19 +204,39 @@ class Broker:
         configs: dict = {}                  # per topic: computed once, not per partition
         retry = [(image.topics[t.name], p) for t, p in retry
                  if image.partition(t.name, p.partition_id) is p]   # else it is in the delta
-        for t, p in delta.apply + retry:
-            if t.name not in configs:
-                configs[t.name] = self.topic_config(t.name)
-            self._apply_partition(t, p, configs[t.name], now)
+        with self.replicas.batched_epoch_sync():        # no await inside: nothing served
+            for t, p in delta.apply + retry:
+                if t.name not in configs:
+                    configs[t.name] = self.topic_config(t.name)
+                self._apply_partition(t, p, configs[t.name], now)
         if image.brokers is not old.brokers:
             # A broker registered, was fenced or unfenced (rare): ISR expansion depends on
             # whether the follower's broker is usable (KIP-841), so look at every partition we
             # lead on the next ISR tick instead of waiting for the sweep.
             self.replicas.isr_candidates |= self.replicas.led
+        self.replicas.discard_preopened()
         self.groups.on_image()
         self.txn.on_image()
         if config_topics is None:
             self.purgatory.notify_all()     # a broker-level default changed: anything may have
+
+    async def _open_logs_ahead(self, image: MetadataImage, delta) -> None:
+        """Many partitions new to this broker (a start, a big CreateTopics): open their logs in
+        threads, off the event loop, before applying the image (until then requests see the
+        previous image, consistent with the hosted replicas)."""
+        removed = set(delta.removed)
+        wanted, configs = [], {}
+        for t, p in delta.apply:
+            key = (t.name, p.partition_id)
+            if self.broker_id in p.replicas and key not in removed and self.replicas.get(*key) is None:
+                if t.name not in configs:
+                    configs[t.name] = self.topic_config(t.name, image)
+                wanted.append((t.name, p.partition_id, configs[t.name]))
+        if len(wanted) >= OPEN_AHEAD_MIN:
+            started = time.monotonic()
+            await trio.to_thread.run_sync(self.replicas.preopen, wanted,
+                                          self.config["num.recovery.threads.per.data.dir"])
+            log.info("opened %d logs in %.1f s", len(wanted), time.monotonic() - started)
 
     def _apply_partition(self, topic, p, cfg: dict, now: int) -> None:
         key = (topic.name, p.partition_id)
@@ -297,7 +332,8 @@ class Broker:
             if self.config["raftka.metrics.listener"]:
                 from partition_server.metrics import MetricSources, serve_metrics
                 sources = MetricSources(self.replicas, self.fetch_sessions, self.fetchers,
-                                        self.groups, lambda: getattr(self, "client_quotas", None))
+                                        self.groups, lambda: getattr(self, "client_quotas", None),
+                                        self.segment_files)
                 await nursery.start(serve_metrics, sources, self.config["raftka.metrics.listener"])
             task_status.started()
 

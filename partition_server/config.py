@@ -119,6 +119,14 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
               _at_least(1)),
     ConfigDef("raftka.group.lag.interval.ms", "long", 5000,
               "How often the coordinator refreshes consumer lag (ms).", _at_least(1)),
+    ConfigDef("num.recovery.threads.per.data.dir", "int", 2,
+              "Threads opening (and after a crash recovering) partition logs when many are "
+              "hosted at once, as at start; the event loop keeps serving meanwhile.", _at_least(1)),
+    ConfigDef("raftka.log.max.open.files", "int", 0,
+              "Segment files a broker keeps open at most (least recently used closed first, "
+              "reopened on demand), so its descriptors do not grow with its partitions. 0: half "
+              "of the process's open-file limit (after raising the soft limit to the hard one), "
+              "leaving the rest for connections. Minimum 16.", _at_least(0)),
     ConfigDef("raftka.storage.fault.file", "string", None,
               "Fault injection for tests: while this file (relative to the log dir) exists, every "
               "log write fails with ENOSPC, like a full disk. Unset in production."),

@@ -191,7 +191,15 @@ class ControllerClient:
                 await trio.sleep(0.1)
                 continue
             if part.snapshot_id.end_offset >= 0:
-                await self._load_snapshot(conn, on_image)
+                try:
+                    await self._load_snapshot(conn, on_image)
+                except (ConnectionClosed, OSError, DecodeError, IndexError, trio.TooSlowError) as exc:
+                    # a 30,000-partition snapshot can take longer than the timeout on a loaded
+                    # machine: try again (another voter) instead of taking the broker down
+                    log.warning("loading the metadata snapshot from %s failed: %r", voter, exc)
+                    await self._drop(voter, self._fetch_conns)
+                    i, failed = i + 1, True
+                    await trio.sleep(0.1)
                 continue
             if part.records is not None and len(part.records):
                 new = self._replay(bytes(part.records))
@@ -227,7 +235,7 @@ class ControllerClient:
         cls = REQUESTS[ApiKey.FETCH_SNAPSHOT]
         req = cls(replica_id=self.broker_id, max_bytes=64 << 20, topics=[cls.TopicSnapshot(
             name=METADATA_TOPIC, partitions=[cls.PartitionSnapshot(partition=0)])])
-        resp = await conn.request(req, 1, timeout_s=10)
+        resp = await conn.request(req, 1, timeout_s=30)
         part = resp.topics[0].partitions[0]
         end = part.snapshot_id.end_offset
         if end - 1 <= self.image.offset:

@@ -4,8 +4,8 @@ ISR for the partitions it leads, group state, and the consumer lag table of `gro
 Plain HTTP/1.0 on trio, one request per connection; anything but GET /metrics is a 404.
 
 `MetricSources` names what is rendered (not the broker): the replica manager, the fetch session
-cache, the follower fetchers' statistics, the group coordinator and the client quota manager (a
-callable: the broker creates it on first use)."""
+cache, the follower fetchers' statistics, the group coordinator, the client quota manager (a
+callable: the broker creates it on first use) and the cache of open segment files."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from partition_server.replication.partition import Role
 if TYPE_CHECKING:
     from partition_server.fetch_session import FetchSessionCache
     from partition_server.group.coordinator import GroupCoordinator
+    from partition_server.log.file_cache import OpenFileCache
     from partition_server.quotas import QuotaManager
     from partition_server.replica_manager import ReplicaManager
     from partition_server.replication.fetcher import FetcherManager
@@ -36,6 +37,7 @@ class MetricSources:
     fetchers: FetcherManager
     groups: GroupCoordinator
     client_quotas: Callable[[], QuotaManager | None]
+    segment_files: OpenFileCache | None = None
 
 
 def _labels(**kv) -> str:
@@ -65,6 +67,14 @@ def render(sources: MetricSources) -> str:
            [(_labels(topic=t, partition=p), len(h.state.isr)) for t, p, h in led])
     family("raftka_fetch_sessions", "gauge", "Incremental fetch sessions (KIP-227) cached here.",
            [("", len(sources.fetch_sessions.sessions))])
+    files = sources.segment_files
+    if files is not None:
+        family("raftka_log_open_segment_files", "gauge",
+               "Segment files held open by the cache (raftka.log.max.open.files), and pinned.",
+               [(_labels(kind="cached"), files.cached), (_labels(kind="pinned"), files.pinned)])
+        family("raftka_log_segment_file_opens_total", "counter",
+               "Segment files opened (first open or reopen after an eviction), and evictions.",
+               [(_labels(kind="opens"), files.opens), (_labels(kind="evictions"), files.evictions)])
     fetch_stats = sorted(sources.fetchers.stats.items())
     family("raftka_replica_fetch_request_partitions", "gauge",
            "Partitions named (fetched or forgotten) by the last follower fetch, per leader.",

@@ -16,6 +16,8 @@ Error codes returned (per partition), and when:
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import dataclasses
 import errno
 import logging
@@ -116,6 +118,11 @@ class ReplicaManager:
         self.compacted: set[TopicPartition] = set()
         self.isr_candidates: set[TopicPartition] = set()
         self._hw_dirty: set[TopicPartition] = set()   # high watermarks not checkpointed yet
+        # inside `batched_epoch_sync`: new leader epochs are written unsynced, synced at its end
+        self._defer_epoch_sync = False
+        self._epochs_unsynced = False
+        # logs opened ahead by `preopen` (threads), taken by `apply_partition`
+        self._preopened: dict[TopicPartition, tuple[PartitionLog, object]] = {}
 
     def check_storage(self) -> None:
         """Raise the error a full disk gives while the fault-injection file exists (only when
@@ -157,13 +164,15 @@ class ReplicaManager:
                 self.remove_partition(topic, partition, delete=True)
             return Role.NONE
         if hosted is None:
-            plog = self._open_log(topic, partition, topic_config)
+            plog, producers = self._preopened.pop(key, (None, None))
+            if plog is None:
+                plog = self._open_log(topic, partition, topic_config)
+                producers = producer_snapshot.rebuild(plog)
             # After a restart the high watermark starts from the checkpoint (never above what
             # was committed; clamped to the log end) and catches up once the ISR has fetched.
             hosted = HostedPartition(topic, partition, topic_id, plog,
                                      PartitionState(topic, partition, self.broker_id, plog,
-                                                    self.high_watermarks.get(key, 0)))
-            hosted.rebuild_producer_state()
+                                                    self.high_watermarks.get(key, 0)), producers=producers)
             hosted.offline = self.log_dir_failed
             self.partitions[key] = hosted
             hosted.state.on_high_watermark_change = lambda: self._hw_dirty.add(key)
@@ -178,7 +187,9 @@ class ReplicaManager:
         hosted.state.min_insync_replicas = max(1, min(min_insync_replicas, rf))
         if leader == self.broker_id:
             if hosted.state.become_leader(leader_epoch, partition_epoch, replicas, isr, now_ms):
-                hosted.log.assign_epoch_start(leader_epoch, hosted.log.log_end_offset)
+                hosted.log.assign_epoch_start(leader_epoch, hosted.log.log_end_offset,
+                                              fsync=not self._defer_epoch_sync)
+                self._epochs_unsynced |= self._defer_epoch_sync
             if adding_replicas:
                 hosted.state.restart_followers(adding_replicas, now_ms)
         else:
@@ -189,11 +200,58 @@ class ReplicaManager:
             self.led.discard(key)
         return hosted.state.role
 
+    @contextlib.contextmanager
+    def batched_epoch_sync(self):
+        """Apply many partitions, then make their new leader-epoch checkpoints durable with one
+        file-system sync instead of two fsyncs each (10,000 leaderships after a start: ~15 s
+        of fsyncs). The caller must not serve the partitions before the block ends."""
+        self._defer_epoch_sync = True
+        try:
+            yield
+        finally:
+            self._defer_epoch_sync = False
+            if self._epochs_unsynced:
+                self._epochs_unsynced = False
+                os.sync()
+
+    def preopen(self, wanted: list[tuple[str, int, dict]], threads: int) -> None:
+        """Open the logs of partitions about to be hosted and rebuild their producer state, in
+        `threads` threads (Kafka's num.recovery.threads.per.data.dir), for `apply_partition` to
+        take. Blocking: the broker calls it off its event loop, which then keeps heartbeating
+        and serving while thousands of logs open (or recover) at start. A log that fails to
+        open is left to `apply_partition`, which opens it again and reports the error."""
+        def open_one(item):
+            topic, partition, config = item
+            try:
+                plog = self._open_log(topic, partition, config)
+                self._preopened[(topic, partition)] = (plog, producer_snapshot.rebuild(plog))
+            except (OSError, KafkaError) as exc:
+                log.warning("opening %s-%d ahead: %s", topic, partition, exc)
+        if threads <= 1:
+            for item in wanted:
+                open_one(item)
+            return
+        with concurrent.futures.ThreadPoolExecutor(threads, "log-open") as pool:
+            list(pool.map(open_one, wanted))
+
+    def discard_preopened(self) -> list[PartitionLog]:
+        """Close (unsynced, unmarked) logs opened ahead that no partition took: its record
+        changed meanwhile, or the broker stops mid-start. Returns them."""
+        left, self._preopened = self._preopened, {}
+        closed = []
+        for plog, _ in left.values():
+            try:
+                plog.close(sync=False)
+                closed.append(plog)
+            except OSError:
+                pass
+        return closed
+
     def close_all(self) -> None:
         """Stop hosting everything: close every log, sync the file system once, then mark
         each log clean (so a restart trusts them without a scan)."""
         closed = [self.remove_partition(*key, delete=False, sync=False)
-                  for key in list(self.partitions)]
+                  for key in list(self.partitions)] + self.discard_preopened()
         os.sync()
         for plog in closed:
             if plog is not None:
@@ -221,7 +279,7 @@ class ReplicaManager:
                 hosted.log.delete()
             else:
                 if not hosted.offline:
-                    producer_snapshot.maybe_snapshot(hosted, {})
+                    producer_snapshot.maybe_snapshot(hosted, {}, closing=True, fsync=sync)
                 hosted.log.close(sync=sync)
                 return None if hosted.offline else hosted.log
         except OSError as exc:

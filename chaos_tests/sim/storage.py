@@ -83,11 +83,7 @@ class DiskLog(PartitionLog):
         """The process died: close file descriptors without flushing or marking a clean stop."""
         for seg in self.segments:
             if not getattr(seg, "closed", False):
-                try:
-                    os.close(seg.fd)
-                except OSError:
-                    pass
-                seg.closed = True
+                seg.abandon()
         self.closed = True
 
 

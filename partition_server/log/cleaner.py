@@ -248,6 +248,7 @@ class LogCleaner:
         fsync_dir(directory)
         _unlink(seg.index.path)
         _unlink(seg.time_index.path)
+        seg.detach()         # its open fd (if any) keeps the old inode for sends in progress
         _rename(seg.path + ".swap", seg.path)
         fsync_dir(directory)
         self.log._replace_cleaned_segment(seg, now_ms)
@@ -262,7 +263,7 @@ class LogCleaner:
 # -- batch helpers ---------------------------------------------------------------------------------
 
 def _checked_read(seg: LogSegment, h: RecordBatchHeader) -> bytes:
-    data = os.pread(seg.fd, h.size_in_bytes, h.pos)
+    data = seg.pread(h.size_in_bytes, h.pos)
     reason = RecordBatchHeader(data).invalid_reason()
     if reason is not None:
         raise CorruptSegmentError(f"{seg.path}: batch at position {h.pos}: {reason}")

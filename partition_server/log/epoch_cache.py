@@ -4,7 +4,13 @@ It answers OffsetForLeaderEpoch and the follower divergence check: for a request
 largest epoch ≤ E we know, and its end offset — the start offset of the next higher epoch, or the
 log end offset when E is the latest. Persisted in `leader-epoch-checkpoint` (Kafka's text
 format: version line, count line, one "epoch start_offset" line each), rewritten atomically
-(temp file, fsync, rename) on every change; epochs change rarely.
+(temp file, fsync, rename, directory fsync) on every change. Two exceptions, both for brokers
+hosting thousands of partitions, where two fsyncs per partition made a start take tens of
+seconds:
+- truncation from the end is not fsynced (as in Kafka since KAFKA-15046): the log truncation it
+  follows is not fsynced either, and if it is lost the next open truncates again to the log end;
+- `assign(..., fsync=False)`: the caller makes it durable, e.g. a broker becoming leader of many
+  partitions writes every checkpoint, then syncs the file system once before serving them.
 """
 
 from __future__ import annotations
@@ -41,15 +47,18 @@ class LeaderEpochCache:
         for epoch, start in pairs:
             self._assign(epoch, start)
 
-    def _save(self) -> None:
+    def _save(self, fsync: bool = True) -> None:
         body = "0\n%d\n%s" % (len(self.epochs), "".join(
             f"{e} {s}\n" for e, s in zip(self.epochs, self.start_offsets)))
         tmp = self.path + ".tmp"
         with open(tmp, "w") as f:
             f.write(body)
             f.flush()
-            os.fsync(f.fileno())
+            if fsync:
+                os.fsync(f.fileno())
         os.replace(tmp, self.path)
+        if not fsync:
+            return
         fd = os.open(os.path.dirname(self.path) or ".", os.O_RDONLY)
         try:
             os.fsync(fd)          # the rename itself must survive a power loss
@@ -71,9 +80,9 @@ class LeaderEpochCache:
         self.start_offsets.append(start_offset)
         return True
 
-    def assign(self, epoch: int, start_offset: int) -> None:
+    def assign(self, epoch: int, start_offset: int, fsync: bool = True) -> None:
         if self._assign(epoch, start_offset):
-            self._save()
+            self._save(fsync)
 
     @property
     def latest_epoch(self) -> int:
@@ -103,7 +112,7 @@ class LeaderEpochCache:
         i = bisect.bisect_left(self.start_offsets, end_offset)
         if i < len(self.epochs):
             del self.epochs[i:], self.start_offsets[i:]
-            self._save()
+            self._save(fsync=False)         # redone by the next open if lost (module docstring)
 
     def truncate_from_start(self, start_offset: int) -> None:
         """The log now starts at `start_offset`: the epoch covering it starts there."""

@@ -26,8 +26,10 @@ import struct
 
 from partition_server.log.config import NEVER, LogConfig
 from partition_server.log.epoch_cache import LeaderEpochCache
+from partition_server.log.file_cache import OpenFileCache
 from partition_server.log.fsync import fsync_dir
-from partition_server.log.recovery import CLEAN_SHUTDOWN, open_segments
+from partition_server.log.recovery import (CLEAN_SHUTDOWN, finish_interrupted_operations,
+                                           open_segments)
 from partition_server.log.retention import segments_past_retention
 from partition_server.log.segment import CorruptSegmentError, FileRange, LogSegment
 from partition_server.log.txn_index import AbortedTxn
@@ -72,9 +74,13 @@ def _error(code: ErrorCode, message: str) -> KafkaError:
 
 
 class PartitionLog:
-    def __init__(self, directory: str, config: LogConfig | None = None, now_ms: int = 0):
+    def __init__(self, directory: str, config: LogConfig | None = None, now_ms: int = 0,
+                 files: OpenFileCache | None = None):
+        """`files`: the broker's bound on open segment files (file_cache.py); None shares a
+        process-wide default."""
         self.directory = directory
         self.config = config or LogConfig()
+        self.files = files
         os.makedirs(directory, exist_ok=True)
         self.segments: list[LogSegment] = []
         self._append_time_floor: int | None = None     # see append_as_leader
@@ -86,6 +92,7 @@ class PartitionLog:
         self._graveyard: list[tuple[int, LogSegment]] = []
         self.generation = 0          # bumped when segments are removed; the cleaner aborts on it
         self.closed = False
+        self.snapshot_offsets_at_open: list[int] | None = None
         self._open(now_ms)
 
     # -- opening and recovery ---------------------------------------------------------------------
@@ -107,15 +114,15 @@ class PartitionLog:
         os.replace(path + ".tmp", path)
 
     def _open(self, now_ms: int) -> None:
-        marker = os.path.join(self.directory, CLEAN_SHUTDOWN)
-        clean = os.path.exists(marker)
+        # one directory listing serves the whole open (a broker opens thousands of logs at start)
+        names = finish_interrupted_operations(self.directory)
+        clean = CLEAN_SHUTDOWN in names
         self.segments = open_segments(self.directory, self.config.index_interval_bytes,
-                                      self.recovery_point, clean)
+                                      self.recovery_point, clean, self.files, names)
         if clean:
-            os.unlink(marker)
+            os.unlink(os.path.join(self.directory, CLEAN_SHUTDOWN))
         if not self.segments:
-            self.segments.append(LogSegment(self.directory, self.log_start_offset,
-                                            self.config.index_interval_bytes))
+            self.segments.append(self._new_segment(self.log_start_offset))
         leo = self.log_end_offset
         # a crash may have cut the tail below a start offset raised by DeleteRecords
         self.log_start_offset = min(max(self.log_start_offset, self.segments[0].base_offset), leo)
@@ -123,7 +130,11 @@ class PartitionLog:
         if not self.epoch_cache.epochs and leo > self.log_start_offset:
             self._rebuild_epoch_cache()
         self.recovery_point = min(self.recovery_point, leo) if not clean else leo
-        drop_producer_snapshots_after(self.directory, leo)
+        # for the producer-state rebuild that follows (txn/snapshot.py), saving it a listing
+        self.snapshot_offsets_at_open = drop_producer_snapshots_after(self.directory, leo, names)
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment(self.directory, base_offset, self.config.index_interval_bytes, self.files)
 
     def _rebuild_epoch_cache(self) -> None:
         for seg in self.segments:
@@ -242,8 +253,7 @@ class PartitionLog:
     def roll(self, base_offset: int | None = None) -> LogSegment:
         old = self.active
         old.seal()
-        new = LogSegment(self.directory, base_offset if base_offset is not None else old.next_offset,
-                         self.config.index_interval_bytes)
+        new = self._new_segment(base_offset if base_offset is not None else old.next_offset)
         self.segments.append(new)
         fsync_dir(self.directory)        # the new file's name must survive a power loss too
         self.recovery_point = max(self.recovery_point, old.next_offset)
@@ -308,7 +318,7 @@ class PartitionLog:
 
     def _find_in_batch(self, seg: LogSegment, batch_offset: int, timestamp: int, exact: bool):
         h = seg.translate_offset(batch_offset)
-        data = os.pread(seg.fd, h.size_in_bytes, h.pos)
+        data = seg.pread(h.size_in_bytes, h.pos)
         for rec in decode_batch(data).records:
             if rec.offset < self.log_start_offset:
                 continue
@@ -318,8 +328,9 @@ class PartitionLog:
 
     # -- epochs -----------------------------------------------------------------------------------
 
-    def assign_epoch_start(self, epoch: int, start_offset: int) -> None:
-        self.epoch_cache.assign(epoch, start_offset)
+    def assign_epoch_start(self, epoch: int, start_offset: int, fsync: bool = True) -> None:
+        """`fsync=False`: the caller syncs (the file system) before relying on it."""
+        self.epoch_cache.assign(epoch, start_offset, fsync)
 
     def end_offset_for(self, epoch: int) -> tuple[int, int]:
         return self.epoch_cache.end_offset_for(epoch, self.log_end_offset)
@@ -376,6 +387,7 @@ class PartitionLog:
             self._delete_segment(self.segments.pop(), now_ms=None)
         self.active.truncate_to(offset)
         drop_producer_snapshots_after(self.directory, self.log_end_offset)
+        self.snapshot_offsets_at_open = None
         self.epoch_cache.truncate_from_end(self.log_end_offset)
         self._lower_first_dirty_offset(self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
@@ -385,8 +397,9 @@ class PartitionLog:
         self.generation += 1
         for seg in self.segments:
             self._delete_segment(seg, now_ms=None)
-        self.segments = [LogSegment(self.directory, offset, self.config.index_interval_bytes)]
+        self.segments = [self._new_segment(offset)]
         drop_producer_snapshots_after(self.directory, -1)
+        self.snapshot_offsets_at_open = None
         self.log_start_offset = offset
         self.recovery_point = offset
         self._lower_first_dirty_offset(offset)
@@ -429,12 +442,12 @@ class PartitionLog:
 
     def _replace_cleaned_segment(self, old: LogSegment, now_ms: int) -> None:
         """The cleaner renamed a compacted copy over `old`'s file: reopen it in place."""
-        new = LogSegment(self.directory, old.base_offset, self.config.index_interval_bytes)
+        old.detach()                  # before anything reopens the path (the copy now)
+        new = self._new_segment(old.base_offset)
         new.recover()
         new.seal()
         new.next_offset = max(new.next_offset, old.next_offset)   # emptied tail keeps offsets
         self.segments[self.segments.index(old)] = new
-        old.detached = True           # its fd still reads the old inode for in-flight sendfiles
         self._graveyard.append((now_ms + self.config.file_delete_delay_ms, old))
 
     def _delete_segment(self, seg: LogSegment, now_ms: int | None) -> None:
@@ -468,7 +481,7 @@ class PartitionLog:
         """flush.messages reached: fsync the data only. The recovery-point file is left stale
         on purpose (a lower value only makes recovery scan more, and skipping its rename and
         fsync keeps fsync-every-append at one fsync); indexes are rebuilt by that scan."""
-        os.fsync(self.active.fd)
+        self.active.fsync()
         self.active.unflushed_messages = 0
         self.recovery_point = self.log_end_offset
 
@@ -520,16 +533,24 @@ class PartitionLog:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def drop_producer_snapshots_after(directory: str, offset: int) -> None:
-    """Delete producer-state snapshots taken past `offset` (their records are gone)."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return
+def drop_producer_snapshots_after(directory: str, offset: int,
+                                  names: list[str] | None = None) -> list[int]:
+    """Delete producer-state snapshots taken past `offset` (their records are gone); returns
+    the offsets of those kept, sorted (`names`: the directory's listing, if just taken)."""
+    if names is None:
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            return []
+    kept = []
     for name in names:
         stem = name[:-len(PRODUCER_SNAPSHOT_SUFFIX)]
-        if name.endswith(PRODUCER_SNAPSHOT_SUFFIX) and stem.isdigit() and int(stem) > offset:
-            os.unlink(os.path.join(directory, name))
+        if name.endswith(PRODUCER_SNAPSHOT_SUFFIX) and stem.isdigit():
+            if int(stem) > offset:
+                os.unlink(os.path.join(directory, name))
+            else:
+                kept.append(int(stem))
+    return sorted(kept)
 
 
 

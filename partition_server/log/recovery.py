@@ -25,8 +25,13 @@ log = logging.getLogger(__name__)
 CLEAN_SHUTDOWN = ".clean-shutdown"
 
 
-def finish_interrupted_operations(directory: str) -> None:
-    for name in sorted(os.listdir(directory)):
+def finish_interrupted_operations(directory: str, names: list[str] | None = None) -> list[str]:
+    """Settle leftovers; returns the directory's names afterwards (`names`: a fresh listing)."""
+    if names is None:
+        names = os.listdir(directory)
+    if not any(n.endswith((".log.swap", ".tmp", ".cleaned", ".deleted")) for n in names):
+        return names                 # the usual case: nothing was interrupted
+    for name in sorted(names):
         path = os.path.join(directory, name)
         if name.endswith(".log.swap"):
             stem = path[:-len(".log.swap")]
@@ -36,16 +41,18 @@ def finish_interrupted_operations(directory: str) -> None:
             log.warning("%s: completed an interrupted compaction swap", stem)
         elif name.endswith((".tmp", ".cleaned", ".deleted")):
             _unlink(path)
+    return os.listdir(directory)
 
 
 def open_segments(directory: str, index_interval_bytes: int, recovery_point: int,
-                  clean: bool) -> list[LogSegment]:
-    finish_interrupted_operations(directory)
-    bases = sorted(int(n[:-4]) for n in os.listdir(directory)
-                   if n.endswith(".log") and n[:-4].isdigit())
+                  clean: bool, files=None, names: list[str] | None = None) -> list[LogSegment]:
+    """`names`: the directory's listing after `finish_interrupted_operations`."""
+    if names is None:
+        names = finish_interrupted_operations(directory)
+    bases = sorted(int(n[:-4]) for n in names if n.endswith(".log") and n[:-4].isdigit())
     segments: list[LogSegment] = []
     for i, base in enumerate(bases):
-        seg = LogSegment(directory, base, index_interval_bytes)
+        seg = LogSegment(directory, base, index_interval_bytes, files)
         if segments and seg.base_offset < segments[-1].next_offset:
             # an earlier segment was cut short: everything after it is no longer a prefix
             seg.close()

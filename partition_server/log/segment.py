@@ -1,8 +1,10 @@
 """One log segment: `<base offset>.log` with its `.index`, `.timeindex` and `.txnindex`.
 
 Batches are appended verbatim. The segment knows its size, next offset and largest timestamp,
-keeps an fd open for reads (`FileRange`s for `os.sendfile`) and rebuilds its indexes from the
-batches when they are missing or corrupt. Recovery (`recover`) re-validates every batch (length,
+opens its `.log` through the broker's bounded `OpenFileCache` (file_cache.py: a segment of an
+idle partition may have its file closed and reopened on the next use), hands out reads as
+`FileRange`s (for `os.sendfile`) and rebuilds its indexes from the batches when they are missing
+or corrupt. Recovery (`recover`) re-validates every batch (length,
 magic, CRC, increasing offsets) and truncates at the first bad one, so what remains is always a
 prefix of what was appended.
 """
@@ -14,6 +16,8 @@ import dataclasses
 import logging
 import os
 
+from partition_server.log import file_cache
+from partition_server.log.file_cache import OpenFileCache, SegmentFile
 from partition_server.log.index import CorruptIndexError, OffsetIndex, TimeIndex
 from partition_server.log.txn_index import TransactionIndex
 from wire.records.batch import (BATCH_HEADER_SIZE, LOG_OVERHEAD, RecordBatchHeader,
@@ -35,17 +39,27 @@ def segment_name(base_offset: int) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class FileRange:
-    """`size` bytes of an open file at `position`: sent with os.sendfile, or read with pread."""
-    fd: int
+    """`size` bytes of a segment at `position`: sent with os.sendfile, or read with pread.
+
+    It names the segment, not a descriptor: the file may be closed (evicted) and reopened between
+    the read that planned the range and the send. A sender holds `open_file()`'s result while it
+    uses the fd; a segment deleted or replaced meanwhile raises `SegmentGoneError` (an OSError)
+    unless its file was still open then (kept for `file.delete.delay.ms`)."""
+    segment: "LogSegment"
     position: int
     size: int
 
+    def open_file(self) -> SegmentFile:
+        return self.segment.open_file()
+
     def read(self) -> bytes:
-        return os.pread(self.fd, self.size, self.position)
+        f = self.open_file()
+        return os.pread(f.fd, self.size, self.position)
 
 
 class LogSegment:
-    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int = 4096):
+    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int = 4096,
+                 files: OpenFileCache | None = None):
         self.directory = directory
         self.base_offset = base_offset
         stem = os.path.join(directory, segment_name(base_offset))
@@ -54,8 +68,10 @@ class LogSegment:
         self.time_index = TimeIndex(stem + ".timeindex", base_offset)
         self.txn_index = TransactionIndex(stem + ".txnindex")   # aborted transactions
         self.index_interval_bytes = index_interval_bytes
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.size = os.fstat(self.fd).st_size
+        self.files = files if files is not None else file_cache.DEFAULT
+        self._file: SegmentFile | None = None      # owned by `files` (under its lock)
+        self.gone = False             # closed, deleted or replaced: never reopen by path
+        self.size = os.fstat(self.files.acquire(self, create=True).fd).st_size
         if self.size == 0:
             self.txn_index.truncate_to(base_offset)     # a leftover of a deleted namesake
         self.next_offset = base_offset
@@ -67,15 +83,39 @@ class LogSegment:
         self.unflushed_messages = 0
         self.closed = False
         self.detached = False         # replaced by a cleaned copy: close() only drops the fd
+        self.unlinked = False         # files removed: close() must not write indexes back
         # Bytes [0, verified_position) passed a CRC check in this process (recovery scan or
         # append validation, or a read); reads verify anything beyond it once. See README.
         self.verified_position = 0
         self.appended_from = self.size   # bytes from here on were appended (validated) by us
 
+    # -- the file ---------------------------------------------------------------------------------
+
+    def open_file(self) -> SegmentFile:
+        """The `.log`'s open file (reopened if it was evicted): hold it while using its fd."""
+        return self.files.acquire(self)
+
+    @property
+    def fd(self) -> int:
+        """For tests and tools only: valid until the next call into any log (an eviction may
+        close it). Log code holds `open_file()` instead."""
+        return self.open_file().fd
+
+    def pread(self, size: int, position: int) -> bytes:
+        f = self.open_file()
+        return os.pread(f.fd, size, position)
+
+    def fsync(self) -> None:
+        f = self.open_file()
+        os.fsync(f.fd)
+
     # -- opening ----------------------------------------------------------------------------------
 
     def load_trusted(self) -> None:
         """After a clean shutdown: take the indexes as written; read only the last batch."""
+        if self.size == 0 and not (os.path.exists(self.index.path)
+                                   or os.path.exists(self.time_index.path)):
+            return      # empty, never indexed: nothing to rebuild (most of 30,000 partitions)
         try:
             self.index.load(self.size)
             self.time_index.load(1 << 62)
@@ -106,8 +146,9 @@ class LogSegment:
         pos = 0
         expected = self.base_offset if expected_base is None else expected_base
         reason = None
+        f = self.open_file()
         while pos < self.size:
-            head = os.pread(self.fd, BATCH_HEADER_SIZE, pos)
+            head = os.pread(f.fd, BATCH_HEADER_SIZE, pos)
             if len(head) < BATCH_HEADER_SIZE:
                 reason = "torn batch header"
                 break
@@ -115,7 +156,7 @@ class LogSegment:
             if h.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD or pos + h.size_in_bytes > self.size:
                 reason = "torn or oversized batch"
                 break
-            whole = RecordBatchHeader(os.pread(self.fd, h.size_in_bytes, pos))
+            whole = RecordBatchHeader(os.pread(f.fd, h.size_in_bytes, pos))
             bad = whole.invalid_reason()
             if bad is None and whole.base_offset < expected:
                 bad = f"offset {whole.base_offset} below {expected}"
@@ -128,7 +169,7 @@ class LogSegment:
         cut = self.size - pos
         if cut:
             log.warning("%s: truncating %d bytes at position %d (%s)", self.path, cut, pos, reason)
-            os.ftruncate(self.fd, pos)
+            os.ftruncate(f.fd, pos)
             self.size = pos
         self.index.rewrite()
         self.time_index.truncate_to_offset(1 << 62)
@@ -158,7 +199,7 @@ class LogSegment:
         if i < 0:
             return 0
         pos = self.index.positions[i]
-        head = os.pread(self.fd, 17, pos)
+        head = self.pread(17, pos)
         if len(head) < 17 or int.from_bytes(head[:8], "big", signed=True) != self.index.offsets[i] \
                 or head[16] != 2:
             self.rebuild_indexes()
@@ -198,8 +239,9 @@ class LogSegment:
         position = self.size
         view = memoryview(data)
         written = 0
+        f = self.open_file()
         while written < len(view):
-            written += os.pwrite(self.fd, view[written:], position + written)
+            written += os.pwrite(f.fd, view[written:], position + written)
         for h in headers:
             self._track(h, position + h.pos)
             self.unflushed_messages += h.records_count
@@ -219,8 +261,9 @@ class LogSegment:
         copy its bytes into user space after all: small batches come several per 4 KiB read,
         batches larger than that cost one 128-byte read each."""
         chunk_size = READ_CHUNK
+        f = self.open_file() if position + BATCH_HEADER_SIZE <= self.size else None
         while position + BATCH_HEADER_SIZE <= self.size:
-            chunk = os.pread(self.fd, min(chunk_size, self.size - position), position)
+            chunk = os.pread(f.fd, min(chunk_size, self.size - position), position)
             offset_in_chunk = 0
             while offset_in_chunk + BATCH_HEADER_SIZE <= len(chunk):
                 h = RecordBatchHeader(chunk, offset_in_chunk)
@@ -264,11 +307,11 @@ class LogSegment:
             return None, offset
         if start + size > self.verified_position and start < self.appended_from:
             self._verify(start, size)
-        return FileRange(self.fd, start, size), next_offset
+        return FileRange(self, start, size), next_offset
 
     def _verify(self, start: int, size: int) -> None:
         """CRC-check batches about to be served that no check in this process has covered."""
-        data = os.pread(self.fd, size, start)
+        data = self.pread(size, start)
         scan = scan_valid_prefix(data, check_offsets=True)
         if scan.reason is not None:
             raise CorruptSegmentError(
@@ -287,7 +330,8 @@ class LogSegment:
             return 0
         cut_at = h.pos
         removed = self.size - cut_at
-        os.ftruncate(self.fd, cut_at)
+        f = self.open_file()
+        os.ftruncate(f.fd, cut_at)
         self.size = cut_at
         self.index.truncate_to_position(cut_at)
         self.verified_position = min(self.verified_position, cut_at)
@@ -310,7 +354,7 @@ class LogSegment:
 
     def flush(self, fsync: bool) -> None:
         if fsync:
-            os.fsync(self.fd)
+            self.fsync()
         self.index.flush(fsync)
         self.time_index.flush(fsync)
         self.txn_index.flush(fsync)
@@ -323,20 +367,33 @@ class LogSegment:
         self.flush(fsync=True)
 
     def close(self) -> None:
-        if self.detached and not self.closed:
-            os.close(self.fd)
-            self.closed = True
-        if not self.closed:
+        """Write pending index entries and let go of the file (closed once no send holds it)."""
+        if self.closed:
+            return
+        self.closed = True
+        if not (self.detached or self.unlinked):    # a removed segment's indexes stay removed
             self.index.flush()
             if self.max_timestamp >= 0:
                 self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self.time_index.flush()
             self.txn_index.flush()
-            os.close(self.fd)
-            self.closed = True
+        self.files.release(self)
+
+    def abandon(self) -> None:
+        """A crash, for tests and the simulation: drop the file without writing anything."""
+        self.closed = True
+        self.files.release(self)
+
+    def detach(self) -> None:
+        """A cleaned copy was renamed over our file: keep the open fd (if any) for sends in
+        progress, never reopen the path (it names the copy now); close() only drops the fd."""
+        self.detached = True
+        self.files.pin(self)
 
     def unlink(self) -> None:
-        """Remove the files; the fd stays open so in-flight sendfiles finish (close later)."""
+        """Remove the files; an open fd stays open so in-flight sendfiles finish (close later)."""
+        self.files.pin(self)
+        self.unlinked = True
         for path in (self.path, self.index.path, self.time_index.path, self.txn_index.path):
             try:
                 os.unlink(path)

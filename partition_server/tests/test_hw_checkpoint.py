@@ -71,3 +71,27 @@ def test_what_is_checkpointed(tmp_path):
     assert rm.high_watermarks_to_checkpoint() == {("t", 0): 3, ("later", 0): 5}
     rm.log_dir_failed = True
     assert rm.high_watermarks_to_checkpoint() is None
+
+
+def test_many_leaderships_are_made_durable_with_one_sync_and_logs_open_ahead(tmp_path,
+                                                                           monkeypatch):
+    """A start hosting many partitions: their logs open ahead in threads (taken, not reopened,
+    by apply_partition) and their new leader epochs are checkpointed without an fsync each, then
+    synced once."""
+    rm = _manager(tmp_path, 3)
+    wanted = [("t", p, {}) for p in range(20)]
+    rm.preopen(wanted, threads=3)
+    assert len(rm._preopened) == 20
+    calls = {"fsync": 0, "sync": 0}
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.__setitem__("fsync", calls["fsync"] + 1)
+                        or real_fsync(fd))
+    monkeypatch.setattr(os, "sync", lambda: calls.__setitem__("sync", calls["sync"] + 1))
+    with rm.batched_epoch_sync():
+        for _, p, _ in wanted:
+            rm.apply_partition("t", None, p, [1], [1], 1, 7, 7, {}, 1, T0)
+    assert not rm._preopened                       # every log taken from the ones opened ahead
+    assert calls == {"fsync": 0, "sync": 1}
+    rm.close_all()
+    with open(tmp_path / "t-3" / "leader-epoch-checkpoint") as f:
+        assert f.read().split("\n")[2:] == ["0 0", "7 3", ""]

@@ -193,7 +193,7 @@ def test_clean_reopen_and_unclean_recovery(tmp_path):
     with open(again.segments[0].index.path, "wb") as f:
         f.write(b"\x01\x02\x03")
     for seg in again.segments:
-        os.close(seg.fd)
+        seg.abandon()
     third = make(tmp_path, segment_bytes=500)
     assert third.log_end_offset == 24
     assert third.append_as_leader(batch(1), 3, T0).first_offset == 24
@@ -211,7 +211,7 @@ def test_mid_segment_corruption_below_recovery_point_is_not_served_silently(tmp_
     first_size = RecordBatchHeader(plog.read(0, 1).read_bytes()).size_in_bytes
     os.pwrite(seg.fd, b"\xff\xff", first_size * 2 + 40)   # inside the third batch's records
     for s in plog.segments:
-        os.close(s.fd)                                    # crash: no flush, no marker
+        s.abandon()                                       # crash: no flush, no marker
     again = make(tmp_path)
     assert again.log_end_offset == 4                      # prefix: the first two batches
     assert offsets_in(again.read(0, 1 << 20).read_bytes()) == [0, 1, 2, 3]

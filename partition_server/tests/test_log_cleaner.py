@@ -163,7 +163,7 @@ def test_crash_in_the_middle_of_a_swap(tmp_path, monkeypatch, fail_on):
     with pytest.raises(KeyboardInterrupt):
         LogCleaner(plog).run_until_idle(T0)
     for seg in plog.segments:
-        os.close(seg.fd)                                         # no flush, no marker
+        seg.abandon()                                         # no flush, no marker
     monkeypatch.setattr(cleaner_mod, "_rename", os.replace)
     again = make(tmp_path)
     names = os.listdir(again.directory)

@@ -46,7 +46,7 @@ def expected(n=40):
 
 def crash(plog):
     for seg in plog.segments:
-        os.close(seg.fd)
+        seg.abandon()
 
 
 def test_flip_in_closed_segment_after_clean_shutdown_is_reported_not_served(tmp_path):

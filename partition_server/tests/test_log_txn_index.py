@@ -112,7 +112,7 @@ def test_aborts_survive_a_crash_and_a_restart(tmp_path):
     state.begin_txn(2, _data(plog, 2, 0).first_offset)
     m2 = _marker(plog, state, 2, False)
     for seg in plog.segments:                     # crash: no clean-shutdown marker
-        os.close(seg.fd)
+        seg.abandon()
     again = _log(tmp_path)
     snap.rebuild(again)
     assert _aborted(again, 0, again.log_end_offset) == [(1, 0), (2, m2 - 2)]

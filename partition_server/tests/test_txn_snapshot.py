@@ -90,3 +90,35 @@ def test_snapshot_keeps_producer_timestamps(tmp_path):
     _, back, _ = snap.decode(snap.encode(state, plog.log_end_offset))
     assert back.producers[1].last_ms == 1234
     plog.close()
+
+
+def test_clean_close_snapshots_a_long_log_without_producers_so_start_skips_the_replay(
+        tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from partition_server.log.segment import LogSegment
+    from partition_server.txn.producer_state import ProducerStateManager
+    plog = PartitionLog(str(tmp_path / "t-0"), LogConfig())
+    small = SimpleNamespace(log=plog, producers=ProducerStateManager(), topic="t", partition=0,
+                            offline=False)
+    plog.append_as_leader(build_batch([(b"k", b"v" * 100, [], 0)]), 0, 0)
+    snap.maybe_snapshot(small, {}, closing=True, fsync=False)
+    assert snap.snapshot_offsets(plog.directory) == []         # short: replay is cheap
+    for _ in range(snap.REPLAY_CHEAP_BYTES // 1000 + 10):      # plain (non-idempotent) data
+        plog.append_as_leader(build_batch([(b"k", b"v" * 1000, [], 0)]), 0, 0)
+    snap.maybe_snapshot(small, {}, closing=False)
+    assert snap.snapshot_offsets(plog.directory) == []         # periodic: nothing to remember
+    snap.maybe_snapshot(small, {}, closing=True, fsync=False)
+    assert snap.snapshot_offsets(plog.directory) == [plog.log_end_offset]
+    plog.close()
+    scanned = []
+    real = LogSegment.iter_headers
+    monkeypatch.setattr(LogSegment, "iter_headers",
+                        lambda self, pos=0: scanned.append(pos) or real(self, pos))
+    again = PartitionLog(str(tmp_path / "t-0"), LogConfig())
+    scanned.clear()
+    state = snap.rebuild(again)
+    assert scanned == [] and not state.producers               # no header replay at all
+    _data(again, 7, 0)                                         # and the state still moves on
+    assert 7 in snap.rebuild(again).producers
+    again.close()

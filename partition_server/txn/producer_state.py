@@ -250,6 +250,6 @@ def rebuild_from_segments(segments) -> ProducerStateManager:
                 continue
             marker = None
             if h.is_control:
-                marker = marker_of(os.pread(seg.fd, h.size_in_bytes, h.pos))
+                marker = marker_of(seg.pread(h.size_in_bytes, h.pos))
             state.observe(h, marker)
     return state

@@ -5,8 +5,12 @@ finished ones) as of `offset`, a batch boundary of the log. Opening a
 partition loads the newest snapshot at or below the log end offset and replays only the batches
 from there (Kafka's ProducerStateManager does the same), instead of the whole log.
 
-Written on clean shutdown and every `SNAPSHOT_INTERVAL_S` for partitions that changed; written
-to a temporary file, fsynced and renamed, so a crash leaves the previous one. A snapshot past the
+Written every `SNAPSHOT_INTERVAL_S` for partitions that changed, and on clean shutdown — then
+even an empty one when the replay it saves is long (`REPLAY_CHEAP_BYTES`): without it a log that
+never saw an idempotent producer was read header by header from its start on every broker start,
+a cost growing with the log (10,000 such logs made a start take tens of seconds). Written to a
+temporary file, fsynced (at shutdown: by the broker's one file-system sync before the
+clean-shutdown markers) and renamed, so a crash leaves the previous one. A snapshot past the
 log end is worthless — the log lost or truncated what it covered — so the log deletes those on
 truncation and after recovery (`partition_log.drop_producer_snapshots_after`), and loading
 ignores them anyway.
@@ -34,6 +38,7 @@ VERSION = 1
 KEEP = 2
 SNAPSHOT_INTERVAL_S = 30.0
 FINISHED_KEPT = 1000           # finished transactions kept (only truncation looks at them)
+REPLAY_CHEAP_BYTES = 64 * 1024  # less log than this after the newest snapshot: replay it
 
 
 def snapshot_offsets(directory: str) -> list[int]:
@@ -85,13 +90,15 @@ def decode(data: bytes) -> tuple[int, ProducerStateManager, list]:
     return d["offset"], state, legacy_aborted
 
 
-def write_snapshot(directory: str, state: ProducerStateManager, offset: int) -> None:
+def write_snapshot(directory: str, state: ProducerStateManager, offset: int,
+                   fsync: bool = True) -> None:
     path = _path(directory, offset)
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         f.write(encode(state, offset))
         f.flush()
-        os.fsync(f.fileno())
+        if fsync:
+            os.fsync(f.fileno())
     os.replace(tmp, path)
     for old in snapshot_offsets(directory)[:-KEEP]:
         try:
@@ -100,11 +107,14 @@ def write_snapshot(directory: str, state: ProducerStateManager, offset: int) -> 
             pass
 
 
-def load_latest(directory: str, log_end_offset: int) -> tuple[int, ProducerStateManager,
-                                                                list] | None:
-    """The newest readable snapshot at or below the log end offset."""
-    drop_producer_snapshots_after(directory, log_end_offset)
-    for offset in reversed(snapshot_offsets(directory)):
+def load_latest(directory: str, log_end_offset: int, offsets: list[int] | None = None
+                ) -> tuple[int, ProducerStateManager, list] | None:
+    """The newest readable snapshot at or below the log end offset (`offsets`: the snapshots
+    in the directory, when the caller just listed it)."""
+    if offsets is None:
+        drop_producer_snapshots_after(directory, log_end_offset)
+        offsets = snapshot_offsets(directory)
+    for offset in reversed([o for o in offsets if o <= log_end_offset]):
         try:
             with open(_path(directory, offset), "rb") as f:
                 got_offset, state, legacy = decode(f.read())
@@ -117,7 +127,8 @@ def load_latest(directory: str, log_end_offset: int) -> tuple[int, ProducerState
 
 def rebuild(plog) -> ProducerStateManager:
     """Producer state of a log: the newest snapshot plus the batches after it (or everything)."""
-    found = load_latest(plog.directory, plog.log_end_offset)
+    listed, plog.snapshot_offsets_at_open = plog.snapshot_offsets_at_open, None
+    found = load_latest(plog.directory, plog.log_end_offset, listed)
     start, state, legacy = found if found is not None else (0, ProducerStateManager(), [])
     for marker, pid, first in legacy:
         plog.add_aborted_txn(pid, first, marker, -1)
@@ -131,21 +142,33 @@ def rebuild(plog) -> ProducerStateManager:
                 continue
             marker = None
             if h.is_control:
-                marker = marker_of(os.pread(seg.fd, h.size_in_bytes, h.pos))
+                marker = marker_of(seg.pread(h.size_in_bytes, h.pos))
             state.observe(h, marker)
     return state
 
 
-def maybe_snapshot(hosted, last: dict) -> None:
-    """Snapshot a partition whose log moved since its last snapshot (`last`: key → offset)."""
+def maybe_snapshot(hosted, last: dict, closing: bool = False, fsync: bool = True) -> None:
+    """Snapshot a partition whose log moved since its last snapshot (`last`: key → offset).
+    `closing` (the log is being closed): also when there is no producer state but replaying
+    the log since the newest snapshot would be long. `fsync=False`: the caller syncs."""
     plog = hosted.log
     key = (hosted.topic, hosted.partition)
     offset = plog.log_end_offset
     if last.get(key) == offset or plog.closed or hosted.offline:
         return
-    if not hosted.producers.producers and not hosted.producers.ongoing:
+    if not hosted.producers.producers and not hosted.producers.ongoing and not (
+            closing and _replay_bytes(plog) > REPLAY_CHEAP_BYTES):
         last[key] = offset
         return                       # nothing to remember: replay is free
     plog.flush_txn_indexes()
-    write_snapshot(plog.directory, hosted.producers, offset)
+    write_snapshot(plog.directory, hosted.producers, offset, fsync=fsync)
     last[key] = offset
+
+
+def _replay_bytes(plog) -> int:
+    """At most how many log bytes a start would replay after the newest snapshot."""
+    offsets = snapshot_offsets(plog.directory)
+    newest = offsets[-1] if offsets else -1
+    if newest == plog.log_end_offset:
+        return 0
+    return sum(seg.size for seg in plog.segments if seg.next_offset > newest)
