@@ -342,6 +342,14 @@ class Broker:
         e.g. a reassignment that finished while this broker was down)."""
         from partition_server.stray_logs import delete_stray_logs
         await self.caught_up_once.wait()
+        # "caught up" is about the metadata the client has *replayed*; on_image may still be
+        # opening logs ahead (in threads) with the previous image in place, in which every log
+        # of this broker looks stray (a restart with 2,000 partitions lost them all). Wait until
+        # what was replayed then is applied: on_image sets the image and applies its partitions
+        # in one step.
+        replayed = self.client.image.offset
+        while self.image.offset < replayed:
+            await trio.sleep(0.1)
         await delete_stray_logs(self.log_dir, self.image, self.broker_id,
                                 set(self.replicas.partitions))
 

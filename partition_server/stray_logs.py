@@ -38,6 +38,8 @@ def stray_directories(names, image, broker_id: int, hosted) -> list[str]:
     """Directory names among `names` that are logs of partitions the image does not place on
     `broker_id` and that are not hosted here, plus leftovers of an interrupted deletion."""
     out = []
+    if image.offset < 0:
+        return out              # an image that has seen no metadata names no replica: decide nothing
     for name in names:
         if name.endswith(SUFFIX):
             out.append(name)

@@ -56,8 +56,16 @@ async def _new_topic(admin, replicas):
 
 
 async def _isr_is(admin, topic, replicas):
-    p = await _partition(admin, topic)
+    described = (await _describe(admin, topic))
+    if isinstance(described, Exception):       # a new topic may not have reached the broker yet
+        return False
+    p = described.partitions[0]
     return sorted(p.isr) == sorted(replicas) and p.leader in replicas
+
+
+async def _describe(admin, topic):
+    await admin.cluster.refresh_metadata([topic], force=True)
+    return (await admin.describe_topics([topic]))[topic]
 
 
 @pytest.mark.live

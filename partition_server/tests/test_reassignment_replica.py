@@ -105,6 +105,15 @@ def test_stray_directories():
         "gone-1", "t-x-1", "old-2.stray-delete", "hosted-3"]
 
 
+def test_an_image_without_metadata_finds_nothing_stray():
+    # a broker whose image is still the empty one (logs being opened ahead at a restart) must
+    # not take its own logs for strays: it would delete them all
+    from metadata_quorum.image import MetadataImage
+    from partition_server.stray_logs import stray_directories
+    assert stray_directories(["t-x-0", "gone-1", "old-2.stray-delete"], MetadataImage(), 0,
+                             set()) == []
+
+
 async def test_delete_stray_logs_leaves_ours_and_lookalikes(tmp_path):
     from partition_server.stray_logs import delete_stray_logs
     for name in ("t-x-0", "gone-1", "controller-3000"):
