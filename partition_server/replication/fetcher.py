@@ -24,9 +24,11 @@ from typing import TYPE_CHECKING, Callable
 
 import trio
 
+from common.clock import steady_ms
 from common.connection import BrokerConnection, ConnectionClosed
 from partition_server.replication.follower_session import FetchPlan, FetchPosition, FollowerSession
 from partition_server.replication.partition import Role
+from partition_server.replication.throttle import ReplicationQuota
 from wire.errors import DecodeError, ErrorCode, KafkaError
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
@@ -60,7 +62,8 @@ class FetchStats:
 
 class FetcherManager:
     def __init__(self, broker_id: int, config, replicas: ReplicaManager, purgatory: Purgatory,
-                 image: Callable[[], MetadataImage], security: ClientSecurity | None):
+                 image: Callable[[], MetadataImage], security: ClientSecurity | None,
+                 quota: ReplicationQuota | None = None):
         self.broker_id = broker_id
         self.config = config
         self.replicas = replicas
@@ -72,6 +75,10 @@ class FetcherManager:
         self.sessions: dict[int, FollowerSession] = {}        # leader → its running session
         self.stats: dict[int, FetchStats] = {}                # leader → what the last fetch held
         self.changed = trio.Event()
+        # follower replication throttle (throttle.py): partitions held back from a fetch are
+        # marked again before the next one, so they are reconsidered every round
+        self.quota = quota if quota is not None else ReplicationQuota()
+        self.held: dict[int, set[tuple[str, int]]] = {}        # leader → held back last build
 
     def follow(self, topic: str, partition: int, leader: int) -> None:
         """Follow from `leader`; called again on a new leader epoch, which moves the position."""
@@ -156,6 +163,9 @@ class FetcherManager:
                     conn = BrokerConnection(reg.host, reg.port, f"replica-{self.broker_id}",
                                             security=self._security)
                     await conn.connect(timeout_s=2)
+                held = self.held.pop(leader, None)
+                if held:
+                    session.mark_all(held)
                 plan = session.build(self.by_leader.get(leader, ()),
                                      lambda key: self._position(key, leader))
                 resp = await conn.request(self._request(plan), FETCH_VERSION,
@@ -194,6 +204,10 @@ class FetcherManager:
         hosted = self.replicas.get(*key)
         if hosted is None or hosted.state.role is not Role.FOLLOWER or hosted.offline:
             return None
+        if self.quota.throttled and self.quota.should_throttle(
+                key[0], key[1], self.broker_id in hosted.state.isr, steady_ms()):
+            self.held.setdefault(self.assignments.get(key, -1), set()).add(key)
+            return None                 # Kafka's fetcher leaves it out of this fetch
         plog = hosted.log
         return FetchPosition(plog.log_end_offset, plog.latest_epoch, hosted.state.leader_epoch,
                              plog.log_start_offset)
@@ -299,6 +313,8 @@ class FetcherManager:
         if p.records is not None and len(p.records):
             data = bytes(p.records)
             plog.append_as_follower(data, now)
+            if self.quota.is_throttled(hosted.topic, hosted.partition):
+                self.quota.record(len(data), steady_ms())
             for h in iter_batches(data):
                 if h.producer_id >= 0:
                     hosted.producers.update_from_header(h)
