@@ -140,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     _register(sub, "produce")
     _register(sub, "transactions")
     _register(sub, "quotas")
+    _register(sub, "reassign")
     return parser
 
 
