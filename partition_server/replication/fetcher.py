@@ -8,6 +8,12 @@ watermark, or a diverging epoch: then we truncate to its end offset (the first o
 logs may differ) and fetch again. OFFSET_OUT_OF_RANGE means our log is outside the leader's:
 above its end (truncate to it) or below its start (start over at its start).
 
+Replication throttle (throttle.py, KIP-73), follower side: a partition listed in its topic's
+`follower.replication.throttled.replicas` for this broker, not in the ISR, while the follower
+rate is over `follower.replication.throttled.rate`, is left out of the next fetch (its session
+forgets it) and marked again before the one after; the bytes appended for listed partitions
+count toward the rate.
+
 `FetcherManager` is given what it uses, not the broker: our broker id, the config (fetch size),
 the replica manager (the followed logs), the purgatory (woken when a follower's high watermark
 moves), the current metadata image (a callable: where each leader listens) and the
