@@ -27,6 +27,7 @@ partition whose verify finds another replica set); 3 when the cluster cannot be 
 from __future__ import annotations
 
 import argparse
+import collections
 import sys
 import time
 
@@ -338,15 +339,18 @@ async def _sample(admin: AdminClient, plan: dict):
 
 async def _watch(admin: AdminClient, plan: dict, args) -> None:
     table = args.output != "json"
-    prev = None                                 # (time, bytes copied) of the last sample
+    recent: collections.deque = collections.deque(maxlen=5)   # (time, bytes copied) samples
     drawn = 0
     while True:
         rows, running = await _sample(admin, plan)
         now = time.monotonic()
         copied = sum(r.copied for r in rows)
         remaining = sum(r.remaining for r in rows)
-        eta = plan_mod.eta_s(remaining, copied - prev[1], now - prev[0]) if prev else None
-        prev = (now, copied)
+        # the rate over the last few samples (a move finishing drops its bytes from the sum:
+        # that interval gives no rate, so no ETA, rather than a negative one)
+        eta = plan_mod.eta_s(remaining, copied - recent[0][1], now - recent[0][0]) \
+            if recent else None
+        recent.append((now, copied))
         if table:
             drawn = _draw(rows, copied, remaining, eta, running, drawn)
         else:
