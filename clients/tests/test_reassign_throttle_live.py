@@ -1,4 +1,5 @@
-"""Replication throttles and `raftka reassign` on a live 3 + 3 cluster (issue 19 items 2, 3).
+"""Replication throttles and `raftka reassign` on a live 3 + 3 cluster (issue 19 items 2, 3), and
+kafka-python's DescribeLogDirs (what the progress view reads).
 
 The brokers run with `replication.quota.window.num=1`: a throttle's initial burst is then one
 second's worth instead of Kafka's eleven, so a few MB show the throttled rate in seconds. No upper
@@ -230,3 +231,38 @@ def test_live_reassign_cli_generate_execute_watch_verify(live, cli, tmp_path):
     assert code == 0 and f"Reassignment of partition {topic}-0 is completed." in out
     code, out, err = cli("cancel", "--reassignment-json-file", plan, "--preserve-throttles")
     assert code == 0 and "None of the specified partition reassignments are active." in out
+
+
+def test_live_kafka_python_describe_log_dirs(live):
+    """A real client's DescribeLogDirs (kafka-python 3 picks the highest version both support)."""
+    from kafka.admin import KafkaAdminClient
+
+    async def setup():
+        async with AdminClient(live.bootstrap) as admin:
+            return await _topic(admin, {0: [1, 2]}, 50)
+    topic = trio.run(setup)
+    admin = KafkaAdminClient(bootstrap_servers=live.bootstrap)
+    try:
+        deadline = time.monotonic() + 30
+        while True:                      # the follower copies the records on its own time
+            sizes = _log_dir_sizes(admin.describe_log_dirs({topic: [0]}, brokers=[0, 1, 2]))
+            if all(size >= 50 * 1000 for size in sizes.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    finally:
+        admin.close()
+    assert set(sizes) == {(1, topic, 0), (2, topic, 0)}
+    assert all(size >= 50 * 1000 for size in sizes.values()), sizes
+
+
+def _log_dir_sizes(answers) -> dict:
+    sizes = {}
+    for answer in answers:
+        for result in answer["log_dirs"]:
+            assert result["error_code"] == 0
+            assert result["log_dir"].endswith(f"broker-{answer['broker']}")
+            for t in result["topics"]:
+                for p in t["partitions"]:
+                    sizes[(answer["broker"], t["name"], p["partition_index"])] = \
+                        p["partition_size"]
+    return sizes
