@@ -343,7 +343,7 @@ class Broker:
                 from partition_server.metrics import MetricSources, serve_metrics
                 sources = MetricSources(self.replicas, self.fetch_sessions, self.fetchers,
                                         self.groups, lambda: getattr(self, "client_quotas", None),
-                                        self.segment_files)
+                                        self.segment_files, self.replication_quotas)
                 await nursery.start(serve_metrics, sources, self.config["raftka.metrics.listener"])
             task_status.started()
 

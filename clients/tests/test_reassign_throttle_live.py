@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 import uuid
 
 import pytest
@@ -135,6 +136,21 @@ async def test_live_throttled_move_copies_at_the_rate_while_clients_produce(live
         assert ends[tp0][0] == records + counts[0] and ends[tp1][0] == records + counts[1]
         d = (await admin.describe_topics([topic]))[topic]
         assert [list(p.replicas) for p in d.partitions] == [[0, 2], [0, 2]]
+    # each side metered what it throttled and held the new replica back at times
+    follower, leader = _metrics(live, 2), _metrics(live, 0)
+    assert follower['raftka_replication_throttle_rate_bytes{side="follower"}'] == RATE
+    assert follower['raftka_replication_throttled_bytes_total{side="follower"}'] >= size
+    assert follower['raftka_replication_throttle_held_back_total{side="follower"}'] > 0
+    assert leader['raftka_replication_throttled_bytes_total{side="leader"}'] >= size
+    assert leader['raftka_replication_throttle_held_back_total{side="leader"}'] > 0
+
+
+def _metrics(live, broker: int) -> dict[str, float]:
+    port = live.layout.metrics_port(broker)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line.startswith("raftka_replication_throttle")}
 
 
 # -- the CLI ------------------------------------------------------------------------------------------
