@@ -89,19 +89,8 @@ def render(sources: MetricSources) -> str:
            "Follower fetches sent, per leader and kind (full or incremental, KIP-227).",
            [(_labels(leader=b, kind=k), n) for b, s in fetch_stats
             for k, n in (("full", s.full_fetches), ("incremental", s.incremental_fetches))])
-    rq = sources.replication_quotas
-    if rq is not None:
-        sides = (("leader", rq.leader), ("follower", rq.follower))
-        family("raftka_replication_throttled_bytes_total", "counter",
-               "Bytes of partitions listed in *.replication.throttled.replicas: served to "
-               "followers (leader) or fetched (follower).",
-               [(_labels(side=n), q.recorded) for n, q in sides])
-        family("raftka_replication_throttle_held_back_total", "counter",
-               "Times a throttled replica out of the ISR was held back (no records served, or "
-               "left out of a fetch).", [(_labels(side=n), q.held_back) for n, q in sides])
-        family("raftka_replication_throttle_rate_bytes", "gauge",
-               "The throttle in bytes/s (*.replication.throttled.rate), when one is set.",
-               [(_labels(side=n), int(q.bound)) for n, q in sides if q.bound is not None])
+    for name, kind, doc, samples in _throttle_families(sources.replication_quotas):
+        family(name, kind, doc, samples)
     groups = sources.groups
     family("raftka_consumer_group_members", "gauge", "Members of the groups coordinated here.",
            [(_labels(group=gid, type="classic", state=g.state.value), len(g.members))
@@ -121,6 +110,24 @@ def render(sources: MetricSources) -> str:
     for name, kind, doc, samples in metric_families(sources.client_quotas(), _labels):
         family(name, kind, doc, samples)
     return "\n".join(lines) + "\n"
+
+
+def _throttle_families(rq: ReplicationQuotas | None):
+    """Replication throttles (replication/throttle.py), per side: bytes metered, hold-backs, the
+    bound when one is set."""
+    if rq is None:
+        return []
+    sides = (("leader", rq.leader), ("follower", rq.follower))
+    return [
+        ("raftka_replication_throttled_bytes_total", "counter",
+         "Bytes of partitions listed in *.replication.throttled.replicas: served to followers "
+         "(leader) or fetched (follower).", [(_labels(side=n), q.recorded) for n, q in sides]),
+        ("raftka_replication_throttle_held_back_total", "counter",
+         "Times a throttled replica out of the ISR was held back (no records served, or left "
+         "out of a fetch).", [(_labels(side=n), q.held_back) for n, q in sides]),
+        ("raftka_replication_throttle_rate_bytes", "gauge",
+         "The throttle in bytes/s (*.replication.throttled.rate), when one is set.",
+         [(_labels(side=n), int(q.bound)) for n, q in sides if q.bound is not None])]
 
 
 async def _answer(sources: MetricSources, stream) -> None:
