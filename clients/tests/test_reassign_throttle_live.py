@@ -22,6 +22,7 @@ from clients.cli.main import main
 from clients.cluster import TopicPartition
 from clients.producer import Producer
 from partition_server.testing import LiveCluster
+from wire.errors import ErrorCode
 
 pytestmark = pytest.mark.live
 
@@ -93,6 +94,15 @@ async def test_live_throttled_move_copies_at_the_rate_while_clients_produce(live
         # both partitions move [0, 1] -> [0, 2]; partition 0 is throttled on the follower side
         # (broker 2 fetching), partition 1 on the leader side (broker 0 serving)
         T, B = ConfigResourceType.TOPIC, ConfigResourceType.BROKER
+        # bad values: INVALID_CONFIG naming the key and the rule, nothing stored
+        bad = await admin.incremental_alter_configs({
+            ConfigResource(B, "0"): [AlterConfigOp("leader.replication.throttled.rate", "-1")],
+            ConfigResource(T, topic): [AlterConfigOp("leader.replication.throttled.replicas",
+                                                     "0-0")]})
+        assert [e.error_code for e in bad.values()] == [ErrorCode.INVALID_CONFIG] * 2
+        assert "leader.replication.throttled.rate: must be >= 0" in str(
+            bad[ConfigResource(B, "0")])
+        assert "[partitionId]:[brokerId]" in str(bad[ConfigResource(T, topic)])
         assert await admin.incremental_alter_configs({ConfigResource(T, topic): [
             AlterConfigOp("follower.replication.throttled.replicas", "0:2"),
             AlterConfigOp("leader.replication.throttled.replicas", "1:0")]}) == \
