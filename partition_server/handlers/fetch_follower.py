@@ -199,5 +199,5 @@ def leader_holds(hctx: HandlerContext, key, replica_id: int, now_ms: int) -> boo
     if not quota.is_throttled(*key):
         return False
     hosted = hctx.replicas.get(*key)
-    return hosted is not None and quota.should_throttle(key[0], key[1],
-                                                        replica_id in hosted.state.isr, now_ms)
+    return hosted is not None and quota.would_throttle(key[0], key[1],
+                                                       replica_id in hosted.state.isr, now_ms)

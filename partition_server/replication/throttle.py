@@ -133,9 +133,14 @@ class ReplicationQuota:
         if self.bucket is not None:
             self.bucket.record(nbytes, now_ms)
 
-    def should_throttle(self, topic: str, partition: int, in_sync: bool, now_ms: float) -> bool:
-        held = not in_sync and self.is_throttled(topic, partition) and \
+    def would_throttle(self, topic: str, partition: int, in_sync: bool, now_ms: float) -> bool:
+        """Kafka's decision, counting nothing (for checks that may run many times)."""
+        return not in_sync and self.is_throttled(topic, partition) and \
             self.is_quota_exceeded(now_ms)
+
+    def should_throttle(self, topic: str, partition: int, in_sync: bool, now_ms: float) -> bool:
+        """The decision for one fetch (counted in `held_back`)."""
+        held = self.would_throttle(topic, partition, in_sync, now_ms)
         if held:
             self.held_back += 1
         return held
