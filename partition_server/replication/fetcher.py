@@ -9,10 +9,11 @@ logs may differ) and fetch again. OFFSET_OUT_OF_RANGE means our log is outside t
 above its end (truncate to it) or below its start (start over at its start).
 
 Replication throttle (throttle.py, KIP-73), follower side: a partition listed in its topic's
-`follower.replication.throttled.replicas` for this broker, not in the ISR, while the follower
-rate is over `follower.replication.throttled.rate`, is left out of the next fetch (its session
-forgets it) and marked again before the one after; the bytes appended for listed partitions
-count toward the rate.
+`follower.replication.throttled.replicas` for this broker, not in sync (neither in the ISR nor
+caught up with the leader's high watermark, Kafka's fetcher rule), while the follower rate is
+over `follower.replication.throttled.rate`, is left out of the next fetch (its session forgets
+it) and marked again before the one after; the bytes appended for listed partitions count toward
+the rate.
 
 `FetcherManager` is given what it uses, not the broker: our broker id, the config (fetch size),
 the replica manager (the followed logs), the purgatory (woken when a follower's high watermark
@@ -85,6 +86,8 @@ class FetcherManager:
         # marked again before the next one, so they are reconsidered every round
         self.quota = quota if quota is not None else ReplicationQuota()
         self.held: dict[int, set[tuple[str, int]]] = {}        # leader → held back last build
+        self.caught_up: set[tuple[str, int]] = set()   # throttled, at the leader's HW (Kafka's
+        #                                                "in sync" for the follower's throttle)
 
     def follow(self, topic: str, partition: int, leader: int) -> None:
         """Follow from `leader`; called again on a new leader epoch, which moves the position."""
@@ -102,6 +105,7 @@ class FetcherManager:
 
     def unfollow(self, topic: str, partition: int) -> None:
         key = (topic, partition)
+        self.caught_up.discard(key)
         old = self.assignments.pop(key, None)
         if old is not None:
             self._drop(key, old)
@@ -211,7 +215,8 @@ class FetcherManager:
         if hosted is None or hosted.state.role is not Role.FOLLOWER or hosted.offline:
             return None
         if self.quota.throttled and self.quota.should_throttle(
-                key[0], key[1], self.broker_id in hosted.state.isr, steady_ms()):
+                key[0], key[1], self.broker_id in hosted.state.isr or key in self.caught_up,
+                steady_ms()):
             self.held.setdefault(self.assignments.get(key, -1), set()).add(key)
             return None                 # Kafka's fetcher leaves it out of this fetch
         plog = hosted.log
@@ -325,5 +330,16 @@ class FetcherManager:
                 if h.producer_id >= 0:
                     hosted.producers.update_from_header(h)
         state.update_follower_high_watermark(p.high_watermark)
+        self._note_lag(hosted, p.high_watermark)
         self.purgatory.notify((hosted.topic, hosted.partition))
         return False
+
+    def _note_lag(self, hosted, leader_high_watermark: int) -> None:
+        """Kafka's follower counts a replica in sync for its throttle once it has no lag behind
+        the leader's high watermark (it may not be in the ISR yet: held back then, it would
+        never send the fetch at the log end that admits it)."""
+        key = (hosted.topic, hosted.partition)
+        if self.quota.is_throttled(*key) and hosted.log.log_end_offset >= leader_high_watermark:
+            self.caught_up.add(key)
+        else:
+            self.caught_up.discard(key)

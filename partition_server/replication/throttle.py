@@ -18,7 +18,10 @@ shouldFollowerThrottle) holds a replica back when
     the replica is not in the ISR
 
 In-sync replicas are never held back ("to avoid ISR thrashing"), but the bytes of every throttled
-partition count toward the rate. Held back means: the leader answers that partition with no
+partition count toward the rate. In sync means, on the leader, in its ISR; on the follower, in the
+ISR of its metadata image or (Kafka's fetcher rule) caught up with the leader's high watermark as
+of the last answer — else a follower that caught up would stop fetching before the fetch at the
+log end that admits it to the ISR. Held back means: the leader answers that partition with no
 records; the follower leaves it out of its next fetch. Either way the replica asks again later.
 
 The bound is kept with a token bucket, as Kafka does for its controller mutation quota (KIP-599's

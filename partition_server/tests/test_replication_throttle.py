@@ -176,6 +176,16 @@ def test_the_follower_leaves_a_throttled_partition_out_until_the_rate_allows(tmp
     fetcher._process(resp, fetcher._build([("t", 0)]), 0)
     assert plog.log_end_offset == 1 and quota2.recorded == len(data)
 
+    # caught up with the leader's high watermark (1), though not in the ISR: in sync for the
+    # throttle (Kafka's fetcher rule), so it keeps fetching and can join the ISR
+    replicas.apply_partition("t", None, 0, [0, 1], [0], 0, 1, 3, {}, 1, 0)
+    assert fetcher.caught_up == {("t", 0)}
+    fetcher.quota = quota
+    _exceeded(quota, steady_ms())
+    assert [t.topic for t in fetcher._build([("t", 0)]).topics] == ["t"]
+    fetcher.caught_up.clear()
+    assert fetcher._build([("t", 0)]).topics == []
+
 
 def test_the_leader_answers_a_throttled_follower_out_of_the_isr_with_no_records(tmp_path):
     replicas, plog = _replicas(tmp_path, 0, isr=[0], leader=0)
