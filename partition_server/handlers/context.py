@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Protocol
 
+from partition_server.handlers.metadata_cache import MetadataCache
+
 if TYPE_CHECKING:
     from metadata_quorum.image import MetadataImage
     from partition_server.config import BrokerConfig
@@ -48,6 +50,8 @@ class HandlerContext:
     producer_ids: ProducerIdBlock           # InitProducerId's block from the controller
     client: ControllerClient                # the link to the active controller (forwarding)
     _changing: _ChangingState = dataclasses.field(repr=False)
+    # Metadata answer pieces, one per topic, rebuilt when the topic changes (metadata_cache.py)
+    metadata_cache: MetadataCache = dataclasses.field(default_factory=MetadataCache, repr=False)
 
     @classmethod
     def of(cls, broker) -> HandlerContext:
