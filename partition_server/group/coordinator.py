@@ -222,7 +222,7 @@ class GroupCoordinator:
             self._persisted[gid] = value[:5]
             if not value[4]:
                 self._empty_since[gid] = value[5]
-                self.expiry.touch(gid)
+                self._touch(gid)
         for gid, value in consumer_groups.items():
             if value is None:
                 continue
@@ -261,7 +261,7 @@ class GroupCoordinator:
             if k[0] != OFFSET_KEY:
                 return
             _, group, topic, partition = k
-            self.expiry.touch(group)
+            self._touch(group)
             offsets = self.offsets.setdefault(group, {})
             if value is None:
                 offsets.pop((topic, partition), None)
@@ -385,9 +385,9 @@ class GroupCoordinator:
                 continue                    # a generation being stored is _store_group's
             if g.state is GroupState.EMPTY and gid not in self._empty_since:
                 self._empty_since[gid] = now
-                self.expiry.touch(gid)
+                self._touch(gid)
             elif g.members and self._empty_since.pop(gid, None) is not None:
-                self.expiry.touch(gid)
+                self._touch(gid)
             rec = group_record(g)
             if rec is None or rec == self._persisted.get(gid):
                 continue
@@ -482,8 +482,13 @@ class GroupCoordinator:
             if not left and (g is None or not g.members):
                 self._forget_group(gid)
 
-    def _forget_offsets(self, gid: str, parts) -> None:
+    def _touch(self, gid: str) -> None:
+        """Its offsets or emptiness changed: the expiry and the lag monitor look again."""
         self.expiry.touch(gid)
+        self.lag.touch(gid)
+
+    def _forget_offsets(self, gid: str, parts) -> None:
+        self._touch(gid)
         offsets = self.offsets.get(gid, {})
         for tp in parts:
             offsets.pop(tp, None)
@@ -491,7 +496,7 @@ class GroupCoordinator:
             self.offsets.pop(gid, None)
 
     def _forget_group(self, gid: str) -> None:
-        self.expiry.touch(gid)
+        self._touch(gid)
         self._dirty.add(gid)                # its last logged state is dropped on the next tick
         self.state.groups.pop(gid, None)
         self._persisted.pop(gid, None)
@@ -517,7 +522,7 @@ class GroupCoordinator:
             return ErrorCode.NONE
         err = await self._append_and_wait(self.partition_of(group_id), records, timeout_s)
         if err == ErrorCode.NONE:
-            self.expiry.touch(group_id)
+            self._touch(group_id)
             offsets = self.offsets.setdefault(group_id, {})
             for t, p, o, e, m in entries:
                 offsets[(t, p)] = (o, e, m, ts)
