@@ -9,7 +9,8 @@ records, as a broker does. "old" is the handler as it was before the cache (kept
 reference): every struct built and every partition encoded on each request. "new" is the broker's
 handler with its cache: "cold" is the first request (every piece built and encoded), "warm" a
 later one at the same image, "1 change" the request after one partition of one topic changed
-leader (one piece rebuilt). Each figure is the median of `--runs` timings of handler + encoding
+leader (one piece rebuilt); "ACL" runs both through the authorization filter for a principal
+allowed on every topic by one prefixed ACL. Each figure is the median of `--runs` timings of handler + encoding
 (`encode_chunks(12, lenient=True)`, what the connection does), in ms; the last column is old/new.
 """
 
@@ -32,6 +33,9 @@ from metadata_quorum import records as r  # noqa: E402
 from metadata_quorum.image import MetadataImage  # noqa: E402
 from partition_server.handlers.cluster import CLUSTER_ID, handle_metadata, live_brokers  # noqa: E402
 from partition_server.handlers.context import HandlerContext  # noqa: E402
+from partition_server.security import authorizer as A  # noqa: E402
+from partition_server.security.enforce import authorize_and_call  # noqa: E402
+from common.network import ClientContext  # noqa: E402
 from wire.connection import Request  # noqa: E402
 from wire.errors import ErrorCode  # noqa: E402
 from wire.messages.api_keys import ApiKey  # noqa: E402
@@ -130,6 +134,24 @@ def measure(partitions: int, per_topic: int, runs: int) -> dict:
 
     assert old() == new(), "the cached answer differs from the uncached one"
     out = {"old": timed(old, runs), "warm": timed(new, runs)}
+    # with ACLs: a principal allowed on every topic by one prefixed ACL (the answer is filtered
+    # topic by topic after the handler, so the joined all-topic bytes are not used)
+    az = A.Authorizer([A.Acl(A.TOPIC, "topic-", A.PREFIXED, "User:app", "*", A.DESCRIBE,
+                             A.ALLOW)])
+    ctx = ClientContext("127.0.0.1:1", "PLAIN", "127.0.0.1", "User:app")
+
+    async def old_handler_async(req):
+        return old_handler(broker.image, req)
+
+    def old_acl():
+        return trio.run(authorize_and_call, az, ctx, request(), old_handler_async
+                        ).encode_chunks(12, lenient=True)
+
+    def new_acl():
+        return trio.run(authorize_and_call, az, ctx, request(),
+                        lambda q: handle_metadata(hctx, q)).encode_chunks(12, lenient=True)
+    assert old_acl() == new_acl() == old()
+    out["old_acl"], out["new_acl"] = timed(old_acl, runs), timed(new_acl, runs)
 
     def empty_cache():
         hctx.metadata_cache = type(hctx.metadata_cache)()
@@ -154,12 +176,13 @@ def main() -> None:
     print(f"all-topic Metadata v12, handler + encoding, median ms ({args.per_topic} "
           f"partitions per topic, 3 brokers, RF 3)")
     print(f"{'partitions':>10} {'old':>9} {'new cold':>9} {'new warm':>9} {'1 change':>9} "
-          f"{'old/warm':>9} {'old/1 change':>12}")
+          f"{'old/warm':>9} {'old/1 change':>12} {'ACL old':>9} {'ACL new':>9} {'ratio':>6}")
     for n in (int(x) for x in args.partitions.split(",")):
         m = measure(n, args.per_topic, args.runs)
         print(f"{n:>10,} {m['old']:>9.2f} {m['cold']:>9.2f} {m['warm']:>9.2f} "
               f"{m['change']:>9.2f} {m['old'] / m['warm']:>9.1f} "
-              f"{m['old'] / m['change']:>12.1f}", flush=True)
+              f"{m['old'] / m['change']:>12.1f} {m['old_acl']:>9.2f} {m['new_acl']:>9.2f} "
+              f"{m['old_acl'] / m['new_acl']:>6.1f}", flush=True)
 
 
 if __name__ == "__main__":
