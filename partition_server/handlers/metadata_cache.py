@@ -88,8 +88,8 @@ def topic_answer(topic, live: frozenset) -> CachedTopic:
     parts = [_Partition(
         error_code=ErrorCode.NONE if p.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
         partition_index=p.partition_id, leader_id=p.leader, leader_epoch=p.leader_epoch,
-        replica_nodes=list(p.replicas), isr_nodes=list(p.isr),
-        offline_replicas=[r for r in p.replicas if r not in live])
+        replica_nodes=p.replicas, isr_nodes=p.isr,      # the image's tuples: shared, immutable
+        offline_replicas=tuple(r for r in p.replicas if r not in live) or ())
         for p in sorted(topic.partitions.values(), key=lambda p: p.partition_id)]
     return CachedTopic.frozen(error_code=0, name=topic.name, topic_id=topic.topic_id,
                               is_internal=topic.name.startswith("__"), partitions=parts)
