@@ -2,7 +2,6 @@
 answers built from scratch (the reference below is the handler as it was before the cache), at
 every version, after every kind of image change, and per principal and listener."""
 
-import types
 import uuid
 
 import pytest
@@ -61,21 +60,21 @@ def reference(image, req, broker_id=0):
 
 
 class Cluster:
-    """A metadata image changed by records, and a handler context reading it."""
+    """A metadata image changed by records, and a handler context reading it (as the broker:
+    what Metadata does not use is None)."""
 
     def __init__(self, brokers=3):
         self.image = MetadataImage()
         self.authorizer = None
+        self.broker_id, self.config = 0, {"auto.create.topics.enable": False}
         self.ids = {}
         self.apply(*[r.RegisterBrokerRecord(b, "inc", 1, "h", 9092 + b, None, False, False,
                                             (("EXTERNAL", "ext", 19092 + b, "PLAINTEXT"),))
                      for b in range(brokers)])
-        fake = types.SimpleNamespace(
-            broker_id=0, config={"auto.create.topics.enable": False}, replicas=None,
-            purgatory=None, groups=None, txn=None, fetch_sessions=None, producer_ids=None,
-            client=None, topic_config=lambda t: {})
-        self.hctx = HandlerContext.of(fake)
-        self.hctx._changing = self
+        self.hctx = HandlerContext.of(self)
+
+    def __getattr__(self, name):
+        return None
 
     def apply(self, *records):
         self.image = self.image.apply_all(self.image.offset + 1, list(records))
