@@ -1,0 +1,210 @@
+"""`raftka cluster describe | decommission | unregister`: the brokers of a cluster and their
+retirement (issue 19 item 4).
+
+    describe      every broker with its replica and leader counts and state: `active` (in
+                  Metadata), `offline` (named in replica lists but not in Metadata: fenced,
+                  stopped or unregistered — Metadata and DescribeCluster v0–1, the versions we
+                  speak, do not tell these apart), `shutting-down` is not visible either
+    decommission  drains every replica off broker N with AlterPartitionReassignments — new
+                  placement by the controller's own rack-aware rule (placement.drain_plan:
+                  replication factor kept, refused rather than shrunk) — shows the partitions
+                  remaining until none is left, then unregisters N (UnregisterBroker). Partitions
+                  that appear on N meanwhile (a topic created during the drain) are drained too.
+                  Interrupted or timed out, it leaves the moves running: run it again to resume.
+    unregister    UnregisterBroker alone (kafka-cluster.sh unregister): the broker leaves
+                  Metadata; replicas it still hosts stay in their replica lists, under-replicated
+                  (KRaft's behaviour) — decommission first.
+
+A broker still running when unregistered stays out of the cluster (it does not register again)
+until its process restarts, as Kafka's does: stop it afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import trio
+
+from clients.admin import AdminClient
+from clients.cli.output import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError,
+                                add_connection_args, client_config, print_json, print_table, run)
+from clients.cluster import TopicPartition
+from metadata_quorum.controller.placement import NotEnoughBrokers, drain_plan
+from wire.errors import BrokerIdNotRegisteredError, KafkaError
+
+PROG = "raftka cluster"
+POLL_S = 1.0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("cluster", help="brokers: describe, decommission, unregister",
+                       description="The cluster's brokers (issue 19): list them with their "
+                       "load, drain and retire one.")
+    cs = p.add_subparsers(dest="cluster_command", metavar="describe|decommission|unregister")
+    d = cs.add_parser("describe", help="brokers with replica and leader counts, state")
+    add_connection_args(d)
+    dec = cs.add_parser("decommission", help="move every replica off a broker, then "
+                        "unregister it")
+    dec.add_argument("--broker", type=int, required=True, help="the broker id to retire")
+    dec.add_argument("--timeout-s", type=float, default=3600,
+                     help="give up waiting after this long (the moves go on; run again to "
+                          "resume); default 3600")
+    dec.add_argument("--no-unregister", action="store_true",
+                     help="drain only; keep the broker registered")
+    add_connection_args(dec)
+    u = cs.add_parser("unregister", help="UnregisterBroker: remove a broker's registration")
+    u.add_argument("--broker", type=int, required=True)
+    add_connection_args(u)
+    p.set_defaults(func=main, _parser=p)
+
+
+def main(args: argparse.Namespace) -> int:
+    cmd = args.cluster_command
+    if not cmd:
+        args._parser.print_help()
+        return EXIT_USAGE
+    return run(f"{PROG} {cmd}", args, _run, args)
+
+
+async def _run(args) -> int:
+    async with AdminClient(config=client_config(args)) as admin:
+        return await globals()[f"_{args.cluster_command}"](admin, args)
+
+
+# -- what the cluster looks like ------------------------------------------------------------------
+
+async def snapshot(admin: AdminClient):
+    """(brokers {id: rack} from Metadata, {TopicPartition: replicas}, {TopicPartition: leader},
+    {TopicPartition: target replicas of a move in progress})."""
+    cluster = await admin.describe_cluster()
+    brokers = {b["id"]: b["rack"] for b in cluster["brokers"]}
+    names = await admin.list_topics(include_internal=True)
+    replicas, leaders = {}, {}
+    for name, desc in (await admin.describe_topics(names)).items():
+        if isinstance(desc, KafkaError):
+            continue                    # deleted meanwhile
+        for p in desc.partitions:
+            tp = TopicPartition(name, p.partition)
+            replicas[tp], leaders[tp] = tuple(p.replicas), p.leader
+    moves = await admin.list_partition_reassignments()
+    targets = {tp: tuple(x for x in m.replicas if x not in m.removing_replicas)
+               for tp, m in moves.items()}
+    return brokers, replicas, leaders, targets
+
+
+def broker_rows(brokers: dict, replicas: dict, leaders: dict) -> list[dict]:
+    ids = set(brokers) | {b for rs in replicas.values() for b in rs}
+    rows = []
+    for b in sorted(ids):
+        rows.append({"id": b, "rack": brokers.get(b), "state": "active" if b in brokers
+                     else "offline", "replicas": sum(b in rs for rs in replicas.values()),
+                     "leaders": sum(1 for x in leaders.values() if x == b)})
+    return rows
+
+
+async def _describe(admin: AdminClient, args) -> int:
+    brokers, replicas, leaders, targets = await snapshot(admin)
+    rows = broker_rows(brokers, replicas, leaders)
+    under = sum(1 for tp, rs in replicas.items()
+                if any(b not in brokers for b in rs) and tp not in targets)
+    if args.output == "json":
+        print_json({"brokers": rows, "partitions": len(replicas),
+                    "partitions_with_offline_replicas": under, "moves_in_progress": len(targets)})
+        return EXIT_OK
+    print_table(["BROKER", "RACK", "STATE", "REPLICAS", "LEADERS"],
+                [[r["id"], r["rack"] or "-", r["state"], r["replicas"], r["leaders"]]
+                 for r in rows])
+    print(f"{len(replicas)} partitions, {under} with offline replicas, "
+          f"{len(targets)} moves in progress")
+    return EXIT_OK
+
+
+async def _unregister(admin: AdminClient, args) -> int:
+    await admin.unregister_broker(args.broker)
+    if args.output == "json":
+        print_json({"broker": args.broker, "unregistered": True})
+    else:
+        print(f"Broker {args.broker} unregistered.")
+    return EXIT_OK
+
+
+# -- decommission ---------------------------------------------------------------------------------
+
+def still_on(broker: int, replicas: dict, targets: dict) -> set:
+    """Partitions that will keep a replica on `broker`: its current replica list, or the target
+    of the move in progress, names it."""
+    return {tp for tp, rs in replicas.items() if broker in targets.get(tp, rs)}
+
+
+def next_moves(broker: int, brokers: dict, replicas: dict, targets: dict) -> dict:
+    """Targets for the partitions still on `broker` that no move takes off it yet: planned from
+    the replicas they will have (a move in progress: its target)."""
+    todo = {tp: targets.get(tp, rs) for tp, rs in replicas.items()
+            if broker in targets.get(tp, rs)}
+    return drain_plan(brokers, todo, {broker})
+
+
+async def _decommission(admin: AdminClient, args) -> int:
+    n = args.broker
+    deadline = time.monotonic() + args.timeout_s
+    total, last = None, None
+    while True:
+        brokers, replicas, _, targets = await snapshot(admin)
+        try:
+            plan = next_moves(n, brokers, replicas, targets)
+        except NotEnoughBrokers as exc:
+            raise CommandError(f"cannot drain broker {n} without lowering a replication "
+                               f"factor: {exc}", EXIT_FAILED) from None
+        if plan:
+            await _submit(admin, plan)
+        remaining = {tp for tp, rs in replicas.items() if n in rs}
+        total = max(total or 0, len(remaining | set(plan)))
+        if remaining != last:
+            _progress(args, n, total, remaining)
+            last = remaining
+        if not remaining and not plan:
+            break
+        if time.monotonic() > deadline:
+            raise CommandError(f"timed out with {len(remaining)} partitions still on broker {n}"
+                               " (their moves go on: run again to resume)", EXIT_FAILED)
+        await trio.sleep(POLL_S)
+    return await _finish(admin, args, total or 0)
+
+
+async def _submit(admin: AdminClient, plan: dict) -> None:
+    results = await admin.alter_partition_reassignments(
+        {tp: list(target) for tp, target in plan.items()})
+    failed = {tp: e for tp, e in results.items() if e is not None}
+    if failed:
+        tp, e = next(iter(sorted(failed.items(), key=lambda x: (x[0].topic, x[0].partition))))
+        raise CommandError(f"{len(failed)} moves refused, first {tp.topic}-{tp.partition}: {e}",
+                           EXIT_FAILED)
+
+
+def _progress(args, broker: int, total: int, remaining: set) -> None:
+    if args.output == "json":
+        return
+    moved = total - len(remaining)
+    print(f"decommission broker {broker}: {moved}/{total} partitions moved, "
+          f"{len(remaining)} remaining", flush=True)
+
+
+async def _finish(admin: AdminClient, args, moved: int) -> int:
+    unregistered = False
+    if not args.no_unregister:
+        try:
+            await admin.unregister_broker(args.broker)
+            unregistered = True
+        except BrokerIdNotRegisteredError:
+            if not moved:
+                raise CommandError(f"broker {args.broker} is not registered and hosts no "
+                                   "replicas", EXIT_FAILED) from None
+    if args.output == "json":
+        print_json({"broker": args.broker, "partitions_moved": moved,
+                    "unregistered": unregistered})
+    else:
+        what = "unregistered" if unregistered else "left registered" if args.no_unregister \
+            else "it was not registered any more"
+        print(f"Broker {args.broker} holds no replicas; {what}.")
+    return EXIT_OK
