@@ -79,6 +79,9 @@ DYNAMIC_BROKER_CONFIGS = {
     "log.cleanup.policy": _choice("delete", "compact", multi=True),
     "message.max.bytes": _int(0),
     "auto.create.topics.enable": _bool,
+    # not Kafka's: replicas of a broker unreachable this long are re-placed on live brokers by
+    # the controller (metadata_quorum/controller/rereplication.py); -1 never (the default)
+    "raftka.rereplication.timeout.ms": _int(-1),
 }
 
 

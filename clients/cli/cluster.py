@@ -139,10 +139,10 @@ def still_on(broker: int, replicas: dict, targets: dict) -> set:
 
 def next_moves(broker: int, brokers: dict, replicas: dict, targets: dict) -> dict:
     """Targets for the partitions still on `broker` that no move takes off it yet: planned from
-    the replicas they will have (a move in progress: its target)."""
-    todo = {tp: targets.get(tp, rs) for tp, rs in replicas.items()
-            if broker in targets.get(tp, rs)}
-    return drain_plan(brokers, todo, {broker})
+    the replicas they will have (a move in progress: its target); every partition counts for
+    the brokers' load."""
+    return drain_plan(brokers, {tp: targets.get(tp, rs) for tp, rs in replicas.items()},
+                      {broker})
 
 
 async def _decommission(admin: AdminClient, args) -> int:

@@ -79,14 +79,15 @@ def replica_counts(partitions: dict[Hashable, tuple], brokers: Iterable[int]) ->
 
 
 def drain_plan(brokers: dict[int, str | None], partitions: dict[Hashable, tuple],
-               leaving: set[int]) -> dict[Hashable, list[int]]:
+               leaving: set[int], skip_short: bool = False) -> dict[Hashable, list[int]]:
     """Targets that take every replica off the brokers in `leaving`: {partition key: target},
     only for partitions that have a replica there. Each leaving replica is replaced, at its
     position in the list (so preferred leaderships spread over the replacements as they were),
     by an available broker (`brokers` minus `leaving`) that is not yet a replica, on an unused
     rack while one remains, with the fewest replicas (counting the plan so far; ties: lowest
     id). The replication factor is kept; a partition that cannot keep it (fewer available
-    brokers than its replicas) raises NotEnoughBrokers rather than shrinking it."""
+    brokers than its replicas) raises NotEnoughBrokers rather than shrinking it — or, with
+    `skip_short`, is left out of the plan (the others still move)."""
     available = {b: rack for b, rack in brokers.items() if b not in leaving}
     counts = replica_counts(partitions, available)
     plan: dict[Hashable, list[int]] = {}
@@ -94,21 +95,33 @@ def drain_plan(brokers: dict[int, str | None], partitions: dict[Hashable, tuple]
         replicas = list(partitions[key])
         if not leaving & set(replicas):
             continue
-        kept = [b for b in replicas if b not in leaving]
-        target: list[int] = []
-        for i, b in enumerate(replicas):
-            if b not in leaving:
-                target.append(b)
+        target = _replace(replicas, leaving, available, counts)
+        if target is None:
+            if skip_short:
                 continue
-            # the rest of the kept replicas count for the rack rule too
-            others = target + [x for x in replicas[i + 1:] if x in kept]
-            by_load = sorted(available, key=lambda x: (counts[x], x))
-            pick = pick_replica(by_load, others, available)
-            if pick is None:
-                raise NotEnoughBrokers(
-                    f"{key}: {len(replicas)} replicas need {len(replicas)} brokers, "
-                    f"only {len(available)} would remain")
-            target.append(pick)
-            counts[pick] += 1
+            raise NotEnoughBrokers(f"{key}: {len(replicas)} replicas need {len(replicas)} "
+                                   f"brokers, only {len(available)} would remain")
+        for b in target:
+            if b not in replicas:
+                counts[b] += 1
         plan[key] = target
     return plan
+
+
+def _replace(replicas: list[int], leaving: set[int], available: dict[int, str | None],
+             counts: dict[int, int]) -> list[int] | None:
+    """`replicas` with each leaving one replaced in place (see drain_plan), or None."""
+    kept = [b for b in replicas if b not in leaving]
+    target: list[int] = []
+    for i, b in enumerate(replicas):
+        if b not in leaving:
+            target.append(b)
+            continue
+        # the rest of the kept replicas count for the rack rule too
+        others = target + [x for x in replicas[i + 1:] if x in kept]
+        by_load = sorted(available, key=lambda x: (counts[x], x))
+        pick = pick_replica(by_load, others, available)
+        if pick is None:
+            return None
+        target.append(pick)
+    return target
