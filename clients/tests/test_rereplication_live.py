@@ -10,8 +10,8 @@ import uuid
 import pytest
 import trio
 
-from clients.admin import (AdminClient, AlterConfigOp, ConfigResource, ConfigResourceType,
-                           NewTopic)
+from clients.admin import AdminClient, NewTopic
+from clients.cli.main import main
 from clients.cluster import TopicPartition
 from clients.consumer import Consumer
 from clients.producer import Producer
@@ -42,10 +42,12 @@ async def _partitions(admin, topic):
 async def test_live_lost_broker_replicas_are_re_placed(tmp_path):
     with LiveCluster(tmp_path / "cluster", brokers=4) as live:
         async with AdminClient(live.bootstrap) as admin:
-            res = await admin.incremental_alter_configs({
-                ConfigResource(ConfigResourceType.BROKER, ""): [
-                    AlterConfigOp("raftka.rereplication.timeout.ms", "2000")]})
-            assert all(e is None for e in res.values()), res
+            # the cluster-wide default, as kafka-configs.sh --entity-default sets it
+            code = await trio.to_thread.run_sync(main, [
+                "configs", "alter", "--entity-type", "brokers", "--entity-default",
+                "--add-config", "raftka.rereplication.timeout.ms=2000",
+                "--bootstrap-server", live.bootstrap])
+            assert code == 0
             topic = f"heal-{uuid.uuid4().hex[:6]}"
             layout = {p: [0, 1, 2] if p % 2 else [1, 0, 2] for p in range(PARTITIONS)}
             assert await admin.create_topics([NewTopic(topic, replica_assignment=layout)]) == \
