@@ -154,13 +154,16 @@ async def _decommission(admin: AdminClient, args) -> int:
         try:
             plan = next_moves(n, brokers, replicas, targets)
         except NotEnoughBrokers as exc:
+            tp = exc.key
             raise CommandError(f"cannot drain broker {n} without lowering a replication "
-                               f"factor: {exc}", EXIT_FAILED) from None
+                               f"factor: {tp.topic}-{tp.partition} has {exc.replicas} replicas "
+                               f"and only {exc.available} other brokers are available; "
+                               "no move was started for it", EXIT_FAILED) from None
         if plan:
             await _submit(admin, plan)
         remaining = {tp for tp, rs in replicas.items() if n in rs}
         total = max(total or 0, len(remaining | set(plan)))
-        if remaining != last:
+        if remaining != last and total:
             _progress(args, n, total, remaining)
             last = remaining
         if not remaining and not plan:

@@ -18,6 +18,11 @@ from typing import Hashable, Iterable
 class NotEnoughBrokers(ValueError):
     """Fewer brokers are available than a partition's replication factor needs."""
 
+    def __init__(self, key, replicas: int, available: int):
+        super().__init__(f"{key}: {replicas} replicas need {replicas} brokers, only "
+                         f"{available} would remain")
+        self.key, self.replicas, self.available = key, replicas, available
+
 
 def rack_alternating(brokers: dict[int, str | None]) -> list[int]:
     """Broker ids ordered so consecutive brokers sit on different racks (Kafka's rack
@@ -99,8 +104,7 @@ def drain_plan(brokers: dict[int, str | None], partitions: dict[Hashable, tuple]
         if target is None:
             if skip_short:
                 continue
-            raise NotEnoughBrokers(f"{key}: {len(replicas)} replicas need {len(replicas)} "
-                                   f"brokers, only {len(available)} would remain")
+            raise NotEnoughBrokers(key, len(replicas), len(available))
         for b in target:
             if b not in replicas:
                 counts[b] += 1
