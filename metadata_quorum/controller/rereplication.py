@@ -19,7 +19,10 @@ is never dropped before another is in sync (a partition without a usable leader 
 copies all on lost brokers — is left as it is: nothing could copy from it). A lost broker that
 returns finds its replicas moved and deletes the stray logs. Heartbeat times are soft state: a
 newly elected controller starts every session afresh, so a failover restarts the clock (later
-healing, never earlier). Partitions already moving (an operator's reassignment) are left alone.
+healing, never earlier). A partition already moving (an operator's reassignment) is left
+alone, unless its target names a lost broker: that move could never finish, so it is replaced
+by its target with the lost replicas re-placed (refused, and retried, when reverting it would
+need an unclean election).
 """
 
 from __future__ import annotations
@@ -58,20 +61,28 @@ def plan(image: MetadataImage, last_seen: dict[int, int], now_ms: int) -> list:
     if not lost:
         return []
     usable = {b.broker_id: b.rack for b in image.usable_brokers()}
-    idle, moving = {}, 0
+    replicas, stuck, moving = {}, set(), 0       # replicas: every partition, for the load
     for t in image.topics.values():
         for p in t.partitions.values():
-            if reassignment.in_progress(p):
+            key = (t.name, p.partition_id)
+            if not reassignment.in_progress(p):
+                replicas[key] = p.replicas
+                continue
+            replicas[key] = tuple(x for x in p.replicas if x not in p.removing_replicas)
+            if set(replicas[key]) & lost:
+                stuck.add(key)          # a move onto a lost broker can never finish
+            else:
                 moving += 1
-            elif p.leader in usable:
-                # without a usable leader a new replica has nothing to copy from
-                idle[(t.name, p.partition_id)] = p.replicas
-    room = MAX_MOVES_IN_FLIGHT - moving
-    if room <= 0:
-        return []
-    targets = drain_plan(usable, idle, lost, skip_short=True)
-    return [(topic, partition, targets[(topic, partition)])
-            for topic, partition in sorted(targets)[:room]]
+    targets = drain_plan(usable, replicas, lost, skip_short=True)
+    # without a usable leader a new replica has nothing to copy from
+    targets = {key: target for key, target in targets.items()
+               if image.topics[key[0]].partitions[key[1]].leader in usable}
+    # a stuck move is replaced (the same partition, no new copy in flight); new moves wait
+    # for room
+    fixes = sorted(key for key in targets if key in stuck)
+    room = max(0, MAX_MOVES_IN_FLIGHT - moving - len(fixes))
+    chosen = fixes + sorted(key for key in targets if key not in stuck)[:room]
+    return [(topic, partition, targets[(topic, partition)]) for topic, partition in chosen]
 
 
 def records(image: MetadataImage, last_seen: dict[int, int], now_ms: int) -> list:

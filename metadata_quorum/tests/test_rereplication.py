@@ -190,3 +190,20 @@ def test_seeded_simulation_regains_rf_with_racks():
                 healed += bool(set(p.replicas) - set(before[(t.name, p.partition_id)]))
         assert s.log.replay_all().image.same_state(s.c.image), seed
     assert healed > 50          # the seeds do exercise moves (rack rules: test_placement.py)
+
+
+def test_a_move_onto_a_lost_broker_is_replaced():
+    s = Sim(5)
+    s.topic("t", [[0, 1, 2]])
+    s.topic("load", [[2, 0, 1]] * 3)          # broker 2 holds more than the empty broker 4
+    res = s.log.run_pure(lambda: s.c.alter_partition_reassignments([("t", 0, [0, 1, 3])]))
+    assert res == [(E.NONE, None)]
+    s.alive.discard(3)                        # the move's new replica is lost before it joins
+    s.step(SESSION_MS + 1000, catch_up=False)
+    assert s.c.image.partition("t", 0).adding_replicas == (3,)
+    for _ in range(TIMEOUT_MS // 1000 + 6):
+        s.step()
+    p = s.c.image.partition("t", 0)
+    # not cancelled (back to 2): the lost target replaced by the least loaded usable broker
+    assert p.replicas == (0, 1, 4) and not p.adding_replicas and sorted(p.isr) == [0, 1, 4]
+    assert s.c.image.brokers[3].fenced
