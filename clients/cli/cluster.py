@@ -137,22 +137,27 @@ def still_on(broker: int, replicas: dict, targets: dict) -> set:
     return {tp for tp, rs in replicas.items() if broker in targets.get(tp, rs)}
 
 
-def next_moves(broker: int, brokers: dict, replicas: dict, targets: dict) -> dict:
+def next_moves(broker: int, brokers: dict, replicas: dict, targets: dict,
+               submitted: set = frozenset()) -> dict:
     """Targets for the partitions still on `broker` that no move takes off it yet: planned from
     the replicas they will have (a move in progress: its target); every partition counts for
-    the brokers' load."""
-    return drain_plan(brokers, {tp: targets.get(tp, rs) for tp, rs in replicas.items()},
+    the brokers' load. A partition in `submitted` (moved off by this run already) is planned
+    again only if a move in progress puts it back on `broker` (someone replaced ours): the
+    Metadata of the broker we ask may lag behind the controller's finished move, and planning
+    from it would start a second, needless move."""
+    plan = drain_plan(brokers, {tp: targets.get(tp, rs) for tp, rs in replicas.items()},
                       {broker})
+    return {tp: t for tp, t in plan.items() if tp not in submitted or tp in targets}
 
 
 async def _decommission(admin: AdminClient, args) -> int:
     n = args.broker
     deadline = time.monotonic() + args.timeout_s
-    total, last = None, None
+    total, last, submitted = None, None, set()
     while True:
         brokers, replicas, _, targets = await snapshot(admin)
         try:
-            plan = next_moves(n, brokers, replicas, targets)
+            plan = next_moves(n, brokers, replicas, targets, submitted)
         except NotEnoughBrokers as exc:
             tp = exc.key
             raise CommandError(f"cannot drain broker {n} without lowering a replication "
@@ -161,6 +166,7 @@ async def _decommission(admin: AdminClient, args) -> int:
                                "no move was started for it", EXIT_FAILED) from None
         if plan:
             await _submit(admin, plan)
+            submitted |= set(plan)
         remaining = {tp for tp, rs in replicas.items() if n in rs}
         total = max(total or 0, len(remaining | set(plan)))
         if remaining != last and total:

@@ -60,3 +60,13 @@ def test_next_moves_counts_every_partition_for_load():
     replicas = {TP("a", 0): (0, 1)} | {TP("b", p): (3, 2) for p in range(5)}
     # 3 and 2 hold five replicas each, 4 none: the replica leaving 0 goes to 4
     assert next_moves(0, brokers, replicas, {}) == {TP("a", 0): [4, 1]}
+
+
+def test_next_moves_does_not_move_again_from_stale_metadata():
+    brokers = {1: None, 2: None, 3: None}
+    stale = {TP("a", 0): (0, 1, 2)}             # the broker asked has not seen the move finish
+    assert next_moves(0, brokers, stale, {}, submitted={TP("a", 0)}) == {}
+    # someone replaced our move with one back onto 0: plan it again
+    back = {TP("a", 0): (0, 1, 2, 3)}
+    assert next_moves(0, brokers, back, {TP("a", 0): (0, 1, 2)},
+                      submitted={TP("a", 0)}) == {TP("a", 0): [3, 1, 2]}
