@@ -2,9 +2,11 @@
 retirement (issue 19 item 4).
 
     describe      every broker with its replica and leader counts and state: `active` (in
-                  Metadata), `offline` (named in replica lists but not in Metadata: fenced,
-                  stopped or unregistered — Metadata and DescribeCluster v0–1, the versions we
-                  speak, do not tell these apart), `shutting-down` is not visible either
+                  Metadata: registered and unfenced) or `offline` (named in replica lists but
+                  not in Metadata: fenced, stopped or unregistered — Metadata and
+                  DescribeCluster v0–1, the versions in our schemas, do not tell these apart,
+                  nor show a broker in controlled shutdown; a fenced broker hosting nothing is
+                  not listed)
     decommission  drains every replica off broker N with AlterPartitionReassignments — new
                   placement by the controller's own rack-aware rule (placement.drain_plan:
                   replication factor kept, refused rather than shrunk) — shows the partitions
