@@ -178,3 +178,45 @@ async def _read_all(live, tps, count: int) -> list[bytes]:
         await _until(read, 60, "every acknowledged record")
         got.extend(r.key for r in await c.poll(300))
     return got
+
+
+@pytest.mark.live
+async def test_live_decommission_rides_out_a_controller_failover(tmp_path, capsys):
+    """The active controller is SIGKILLed just before the command starts: its first calls meet
+    an election (NOT_CONTROLLER, timeouts) and retry; the killed controller restarts while it
+    runs. The drain finishes on the new controller and no record is lost. (A controller kill
+    with moves in flight: clients/tests/test_reassignment_live.py.)"""
+    with LiveCluster(tmp_path / "cluster", brokers=4) as live:
+        async with AdminClient(live.bootstrap) as admin:
+            topic = f"dec-{uuid.uuid4().hex[:6]}"
+            layout = {p: [0, 1, 2] for p in range(PARTITIONS)}
+            assert await admin.create_topics([NewTopic(topic, replica_assignment=layout)]) == \
+                {topic: None}
+
+            async def in_sync():
+                parts = await _partitions(admin, [topic])
+                return len(parts) == PARTITIONS and all(
+                    sorted(p.isr) == [0, 1, 2] for p in parts.values())
+            await _until(in_sync, 30, "the topic in sync")
+            async with Producer(admin.cluster, {"acks": "all"}) as p:
+                for i in range(200):
+                    await p.send(topic, b"v%d" % i, key=b"k%d" % i)
+                await p.flush()
+            active = (await admin.describe_quorum())["leader_id"]
+            live.kill(f"controller-{active}")
+            result = {}
+
+            def decommission():
+                result["code"] = main(["cluster", "decommission", "--broker", "0",
+                                       "--timeout-s", "90", "--bootstrap-server", live.bootstrap])
+            async with trio.open_nursery() as n:
+                n.start_soon(trio.to_thread.run_sync, decommission)
+                await trio.to_thread.run_sync(live.restart_controller,
+                                              [3000, 3001, 3002].index(active))
+            out, err = capsys.readouterr()
+            assert result["code"] == 0, err
+            assert "Broker 0 holds no replicas; unregistered." in out
+            parts = await _until(lambda: _drained(admin, [topic]), 60, "RF 3 without broker 0")
+            assert all(sorted(p.replicas) == [1, 2, 3] for p in parts.values())
+        got = await _read_all(live, list(parts), 200)
+        assert sorted(got) == sorted(b"k%d" % i for i in range(200))
