@@ -1,7 +1,8 @@
 """`raftka cluster describe | decommission | unregister`: the brokers of a cluster and their
 retirement (issue 19 item 4).
 
-    describe      every broker with its replica and leader counts and state: `active` (in
+    describe      every broker with its replica and leader counts, the size of its logs
+                  (DescribeLogDirs, for brokers that answer) and state: `active` (in
                   Metadata: registered and unfenced) or `offline` (named in replica lists but
                   not in Metadata: fenced, stopped or unregistered — Metadata and
                   DescribeCluster v0–1, the versions in our schemas, do not tell these apart,
@@ -12,6 +13,8 @@ retirement (issue 19 item 4).
                   replication factor kept, refused rather than shrunk) — shows the partitions
                   remaining until none is left, then unregisters N (UnregisterBroker). Partitions
                   that appear on N meanwhile (a topic created during the drain) are drained too.
+                  Progress: partitions moved and remaining, and the bytes of the remaining
+                  ones on N (DescribeLogDirs) while N answers.
                   Interrupted or timed out, it leaves the moves running: run it again to resume.
     unregister    UnregisterBroker alone (kafka-cluster.sh unregister): the broker leaves
                   Metadata; replicas it still hosts stay in their replica lists, under-replicated
@@ -95,28 +98,50 @@ async def snapshot(admin: AdminClient):
     return brokers, replicas, leaders, targets
 
 
-def broker_rows(brokers: dict, replicas: dict, leaders: dict) -> list[dict]:
+def broker_rows(brokers: dict, replicas: dict, leaders: dict, sizes: dict = None) -> list[dict]:
+    """One row per broker; `sizes` {broker: bytes of its logs} where known (else None)."""
     ids = set(brokers) | {b for rs in replicas.values() for b in rs}
     rows = []
     for b in sorted(ids):
         rows.append({"id": b, "rack": brokers.get(b), "state": "active" if b in brokers
                      else "offline", "replicas": sum(b in rs for rs in replicas.values()),
-                     "leaders": sum(1 for x in leaders.values() if x == b)})
+                     "leaders": sum(1 for x in leaders.values() if x == b),
+                     "bytes": (sizes or {}).get(b)})
     return rows
+
+
+async def log_sizes(admin: AdminClient, brokers) -> dict:
+    """{broker: {TopicPartition: bytes}} from DescribeLogDirs, for the brokers that answer."""
+    out = {}
+    for b, dirs in (await admin.describe_log_dirs(sorted(brokers))).items():
+        if isinstance(dirs, list):
+            out[b] = {tp: size for d in dirs for tp, size in d.partitions.items()}
+    return out
+
+
+def _human(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
 
 
 async def _describe(admin: AdminClient, args) -> int:
     brokers, replicas, leaders, targets = await snapshot(admin)
-    rows = broker_rows(brokers, replicas, leaders)
+    sizes = {b: sum(parts.values()) for b, parts in (await log_sizes(admin, brokers)).items()}
+    rows = broker_rows(brokers, replicas, leaders, sizes)
     under = sum(1 for tp, rs in replicas.items()
                 if any(b not in brokers for b in rs) and tp not in targets)
     if args.output == "json":
         print_json({"brokers": rows, "partitions": len(replicas),
                     "partitions_with_offline_replicas": under, "moves_in_progress": len(targets)})
         return EXIT_OK
-    print_table(["BROKER", "RACK", "STATE", "REPLICAS", "LEADERS"],
-                [[r["id"], r["rack"] or "-", r["state"], r["replicas"], r["leaders"]]
-                 for r in rows])
+    print_table(["BROKER", "RACK", "STATE", "REPLICAS", "LEADERS", "LOG SIZE"],
+                [[r["id"], r["rack"] or "-", r["state"], r["replicas"], r["leaders"],
+                  _human(r["bytes"])] for r in rows])
     print(f"{len(replicas)} partitions, {under} with offline replicas, "
           f"{len(targets)} moves in progress")
     return EXIT_OK
@@ -172,7 +197,11 @@ async def _decommission(admin: AdminClient, args) -> int:
         remaining = {tp for tp, rs in replicas.items() if n in rs}
         total = max(total or 0, len(remaining | set(plan)))
         if remaining != last and total:
-            _progress(args, n, total, remaining)
+            left = None
+            if n in brokers:            # reachable: the bytes still to move off it
+                on_n = (await log_sizes(admin, [n])).get(n)
+                left = None if on_n is None else sum(on_n.get(tp, 0) for tp in remaining)
+            _progress(args, n, total, remaining, left)
             last = remaining
         if not remaining and not plan:
             break
@@ -193,12 +222,13 @@ async def _submit(admin: AdminClient, plan: dict) -> None:
                            EXIT_FAILED)
 
 
-def _progress(args, broker: int, total: int, remaining: set) -> None:
+def _progress(args, broker: int, total: int, remaining: set, left: int | None) -> None:
     if args.output == "json":
         return
     moved = total - len(remaining)
+    size = f" ({_human(left)} on it)" if left is not None else ""
     print(f"decommission broker {broker}: {moved}/{total} partitions moved, "
-          f"{len(remaining)} remaining", flush=True)
+          f"{len(remaining)} remaining{size}", flush=True)
 
 
 async def _finish(admin: AdminClient, args, moved: int) -> int:

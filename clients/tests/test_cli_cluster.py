@@ -26,11 +26,11 @@ def test_next_moves_plans_from_the_target_of_a_move_in_progress():
 
 def test_broker_rows_count_replicas_leaders_and_offline_brokers():
     rows = broker_rows({1: "r1", 2: None}, {TP("a", 0): (1, 2, 5), TP("a", 1): (2, 1, 5)},
-                       {TP("a", 0): 1, TP("a", 1): 2})
+                       {TP("a", 0): 1, TP("a", 1): 2}, {1: 300, 2: 0})
     assert rows == [
-        {"id": 1, "rack": "r1", "state": "active", "replicas": 2, "leaders": 1},
-        {"id": 2, "rack": None, "state": "active", "replicas": 2, "leaders": 1},
-        {"id": 5, "rack": None, "state": "offline", "replicas": 2, "leaders": 0}]
+        {"id": 1, "rack": "r1", "state": "active", "replicas": 2, "leaders": 1, "bytes": 300},
+        {"id": 2, "rack": None, "state": "active", "replicas": 2, "leaders": 1, "bytes": 0},
+        {"id": 5, "rack": None, "state": "offline", "replicas": 2, "leaders": 0, "bytes": None}]
 
 
 def test_dev_layout_brokers(tmp_path):

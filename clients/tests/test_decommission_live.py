@@ -99,6 +99,14 @@ async def test_live_join_then_decommission_under_acks_all_load(tmp_path, capsys)
             ids = [b["id"] for b in (await admin.describe_cluster())["brokers"]]
             assert ids == [1, 2, 3]                     # unregistered: gone from Metadata
 
+            # DescribeLogDirs: every broker left hosts its replicas' logs, with their sizes
+            dirs = await admin.describe_log_dirs()
+            assert sorted(dirs) == [1, 2, 3], dirs
+            sizes = {b: {tp: n for d in dirs[b] for tp, n in d.partitions.items()}
+                     for b in dirs}
+            for b in (1, 2, 3):
+                mine = {tp for tp, p in parts.items() if b in p.replicas}
+                assert mine <= set(sizes[b]) and sum(sizes[b][tp] for tp in mine) > 0
             broker0 = live.layout.data_dir / "broker-0"
 
             async def logs_gone():
@@ -111,6 +119,8 @@ async def test_live_join_then_decommission_under_acks_all_load(tmp_path, capsys)
             main, ["cluster", "describe", "--output", "json", "--bootstrap-server", live.bootstrap])
         rows = json.loads(capsys.readouterr().out)["brokers"]
         assert code == 0 and [r["id"] for r in rows] == [1, 2, 3]
+        assert [r["bytes"] for r in rows] == [sum(sizes[b].values()) for b in (1, 2, 3)]
+        assert await trio.to_thread.run_sync(_kafka_python_sizes, live.bootstrap, 1) == sizes[1]
     finally:
         if joiner is not None:
             joiner.send_signal(signal.SIGTERM)
@@ -153,7 +163,7 @@ async def _decommission_under_load(admin, live, topics, capsys):
             out, err = capsys.readouterr()
             assert code == 0, err
             assert "Broker 0 holds no replicas; unregistered." in out, out
-            assert "remaining" in out
+            assert "remaining" in out and " on it)" in out      # bytes left on broker 0
             settled = len(acked)
             await _until(lambda: _true(len(acked) > settled + 200), 30, "writes after it")
             stop.set()
@@ -220,3 +230,16 @@ async def test_live_decommission_rides_out_a_controller_failover(tmp_path, capsy
             assert all(sorted(p.replicas) == [1, 2, 3] for p in parts.values())
         got = await _read_all(live, list(parts), 200)
         assert sorted(got) == sorted(b"k%d" % i for i in range(200))
+
+
+def _kafka_python_sizes(bootstrap: str, broker: int) -> dict:
+    """kafka-python's describe_log_dirs of one broker, as {TopicPartition: bytes}."""
+    from kafka.admin import KafkaAdminClient
+    k = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+    try:
+        answer = k.describe_log_dirs(brokers=[broker])
+    finally:
+        k.close()
+    return {TopicPartition(t["name"], p["partition_index"]): p["partition_size"]
+            for entry in answer if entry["broker"] == broker
+            for d in entry["log_dirs"] for t in d["topics"] for p in t["partitions"]}

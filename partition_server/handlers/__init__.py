@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from partition_server.handlers import (admin, client_quotas, cluster, consumer_group, fetch, group,
-                                       produce, producer_id, security, txn)
+                                       log_dirs, produce, producer_id, security, txn)
 from partition_server.handlers.context import HandlerContext
 from wire.messages.api_keys import ApiKey
 
@@ -61,6 +61,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),  # → forwarded (KIP-455)
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),   # → forwarded: the active controller's view
     ApiKey.UNREGISTER_BROKER: (0, 0),         # → forwarded (KIP-631)
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),         # partition sizes (v0 is deprecated)
 }
 
 HANDLERS = {
@@ -112,6 +113,7 @@ HANDLERS = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: admin.forward,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: admin.forward,
     ApiKey.UNREGISTER_BROKER: admin.forward,
+    ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle_describe_log_dirs,
 }
 assert set(HANDLERS) == set(SUPPORTED)
 
