@@ -14,19 +14,25 @@ Errors read the same for every client, like Kafka's ConfigException:
     ConfigError: Unknown configuration 'foo.bar'
 
 `ConfigError` is `common.properties.ConfigError`, a `ValueError`, so callers catching either
-keep working. Unknown keys are kept and ignored, as Kafka's clients do (they log "supplied but
-isn't a known config"): one properties file is often shared by a producer, a consumer and an
-admin client (the CLI passes `max.block.ms` to all three), and a `security.protocol` line must
-not break a client that ignores it. `parse(..., strict=True)` refuses them instead, and
-`unknown_keys` lists them.
+keep working. Unknown keys are kept and ignored, as Kafka's clients do: one properties file is
+often shared by a producer, a consumer and an admin client (the CLI passes `max.block.ms` to all
+three), and a `security.protocol` line must not break a client that ignores it. A key that no
+client kind knows (a typo: `lingr.ms`) is logged once per client, at WARNING, in Kafka's words:
+
+    The configuration 'lingr.ms' was supplied but isn't a known config.
+
+`parse(..., strict=True)` refuses unknown keys instead, and `unknown_keys` lists them.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Iterable, NamedTuple
 
 from common.properties import ConfigError, load_properties, parse_properties  # noqa: F401
 from common.security import ClientSecurity, SecurityConfigError
+
+log = logging.getLogger(__name__)
 
 
 class ConfigType(NamedTuple):
@@ -147,6 +153,8 @@ class ConfigDefs:
             if known is None:
                 if strict:
                     raise ConfigError(f"Unknown configuration {key!r}")
+                if not known_to_some_client(key):
+                    log.warning("The configuration %r was supplied but isn't a known config.", key)
                 out[key] = value
                 continue
             out[known] = self.convert(known, value)
@@ -206,6 +214,16 @@ def client_security(props: dict) -> ClientSecurity:
         return ClientSecurity.from_properties(props)
     except SecurityConfigError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def known_to_some_client(key: str) -> bool:
+    """Whether the producer's, the consumer's or the admin client's table has `key`: a key
+    meant for another client of a shared file is not worth a warning, a typo is."""
+    # the tables import this module, so they are looked up at first use, not at import
+    from clients.admin.config import ADMIN
+    from clients.consumer.config import CONSUMER
+    from clients.producer.config import PRODUCER
+    return any(table.known_key(key) is not None for table in (PRODUCER, CONSUMER, ADMIN))
 
 
 def unknown_keys(props: dict, schema: ConfigDefs) -> list[str]:

@@ -113,9 +113,9 @@ def broker_rows(brokers: dict, replicas: dict, leaders: dict, sizes: dict = None
 async def log_sizes(admin: AdminClient, brokers) -> dict:
     """{broker: {TopicPartition: bytes}} from DescribeLogDirs, for the brokers that answer."""
     out = {}
-    for b, dirs in (await admin.describe_log_dirs(sorted(brokers))).items():
-        if isinstance(dirs, list):
-            out[b] = {tp: size for d in dirs for tp, size in d.partitions.items()}
+    for b, replicas in (await admin.describe_replica_log_dirs(sorted(brokers))).items():
+        if isinstance(replicas, dict):
+            out[b] = {tp: size for tp, (size, _lag) in replicas.items()}
     return out
 
 

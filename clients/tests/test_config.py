@@ -1,6 +1,8 @@
 """One config mechanism for the three clients: the same error shapes (as Kafka's
 ConfigException) for a bad integer, a bad choice and an unknown key, and typed values."""
 
+import logging
+
 import pytest
 
 from clients.admin import AdminClient
@@ -68,6 +70,24 @@ def test_unknown_keys_kept_unless_strict(table):
     with pytest.raises(ConfigError) as info:
         table.parse({"client.id": "x", "foo.bar": "1"}, strict=True)
     assert str(info.value) == "Unknown configuration 'foo.bar'"
+
+
+@pytest.mark.parametrize("table", [PRODUCER, CONSUMER, ADMIN])
+def test_a_key_no_client_knows_is_warned_about(table, caplog):
+    # Kafka's AbstractConfig.logUnused: the typo is named, the client still starts
+    with caplog.at_level(logging.WARNING, logger="clients.config"):
+        cfg = table.parse({"lingr.ms": "5", "client.id": "x"})
+    assert cfg["lingr.ms"] == "5"
+    assert [r.getMessage() for r in caplog.records] == [
+        "The configuration 'lingr.ms' was supplied but isn't a known config."]
+
+
+def test_a_key_of_another_client_kind_is_not_warned_about(caplog):
+    # max.block.ms is the producer's, group.id the consumer's: a shared file is normal
+    with caplog.at_level(logging.WARNING, logger="clients.config"):
+        ADMIN.parse({"max.block.ms": "15000", "group.id": "g", "default.api.timeout.ms": "1"})
+        PRODUCER.parse({"group.id": "g", "default.api.timeout.ms": "1"})
+    assert caplog.records == []
 
 
 def test_every_client_accepts_a_shared_file():

@@ -100,10 +100,8 @@ async def test_live_join_then_decommission_under_acks_all_load(tmp_path, capsys)
             assert ids == [1, 2, 3]                     # unregistered: gone from Metadata
 
             # DescribeLogDirs: every broker left hosts its replicas' logs, with their sizes
-            dirs = await admin.describe_log_dirs()
-            assert sorted(dirs) == [1, 2, 3], dirs
-            sizes = {b: {tp: n for d in dirs[b] for tp, n in d.partitions.items()}
-                     for b in dirs}
+            dirs = await admin.describe_replica_log_dirs([1, 2, 3])
+            sizes = {b: {tp: size for tp, (size, _) in dirs[b].items()} for b in dirs}
             for b in (1, 2, 3):
                 mine = {tp for tp, p in parts.items() if b in p.replicas}
                 assert mine <= set(sizes[b]) and sum(sizes[b][tp] for tp in mine) > 0
