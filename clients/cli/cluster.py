@@ -18,7 +18,8 @@ retirement (issue 19 item 4).
                   Interrupted or timed out, it leaves the moves running: run it again to resume.
     unregister    UnregisterBroker alone (kafka-cluster.sh unregister): the broker leaves
                   Metadata; replicas it still hosts stay in their replica lists, under-replicated
-                  (KRaft's behaviour) — decommission first.
+                  (KRaft's behaviour; the controller re-places them only when
+                  raftka.rereplication.timeout.ms is set) — decommission first.
 
 A broker still running when unregistered stays out of the cluster (it does not register again)
 until its process restarts, as Kafka's does: stop it afterwards.

@@ -6,6 +6,7 @@ never) are re-placed onto usable brokers, so every partition regains its replica
 A pure decision over the image, the active controller's heartbeat times and the clock:
 
     broker fenced, last heartbeat ≤ now − timeout  ──▶  LOST
+    broker unregistered (UnregisterBroker) yet named in a replica list  ──▶  LOST at once
     for each partition with a LOST replica and no move in progress:
         target = its replicas with each LOST one replaced in place by a usable broker (the
                  placement rule of CreateTopics and decommission: rack-aware, fewest replicas,
@@ -57,11 +58,11 @@ def lost_brokers(image: MetadataImage, last_seen: dict[int, int], now_ms: int,
 
 def plan(image: MetadataImage, last_seen: dict[int, int], now_ms: int) -> list:
     """[(topic, partition, target)] to start now (see the module docstring)."""
-    lost = lost_brokers(image, last_seen, now_ms, timeout_ms(image))
-    if not lost:
+    timeout = timeout_ms(image)
+    if timeout < 0:
         return []
-    usable = {b.broker_id: b.rack for b in image.usable_brokers()}
-    replicas, stuck, moving = {}, set(), 0       # replicas: every partition, for the load
+    lost = lost_brokers(image, last_seen, now_ms, timeout)
+    replicas, moving = {}, []       # replicas: every partition (for the load), a move's target
     for t in image.topics.values():
         for p in t.partitions.values():
             key = (t.name, p.partition_id)
@@ -69,10 +70,16 @@ def plan(image: MetadataImage, last_seen: dict[int, int], now_ms: int) -> list:
                 replicas[key] = p.replicas
                 continue
             replicas[key] = tuple(x for x in p.replicas if x not in p.removing_replicas)
-            if set(replicas[key]) & lost:
-                stuck.add(key)          # a move onto a lost broker can never finish
-            else:
-                moving += 1
+            moving.append(key)
+    # replicas of an unregistered broker (UnregisterBroker leaves them listed, as KRaft) are
+    # lost at once: nothing will come back to serve them
+    lost |= {b for rs in replicas.values() for b in rs if b not in image.brokers}
+    if not lost:
+        return []
+    usable = {b.broker_id: b.rack for b in image.usable_brokers()}
+    # a move onto a lost broker can never finish: "stuck"
+    stuck = {key for key in moving if set(replicas[key]) & lost}
+    moving = len(moving) - len(stuck)
     targets = drain_plan(usable, replicas, lost, skip_short=True)
     # without a usable leader a new replica has nothing to copy from
     targets = {key: target for key, target in targets.items()

@@ -207,3 +207,24 @@ def test_a_move_onto_a_lost_broker_is_replaced():
     # not cancelled (back to 2): the lost target replaced by the least loaded usable broker
     assert p.replicas == (0, 1, 4) and not p.adding_replicas and sorted(p.isr) == [0, 1, 4]
     assert s.c.image.brokers[3].fenced
+
+
+def test_replicas_of_an_unregistered_broker_are_re_placed_at_once():
+    s = Sim(4)
+    s.topic("t", [[0, 1, 2]])
+    s.alive.discard(0)
+    s.log.run_pure(lambda: s.c.unregister_broker(0))  # KRaft leaves 0 in the replica list
+    assert s.c.image.partition("t", 0).replicas == (0, 1, 2)
+    for _ in range(5):                        # well within the timeout: unregistered is final
+        s.step()
+    assert s.c.image.partition("t", 0).replicas == (3, 1, 2)
+
+
+def test_an_unregistered_broker_is_left_alone_when_off():
+    s = Sim(4, timeout_ms=None)
+    s.topic("t", [[0, 1, 2]])
+    s.alive.discard(0)
+    s.log.run_pure(lambda: s.c.unregister_broker(0))
+    for _ in range(5):
+        s.step()
+    assert s.c.image.partition("t", 0).replicas == (0, 1, 2)
