@@ -12,6 +12,7 @@ until Ctrl-C, which stops it cleanly.
 from __future__ import annotations
 
 import signal
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -37,6 +38,15 @@ def _base_port(data_dir: Path) -> int | None:
     return None
 
 
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def run_add_broker(data_dir: str, broker_id: int, overrides: dict[str, str], quiet: bool,
                    ready_timeout_s: float, secure: bool) -> int:
     root = Path(data_dir).resolve()
@@ -49,6 +59,12 @@ def run_add_broker(data_dir: str, broker_id: int, overrides: dict[str, str], qui
         print(f"raftka dev: --add-broker must be 0..{MAX_BROKERS - 1}", file=sys.stderr)
         return 2
     layout = DevLayout(root, base, overrides, secure)
+    if not _port_free(layout.broker_port(broker_id)):
+        # most likely that broker runs already: a second process on its log directory must
+        # not start
+        print(f"raftka dev: port {layout.broker_port(broker_id)} of broker {broker_id} is in "
+              "use (is it running already?)", file=sys.stderr)
+        return 1
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -3,11 +3,14 @@ planning rounds (pure), the describe rows, the dev layout and the add-broker che
 
 from __future__ import annotations
 
+import socket
+
 from clients.cli.cluster import broker_rows, next_moves
 from clients.cli.dev import DevLayout, write_properties
 from clients.cli.dev_add_broker import _base_port, run_add_broker
 from clients.cli.main import main
 from clients.cluster import TopicPartition as TP
+from partition_server.testing import free_base_port
 
 
 def test_next_moves_plans_from_the_target_of_a_move_in_progress():
@@ -43,11 +46,18 @@ def test_dev_layout_brokers(tmp_path):
 def test_add_broker_reads_the_running_clusters_base_port(tmp_path, capsys):
     assert run_add_broker(str(tmp_path), 3, {}, True, 1, False) == 2
     assert "no `raftka dev` cluster" in capsys.readouterr().err
-    layout = DevLayout(tmp_path, 23456)
+    base = free_base_port()
+    layout = DevLayout(tmp_path, base)
     write_properties(tmp_path / "configs" / "controller-3000.properties",
                      layout.controller_properties(0))
-    assert _base_port(tmp_path) == 23456
+    assert _base_port(tmp_path) == base
     assert run_add_broker(str(tmp_path), -1, {}, True, 1, False) == 2
+    with socket.socket() as busy:                 # broker 1's port taken: refused
+        busy.bind(("127.0.0.1", layout.broker_port(1)))
+        busy.listen()
+        capsys.readouterr()
+        assert run_add_broker(str(tmp_path), 1, {}, True, 1, False) == 1
+        assert "is in use" in capsys.readouterr().err
 
 
 def test_dev_refuses_a_bad_broker_count(tmp_path, capsys):
