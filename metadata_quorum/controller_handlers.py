@@ -41,6 +41,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),       # forwarded by brokers
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),  # forwarded by brokers (KIP-455)
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),   # forwarded by brokers
+    ApiKey.UNREGISTER_BROKER: (0, 0),         # forwarded by brokers (KIP-631)
 }
 
 
@@ -327,6 +328,21 @@ async def handle_list_partition_reassignments(svc, req):
         for name, moves in found])
 
 
+async def handle_unregister_broker(svc, req):
+    """KIP-631: the broker's registration goes (it disappears from Metadata); its leaderships
+    move and it leaves every ISR where it is not the last member, as in KRaft. Replicas it still
+    hosts stay in their replica lists (under-replicated, as Kafka leaves them): drain it first
+    (`raftka cluster decommission`). BROKER_ID_NOT_REGISTERED for an unknown id; NOT_CONTROLLER
+    when this node is not (or stops being) the active controller."""
+    cls = RESPONSES[ApiKey.UNREGISTER_BROKER]
+    broker_id = req.body.broker_id
+    code, err = await _mutate(svc, lambda now: svc.controller.unregister_broker(broker_id))
+    code = err or code
+    message = (f"Broker ID {broker_id} is not currently registered."
+               if code == ErrorCode.BROKER_ID_NOT_REGISTERED else None)
+    return cls(error_code=code, error_message=message)
+
+
 async def handle_allocate_producer_ids(svc, req):
     res, err = await _mutate(svc, lambda now: svc.controller.allocate_producer_ids(
         req.body.broker_id, req.body.broker_epoch))
@@ -427,6 +443,7 @@ HANDLERS = {
     ApiKey.ALTER_CLIENT_QUOTAS: handle_alter_client_quotas,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,
+    ApiKey.UNREGISTER_BROKER: handle_unregister_broker,
 }
 assert set(HANDLERS) == set(SUPPORTED)
 assert all(REQUESTS[k].VALID_VERSIONS[0] <= lo and hi <= REQUESTS[k].VALID_VERSIONS[1]

@@ -61,6 +61,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),       # → forwarded
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),  # → forwarded (KIP-455)
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),   # → forwarded: the active controller's view
+    ApiKey.UNREGISTER_BROKER: (0, 0),         # → forwarded (KIP-631)
 }
 
 HANDLERS = {
@@ -112,6 +113,7 @@ HANDLERS = {
     ApiKey.ALTER_CLIENT_QUOTAS: client_quotas.handle_alter_client_quotas,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: admin.forward,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: admin.forward,
+    ApiKey.UNREGISTER_BROKER: admin.forward,
 }
 assert set(HANDLERS) == set(SUPPORTED)
 
