@@ -278,14 +278,18 @@ class Producer:
                     ts = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
                     d = ts - b.base_ts
                     n = b.record_count
-                    if 0 <= d < 8192 and n < 8192:
-                        lens = SMALL_VARINT_LEN
-                        # length, attributes + ts delta, offset delta, null key + value length,
-                        # value, no headers
-                        r = 3 + v + lens[d] + lens[n] + lens[v]
+                    lens = SMALL_VARINT_LEN
+                    # length, attributes + ts delta, offset delta, null key + value length,
+                    # value, no headers
+                    r = 3 + v + lens[d] + lens[n] + lens[v] if 0 <= d < 8192 and n < 8192 else 0
+                    acc = self._acc
+                    grow = r + lens[r]
+                    if r and acc.used + grow <= acc.buffer_memory:   # charged as acc.append does
+                        acc.used += grow
+                        b.alloc += grow
                         b.body.extend((SMALL_VARINT[r], ATTR_TS[d], SMALL_VARINT[n],
                                        NULL_KEY_LEN[v], value, b"\x00"))
-                        b.size += r + lens[r]
+                        b.size += grow
                         b.record_count = n + 1
                         b.callbacks.append(on_delivery)
                         b.timestamps.append(ts)

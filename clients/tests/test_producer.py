@@ -12,6 +12,7 @@ from clients.cluster import TopicPartition
 from clients.config import ConfigError
 from clients.producer.partitioner import partition_for_key
 from clients.producer import Producer, RecordAccumulator
+from clients.producer.accumulator import BATCH_HEADER_SIZE, record_size
 from clients.errors import KafkaTimeoutError, UnknownTopicError
 from partition_server.testing import LiveCluster
 from wire.messages.api_keys import ApiKey
@@ -40,14 +41,22 @@ def test_accumulator_batches_and_readiness():
     drained = acc.drain([TP], max_bytes=1 << 20)
     # a record is ~106 bytes encoded; a new one (estimated 121) must still fit in 1000
     assert len(drained) == 1 and drained[0].record_count == 8
-    # memory: charged per batch, refused beyond buffer.memory, freed on release
-    assert acc.used == 2000
-    small = RecordAccumulator(batch_size=1000, linger_s=0, buffer_memory=1500, compression=0)
-    small.append(TP, None, b"x", None, 1, now=0.0)
-    small.append(TopicPartition("t", 1), None, b"x", None, 1, now=0.0)   # first of its own
-    assert small.append(TopicPartition("t", 2), None, b"x", None, 1, now=0.0) == (None, False)
-    small.release(small.drain([TP], 1 << 20)[0])
-    assert small.append(TopicPartition("t", 2), None, b"x", None, 1, now=0.0)[0] is not None
+    # memory: charged with what the batches hold (each record, plus a header per batch), not
+    # batch.size per batch; refused beyond buffer.memory, freed on release
+    assert acc.used == sum(b.alloc for dq in acc.batches.values() for b in dq) + drained[0].alloc
+    assert drained[0].alloc == 8 * record_size(None, b"x" * 100, None) + BATCH_HEADER_SIZE
+    small = RecordAccumulator(batch_size=1000, linger_s=0, buffer_memory=300, compression=0)
+    for q in range(3):                # 1,000 B batches, but three first records fit in 300 B
+        assert small.append(TopicPartition("t", q), None, b"x" * 10, None, 1, now=0.0)[0]
+    used = small.used
+    assert used == 3 * (record_size(None, b"x" * 10, None) + BATCH_HEADER_SIZE)
+    assert small.append(TP, None, b"x" * 100, None, 1, now=0.0) == (None, False)   # full
+    assert small.used == used                                                      # unchanged
+    small.release(small.drain([TP], 1 << 20)[0])            # TP is partition 0: one freed
+    assert small.used == 2 * (record_size(None, b"x" * 10, None) + BATCH_HEADER_SIZE)
+    assert small.append(TP, None, b"x" * 10, None, 1, now=0.0)[0] is not None
+    empty = RecordAccumulator(batch_size=1000, linger_s=0, buffer_memory=10, compression=0)
+    assert empty.append(TP, None, b"x" * 100, None, 1, now=0.0)[0] is not None     # progress
 
 
 @pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
