@@ -1,0 +1,324 @@
+"""Controllers come and go on real processes (issue 19 item 5, KIP-853 on pysyncobj).
+
+1. Three controllers and a broker under metadata write load (topics created through the broker
+   in a loop): a fourth controller joins and is added, one of the originals is removed. Every
+   acknowledged topic is on every current voter, the voters' metadata streams and images are
+   identical, the removed controller stops serving the stream, the broker keeps receiving
+   metadata (it sees the topics created after the changes).
+2. A controller's disk is lost: SIGKILL it, wipe its directory; an add is refused while it is
+   still a voter (no reachable majority of the larger set), as is removing a live voter; remove
+   the dead one, start a fresh controller with an empty directory (same id and address) that
+   catches up from a Raft snapshot, add it, writes go on; the three images are identical.
+"""
+
+import shutil
+import signal
+import sys
+import time
+
+import pytest
+import trio
+
+from clients.cli import quorum as cli
+from clients.cli.dev import DevLayout, ManagedProcess, wait_ready, write_properties
+from clients.connection import BrokerConnection, ConnectionClosed
+from partition_server.testing import _ports_free, free_base_port
+from wire.errors import DecodeError, ErrorCode
+from wire.messages.api_keys import ApiKey
+from wire.messages.index_generated import REQUESTS
+from wire.records.batch import decode_batch, iter_batches
+
+pytestmark = pytest.mark.live
+NETWORK_ERRORS = (ConnectionClosed, OSError, DecodeError, trio.TooSlowError)
+
+
+def cid(index: int) -> int:
+    return 3000 + index
+
+
+class Cluster:
+    """Controllers by index (id 3000 + index; index 3 is the one that joins), and broker 0."""
+
+    def __init__(self, tmp_path, controller_overrides=None):
+        while True:
+            self.layout = DevLayout(tmp_path, free_base_port(), {
+                "default.replication.factor": "1", "min.insync.replicas": "1",
+                "offsets.topic.replication.factor": "1"})
+            if _ports_free([self.layout.controller_port(3), self.layout.raft_port(3)]):
+                break
+        self.extra = controller_overrides or {}
+        self.procs: dict[str, ManagedProcess] = {}
+
+    def port(self, index: int) -> int:
+        return self.layout.controller_port(index)
+
+    def data_dir(self, index: int):
+        return self.layout.data_dir / f"controller-{cid(index)}"
+
+    def start_controller(self, index: int, voter_indexes) -> ManagedProcess:
+        lay = self.layout
+        props = {
+            "node.id": str(cid(index)), "process.roles": "controller",
+            "controller.quorum.voters": ",".join(f"{cid(i)}@127.0.0.1:{lay.controller_port(i)}"
+                                                 for i in voter_indexes),
+            "listeners": f"CONTROLLER://127.0.0.1:{lay.controller_port(index)}",
+            "raftka.controller.raft.peers": ",".join(
+                f"{cid(i)}@127.0.0.1:{lay.raft_port(i)}"
+                for i in sorted(set(voter_indexes) | {index})),
+            "metadata.log.dir": str(self.data_dir(index)),
+        } | self.extra
+        path = lay.data_dir / "configs" / f"controller-{cid(index)}.properties"
+        write_properties(path, props)
+        name = f"controller-{cid(index)}"
+        self.procs[name] = ManagedProcess(
+            name, [sys.executable, "-m", "metadata_quorum", "--config", str(path)],
+            "listening on", True, lay.log_path(name))
+        return self.procs[name]
+
+    def start_broker(self) -> ManagedProcess:
+        path = self.layout.data_dir / "configs" / "broker-0.properties"
+        write_properties(path, self.layout.broker_properties(0))
+        self.procs["broker-0"] = ManagedProcess(
+            "broker-0", [sys.executable, "-m", "partition_server", "--config", str(path)],
+            "unfenced", True, self.layout.log_path("broker-0"))
+        return self.procs["broker-0"]
+
+    def stop(self, name: str, sig=signal.SIGTERM) -> None:
+        p = self.procs.pop(name)
+        p.proc.send_signal(sig)
+        p.proc.wait(30)
+
+    def stop_all(self) -> None:
+        for name in sorted(self.procs, key=lambda n: not n.startswith("broker")):
+            self.procs[name].proc.send_signal(signal.SIGKILL)
+            self.procs[name].proc.wait(30)
+        self.procs.clear()
+
+
+async def request(port: int, message, version: int, timeout=5.0):
+    conn = BrokerConnection("127.0.0.1", port)
+    try:
+        await conn.connect(timeout_s=timeout)
+        return await conn.request(message, version, timeout_s=timeout)
+    finally:
+        await conn.aclose()
+
+
+async def until(check, what: str, timeout_s: float = 30.0, pause: float = 0.2):
+    """Await `check()` until it returns a truthy value; network errors count as not yet."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            result = await check()
+            if result:
+                return result
+        except NETWORK_ERRORS:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s}s: {what}")
+        await trio.sleep(pause)
+
+
+class Load:
+    """Topics created in a loop through the broker (forwarded to the active controller)."""
+
+    def __init__(self, port: int, prefix: str):
+        self.port, self.prefix = port, prefix
+        self.acked: list[str] = []
+        self.failed = 0
+        self.stop = trio.Event()
+
+    async def create(self, name: str) -> int:
+        ct = REQUESTS[ApiKey.CREATE_TOPICS]
+        msg = ct(topics=[ct.CreatableTopic(name=name, num_partitions=1, replication_factor=1)],
+                 timeout_ms=5000)
+        try:
+            resp = await request(self.port, msg, 7, timeout=10)
+        except NETWORK_ERRORS:
+            return -1
+        return resp.topics[0].error_code
+
+    async def run(self) -> None:
+        n = 0
+        while not self.stop.is_set():
+            name = f"{self.prefix}-{n}"
+            n += 1
+            if await self.create(name) == 0:
+                self.acked.append(name)
+            else:
+                self.failed += 1
+                await trio.sleep(0.1)
+
+
+async def stream(port: int) -> tuple[list[bytes], int]:
+    """Every record value of a controller's metadata stream from offset 0, and its end."""
+    f = REQUESTS[ApiKey.FETCH]
+    offset, values = 0, []
+    while True:
+        resp = await request(port, f(replica_id=99, max_wait_ms=0, topics=[f.FetchTopic(
+            topic="__cluster_metadata", partitions=[f.FetchPartition(
+                partition=0, fetch_offset=offset)])]), 12)
+        part = resp.responses[0].partitions[0]
+        assert part.error_code == 0, ErrorCode(part.error_code).name
+        assert part.snapshot_id.end_offset < 0, "the stream no longer starts at offset 0"
+        data = bytes(part.records or b"")
+        if not data:
+            return values, part.high_watermark
+        for h in iter_batches(data):
+            for rec in decode_batch(h.bytes()).records:
+                assert rec.offset == offset
+                values.append(bytes(rec.value))
+                offset += 1
+
+
+async def image_records(port: int) -> tuple[int, list[bytes]]:
+    """A controller's image as FetchSnapshot returns it (records at its end offset)."""
+    fs = REQUESTS[ApiKey.FETCH_SNAPSHOT]
+    resp = await request(port, fs(replica_id=99, max_bytes=64 << 20, topics=[fs.TopicSnapshot(
+        name="__cluster_metadata", partitions=[fs.PartitionSnapshot(partition=0)])]), 1)
+    part = resp.topics[0].partitions[0]
+    values = [bytes(r.value) for h in iter_batches(bytes(part.unaligned_records or b""))
+              for r in decode_batch(h.bytes()).records]
+    return part.snapshot_id.end_offset, values
+
+
+async def identical_voters(ports: list[int], full_stream: bool) -> tuple[int, list[bytes]]:
+    """Wait until every voter is at the same offset with the same image (and the same stream
+    from offset 0 when `full_stream`); returns (end offset, image records)."""
+    async def same():
+        images = [await image_records(p) for p in ports]
+        if len({end for end, _ in images}) != 1 or any(i != images[0] for i in images):
+            return None
+        if full_stream:
+            streams = [await stream(p) for p in ports]
+            if any(s != streams[0] for s in streams):
+                return None
+        return images[0]
+    return await until(same, f"identical images on {ports}", 30)
+
+
+async def broker_topics(port: int) -> set[str]:
+    md = REQUESTS[ApiKey.METADATA]
+    resp = await request(port, md(topics=None), 12)
+    return {t.name for t in resp.topics}
+
+
+def names_in(values: list[bytes]) -> set[str]:
+    from metadata_quorum.records import TopicRecord, decode_record
+    return {r.name for r in map(decode_record, values) if isinstance(r, TopicRecord)}
+
+
+def test_add_and_remove_controllers_under_metadata_load(tmp_path):
+    c = Cluster(tmp_path)
+    try:
+        for i in range(3):
+            c.start_controller(i, [0, 1, 2])
+        assert wait_ready(list(c.procs.values()), 30) is None
+        assert wait_ready([c.start_broker()], 40) is None
+        broker_port = c.layout.broker_port(0)
+        boot = ("127.0.0.1", c.port(0))
+
+        async def scenario():
+            load = Load(broker_port, "t")
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(load.run)
+                await until(lambda: _value(len(load.acked) >= 5), "first writes", 30)
+                # a fourth controller joins: it knows the voters, waits until added
+                assert wait_ready([c.start_controller(3, [0, 1, 2])], 30) is None
+                await cli.add_controller(boot, cid(3), ("127.0.0.1", c.port(3)),
+                                         ("127.0.0.1", c.layout.raft_port(3)))
+                await cli.wait_caught_up(boot, cid(3), 30)
+                acked_at_add = len(load.acked)
+                # remove an original that is not the active controller
+                leader = (await cli.describe("127.0.0.1", c.port(3)))["leader_id"]
+                gone = next(i for i in range(3) if cid(i) != leader)
+                await cli.remove_controller(boot, cid(gone))
+                voters = [i for i in range(4) if i != gone]
+                await until(lambda: _value(len(load.acked) >= acked_at_add + 5),
+                            "writes after the changes", 30)
+                load.stop.set()
+            # the removed controller no longer serves brokers
+            f = REQUESTS[ApiKey.FETCH]
+            resp = await request(c.port(gone), f(replica_id=99, max_wait_ms=0, topics=[
+                f.FetchTopic(topic="__cluster_metadata", partitions=[f.FetchPartition(
+                    partition=0, fetch_offset=0)])]), 12)
+            assert resp.responses[0].partitions[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+            c.stop(f"controller-{cid(gone)}")
+            status = await cli.describe("127.0.0.1", c.port(voters[0]))
+            assert sorted(v["id"] for v in status["voters"]) == sorted(cid(i) for i in voters)
+            assert {v["endpoint"] for v in status["voters"]} == \
+                {f"127.0.0.1:{c.port(i)}" for i in voters}
+            end, image = await identical_voters([c.port(i) for i in voters], full_stream=True)
+            assert set(load.acked) <= names_in(image), "an acknowledged topic is missing"
+            # the broker still follows the stream: it has every acknowledged topic
+            await until(lambda: _has(broker_port, load.acked), "broker has every topic", 30)
+            status = await cli.describe("127.0.0.1", c.port(voters[0]))
+            return len(load.acked), load.failed, end, status
+        acked, failed, end, status = trio.run(scenario)
+        print(f"acknowledged {acked} topics ({failed} failed attempts), metadata end {end}, "
+              f"quorum {status}")
+    finally:
+        c.stop_all()
+
+
+async def _value(value):
+    return value
+
+
+async def _has(port: int, names) -> bool:
+    return set(names) <= await broker_topics(port)
+
+
+def test_replace_a_controller_whose_disk_is_lost(tmp_path):
+    # compaction every 2 s: the replacement catches up from a Raft snapshot, not the whole log
+    c = Cluster(tmp_path, {"raftka.controller.raft.log.compaction.min.time.ms": "2000"})
+    try:
+        for i in range(3):
+            c.start_controller(i, [0, 1, 2])
+        assert wait_ready(list(c.procs.values()), 30) is None
+        assert wait_ready([c.start_broker()], 40) is None
+        broker_port = c.layout.broker_port(0)
+
+        async def scenario():
+            load = Load(broker_port, "r")
+            for n in range(10):
+                assert await load.create(f"before-{n}") == 0
+                load.acked.append(f"before-{n}")
+            leader = (await cli.describe("127.0.0.1", c.port(0)))["leader_id"]
+            dead = next(i for i in range(3) if cid(i) != leader)
+            live = [i for i in range(3) if i != dead]
+            boot = ("127.0.0.1", c.port(live[0]))
+            c.stop(f"controller-{cid(dead)}", signal.SIGKILL)
+            shutil.rmtree(c.data_dir(dead))
+            # while the dead one is a voter: no add (2 reachable of a 4-voter set), and no
+            # removal of a live voter (1 reachable of the 2 left)
+            with pytest.raises(cli.QuorumError, match="INVALID_REQUEST.*remove the unreachable"):
+                await cli.add_controller(boot, cid(3), ("127.0.0.1", c.port(3)),
+                                         ("127.0.0.1", c.layout.raft_port(3)), timeout_s=20)
+            other = next(i for i in live if cid(i) != leader)
+            with pytest.raises(cli.QuorumError, match="INVALID_REQUEST.*below a majority"):
+                await cli.remove_controller(boot, cid(other), timeout_s=20)
+            with pytest.raises(cli.QuorumError, match="VOTER_NOT_FOUND"):
+                await cli.remove_controller(boot, 4242, timeout_s=20)
+            await cli.remove_controller(boot, cid(dead), timeout_s=20)
+            for n in range(10):
+                assert await load.create(f"between-{n}") == 0
+                load.acked.append(f"between-{n}")
+            await trio.sleep(2.5)      # past a compaction interval: the log now starts later
+            # a fresh controller, empty directory, same id and address, joins the two voters
+            assert not c.data_dir(dead).exists()
+            assert wait_ready([c.start_controller(dead, live)], 30) is None
+            await cli.add_controller(boot, cid(dead), ("127.0.0.1", c.port(dead)),
+                                     ("127.0.0.1", c.layout.raft_port(dead)), timeout_s=30)
+            await cli.wait_caught_up(boot, cid(dead), 30)
+            for n in range(10):
+                assert await load.create(f"after-{n}") == 0
+                load.acked.append(f"after-{n}")
+            end, image = await identical_voters([c.port(i) for i in range(3)], full_stream=False)
+            assert set(load.acked) <= names_in(image)
+            await until(lambda: _has(broker_port, load.acked), "broker has every topic", 30)
+            return end
+        end = trio.run(scenario)
+        print(f"metadata end offset {end}")
+    finally:
+        c.stop_all()
