@@ -70,6 +70,7 @@ async def handle_remove_raft_voter(svc, req):
 
 async def _run(svc, api_key: int, planner):
     from metadata_quorum.service import NotActive
+    owner = False
     try:
         async with svc.lock:
             if not svc.active:
@@ -78,7 +79,7 @@ async def _run(svc, api_key: int, planner):
             plan = planner(svc.current_voters(), svc.controller.image.voter_change,
                            svc.reachable_voters())
             # from here the tick must not resolve the change: it is ours until step 3
-            svc.voter_change_busy = True
+            svc.voter_change_busy = owner = True
             await svc.commit([plan.pending])
             if plan.kind == "remove":
                 await svc.commit([NoOpRecord()])
@@ -91,7 +92,8 @@ async def _run(svc, api_key: int, planner):
     except NotActive as exc:
         return _answer(api_key, ErrorCode.NOT_CONTROLLER, str(exc))
     finally:
-        svc.voter_change_busy = False
+        if owner:           # a refused request must not clear the flag of the one in flight
+            svc.voter_change_busy = False
     if not took_effect:
         return _answer(api_key, ErrorCode.REQUEST_TIMED_OUT,
                        f"the Raft membership change did not take effect ({reason}); "
@@ -114,7 +116,9 @@ async def _until_leaving_voter_knows(svc, voter: Voter) -> None:
             if svc.quorum.status()["match_index"].get(voter.node_id, -1) >= target:
                 return
             await trio.sleep(0.05)
-    log.warning("controller %d did not confirm it is leaving; removing it anyway", voter.node_id)
+    if svc.quorum.members().get(voter.raft_address):
+        log.warning("controller %d did not confirm it is leaving; removing it anyway",
+                    voter.node_id)
 
 
 async def _change_membership(svc, plan) -> str:

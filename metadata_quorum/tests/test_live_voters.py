@@ -311,6 +311,8 @@ def test_replace_a_controller_whose_disk_is_lost(tmp_path):
             await cli.add_controller(boot, cid(dead), ("127.0.0.1", c.port(dead)),
                                      ("127.0.0.1", c.layout.raft_port(dead)), timeout_s=30)
             await cli.wait_caught_up(boot, cid(dead), 30)
+            log = c.layout.log_path(f"controller-{cid(dead)}").read_text()
+            assert "metadata state loaded from a Raft snapshot" in log
             for n in range(10):
                 assert await load.create(f"after-{n}") == 0
                 load.acked.append(f"after-{n}")
