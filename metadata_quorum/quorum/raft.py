@@ -131,10 +131,11 @@ class RaftQuorum:
         """`raft_peers`: {node_id: "host:port"} of every voter's Raft port, this node included
         (a joining node: the current voters and itself)."""
         os.makedirs(data_dir, exist_ok=True)
-        fresh = not any(os.path.exists(os.path.join(data_dir, f))
-                        for f in ("raft.journal", "raft.dump"))
+        # pysyncobj creates its journal at once: a marker, written once a leader reached this
+        # node, tells a joining node restarted before it was added from one that is a voter
+        self._joined_marker = os.path.join(data_dir, "raft.joined")
         self._election_timeout_s = election_timeout_s
-        self.waiting_to_join = joining and fresh
+        self.waiting_to_join = joining and not os.path.exists(self._joined_marker)
         if self.waiting_to_join:
             election_timeout_s = (JOIN_ELECTION_TIMEOUT_S, 2 * JOIN_ELECTION_TIMEOUT_S)
         self.node_id = node_id
@@ -214,7 +215,15 @@ class RaftQuorum:
     def members(self) -> dict[str, bool]:
         """This node's Raft membership as pysyncobj applies it: address → connected (self: True)."""
         prefix = "partner_node_status_server_"
-        st = self.obj.getStatus()
+        for _ in range(10):
+            try:
+                # pysyncobj's thread may change the member set while getStatus iterates it
+                st = self.obj.getStatus()
+                break
+            except RuntimeError:
+                continue
+        else:
+            st = self.obj.getStatus()
         out = {key[len(prefix):]: value == 2 for key, value in st.items()
                if isinstance(key, str) and key.startswith(prefix)}
         out[self.self_address] = True
@@ -237,6 +246,8 @@ class RaftQuorum:
         if self.waiting_to_join and self.obj._getLeader() is not None:
             self.waiting_to_join = False
             self.conf.raftMinTimeout, self.conf.raftMaxTimeout = self._election_timeout_s
+            with open(self._joined_marker, "w") as f:
+                f.write("a leader has reached this controller: it takes part in elections\n")
             log.info("joined the controller quorum (leader %s)", self.obj._getLeader())
 
     def destroy(self) -> None:

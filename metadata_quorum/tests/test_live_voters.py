@@ -11,8 +11,10 @@
    catches up from a Raft snapshot, add it, writes go on; the three images are identical.
 """
 
+import json
 import shutil
 import signal
+import subprocess
 import sys
 import time
 
@@ -252,13 +254,31 @@ def test_add_and_remove_controllers_under_metadata_load(tmp_path):
             assert set(load.acked) <= names_in(image), "an acknowledged topic is missing"
             # the broker still follows the stream: it has every acknowledged topic
             await until(lambda: _has(broker_port, load.acked), "broker has every topic", 30)
+            # the active controller itself can leave: it hands leadership over first
+            leader = (await cli.describe("127.0.0.1", c.port(voters[0])))["leader_id"]
+            await cli.remove_controller(("127.0.0.1", c.port(voters[0])), leader, timeout_s=30)
+            c.stop(f"controller-{leader}")
+            voters = [i for i in voters if cid(i) != leader]
+            assert (await cli.describe("127.0.0.1", c.port(voters[0])))["leader_id"] != leader
+            assert await load.create("after-leader-left") == 0
+            load.acked.append("after-leader-left")
+            end, image = await identical_voters([c.port(i) for i in voters], full_stream=True)
+            assert set(load.acked) <= names_in(image)
+            await until(lambda: _has(broker_port, load.acked), "broker has every topic", 30)
             status = await cli.describe("127.0.0.1", c.port(voters[0]))
+            assert sorted(v["id"] for v in status["voters"]) == sorted(cid(i) for i in voters)
             return len(load.acked), load.failed, end, status
         acked, failed, end, status = trio.run(scenario)
         print(f"acknowledged {acked} topics ({failed} failed attempts), metadata end {end}, "
               f"quorum {status}")
     finally:
         c.stop_all()
+
+
+async def raftka(*args: str) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "clients.cli.main", "quorum", *args]
+    return await trio.to_thread.run_sync(lambda: subprocess.run(
+        argv, capture_output=True, text=True, timeout=90))
 
 
 async def _value(value):
@@ -300,7 +320,14 @@ def test_replace_a_controller_whose_disk_is_lost(tmp_path):
                 await cli.remove_controller(boot, cid(other), timeout_s=20)
             with pytest.raises(cli.QuorumError, match="VOTER_NOT_FOUND"):
                 await cli.remove_controller(boot, 4242, timeout_s=20)
-            await cli.remove_controller(boot, cid(dead), timeout_s=20)
+            # the CLI, as a user runs it: a refusal is one line with Kafka's error, exit 1
+            ctl = f"127.0.0.1:{c.port(live[0])}"
+            out = await raftka("remove-controller", "--bootstrap-controller", ctl,
+                               "--controller-id", "4242")
+            assert out.returncode == 1 and "VOTER_NOT_FOUND" in out.stderr, out
+            out = await raftka("remove-controller", "--bootstrap-controller", ctl,
+                               "--controller-id", str(cid(dead)))
+            assert out.returncode == 0 and f"controller {cid(dead)} removed" in out.stdout, out
             for n in range(10):
                 assert await load.create(f"between-{n}") == 0
                 load.acked.append(f"between-{n}")
@@ -308,9 +335,15 @@ def test_replace_a_controller_whose_disk_is_lost(tmp_path):
             # a fresh controller, empty directory, same id and address, joins the two voters
             assert not c.data_dir(dead).exists()
             assert wait_ready([c.start_controller(dead, live)], 30) is None
-            await cli.add_controller(boot, cid(dead), ("127.0.0.1", c.port(dead)),
-                                     ("127.0.0.1", c.layout.raft_port(dead)), timeout_s=30)
-            await cli.wait_caught_up(boot, cid(dead), 30)
+            config = c.layout.data_dir / "configs" / f"controller-{cid(dead)}.properties"
+            out = await raftka("add-controller", "--bootstrap-controller", ctl,
+                               "--command-config", str(config), "--timeout-ms", "30000")
+            assert out.returncode == 0 and "caught up with the leader" in out.stdout, out
+            out = await raftka("describe", "--bootstrap-server", f"127.0.0.1:{broker_port}",
+                               "--output", "json")
+            status = json.loads(out.stdout)
+            assert sorted(v["id"] for v in status["voters"]) == [cid(i) for i in range(3)]
+            assert 0 in [o["id"] for o in status["observers"]]
             log = c.layout.log_path(f"controller-{cid(dead)}").read_text()
             assert "metadata state loaded from a Raft snapshot" in log
             for n in range(10):
