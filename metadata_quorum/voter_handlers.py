@@ -14,7 +14,8 @@ resolved the same way by the active controller's tick or a newly active controll
 
 Errors (Kafka's): NOT_CONTROLLER (41) not the active controller, or it was the voter being
 removed (leadership is handed to another voter first: pysyncobj cannot remove its own leader);
-REQUEST_TIMED_OUT (7) another change in flight, or the change did not take effect in time;
+REQUEST_TIMED_OUT (7) another change in flight, the new voter's CONTROLLER listener does not
+accept connections, or the change did not take effect in time;
 DUPLICATE_VOTER (126); VOTER_NOT_FOUND (127); INVALID_REQUEST (42) bad endpoints, removing the
 last voter, or a change that would leave no reachable majority.
 
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 
 MEMBERSHIP_TIMEOUT_S = 10.0
 LEAVING_WAIT_S = 5.0
+REACH_TIMEOUT_S = 3.0
 
 
 def _answer(api_key: int, error: int = 0, message: str | None = None):
@@ -52,6 +54,12 @@ async def handle_add_raft_voter(svc, req):
     host, port = endpoints.get("CONTROLLER", ("", 0))
     rhost, rport = endpoints.get("RAFT", ("", 0))
     voter = Voter(b.voter_id, f"{rhost}:{rport}" if rhost else "", host, port)
+    if svc.active and host and port > 0 and not await _listening(host, port):
+        # as Kafka, which asks the new voter for its ApiVersions first: a voter that is not
+        # running would count toward the majority at once and leave one failure less to spare
+        return _answer(ApiKey.ADD_RAFT_VOTER, ErrorCode.REQUEST_TIMED_OUT,
+                       f"controller {b.voter_id} does not answer at {host}:{port}: start it "
+                       "(knowing the current voters) before adding it")
     return await _run(svc, ApiKey.ADD_RAFT_VOTER, lambda voters, change, reachable:
                       voter_control.plan_add(voters, change, voter, reachable))
 
@@ -66,6 +74,17 @@ async def handle_remove_raft_voter(svc, req):
                        "handed to another voter, retry there")
     return await _run(svc, ApiKey.REMOVE_RAFT_VOTER, lambda voters, change, reachable:
                       voter_control.plan_remove(voters, change, node_id, reachable))
+
+
+async def _listening(host: str, port: int) -> bool:
+    with trio.move_on_after(REACH_TIMEOUT_S):
+        try:
+            stream = await trio.open_tcp_stream(host, port)
+        except OSError:
+            return False
+        await stream.aclose()
+        return True
+    return False
 
 
 async def _run(svc, api_key: int, planner):

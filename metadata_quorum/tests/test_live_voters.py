@@ -6,7 +6,8 @@
    identical, the removed controller stops serving the stream, the broker keeps receiving
    metadata (it sees the topics created after the changes).
 2. A controller's disk is lost: SIGKILL it, wipe its directory; an add is refused while it is
-   still a voter (no reachable majority of the larger set), as is removing a live voter; remove
+   still a voter (no reachable majority of the larger set), as is removing a live voter, adding a
+   controller that is not running, and removing an unknown one (through the CLI); remove
    the dead one, start a fresh controller with an empty directory (same id and address) that
    catches up from a Raft snapshot, add it, writes go on; the three images are identical.
 """
@@ -311,10 +312,16 @@ def test_replace_a_controller_whose_disk_is_lost(tmp_path):
             c.stop(f"controller-{cid(dead)}", signal.SIGKILL)
             shutil.rmtree(c.data_dir(dead))
             # while the dead one is a voter: no add (2 reachable of a 4-voter set), and no
-            # removal of a live voter (1 reachable of the 2 left)
+            # removal of a live voter (1 reachable of the 2 left); a voter that is not running
+            # is not added either
+            with pytest.raises(cli.QuorumError, match="REQUEST_TIMED_OUT.*does not answer"):
+                await cli.add_controller(boot, cid(3), ("127.0.0.1", c.port(3)),
+                                         ("127.0.0.1", c.layout.raft_port(3)), timeout_s=20)
+            assert wait_ready([c.start_controller(3, range(3))], 30) is None
             with pytest.raises(cli.QuorumError, match="INVALID_REQUEST.*remove the unreachable"):
                 await cli.add_controller(boot, cid(3), ("127.0.0.1", c.port(3)),
                                          ("127.0.0.1", c.layout.raft_port(3)), timeout_s=20)
+            c.stop(f"controller-{cid(3)}")
             other = next(i for i in live if cid(i) != leader)
             with pytest.raises(cli.QuorumError, match="INVALID_REQUEST.*below a majority"):
                 await cli.remove_controller(boot, cid(other), timeout_s=20)

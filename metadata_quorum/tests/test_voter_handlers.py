@@ -79,8 +79,9 @@ class FakeService:
             self.controller.image = image.apply(image.offset + 1, rec)
 
 
-def add_request(node_id=4, port=1004, raft_port=2004):
+def add_request(node_id=4, port=None, raft_port=2004):
     cls = REQUESTS[ApiKey.ADD_RAFT_VOTER]
+    port = NEW_PORT if port is None else port
     return SimpleNamespace(api_version=0, body=cls(voter_id=node_id, timeout_ms=1000, listeners=[
         cls.Listener(name="CONTROLLER", host="127.0.0.1", port=port),
         cls.Listener(name="RAFT", host="127.0.0.1", port=raft_port)]))
@@ -92,10 +93,23 @@ def remove_request(node_id):
 
 
 def run(scenario):
+    """`scenario(svc)` with the new voter's CONTROLLER listener (port 1004 in requests) served
+    by a real socket: add_request() points at it."""
     async def main():
+        global NEW_PORT
         async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(trio.serve_tcp, _hang_up, 0)
+            NEW_PORT = listeners[0].socket.getsockname()[1]
             await scenario(FakeService(nursery))
+            nursery.cancel_scope.cancel()
     trio.run(main)
+
+
+async def _hang_up(stream):
+    await stream.aclose()
+
+
+NEW_PORT = 0
 
 
 def test_add_commits_pending_then_the_new_set():
@@ -121,7 +135,7 @@ def test_a_second_change_while_one_is_in_flight_is_refused():
             nursery.start_soon(first_add)
             while not svc.controller.image.voter_change:
                 await trio.sleep(0.01)
-            second = await vh.handle_add_raft_voter(svc, add_request(5, 1005, 2005))
+            second = await vh.handle_add_raft_voter(svc, add_request(5, raft_port=2005))
             assert second.error_code == ErrorCode.REQUEST_TIMED_OUT
             assert "adding controller 4" in second.error_message
             third = await vh.handle_remove_raft_voter(svc, remove_request(2))
@@ -180,7 +194,7 @@ def test_not_active_answers_not_controller_and_writes_nothing():
 
 def test_a_change_left_pending_by_a_previous_leader_is_finished_or_aborted():
     async def scenario(svc):
-        new = Voter(4, "127.0.0.1:2004", "127.0.0.1", 1004)
+        new = Voter(4, "127.0.0.1:2004", "127.0.0.1", NEW_PORT)
         pending = r.VotersRecord(tuple(tuple(v) for v in V.values()), ("add",) + tuple(new))
         await svc.commit([pending])
         # the membership entry made it (this leader's membership has the new address)
@@ -193,4 +207,15 @@ def test_a_change_left_pending_by_a_previous_leader_is_finished_or_aborted():
         assert await vh.resolve_pending(svc) is False
         assert sorted(svc.controller.image.voters) == [1, 2, 3, 4]
         assert svc.controller.image.voter_change == ()
+    run(scenario)
+
+
+def test_a_new_voter_that_is_not_running_is_not_added():
+    async def scenario(svc):
+        with trio.socket.socket() as sock:         # a port nothing listens on
+            await sock.bind(("127.0.0.1", 0))
+            dead_port = sock.getsockname()[1]
+        resp = await vh.handle_add_raft_voter(svc, add_request(port=dead_port))
+        assert resp.error_code == ErrorCode.REQUEST_TIMED_OUT
+        assert "does not answer" in resp.error_message and svc.committed == []
     run(scenario)
