@@ -230,16 +230,43 @@ class RaftQuorum:
         return out
 
     def change_membership(self, kind: str, address: str, callback) -> None:
-        """Propose adding/removing `address`; `callback(result, error)` on pysyncobj's thread."""
-        if kind == "add":
-            self.obj.addNodeToCluster(address, callback=callback)
-        else:
-            self.obj.removeNodeFromCluster(address, callback=callback)
+        """Propose adding/removing `address`; `callback(result, error)` on pysyncobj's thread.
+
+        Proposed from pysyncobj's own thread, and only if this node leads at that moment, and
+        handed to the leader's queue processing at once: a membership command queued here and
+        picked up after a lost election would be forwarded to the next leader, which may have
+        just resolved the change as not taken (voter_handlers.resolve_pending)."""
+        def propose():
+            if not self.obj._isLeader():
+                callback(None, FAIL_REASON.NOT_LEADER)
+                return
+            if kind == "add":
+                self.obj.addNodeToCluster(address, callback=callback)
+            else:
+                self.obj.removeNodeFromCluster(address, callback=callback)
+            self.obj._checkCommandsToApply()
+        self._on_raft_thread(propose)
 
     def transfer_leadership(self) -> None:
         """Hand leadership to the most caught-up connected voter (best effort: pysyncobj
         refuses when none is fully caught up; the caller retries)."""
-        self.obj.transferLeadership(None, callback=None)
+        self._on_raft_thread(lambda: self.obj.transferLeadership(None, callback=None))
+
+    def _on_raft_thread(self, fn: Callable[[], None]) -> None:
+        """Run `fn` once on pysyncobj's thread (its state is not safe to touch from ours)."""
+        ran = []
+
+        def once():
+            if not ran:
+                ran.append(True)
+                try:
+                    fn()
+                except Exception:  # noqa: BLE001 - never raise into pysyncobj's thread
+                    log.exception("Raft-thread call failed")
+                # removing ourselves here would deadlock on pysyncobj's callback lock
+                threading.Thread(target=self.obj.removeOnTickCallback, args=(once,),
+                                 daemon=True).start()
+        self.obj.addOnTickCallback(once)
 
     def maybe_joined(self) -> None:
         """A joining node that a leader now reaches takes part in elections from now on."""
