@@ -228,14 +228,19 @@ def test_add_and_remove_controllers_under_metadata_load(tmp_path):
                 await until(lambda: _value(len(load.acked) >= 5), "first writes", 30)
                 # a fourth controller joins: it knows the voters, waits until added
                 assert wait_ready([c.start_controller(3, [0, 1, 2])], 30) is None
+                t0 = time.monotonic()
                 await cli.add_controller(boot, cid(3), ("127.0.0.1", c.port(3)),
                                          ("127.0.0.1", c.layout.raft_port(3)))
+                t1 = time.monotonic()
                 await cli.wait_caught_up(boot, cid(3), 30)
+                t2 = time.monotonic()
                 acked_at_add = len(load.acked)
                 # remove an original that is not the active controller
                 leader = (await cli.describe("127.0.0.1", c.port(3)))["leader_id"]
                 gone = next(i for i in range(3) if cid(i) != leader)
                 await cli.remove_controller(boot, cid(gone))
+                print(f"add {t1 - t0:.2f} s, caught up {t2 - t1:.2f} s later, remove "
+                      f"{time.monotonic() - t2:.2f} s (load {load_average()})")
                 voters = [i for i in range(4) if i != gone]
                 await until(lambda: _value(len(load.acked) >= acked_at_add + 5),
                             "writes after the changes", 30)
@@ -280,6 +285,11 @@ async def raftka(*args: str) -> subprocess.CompletedProcess:
     argv = [sys.executable, "-m", "clients.cli.main", "quorum", *args]
     return await trio.to_thread.run_sync(lambda: subprocess.run(
         argv, capture_output=True, text=True, timeout=90))
+
+
+def load_average() -> str:
+    import os
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 async def _value(value):
