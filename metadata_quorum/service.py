@@ -76,6 +76,7 @@ class ControllerService:
                               for nid, (h, p) in config.voters.items()}
         self.is_voter = not config.joining          # serves the metadata stream (see _voters_seen)
         self.voter_change_busy = False              # an AddRaftVoter/RemoveRaftVoter is running
+        self.membership_differs = False
         self.next_offset = 0
         self.tail: list[bytes] = []
         self.tail_start = 0
@@ -246,6 +247,23 @@ class ControllerService:
             except (NotActive, CommandRefused) as exc:
                 log.info("voter change not resolved yet: %s", exc)
 
+    def _check_membership(self) -> None:
+        """The active controller's Raft membership should be the committed voter set whenever
+        no change is in flight; say so once when it is not (a bug, or a stale voter the
+        operator must look at), and once when it is again."""
+        if not self.active or self.controller.image.voter_change or self.voter_change_busy:
+            return
+        raft = set(self.quorum.members())
+        voters = {v.raft_address for v in self.current_voters().values()}
+        differs = raft != voters
+        if differs != self.membership_differs:
+            if differs:
+                log.warning("Raft membership %s differs from the voter set %s", sorted(raft),
+                            sorted(voters))
+            else:
+                log.info("Raft membership matches the voter set again")
+            self.membership_differs = differs
+
     def _on_raft_state_threadsafe(self) -> None:
         try:
             self.token.run_sync_soon(lambda: self.role_changed.set())
@@ -272,6 +290,7 @@ class ControllerService:
             rebalance = ticks % REBALANCE_EVERY_TICKS == 0
             self.quorum.maybe_joined()
             await self._resolve_voter_change()
+            self._check_membership()
             if self.active:
                 try:
                     await self.mutate(lambda now: (self.controller.tick(now, rebalance), None))

@@ -91,6 +91,11 @@ class Cluster:
         p.proc.send_signal(sig)
         p.proc.wait(30)
 
+    def logs_say(self, text: str) -> list[str]:
+        """Controller log lines (every run of every controller) containing `text`."""
+        return [line for path in (self.layout.data_dir / "logs").glob("controller-*.log")
+                for line in path.read_text().splitlines() if text in line]
+
     def stop_all(self) -> None:
         for name in sorted(self.procs, key=lambda n: not n.startswith("broker")):
             self.procs[name].proc.send_signal(signal.SIGKILL)
@@ -273,8 +278,19 @@ def test_add_and_remove_controllers_under_metadata_load(tmp_path):
             await until(lambda: _has(broker_port, load.acked), "broker has every topic", 30)
             status = await cli.describe("127.0.0.1", c.port(voters[0]))
             assert sorted(v["id"] for v in status["voters"]) == sorted(cid(i) for i in voters)
+            # a full restart with the original (now stale) config files: each voter rebuilds
+            # its membership from its Raft journal, the quorum elects and commits
+            await restart_voters(c, voters)
+            assert await load.create("after-restart") == 0
+            load.acked.append("after-restart")
+            end, image = await identical_voters([c.port(i) for i in voters], full_stream=True)
+            assert set(load.acked) <= names_in(image)
+            status = await cli.describe("127.0.0.1", c.port(voters[0]))
+            assert sorted(v["id"] for v in status["voters"]) == sorted(cid(i) for i in voters)
+            await until(lambda: _has(broker_port, load.acked), "broker has every topic", 30)
             return len(load.acked), load.failed, end, status
         acked, failed, end, status = trio.run(scenario)
+        assert not c.logs_say("differs from the voter set")
         print(f"acknowledged {acked} topics ({failed} failed attempts), metadata end {end}, "
               f"quorum {status}")
     finally:
@@ -290,6 +306,17 @@ async def raftka(*args: str) -> subprocess.CompletedProcess:
 def load_average() -> str:
     import os
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+async def restart_voters(c: Cluster, voters, first_config=None) -> None:
+    """SIGTERM every voter, start each again with the voter list it was first started with
+    (`first_config`: index → voter indexes; the original three by default)."""
+    first_config = first_config or {}
+    for i in voters:
+        c.stop(f"controller-{cid(i)}")
+    for i in voters:
+        c.start_controller(i, first_config.get(i, [0, 1, 2]))
+    assert wait_ready([c.procs[f"controller-{cid(i)}"] for i in voters], 30) is None
 
 
 async def _value(value):
@@ -368,9 +395,16 @@ def test_replace_a_controller_whose_disk_is_lost(tmp_path):
                 load.acked.append(f"after-{n}")
             end, image = await identical_voters([c.port(i) for i in range(3)], full_stream=False)
             assert set(load.acked) <= names_in(image)
+            # a full restart: membership comes back from each voter's Raft snapshot + journal
+            await restart_voters(c, range(3), {dead: live})
+            assert await load.create("after-restart") == 0
+            load.acked.append("after-restart")
+            end, image = await identical_voters([c.port(i) for i in range(3)], full_stream=False)
+            assert set(load.acked) <= names_in(image)
             await until(lambda: _has(broker_port, load.acked), "broker has every topic", 30)
             return end
         end = trio.run(scenario)
+        assert not c.logs_say("differs from the voter set")
         print(f"metadata end offset {end}")
     finally:
         c.stop_all()
