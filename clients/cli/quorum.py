@@ -2,8 +2,10 @@
 
 `describe`: the quorum's status (`describe --status --replication`): voters with their
 endpoints, observers (brokers following the metadata stream).
-`add-controller` / `remove-controller` (KIP-853): AddRaftVoter / RemoveRaftVoter, sent to the
-active controller (found from the voters DescribeQuorum lists; NOT_CONTROLLER moves on). The new
+`add-controller` / `remove-controller` (KIP-853): AddRaftVoter / RemoveRaftVoter, sent to a
+broker (`--bootstrap-server`), which forwards them to the active controller, or with
+`--bootstrap-controller` to the active controller itself (found from the voters DescribeQuorum
+lists); NOT_CONTROLLER is retried until `--timeout-ms`. The new
 controller must be running first, configured with the current voters in
 controller.quorum.voters and its own Raft address in raftka.controller.raft.peers;
 `--command-config` reads its id and endpoints from that file (Kafka reads the same flag).
@@ -113,16 +115,20 @@ async def _voter_endpoints(bootstrap: tuple[str, int]) -> list[tuple[str, int]]:
     return out or [bootstrap]
 
 
-async def send_to_active(bootstrap: tuple[str, int], message, timeout_s: float = 60):
+async def send_to_active(bootstrap: tuple[str, int], message, timeout_s: float = 60,
+                         via_broker: bool = False):
     """Send `message` to the active controller; returns the response (any error but
-    NOT_CONTROLLER). Retries NOT_CONTROLLER and unreachable voters until `timeout_s`."""
+    NOT_CONTROLLER). Retries NOT_CONTROLLER and unreachable voters until `timeout_s`.
+    `via_broker`: `bootstrap` is a broker, which forwards to the active controller."""
     last = "no controller answered"
     with trio.move_on_after(timeout_s):
         while True:
-            try:
-                endpoints = await _voter_endpoints(bootstrap)
-            except (ConnectionClosed, OSError, trio.TooSlowError, RuntimeError):
-                endpoints = [bootstrap]
+            endpoints = [bootstrap]
+            if not via_broker:
+                try:
+                    endpoints = await _voter_endpoints(bootstrap)
+                except (ConnectionClosed, OSError, trio.TooSlowError, RuntimeError):
+                    pass
             for endpoint in endpoints:
                 try:
                     resp = await _ask(endpoint, message, 0, timeout_s=max(timeout_s, 15))
@@ -142,17 +148,20 @@ def _check(resp) -> None:
 
 
 async def add_controller(bootstrap, node_id: int, listener: tuple[str, int],
-                         raft: tuple[str, int], timeout_s: float = 60) -> None:
+                         raft: tuple[str, int], timeout_s: float = 60,
+                         via_broker: bool = False) -> None:
     cls = REQUESTS[ApiKey.ADD_RAFT_VOTER]
     msg = cls(cluster_id=None, timeout_ms=int(timeout_s * 1000), voter_id=node_id,
               listeners=[cls.Listener(name="CONTROLLER", host=listener[0], port=listener[1]),
                          cls.Listener(name="RAFT", host=raft[0], port=raft[1])])
-    _check(await send_to_active(bootstrap, msg, timeout_s))
+    _check(await send_to_active(bootstrap, msg, timeout_s, via_broker))
 
 
-async def remove_controller(bootstrap, node_id: int, timeout_s: float = 60) -> None:
+async def remove_controller(bootstrap, node_id: int, timeout_s: float = 60,
+                            via_broker: bool = False) -> None:
     cls = REQUESTS[ApiKey.REMOVE_RAFT_VOTER]
-    _check(await send_to_active(bootstrap, cls(cluster_id=None, voter_id=node_id), timeout_s))
+    _check(await send_to_active(bootstrap, cls(cluster_id=None, voter_id=node_id), timeout_s,
+                                via_broker))
 
 
 async def wait_caught_up(bootstrap, node_id: int, timeout_s: float = 60) -> int:
@@ -210,12 +219,13 @@ def cmd_add(args) -> int:
         print(f"raftka quorum add-controller: {exc}", file=sys.stderr)
         return 2
     return _run_change(args, "add-controller", node_id, lambda boot: add_controller(
-        boot, node_id, listener, raft, args.timeout_ms / 1000))
+        boot, node_id, listener, raft, args.timeout_ms / 1000, not args.bootstrap_controller))
 
 
 def cmd_remove(args) -> int:
     return _run_change(args, "remove-controller", args.controller_id, lambda boot:
-                       remove_controller(boot, args.controller_id, args.timeout_ms / 1000))
+                       remove_controller(boot, args.controller_id, args.timeout_ms / 1000,
+                                         not args.bootstrap_controller))
 
 
 def _run_change(args, name: str, node_id: int, change) -> int:

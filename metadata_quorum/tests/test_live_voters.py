@@ -267,7 +267,9 @@ def test_add_and_remove_controllers_under_metadata_load(tmp_path):
             await until(lambda: _has(broker_port, load.acked), "broker has every topic", 30)
             # the active controller itself can leave: it hands leadership over first
             leader = (await cli.describe("127.0.0.1", c.port(voters[0])))["leader_id"]
-            await cli.remove_controller(("127.0.0.1", c.port(voters[0])), leader, timeout_s=30)
+            # (through the broker, which forwards RemoveRaftVoter to the active controller)
+            await cli.remove_controller(("127.0.0.1", broker_port), leader, timeout_s=30,
+                                        via_broker=True)
             c.stop(f"controller-{leader}")
             voters = [i for i in voters if cid(i) != leader]
             assert (await cli.describe("127.0.0.1", c.port(voters[0])))["leader_id"] != leader
