@@ -13,6 +13,11 @@ first append to a new follower replica writes its leader-epoch checkpoint with t
     python3 bench/produce_partitions.py --records 60000 --rounds 3
     python3 bench/produce_partitions.py --trees /tmp/pm-old,. --rounds 3      # before/after
     python3 bench/produce_partitions.py --hold 120     # keep producing wide (for py-spy)
+    python3 bench/produce_partitions.py --clients confluent,raftka,kafka-python --records 600000
+
+`--clients` measures other producers too, in the same rounds: `raftka` (our SyncProducer) and
+`kafka-python` both put every partition bound for a broker into one ProduceRequest, as Kafka's
+Java producer does; librdkafka (`confluent`) sends one partition per request.
 """
 
 from __future__ import annotations
@@ -102,8 +107,52 @@ def create(bootstrap: str, topics: dict[str, int], timeout_s: float = 120) -> No
     raise RuntimeError("topics not led in time")
 
 
+class OtherClient:
+    """A round of `records` x 100 B, acks=all, linger 5 ms, over `tps`, with a producer that is
+    not librdkafka: `raftka` (clients/producer SyncProducer) or `kafka-python`."""
+
+    def __init__(self, kind: str, bootstrap: str, tps: list[tuple[str, int]]):
+        self.kind, self.bootstrap, self.tps = kind, bootstrap, tps
+
+    def round(self, records: int, timeout_s: float, consume: bool = False,
+              producer_config: dict | None = None) -> dict:
+        linger = int((producer_config or {}).get("linger.ms", 5))
+        payload, n, errors = b"x" * 100, len(self.tps), []
+        if self.kind == "raftka":
+            from clients.producer.sync import SyncProducer
+            p = SyncProducer(self.bootstrap, {"acks": "all", "linger.ms": linger,
+                                              "enable.idempotence": False},
+                             max_queued=1_000_000)
+            cb = (lambda meta, exc: errors.append(exc) if exc is not None else None)
+            t0 = time.perf_counter()
+            for i in range(records):
+                topic, part = self.tps[i % n]
+                p.send(topic, payload, partition=part, on_delivery=cb)
+            enqueue_s = time.perf_counter() - t0
+            p.flush(timeout_s)
+            produce_s = time.perf_counter() - t0
+            p.close(10)
+        else:
+            from kafka import KafkaProducer
+            p = KafkaProducer(bootstrap_servers=self.bootstrap, acks="all", linger_ms=linger)
+            futures = []
+            t0 = time.perf_counter()
+            for i in range(records):
+                topic, part = self.tps[i % n]
+                futures.append(p.send(topic, payload, partition=part))
+            enqueue_s = time.perf_counter() - t0
+            p.flush(timeout_s)
+            produce_s = time.perf_counter() - t0
+            errors = [f.exception for f in futures if f.failed()]
+            p.close(10)
+        if errors:
+            raise RuntimeError(f"{self.kind}: {len(errors)} records failed: {errors[:1]}")
+        return {"produce_rps": round(records / produce_s), "enqueue_s": round(enqueue_s, 3)}
+
+
 class TreeCluster:
-    def __init__(self, tree: Path, data_dir: Path, wide: int, narrow: int):
+    def __init__(self, tree: Path, data_dir: Path, wide: int, narrow: int,
+                 clients: tuple[str, ...] = ("confluent",)):
         self.tree = tree
         os.environ["PYTHONPATH"] = str(tree)        # inherited by the cluster's processes
         self.cluster = LiveCluster(data_dir).start(120)
@@ -116,9 +165,13 @@ class TreeCluster:
         # which would otherwise land in whichever round comes first.
         Throughput(self.cluster.bootstrap, wide_tps + [("narrow", q) for q in range(narrow)]) \
             .round(wide + narrow, 600, consume=False)
-        self.runs = {"narrow": Throughput(self.cluster.bootstrap,
-                                          [("narrow", q) for q in range(narrow)]),
-                     "wide": Throughput(self.cluster.bootstrap, wide_tps)}
+        sets = {"narrow": [("narrow", q) for q in range(narrow)], "wide": wide_tps}
+        self.runs = {}
+        for client in clients:
+            for name, tps in sets.items():
+                key = name if client == "confluent" else f"{name}/{client}"
+                self.runs[key] = Throughput(self.cluster.bootstrap, tps) \
+                    if client == "confluent" else OtherClient(client, self.cluster.bootstrap, tps)
 
     def pids(self) -> dict[str, int]:
         return {p.name: p.proc.pid for p in self.cluster.procs}
@@ -144,23 +197,29 @@ def measure(c: TreeCluster, name: str, records: int, cfg: dict) -> dict:
     r |= stats.summary()
     r["cpu_ms_per_request"] = round(r["broker_cpu_ms"] / r["produce_requests"], 3) \
         if r["produce_requests"] else None
+    r["cpu_ms_per_1000_records"] = round(1000 * r["broker_cpu_ms"] / records, 2)
     return r
 
 
 def summarize(got: dict) -> list:
     out = []
     for (tree, label), v in got.items():
+        if not v["wide"] or not v["narrow"]:
+            continue
         w = statistics.median(r["produce_rps"] for r in v["wide"])
         n = statistics.median(r["produce_rps"] for r in v["narrow"])
         ratios = [a["produce_rps"] / b["produce_rps"] for a, b in zip(v["wide"], v["narrow"])]
-        cpu = statistics.median(r["cpu_ms_per_request"] for r in v["wide"])
+        per_req = [r["cpu_ms_per_request"] for r in v["wide"] if r["cpu_ms_per_request"]]
+        cpu = statistics.median(per_req) if per_req else float("nan")
+        per_k = statistics.median(r["cpu_ms_per_1000_records"] for r in v["wide"])
         out.append({"tree": tree, "config": label, "wide_rps": round(w), "narrow_rps": round(n),
                     "ratio_of_medians": round(w / n, 3),
                     "ratio_per_round": [round(x, 3) for x in ratios],
-                    "wide_cpu_ms_per_request_median": cpu, "rounds": v})
+                    "wide_cpu_ms_per_request_median": cpu,
+                    "wide_cpu_ms_per_1000_records_median": per_k, "rounds": v})
         print(f"{tree} {label}: wide {w:,.0f} / narrow {n:,.0f} rec/s = {w / n:.3f} "
               f"(per round {[round(x, 3) for x in ratios]}); wide: brokers' CPU {cpu:.2f} ms "
-              f"per request (median)")
+              f"per request, {per_k:.1f} ms per 1,000 records (medians)")
     return out
 
 
@@ -179,6 +238,9 @@ def main() -> int:
                          "request, so the brokers' CPU per request compares trees fairly")
     ap.add_argument("--hold", type=float, default=0,
                     help="instead: produce wide for this many seconds (for a profiler)")
+    ap.add_argument("--clients", default="confluent",
+                    help="producers to measure, comma-separated: confluent (librdkafka, the "
+                         "headline), raftka (ours), kafka-python")
     ap.add_argument("--out", help="write the results as JSON here")
     args = ap.parse_args()
     trees = [Path(t).resolve() for t in args.trees.split(",")]
@@ -189,20 +251,26 @@ def main() -> int:
     got: dict = {}
     try:
         for i, tree in enumerate(trees):
-            clusters.append(TreeCluster(tree, work / f"c{i}", args.wide, args.narrow))
+            clusters.append(TreeCluster(tree, work / f"c{i}", args.wide, args.narrow,
+                                        tuple(args.clients.split(","))))
             print(f"{tree}: {clusters[-1].pids()}", file=sys.stderr, flush=True)
         end = time.monotonic() + args.hold
         while time.monotonic() < end:
             for c in clusters:
-                r = c.runs["wide"].round(args.records, 600, consume=False)
+                first = args.clients.split(",")[0]         # the first client holds the load
+                run = "wide" if first == "confluent" else f"wide/{first}"
+                r = c.runs[run].round(args.records, 600, consume=False)
                 print(f"{c.tree} wide {r}", file=sys.stderr, flush=True)
         for rnd in range(0 if args.hold else args.rounds):
             for c in clusters:
-                for linger in lingers:
+                for client in args.clients.split(","):
+                  for linger in (lingers if client == "confluent" else [None]):
                     label = "headline" if linger is None else f"linger{linger}"
+                    label += "" if client == "confluent" else f" {client}"
                     cfg = {} if linger is None else {"linger.ms": linger}
                     for name in ("narrow", "wide"):
-                        r = measure(c, name, args.records, cfg)
+                        run = name if client == "confluent" else f"{name}/{client}"
+                        r = measure(c, run, args.records, cfg)
                         got.setdefault((str(c.tree), label), {"narrow": [], "wide": []})[
                             name].append(r)
                         print(f"round {rnd} load {load_avg()} {c.tree} {label} {name}: {r}",

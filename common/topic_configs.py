@@ -48,6 +48,22 @@ def _ratio(v: str):
         return "must be a number"
 
 
+def throttled_replicas(v: str):
+    """Kafka's ThrottledReplicaListValidator: "*" (every replica of the topic) or a list of
+    partition:broker pairs ("0:101,1:102"); empty entries are allowed, "" throttles nothing."""
+    if v.strip() == "*" or all(THROTTLED_PAIR.match(x.strip()) for x in v.split(",")):
+        return None
+    return ("must be the literal '*' or a list of replicas in the following format: "
+            "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
+
+
+THROTTLED_PAIR = re.compile(r"^([0-9]+:[0-9]+)?$")
+LEADER_THROTTLED_REPLICAS = "leader.replication.throttled.replicas"
+FOLLOWER_THROTTLED_REPLICAS = "follower.replication.throttled.replicas"
+LEADER_THROTTLED_RATE = "leader.replication.throttled.rate"
+FOLLOWER_THROTTLED_RATE = "follower.replication.throttled.rate"
+
+
 # name → (default, check). Defaults match Kafka's.
 TOPIC_CONFIGS = {
     "cleanup.policy": ("delete", _choice("delete", "compact", multi=True)),
@@ -56,7 +72,9 @@ TOPIC_CONFIGS = {
     "file.delete.delay.ms": ("60000", _int(0)),
     "flush.messages": (str(LONG_MAX), _int(1)),
     "flush.ms": (str(LONG_MAX), _int(0)),
+    FOLLOWER_THROTTLED_REPLICAS: ("", throttled_replicas),
     "index.interval.bytes": ("4096", _int(0)),
+    LEADER_THROTTLED_REPLICAS: ("", throttled_replicas),
     "max.compaction.lag.ms": (str(LONG_MAX), _int(1)),
     "max.message.bytes": ("1048588", _int(0)),
     "message.timestamp.type": ("CreateTime", _choice("CreateTime", "LogAppendTime")),
@@ -79,6 +97,9 @@ DYNAMIC_BROKER_CONFIGS = {
     "log.cleanup.policy": _choice("delete", "compact", multi=True),
     "message.max.bytes": _int(0),
     "auto.create.topics.enable": _bool,
+    # replication throttles (bytes/s; Kafka's default Long.MAX_VALUE is "unthrottled")
+    LEADER_THROTTLED_RATE: _int(0, LONG_MAX),
+    FOLLOWER_THROTTLED_RATE: _int(0, LONG_MAX),
 }
 
 

@@ -18,7 +18,7 @@ import time
 import trio
 
 from common.clock import steady_ms
-from metadata_quorum.image import MetadataImage
+from metadata_quorum.image import TOPIC_RESOURCE, MetadataImage
 from partition_server import clean_shutdown, housekeeping
 from partition_server.config import BrokerConfig
 from partition_server.controller_client import ControllerClient
@@ -29,9 +29,11 @@ from partition_server.log.file_cache import OpenFileCache, default_max_open_file
 from partition_server.log.offset_checkpoint import HIGH_WATERMARK_FILE, read_checkpoint, write_checkpoint
 from common.network import serve_listener
 from partition_server.purgatory import Purgatory
+from partition_server.quotas import WindowConfig
 from partition_server.replica_manager import ReplicaManager
 from partition_server.replication.fetcher import FetcherManager
 from partition_server.replication.partition import Role
+from partition_server.replication.throttle import ReplicationQuotas, parse_rate
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +96,12 @@ class Broker:
                                  for x in sorted(self.listener_set.advertised,
                                                  key=lambda x: x.name != inter.name)]
         self.image = MetadataImage()
+        # leader and follower replication throttles (replication/throttle.py), from each image
+        self.replication_quotas = ReplicationQuotas(
+            self.broker_id, WindowConfig(config["replication.quota.window.num"],
+                                         config["replication.quota.window.size.seconds"] * 1000),
+            (parse_rate(config["leader.replication.throttled.rate"]),
+             parse_rate(config["follower.replication.throttled.rate"])))
         self._build_components()
         self._apply_failed: list = []       # (TopicImage, PartitionState) that could not open
         # security: credentials (inter-node user + metadata SCRAM records) and the authorizer,
@@ -124,7 +132,7 @@ class Broker:
         from partition_server.txn.coordinator import TransactionCoordinator
         config, image, security = self.config, self._current_image, self.inter_broker_security
         self.fetchers = FetcherManager(self.broker_id, config, self.replicas, self.purgatory,
-                                       image, security)
+                                       image, security, quota=self.replication_quotas.follower)
         self.producer_ids = ProducerIdBlock(self.client, self.broker_id)
         self.groups = GroupCoordinator(
             config, self.replicas, self.purgatory, image, self.client.call_active,
@@ -192,6 +200,8 @@ class Broker:
         delta = diff_images(self.image, image, config_topics)
         await self._open_logs_ahead(image, delta)
         old, self.image = self.image, image
+        self.replication_quotas.update(image.configs, image.broker_config(self.broker_id),
+                                       TOPIC_RESOURCE)
         if self.authorizer is not None:
             from partition_server.security.setup import build_authorizer
             self.authorizer = build_authorizer(image, self.config.values.get)
@@ -333,7 +343,7 @@ class Broker:
                 from partition_server.metrics import MetricSources, serve_metrics
                 sources = MetricSources(self.replicas, self.fetch_sessions, self.fetchers,
                                         self.groups, lambda: getattr(self, "client_quotas", None),
-                                        self.segment_files)
+                                        self.segment_files, self.replication_quotas)
                 await nursery.start(serve_metrics, sources, self.config["raftka.metrics.listener"])
             task_status.started()
 

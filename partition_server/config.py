@@ -146,6 +146,17 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("connections.max.idle.ms", "long", 600000, "Close idle client connections after (ms).",
               _at_least(1)),
     ConfigDef("metadata.log.dir", "string", None, "Where the metadata image cache is kept."),
+    # -- replication throttles (replication/throttle.py); the rates are also dynamic configs --
+    ConfigDef("leader.replication.throttled.rate", "long", 2**63 - 1,
+              "Bytes/s this broker serves to followers of the replicas listed in topics' "
+              "leader.replication.throttled.replicas (default: unlimited).", _at_least(0)),
+    ConfigDef("follower.replication.throttled.rate", "long", 2**63 - 1,
+              "Bytes/s this broker fetches for the replicas listed in topics' "
+              "follower.replication.throttled.replicas (default: unlimited).", _at_least(0)),
+    ConfigDef("replication.quota.window.num", "int", 11,
+              "Samples kept to measure replication throttle rates.", _at_least(1)),
+    ConfigDef("replication.quota.window.size.seconds", "int", 1,
+              "Length of one replication throttle sample (s).", _at_least(1)),
     ConfigDef("quota.window.num", "int", 11, "Samples kept to measure client quota rates.",
               _at_least(1)),
     ConfigDef("quota.window.size.seconds", "int", 1, "Length of one client quota sample (s).",

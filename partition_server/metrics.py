@@ -5,7 +5,8 @@ Plain HTTP/1.0 on trio, one request per connection; anything but GET /metrics is
 
 `MetricSources` names what is rendered (not the broker): the replica manager, the fetch session
 cache, the follower fetchers' statistics, the group coordinator, the client quota manager (a
-callable: the broker creates it on first use) and the cache of open segment files."""
+callable: the broker creates it on first use), the cache of open segment files and the
+replication throttles."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from partition_server.quotas import QuotaManager
     from partition_server.replica_manager import ReplicaManager
     from partition_server.replication.fetcher import FetcherManager
+    from partition_server.replication.throttle import ReplicationQuotas
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,7 @@ class MetricSources:
     groups: GroupCoordinator
     client_quotas: Callable[[], QuotaManager | None]
     segment_files: OpenFileCache | None = None
+    replication_quotas: ReplicationQuotas | None = None
 
 
 def _labels(**kv) -> str:
@@ -86,6 +89,8 @@ def render(sources: MetricSources) -> str:
            "Follower fetches sent, per leader and kind (full or incremental, KIP-227).",
            [(_labels(leader=b, kind=k), n) for b, s in fetch_stats
             for k, n in (("full", s.full_fetches), ("incremental", s.incremental_fetches))])
+    for name, kind, doc, samples in _throttle_families(sources.replication_quotas):
+        family(name, kind, doc, samples)
     groups = sources.groups
     family("raftka_consumer_group_members", "gauge", "Members of the groups coordinated here.",
            [(_labels(group=gid, type="classic", state=g.state.value), len(g.members))
@@ -105,6 +110,24 @@ def render(sources: MetricSources) -> str:
     for name, kind, doc, samples in metric_families(sources.client_quotas(), _labels):
         family(name, kind, doc, samples)
     return "\n".join(lines) + "\n"
+
+
+def _throttle_families(rq: ReplicationQuotas | None):
+    """Replication throttles (replication/throttle.py), per side: bytes metered, hold-backs, the
+    bound when one is set."""
+    if rq is None:
+        return []
+    sides = (("leader", rq.leader), ("follower", rq.follower))
+    return [
+        ("raftka_replication_throttled_bytes_total", "counter",
+         "Bytes of partitions listed in *.replication.throttled.replicas: served to followers "
+         "(leader) or fetched (follower).", [(_labels(side=n), q.recorded) for n, q in sides]),
+        ("raftka_replication_throttle_held_back_total", "counter",
+         "Times a throttled replica out of the ISR was held back (no records served, or left "
+         "out of a fetch).", [(_labels(side=n), q.held_back) for n, q in sides]),
+        ("raftka_replication_throttle_rate_bytes", "gauge",
+         "The throttle in bytes/s (*.replication.throttled.rate), when one is set.",
+         [(_labels(side=n), int(q.bound)) for n, q in sides if q.bound is not None])]
 
 
 async def _answer(sources: MetricSources, stream) -> None:

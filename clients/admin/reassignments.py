@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from clients.admin.types import PartitionReassignment
 from clients.cluster import TopicPartition
-from clients.errors import check, error
+from clients.errors import ClientError, check, error
 from wire.errors import ErrorCode, KafkaError
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
@@ -58,3 +58,38 @@ class ReassignmentCalls:
         return {TopicPartition(t.name, p.partition_index): PartitionReassignment(
             tuple(p.replicas), tuple(p.adding_replicas), tuple(p.removing_replicas))
             for t in resp.topics for p in t.partitions}
+
+    async def describe_replica_log_dirs(
+            self, brokers: list[int], partitions: list[TopicPartition] | None = None
+    ) -> dict[int, dict[TopicPartition, tuple[int, int]] | KafkaError]:
+        """DescribeLogDirs asked of each broker: {broker: {tp: (size in bytes, offset lag)}}
+        for the replicas it hosts among `partitions` (None: all), or the error that broker gave
+        (unreachable, storage failed). How reassignment progress is measured: the size of an
+        adding replica's log against the leader's."""
+        dl = REQUESTS[ApiKey.DESCRIBE_LOG_DIRS]
+        topics = None
+        if partitions is not None:
+            wanted: dict[str, list[int]] = {}
+            for tp in partitions:
+                wanted.setdefault(tp.topic, []).append(tp.partition)
+            topics = [dl.DescribableLogDirTopic(topic=t, partitions=ps) for t, ps in wanted.items()]
+        out: dict = {}
+        for broker in brokers:
+            try:
+                resp = await self.cluster.call(broker, dl(topics=topics), min_version=1)
+            except (KafkaError, ClientError, OSError) as exc:
+                out[broker] = exc if isinstance(exc, KafkaError) else \
+                    KafkaError(f"broker {broker}: {exc}")
+                continue
+            replicas: dict[TopicPartition, tuple[int, int]] = {}
+            for result in resp.results:
+                if result.error_code:
+                    out[broker] = error(result.error_code, None, f"broker {broker} log dir")
+                    break
+                for t in result.topics:
+                    for p in t.partitions:
+                        replicas[TopicPartition(t.name, p.partition_index)] = \
+                            (p.partition_size, p.offset_lag)
+            else:
+                out[broker] = replicas
+        return out

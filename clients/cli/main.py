@@ -54,9 +54,10 @@ def cmd_perf(args: argparse.Namespace) -> int:
     return perf.main(args)
 
 
-def _register(sub, module: str) -> None:
+def _register(sub, *modules: str) -> None:
     """clients/cli/<module>.py adds its own subcommands (one line per module below)."""
-    importlib.import_module(f"clients.cli.{module}").register(sub)
+    for module in modules:
+        importlib.import_module(f"clients.cli.{module}").register(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     _register(sub, "acls")
     _register(sub, "produce")
     _register(sub, "transactions")
-    _register(sub, "quotas")
+    _register(sub, "quotas", "reassign")
     return parser
 
 

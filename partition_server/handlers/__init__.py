@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from partition_server.handlers import (admin, client_quotas, cluster, consumer_group, fetch, group,
-                                       produce, producer_id, security, txn)
+                                       log_dirs, produce, producer_id, security, txn)
 from partition_server.handlers.context import HandlerContext
 from wire.messages.api_keys import ApiKey
 
@@ -53,6 +53,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),  # → forwarded
     ApiKey.DESCRIBE_QUORUM: (0, 2),           # → forwarded
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),         # sizes per replica (reassignment progress)
     ApiKey.DESCRIBE_ACLS: (1, 3),             # from the metadata image
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),  # from the metadata image
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),  # → forwarded
@@ -105,6 +106,7 @@ HANDLERS = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: fetch.handle_offset_for_leader_epoch,
     ApiKey.DESCRIBE_CONFIGS: cluster.handle_describe_configs,
     ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
+    ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle_describe_log_dirs,
     ApiKey.DESCRIBE_ACLS: security.handle_describe_acls,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: security.handle_describe_user_scram_credentials,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: admin.forward,

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from partition_server.purgatory import Purgatory
     from partition_server.quotas import QuotaManager
     from partition_server.replica_manager import ReplicaManager
+    from partition_server.replication.throttle import ReplicationQuotas
     from partition_server.security.authorizer import Authorizer
     from partition_server.txn.coordinator import TransactionCoordinator
 
@@ -47,13 +48,14 @@ class HandlerContext:
     fetch_sessions: FetchSessionCache       # KIP-227 incremental fetch sessions
     producer_ids: ProducerIdBlock           # InitProducerId's block from the controller
     client: ControllerClient                # the link to the active controller (forwarding)
+    replication_quotas: ReplicationQuotas   # leader/follower replication throttles (KIP-73)
     _changing: _ChangingState = dataclasses.field(repr=False)
 
     @classmethod
     def of(cls, broker) -> HandlerContext:
         return cls(broker.broker_id, broker.config, broker.replicas, broker.purgatory,
                    broker.groups, broker.txn, broker.fetch_sessions, broker.producer_ids,
-                   broker.client, broker)
+                   broker.client, broker.replication_quotas, broker)
 
     @property
     def image(self) -> MetadataImage:

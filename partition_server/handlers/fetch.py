@@ -18,7 +18,8 @@ import time
 from common.clock import steady_ms
 from partition_server.fetch_session import FetchContext
 from partition_server.handlers.context import HandlerContext
-from partition_server.handlers.fetch_follower import fetch_in_session
+from partition_server.handlers.fetch_follower import (fetch_in_session, leader_holds,
+                                                      leader_throttle)
 from partition_server.replica_manager import FetchResult, check_leader_epoch
 from partition_server.replication.partition import Role
 from wire.errors import ErrorCode, KafkaError
@@ -54,6 +55,9 @@ def _available(hctx: HandlerContext, topic, p, replica_id, isolation_level=0) ->
         return True                         # an error answer is ready now
     limit = hosted.log.log_end_offset if replica_id >= 0 else hosted.last_stable_offset() \
         if isolation_level == 1 else hosted.state.high_watermark
+    if replica_id >= 0 and limit != p.fetch_offset and \
+            leader_holds(hctx, (topic, p.partition), replica_id, steady_ms()):
+        return False                        # throttled: wait out max_wait, do not spin
     return limit != p.fetch_offset
 
 
@@ -95,6 +99,9 @@ async def handle_fetch(hctx: HandlerContext, req):
                                            isolation_level=isolation)
             except KafkaError as exc:
                 res = FetchResult(exc.error_code)
+            if replica_id >= 0:
+                key = (topic, p.partition)
+                res = leader_throttle(hctx, key, hctx.replicas.get(*key), replica_id, res, now)
             remaining -= res.size
             results.append((key, res))
         return results

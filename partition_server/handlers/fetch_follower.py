@@ -19,6 +19,8 @@ every `FULL_SCAN_MS` (bounded: once a minute per follower session).
 
 from __future__ import annotations
 
+import dataclasses
+
 import trio
 
 from common.clock import steady_ms
@@ -130,7 +132,22 @@ async def fetch_in_session(hctx: HandlerContext, req, ctx: FetchContext, replica
         if trio.current_time() >= deadline:
             break
     ctx.answer_requested = True
+    # partitions the throttle held back have news the follower did not get: read them again on
+    # its next fetch (their position does not change, so nothing else would mark them)
+    session.dirty.update(k for k, res in results.items()
+                         if res.size == 0 and _held(hctx, k, replica_id))
     return respond(ctx.select(list(results.items())), ctx.session_id)
+
+
+def _held(hctx: HandlerContext, key, replica_id: int) -> bool:
+    """A throttled partition whose follower (out of the ISR) is behind our log end."""
+    if not hctx.replication_quotas.leader.is_throttled(*key):
+        return False
+    hosted = hctx.replicas.get(*key)
+    if hosted is None or replica_id in hosted.state.isr:
+        return False
+    follower = hosted.state.followers.get(replica_id)
+    return follower is not None and follower.log_end_offset < hosted.log.log_end_offset
 
 
 def _ready(results: dict, min_bytes: int) -> bool:
@@ -158,4 +175,29 @@ def _read_one(hctx: HandlerContext, key, p, replica_id: int, now_ms: int, remain
         res = FetchResult(exc.error_code)
     if hosted is not None and hosted.state.high_watermark != hw:
         hctx.purgatory.notify(key)                # acks=all produces and other sessions
+    return leader_throttle(hctx, key, hosted, replica_id, res, now_ms)
+
+
+def leader_throttle(hctx: HandlerContext, key, hosted, replica_id: int, res: FetchResult,
+                    now_ms: int) -> FetchResult:
+    """The leader's replication throttle (replication/throttle.py): a throttled follower out of
+    the ISR gets no records while the rate is over `leader.replication.throttled.rate` (its
+    fetch position is still recorded: `read` ran); the bytes served for throttled partitions
+    count toward the rate."""
+    quota = hctx.replication_quotas.leader
+    if not res.size or hosted is None or not quota.is_throttled(*key):
+        return res
+    if quota.should_throttle(key[0], key[1], replica_id in hosted.state.isr, now_ms):
+        return dataclasses.replace(res, records=[], size=0)
+    quota.record(res.size, now_ms)
     return res
+
+
+def leader_holds(hctx: HandlerContext, key, replica_id: int, now_ms: int) -> bool:
+    """Whether the leader's throttle would hold `replica_id`'s fetch of `key` back now."""
+    quota = hctx.replication_quotas.leader
+    if not quota.is_throttled(*key):
+        return False
+    hosted = hctx.replicas.get(*key)
+    return hosted is not None and quota.would_throttle(key[0], key[1],
+                                                       replica_id in hosted.state.isr, now_ms)

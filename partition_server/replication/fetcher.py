@@ -8,6 +8,13 @@ watermark, or a diverging epoch: then we truncate to its end offset (the first o
 logs may differ) and fetch again. OFFSET_OUT_OF_RANGE means our log is outside the leader's:
 above its end (truncate to it) or below its start (start over at its start).
 
+Replication throttle (throttle.py, KIP-73), follower side: a partition listed in its topic's
+`follower.replication.throttled.replicas` for this broker, not in sync (neither in the ISR nor
+caught up with the leader's high watermark, Kafka's fetcher rule), while the follower rate is
+over `follower.replication.throttled.rate`, is left out of the next fetch (its session forgets
+it) and marked again before the one after; the bytes appended for listed partitions count toward
+the rate.
+
 `FetcherManager` is given what it uses, not the broker: our broker id, the config (fetch size),
 the replica manager (the followed logs), the purgatory (woken when a follower's high watermark
 moves), the current metadata image (a callable: where each leader listens) and the
@@ -24,9 +31,11 @@ from typing import TYPE_CHECKING, Callable
 
 import trio
 
+from common.clock import steady_ms
 from common.connection import BrokerConnection, ConnectionClosed
 from partition_server.replication.follower_session import FetchPlan, FetchPosition, FollowerSession
 from partition_server.replication.partition import Role
+from partition_server.replication.throttle import ReplicationQuota
 from wire.errors import DecodeError, ErrorCode, KafkaError
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
@@ -60,7 +69,8 @@ class FetchStats:
 
 class FetcherManager:
     def __init__(self, broker_id: int, config, replicas: ReplicaManager, purgatory: Purgatory,
-                 image: Callable[[], MetadataImage], security: ClientSecurity | None):
+                 image: Callable[[], MetadataImage], security: ClientSecurity | None,
+                 quota: ReplicationQuota | None = None):
         self.broker_id = broker_id
         self.config = config
         self.replicas = replicas
@@ -72,6 +82,12 @@ class FetcherManager:
         self.sessions: dict[int, FollowerSession] = {}        # leader → its running session
         self.stats: dict[int, FetchStats] = {}                # leader → what the last fetch held
         self.changed = trio.Event()
+        # follower replication throttle (throttle.py): partitions held back from a fetch are
+        # marked again before the next one, so they are reconsidered every round
+        self.quota = quota if quota is not None else ReplicationQuota()
+        self.held: dict[int, set[tuple[str, int]]] = {}        # leader → held back last build
+        self.caught_up: set[tuple[str, int]] = set()   # throttled, at the leader's HW (Kafka's
+        #                                                "in sync" for the follower's throttle)
 
     def follow(self, topic: str, partition: int, leader: int) -> None:
         """Follow from `leader`; called again on a new leader epoch, which moves the position."""
@@ -89,6 +105,7 @@ class FetcherManager:
 
     def unfollow(self, topic: str, partition: int) -> None:
         key = (topic, partition)
+        self.caught_up.discard(key)
         old = self.assignments.pop(key, None)
         if old is not None:
             self._drop(key, old)
@@ -156,6 +173,9 @@ class FetcherManager:
                     conn = BrokerConnection(reg.host, reg.port, f"replica-{self.broker_id}",
                                             security=self._security)
                     await conn.connect(timeout_s=2)
+                held = self.held.pop(leader, None)
+                if held:
+                    session.mark_all(held)
                 plan = session.build(self.by_leader.get(leader, ()),
                                      lambda key: self._position(key, leader))
                 resp = await conn.request(self._request(plan), FETCH_VERSION,
@@ -194,6 +214,11 @@ class FetcherManager:
         hosted = self.replicas.get(*key)
         if hosted is None or hosted.state.role is not Role.FOLLOWER or hosted.offline:
             return None
+        if self.quota.throttled and self.quota.should_throttle(
+                key[0], key[1], self.broker_id in hosted.state.isr or key in self.caught_up,
+                steady_ms()):
+            self.held.setdefault(self.assignments.get(key, -1), set()).add(key)
+            return None                 # Kafka's fetcher leaves it out of this fetch
         plog = hosted.log
         return FetchPosition(plog.log_end_offset, plog.latest_epoch, hosted.state.leader_epoch,
                              plog.log_start_offset)
@@ -299,9 +324,22 @@ class FetcherManager:
         if p.records is not None and len(p.records):
             data = bytes(p.records)
             plog.append_as_follower(data, now)
+            if self.quota.is_throttled(hosted.topic, hosted.partition):
+                self.quota.record(len(data), steady_ms())
             for h in iter_batches(data):
                 if h.producer_id >= 0:
                     hosted.producers.update_from_header(h)
         state.update_follower_high_watermark(p.high_watermark)
+        self._note_lag(hosted, p.high_watermark)
         self.purgatory.notify((hosted.topic, hosted.partition))
         return False
+
+    def _note_lag(self, hosted, leader_high_watermark: int) -> None:
+        """Kafka's follower counts a replica in sync for its throttle once it has no lag behind
+        the leader's high watermark (it may not be in the ISR yet: held back then, it would
+        never send the fetch at the log end that admits it)."""
+        key = (hosted.topic, hosted.partition)
+        if self.quota.is_throttled(*key) and hosted.log.log_end_offset >= leader_high_watermark:
+            self.caught_up.add(key)
+        else:
+            self.caught_up.discard(key)

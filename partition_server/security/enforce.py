@@ -520,6 +520,7 @@ RULES = {
     # controller membership (KIP-853), as in Kafka: Alter on the cluster
     ApiKey.ADD_RAFT_VOTER: _cluster_rule(A.ALTER, _top_level(ApiKey.ADD_RAFT_VOTER)),
     ApiKey.REMOVE_RAFT_VOTER: _cluster_rule(A.ALTER, _top_level(ApiKey.REMOVE_RAFT_VOTER)),
+    ApiKey.DESCRIBE_LOG_DIRS: _cluster_rule(A.DESCRIBE, _top_level(ApiKey.DESCRIBE_LOG_DIRS)),
     ApiKey.DESCRIBE_CLUSTER: _cluster_rule(A.DESCRIBE, _top_level(ApiKey.DESCRIBE_CLUSTER)),
     ApiKey.WRITE_TXN_MARKERS:
         _cluster_rule(A.CLUSTER_ACTION, lambda req: RESPONSES[ApiKey.WRITE_TXN_MARKERS]()),

@@ -13,6 +13,7 @@ from partition_server.handlers.fetch_follower import close_session
 from partition_server.log import LogConfig, PartitionLog
 from partition_server.purgatory import Purgatory
 from partition_server.replica_manager import ReplicaManager
+from partition_server.replication.throttle import ReplicationQuotas
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import build_batch
@@ -29,6 +30,7 @@ class FakeBroker:
         self.replicas = ReplicaManager(0, opener)
         self.replicas.on_change = self.purgatory.notify
         self.fetch_sessions = FetchSessionCache(on_close=close_session)
+        self.replication_quotas = ReplicationQuotas(0)
         self.image = types.SimpleNamespace(topics={"t": object()}, topic_names={})
         for p in range(N):
             self.replicas.apply_partition("t", None, p, [0, 1], [0, 1], 0, 1, 1, {}, 1, 0)

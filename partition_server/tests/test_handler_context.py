@@ -12,7 +12,8 @@ HANDLERS = Path(__file__).resolve().parents[1] / "handlers"
 
 def _fake_broker(**kw):
     fields = dict(broker_id=1, config={}, replicas="R", purgatory="P", groups="G", txn="T",
-                  fetch_sessions="F", producer_ids="I", client="C", image="image-1",
+                  fetch_sessions="F", producer_ids="I", client="C", replication_quotas="Q",
+                  image="image-1",
                   authorizer=None, topic_config=lambda topic: {"topic": topic})
     fields.update(kw)
     return types.SimpleNamespace(**fields)
