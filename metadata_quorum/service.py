@@ -152,8 +152,10 @@ class ControllerService:
             if voter:
                 log.info("controller %d is a voter", me)
             else:
-                log.warning("controller %d is no longer a voter of the metadata quorum: it stops "
-                            "serving brokers; stop this process", me)
+                log.warning("controller %d is %s the metadata quorum: it stops serving "
+                            "brokers%s", me, "being removed from" if me in image.voters
+                            else "no longer a voter of",
+                            "" if me in image.voters else "; stop this process")
         self.is_voter = voter
 
     async def commit(self, records: list) -> None:

@@ -40,14 +40,15 @@ def cid(index: int) -> int:
 
 
 class Cluster:
-    """Controllers by index (id 3000 + index; index 3 is the one that joins), and broker 0."""
+    """Controllers by index (id 3000 + index; 3 and 4 join later), and broker 0."""
 
     def __init__(self, tmp_path, controller_overrides=None):
         while True:
             self.layout = DevLayout(tmp_path, free_base_port(), {
                 "default.replication.factor": "1", "min.insync.replicas": "1",
                 "offsets.topic.replication.factor": "1"})
-            if _ports_free([self.layout.controller_port(3), self.layout.raft_port(3)]):
+            if _ports_free([port for i in (3, 4) for port in (self.layout.controller_port(i),
+                                                               self.layout.raft_port(i))]):
                 break
         self.extra = controller_overrides or {}
         self.procs: dict[str, ManagedProcess] = {}
@@ -409,4 +410,69 @@ def test_replace_a_controller_whose_disk_is_lost(tmp_path):
         assert not c.logs_say("differs from the voter set")
         print(f"metadata end offset {end}")
     finally:
+        c.stop_all()
+
+
+async def voters_record(port: int):
+    """The VotersRecord of a controller's image (None before any change)."""
+    from metadata_quorum.records import VotersRecord, decode_record
+    _, values = await image_records(port)
+    return next((x for x in map(decode_record, values) if isinstance(x, VotersRecord)), None)
+
+
+def test_active_controller_dies_in_the_middle_of_a_voter_change(tmp_path):
+    """Five voters; a removal is in flight (its PENDING record committed, the leader waiting for
+    the leaving voter, which is SIGSTOPped, to confirm) when the active controller is SIGKILLed:
+    the next active controller ends the change (aborted: the Raft membership entry was never
+    proposed), the voter set is whole again, and the next change is accepted."""
+    c = Cluster(tmp_path)
+    try:
+        for i in range(3):
+            c.start_controller(i, [0, 1, 2])
+        assert wait_ready(list(c.procs.values()), 30) is None
+
+        async def scenario():
+            boot = ("127.0.0.1", c.port(0))
+            for i in (3, 4):
+                assert wait_ready([c.start_controller(i, [0, 1, 2])], 30) is None
+                await cli.add_controller(boot, cid(i), ("127.0.0.1", c.port(i)),
+                                         ("127.0.0.1", c.layout.raft_port(i)), timeout_s=30)
+                await cli.wait_caught_up(boot, cid(i), 30)
+            leader = (await cli.describe("127.0.0.1", c.port(0)))["leader_id"]
+            lead = leader - 3000
+            target = next(i for i in range(5) if i != lead)
+            survivors = [i for i in range(5) if i not in (lead, target)]
+            c.procs[f"controller-{cid(target)}"].proc.send_signal(signal.SIGSTOP)
+            remove = REQUESTS[ApiKey.REMOVE_RAFT_VOTER](voter_id=cid(target))
+            async with trio.open_nursery() as nursery:
+                async def send():
+                    try:
+                        await request(c.port(lead), remove, 0, timeout=20)
+                    except NETWORK_ERRORS:
+                        pass                # the controller it was sent to is killed
+                nursery.start_soon(send)
+
+                async def in_flight():
+                    rec = await voters_record(c.port(survivors[0]))
+                    return rec is not None and rec.change == ("remove", cid(target))
+                await until(in_flight, "the removal in flight", 10, pause=0.02)
+                c.stop(f"controller-{leader}", signal.SIGKILL)
+            c.procs[f"controller-{cid(target)}"].proc.send_signal(signal.SIGCONT)
+
+            async def ended():
+                rec = await voters_record(c.port(survivors[0]))
+                return rec if rec is not None and rec.change == () else None
+            rec = await until(ended, "the change ended by the next active controller", 30)
+            assert sorted(v[0] for v in rec.voters) == [cid(i) for i in range(5)]
+            # the whole set is back and works: the dead leader can be removed now
+            boot = ("127.0.0.1", c.port(survivors[0]))
+            await cli.remove_controller(boot, leader, timeout_s=30)
+            voters = [i for i in range(5) if i != lead]
+            end, image = await identical_voters([c.port(i) for i in voters], full_stream=True)
+            return end
+        trio.run(scenario)
+        assert not c.logs_say("differs from the voter set")
+    finally:
+        for p in c.procs.values():
+            p.proc.send_signal(signal.SIGCONT)
         c.stop_all()
