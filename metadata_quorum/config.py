@@ -16,6 +16,7 @@
 | raftka.controller.stream.tail.records | 50000 | committed records kept for the metadata stream; a broker further behind loads a snapshot |
 | raftka.controller.raft.log.compaction.min.entries | 20000 | pysyncobj compacts its Raft log into a snapshot (`raft.dump`) past this many entries... |
 | raftka.controller.raft.log.compaction.min.time.ms | 60000 | ...or this long after the last compaction, whichever comes first |
+| raftka.controller.test.voter.change.pause.ms | 0 | tests only: a voter change waits this long between its PENDING record and the Raft membership entry, so a test can fail the active controller in between |
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class ControllerConfig:
     min_insync_replicas: int = 1
     raft_compaction_min_entries: int = 20_000
     raft_compaction_min_time_ms: int = 60_000
+    voter_change_pause_ms: int = 0          # tests only (see the table)
     # the raw properties, for the listener's security settings (same keys as a broker's:
     # listener.security.protocol.map's CONTROLLER entry, ssl.*, sasl.*, raftka.inter.node.*)
     props: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
@@ -100,7 +102,8 @@ class ControllerConfig:
                    as_int("raftka.controller.disconnect.fence.ms", 500, 0),
                    as_int("min.insync.replicas", 1, 1),
                    as_int("raftka.controller.raft.log.compaction.min.entries", 20_000, 1),
-                   as_int("raftka.controller.raft.log.compaction.min.time.ms", 60_000, 1))
+                   as_int("raftka.controller.raft.log.compaction.min.time.ms", 60_000, 1),
+                   as_int("raftka.controller.test.voter.change.pause.ms", 0, 0))
         if not problems:
             try:    # the listener's TLS/SASL settings, checked now rather than at first connect
                 from common.listener_security import controller_listener_security

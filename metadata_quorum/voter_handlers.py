@@ -102,6 +102,9 @@ async def _run(svc, api_key: int, planner):
             await svc.commit([plan.pending])
             if plan.kind == "remove":
                 await svc.commit([NoOpRecord()])
+        pause_ms = getattr(svc.config, "voter_change_pause_ms", 0)
+        if pause_ms:                                    # a test's window to fail us in
+            await trio.sleep(pause_ms / 1000)
         if plan.kind == "remove":
             await _until_leaving_voter_knows(svc, plan.voter)
         reason = await _change_membership(svc, plan)

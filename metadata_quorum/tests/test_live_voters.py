@@ -421,58 +421,51 @@ async def voters_record(port: int):
 
 
 def test_active_controller_dies_in_the_middle_of_a_voter_change(tmp_path):
-    """Five voters; a removal is in flight (its PENDING record committed, the leader waiting for
-    the leaving voter, which is SIGSTOPped, to confirm) when the active controller is SIGKILLed:
-    the next active controller ends the change (aborted: the Raft membership entry was never
-    proposed), the voter set is whole again, and the next change is accepted."""
-    c = Cluster(tmp_path)
+    """A removal is in flight (its PENDING record committed; a test pause holds the active
+    controller before the Raft membership entry) when the active controller is SIGKILLed: the
+    next active controller ends the change (aborted: the membership entry was never proposed),
+    the voter being removed serves brokers again, and the next change is accepted."""
+    c = Cluster(tmp_path, {"raftka.controller.test.voter.change.pause.ms": "6000"})
     try:
         for i in range(3):
             c.start_controller(i, [0, 1, 2])
         assert wait_ready(list(c.procs.values()), 30) is None
 
         async def scenario():
-            boot = ("127.0.0.1", c.port(0))
-            for i in (3, 4):
-                assert wait_ready([c.start_controller(i, [0, 1, 2])], 30) is None
-                await cli.add_controller(boot, cid(i), ("127.0.0.1", c.port(i)),
-                                         ("127.0.0.1", c.layout.raft_port(i)), timeout_s=30)
-                await cli.wait_caught_up(boot, cid(i), 30)
-            leader = (await cli.describe("127.0.0.1", c.port(0)))["leader_id"]
+            async def elected():
+                leader_id = (await cli.describe("127.0.0.1", c.port(0)))["leader_id"]
+                return leader_id if leader_id >= 0 else None
+            leader = await until(elected, "a leader", 30)
             lead = leader - 3000
-            target = next(i for i in range(5) if i != lead)
-            survivors = [i for i in range(5) if i not in (lead, target)]
-            c.procs[f"controller-{cid(target)}"].proc.send_signal(signal.SIGSTOP)
+            target, survivor = [i for i in range(3) if i != lead]
             remove = REQUESTS[ApiKey.REMOVE_RAFT_VOTER](voter_id=cid(target))
             async with trio.open_nursery() as nursery:
                 async def send():
                     try:
-                        await request(c.port(lead), remove, 0, timeout=20)
+                        await request(c.port(lead), remove, 0, timeout=30)
                     except NETWORK_ERRORS:
                         pass                # the controller it was sent to is killed
                 nursery.start_soon(send)
 
                 async def in_flight():
-                    rec = await voters_record(c.port(survivors[0]))
+                    rec = await voters_record(c.port(survivor))
                     return rec is not None and rec.change == ("remove", cid(target))
-                await until(in_flight, "the removal in flight", 10, pause=0.02)
+                await until(in_flight, "the removal in flight", 20)
                 c.stop(f"controller-{leader}", signal.SIGKILL)
-            c.procs[f"controller-{cid(target)}"].proc.send_signal(signal.SIGCONT)
 
             async def ended():
-                rec = await voters_record(c.port(survivors[0]))
+                rec = await voters_record(c.port(survivor))
                 return rec if rec is not None and rec.change == () else None
             rec = await until(ended, "the change ended by the next active controller", 30)
-            assert sorted(v[0] for v in rec.voters) == [cid(i) for i in range(5)]
-            # the whole set is back and works: the dead leader can be removed now
-            boot = ("127.0.0.1", c.port(survivors[0]))
-            await cli.remove_controller(boot, leader, timeout_s=30)
-            voters = [i for i in range(5) if i != lead]
-            end, image = await identical_voters([c.port(i) for i in voters], full_stream=True)
-            return end
+            assert sorted(v[0] for v in rec.voters) == [cid(i) for i in range(3)]
+            # the voter that was being removed serves the stream again; the two agree
+            await identical_voters([c.port(target), c.port(survivor)], full_stream=True)
+            # the next change is accepted: the dead controller leaves (no pause for this
+            # removal's window: nothing waits on the dead voter, which is unreachable)
+            await cli.remove_controller(("127.0.0.1", c.port(survivor)), leader, timeout_s=60)
+            rec = await voters_record(c.port(survivor))
+            assert sorted(v[0] for v in rec.voters) == sorted([cid(target), cid(survivor)])
         trio.run(scenario)
         assert not c.logs_say("differs from the voter set")
     finally:
-        for p in c.procs.values():
-            p.proc.send_signal(signal.SIGCONT)
         c.stop_all()
