@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 MEMBERSHIP_TIMEOUT_S = 10.0
 LEAVING_WAIT_S = 5.0
 REACH_TIMEOUT_S = 3.0
+REACH_SETTLE_S = 3.0
 
 
 def _answer(api_key: int, error: int = 0, message: str | None = None):
@@ -91,6 +92,7 @@ async def _run(svc, api_key: int, planner):
     from metadata_quorum.service import NotActive
     owner = False
     try:
+        plan = await _plan(svc, planner)
         async with svc.lock:
             if not svc.active:
                 raise NotActive("not the active controller")
@@ -141,6 +143,22 @@ async def _until_leaving_voter_knows(svc, voter: Voter) -> None:
     if svc.quorum.members().get(voter.raft_address):
         log.warning("controller %d did not confirm it is leaving; removing it anyway",
                     voter.node_id)
+
+
+async def _plan(svc, planner):
+    """The planner's verdict, looked at again for up to REACH_SETTLE_S while it is refused for
+    want of reachable voters: pysyncobj only notices a quiet link is stale when it next sends,
+    so a newly elected leader sees followers as unreachable until it has reconnected (~0.5 s).
+    Outside the lock: heartbeats and other commands go on meanwhile."""
+    deadline = trio.current_time() + REACH_SETTLE_S
+    while True:
+        try:
+            return planner(svc.current_voters(), svc.controller.image.voter_change,
+                           svc.reachable_voters())
+        except voter_control.VoterRefused as exc:
+            if not exc.unreachable or trio.current_time() > deadline:
+                raise
+        await trio.sleep(0.25)
 
 
 async def _change_membership(svc, plan) -> str:

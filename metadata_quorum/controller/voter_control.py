@@ -33,10 +33,13 @@ from wire.errors import ErrorCode
 
 
 class VoterRefused(Exception):
-    def __init__(self, error: ErrorCode, message: str):
+    def __init__(self, error: ErrorCode, message: str, unreachable: bool = False):
         super().__init__(message)
         self.error = error
         self.message = message
+        # refused for want of reachable voters: worth a second look a moment later (a new
+        # leader's links to followers that never talked to each other reconnect first)
+        self.unreachable = unreachable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +89,7 @@ def plan_add(voters: dict[int, Voter], change: tuple, new: Voter, reachable: set
         raise VoterRefused(ErrorCode.INVALID_REQUEST,
                            f"only {live} of {len(voters)} voters are reachable; with controller "
                            f"{new.node_id} (an empty log until it catches up) commits would need "
-                           f"{need}: remove the unreachable voter(s) first")
+                           f"{need}: remove the unreachable voter(s) first", unreachable=True)
     after = dict(voters)
     after[new.node_id] = new
     return Plan("add", new, _record(voters, ("add",) + tuple(new)), _record(after),
@@ -107,7 +110,8 @@ def plan_remove(voters: dict[int, Voter], change: tuple, node_id: int,
         raise VoterRefused(ErrorCode.INVALID_REQUEST,
                            f"removing controller {node_id} leaves {len(after)} voters of which "
                            f"only {live} are reachable, below a majority "
-                           f"({majority(len(after))}): the quorum could not commit")
+                           f"({majority(len(after))}): the quorum could not commit",
+                           unreachable=True)
     return Plan("remove", voters[node_id], _record(voters, ("remove", node_id)), _record(after),
                 _record(voters))
 

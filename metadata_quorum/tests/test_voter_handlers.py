@@ -219,3 +219,26 @@ def test_a_new_voter_that_is_not_running_is_not_added():
         assert resp.error_code == ErrorCode.REQUEST_TIMED_OUT
         assert "does not answer" in resp.error_message and svc.committed == []
     run(scenario)
+
+
+def test_a_voter_that_reconnects_a_moment_later_counts_as_reachable():
+    """A new leader sees quiet follower links as down until it has reconnected them: a change
+    refused for want of reachable voters is looked at again for a few seconds."""
+    async def scenario(svc):
+        svc.quorum.connected[V[2].raft_address] = False
+
+        async def reconnect():
+            await trio.sleep(0.5)
+            svc.quorum.connected[V[2].raft_address] = True
+        svc.quorum.nursery.start_soon(reconnect)
+        resp = await vh.handle_remove_raft_voter(svc, remove_request(3))
+        assert resp.error_code == 0, resp.error_message
+        # one that stays down: refused once the settle time is over (voters {1, 2}, 2 down:
+        # a third voter would need 2 reachable)
+        svc.quorum.connected[V[2].raft_address] = False
+        start = trio.current_time()
+        resp = await vh.handle_add_raft_voter(svc, add_request())
+        assert resp.error_code == ErrorCode.INVALID_REQUEST and "remove the unreachable" in \
+            resp.error_message
+        assert trio.current_time() - start >= vh.REACH_SETTLE_S
+    run(scenario)
