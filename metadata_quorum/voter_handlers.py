@@ -150,8 +150,11 @@ async def _plan(svc, planner):
     want of reachable voters: pysyncobj only notices a quiet link is stale when it next sends,
     so a newly elected leader sees followers as unreachable until it has reconnected (~0.5 s).
     Outside the lock: heartbeats and other commands go on meanwhile."""
+    from metadata_quorum.service import NotActive
     deadline = trio.current_time() + REACH_SETTLE_S
     while True:
+        if not svc.active:      # only the active controller's view of the voters counts
+            raise NotActive("not the active controller")
         try:
             return planner(svc.current_voters(), svc.controller.image.voter_change,
                            svc.reachable_voters())

@@ -185,6 +185,10 @@ def test_remove_a_follower():
 def test_not_active_answers_not_controller_and_writes_nothing():
     async def scenario(svc):
         svc.active = False
+        # even for a request it would refuse (a follower's view of reachability is not the
+        # leader's): the caller must move on to the active controller
+        svc.quorum.connected[V[2].raft_address] = False
+        svc.quorum.connected[V[3].raft_address] = False
         for resp in (await vh.handle_add_raft_voter(svc, add_request()),
                      await vh.handle_remove_raft_voter(svc, remove_request(3))):
             assert resp.error_code == ErrorCode.NOT_CONTROLLER
