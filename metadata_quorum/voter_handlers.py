@@ -66,9 +66,18 @@ async def handle_add_raft_voter(svc, req):
 
 
 async def handle_remove_raft_voter(svc, req):
+    from metadata_quorum.service import NotActive
     node_id = req.body.voter_id
     if svc.active and node_id == svc.config.node_id:
         # pysyncobj refuses to remove its own leader: hand leadership over, the caller retries
+        # (unless the removal would be refused anyway: the last voter, no majority left)
+        try:
+            await _plan(svc, lambda voters, change, reachable:
+                        voter_control.plan_remove(voters, change, node_id, reachable))
+        except voter_control.VoterRefused as exc:
+            return _answer(ApiKey.REMOVE_RAFT_VOTER, exc.error, exc.message)
+        except NotActive as exc:
+            return _answer(ApiKey.REMOVE_RAFT_VOTER, ErrorCode.NOT_CONTROLLER, str(exc))
         svc.quorum.transfer_leadership()
         return _answer(ApiKey.REMOVE_RAFT_VOTER, ErrorCode.NOT_CONTROLLER,
                        f"controller {node_id} is the active controller: leadership is being "

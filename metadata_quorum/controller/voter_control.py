@@ -20,6 +20,8 @@ States of the voter set, as the metadata log records them (VotersRecord):
    So an add is refused unless the voters reachable now are a majority of the *new* set on their
    own; then commits never wait for the newcomer while it catches up (from the leader's log, or
    its snapshot when the log was compacted). Replacing a dead voter is therefore remove, then add.
+   Growing a one-voter quorum cannot avoid the wait and is allowed: its commits wait for the
+   second voter to catch up.
 4. A removal must leave a reachable majority of the remaining voters, and never the empty set.
 """
 
@@ -85,7 +87,9 @@ def plan_add(voters: dict[int, Voter], change: tuple, new: Voter, reachable: set
                                f"{v.host}:{v.port}")
     live = len(reachable & set(voters))
     need = majority(len(voters) + 1)
-    if live < need:
+    # growing a one-voter quorum is the exception: no set without the newcomer can be a
+    # majority of two, so commits wait until it has caught up (the only way to grow it)
+    if live < need and not (len(voters) == 1 and live == 1):
         raise VoterRefused(ErrorCode.INVALID_REQUEST,
                            f"only {live} of {len(voters)} voters are reachable; with controller "
                            f"{new.node_id} (an empty log until it catches up) commits would need "

@@ -113,3 +113,11 @@ def test_an_old_dump_without_the_voter_slots_loads_with_defaults():
     image = MetadataImage.__new__(MetadataImage)
     image.__setstate__(state)
     assert image.voters is None and image.voter_change == ()
+
+
+def test_a_one_voter_quorum_may_grow_to_two():
+    """No set without the newcomer is a majority of two: the only way to grow, allowed (its
+    commits wait until the second voter has caught up)."""
+    one = {1: V[1]}
+    assert vc.plan_add(one, (), NEW, {1}).done.voters == (tuple(V[1]), tuple(NEW))
+    assert refused(vc.plan_add, one, (), NEW, set())[0] == ErrorCode.INVALID_REQUEST

@@ -170,6 +170,16 @@ def test_removing_the_active_controller_hands_leadership_over_first():
     run(scenario)
 
 
+def test_the_last_voter_is_refused_rather_than_handed_over():
+    async def scenario(svc):
+        await svc.commit([r.VotersRecord((tuple(V[1]),))])      # a one-voter quorum
+        resp = await vh.handle_remove_raft_voter(svc, remove_request(1))
+        assert resp.error_code == ErrorCode.INVALID_REQUEST and "last voter" in \
+            resp.error_message
+        assert svc.quorum.transfers == 0
+    run(scenario)
+
+
 def test_remove_a_follower():
     async def scenario(svc):
         resp = await vh.handle_remove_raft_voter(svc, remove_request(3))
