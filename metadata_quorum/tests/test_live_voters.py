@@ -10,6 +10,9 @@
    controller that is not running, and removing an unknown one (through the CLI); remove
    the dead one, start a fresh controller with an empty directory (same id and address) that
    catches up from a Raft snapshot, add it, writes go on; the three images are identical.
+3. The active controller dies while a removal is in flight: the next one aborts it.
+4. A one-voter quorum grows to three, then survives the loss of its first voter.
+Full restarts with the original config files follow 1 and 2.
 """
 
 import json
@@ -18,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 import trio
@@ -467,6 +471,44 @@ def test_active_controller_dies_in_the_middle_of_a_voter_change(tmp_path):
             await cli.remove_controller(("127.0.0.1", c.port(survivor)), leader, timeout_s=60)
             rec = await voters_record(c.port(survivor))
             assert sorted(v[0] for v in rec.voters) == sorted([cid(target), cid(survivor)])
+        trio.run(scenario)
+        assert not c.logs_say("differs from the voter set")
+    finally:
+        c.stop_all()
+
+
+def test_a_one_voter_quorum_grows_to_three(tmp_path):
+    """One controller alone, then a second and a third added: the step from one to two voters
+    is the one pysyncobj cannot make without commits waiting for the newcomer (allowed)."""
+    c = Cluster(tmp_path)
+    try:
+        assert wait_ready([c.start_controller(0, [0])], 30) is None
+
+        async def scenario():
+            boot = ("127.0.0.1", c.port(0))
+            for i in (1, 2):
+                assert wait_ready([c.start_controller(i, list(range(i)))], 30) is None
+                await cli.add_controller(boot, cid(i), ("127.0.0.1", c.port(i)),
+                                         ("127.0.0.1", c.layout.raft_port(i)), timeout_s=30)
+                await cli.wait_caught_up(boot, cid(i), 30)
+            status = await cli.describe("127.0.0.1", c.port(2))
+            assert sorted(v["id"] for v in status["voters"]) == [cid(i) for i in range(3)]
+            # the first voter can now fail: the two others elect and commit (a broker
+            # registration is a committed RegisterBrokerRecord)
+            c.stop(f"controller-{cid(0)}", signal.SIGKILL)
+            br = REQUESTS[ApiKey.BROKER_REGISTRATION]
+            msg = br(broker_id=7, cluster_id="raftka", incarnation_id=uuid.uuid4(),
+                     listeners=[br.Listener(name="PLAINTEXT", host="127.0.0.1", port=1)])
+
+            async def registered():
+                for i in (1, 2):
+                    if (await request(c.port(i), msg, 4)).error_code == 0:
+                        return True
+            await until(registered, "a registration committed by the two", 30)
+            end, image = await identical_voters([c.port(1), c.port(2)], full_stream=True)
+            from metadata_quorum.records import RegisterBrokerRecord, decode_record
+            assert any(isinstance(x, RegisterBrokerRecord) and x.broker_id == 7
+                       for x in map(decode_record, image))
         trio.run(scenario)
         assert not c.logs_say("differs from the voter set")
     finally:
