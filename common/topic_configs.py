@@ -100,6 +100,9 @@ DYNAMIC_BROKER_CONFIGS = {
     # replication throttles (bytes/s; Kafka's default Long.MAX_VALUE is "unthrottled")
     LEADER_THROTTLED_RATE: _int(0, LONG_MAX),
     FOLLOWER_THROTTLED_RATE: _int(0, LONG_MAX),
+    # not Kafka's: replicas of a broker unreachable this long are re-placed on live brokers by
+    # the controller (metadata_quorum/controller/rereplication.py); -1 never (the default)
+    "raftka.rereplication.timeout.ms": _int(-1),
 }
 
 

@@ -44,6 +44,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),   # forwarded by brokers
     ApiKey.ADD_RAFT_VOTER: (0, 0),            # KIP-853: voter_handlers.py
     ApiKey.REMOVE_RAFT_VOTER: (0, 0),
+    ApiKey.UNREGISTER_BROKER: (0, 0),         # forwarded by brokers (KIP-631)
 }
 
 
@@ -330,6 +331,21 @@ async def handle_list_partition_reassignments(svc, req):
         for name, moves in found])
 
 
+async def handle_unregister_broker(svc, req):
+    """KIP-631: the broker's registration goes (it disappears from Metadata); its leaderships
+    move and it leaves every ISR where it is not the last member, as in KRaft. Replicas it still
+    hosts stay in their replica lists (under-replicated, as Kafka leaves them): drain it first
+    (`raftka cluster decommission`). BROKER_ID_NOT_REGISTERED for an unknown id; NOT_CONTROLLER
+    when this node is not (or stops being) the active controller."""
+    cls = RESPONSES[ApiKey.UNREGISTER_BROKER]
+    broker_id = req.body.broker_id
+    code, err = await _mutate(svc, lambda now: svc.controller.unregister_broker(broker_id))
+    code = err or code
+    message = (f"Broker ID {broker_id} is not currently registered."
+               if code == ErrorCode.BROKER_ID_NOT_REGISTERED else None)
+    return cls(error_code=code, error_message=message)
+
+
 async def handle_allocate_producer_ids(svc, req):
     res, err = await _mutate(svc, lambda now: svc.controller.allocate_producer_ids(
         req.body.broker_id, req.body.broker_epoch))
@@ -440,6 +456,7 @@ HANDLERS = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,
     ApiKey.ADD_RAFT_VOTER: handle_add_raft_voter,
     ApiKey.REMOVE_RAFT_VOTER: handle_remove_raft_voter,
+    ApiKey.UNREGISTER_BROKER: handle_unregister_broker,
 }
 assert set(HANDLERS) == set(SUPPORTED)
 assert all(REQUESTS[k].VALID_VERSIONS[0] <= lo and hi <= REQUESTS[k].VALID_VERSIONS[1]

@@ -364,10 +364,11 @@ class Broker:
                                 set(self.replicas.partitions))
 
     async def controlled_shutdown(self, timeout_s: float = 10.0) -> None:
-        """Ask the controller to move our leaderships away, wait until told to stop."""
+        """Ask the controller to move our leaderships away, wait until told to stop (an
+        unregistered broker leads nothing and has no controller to ask)."""
         self.client.want_shutdown = True
         with trio.move_on_after(timeout_s):
-            while not self.client.should_shut_down:
+            while not self.client.should_shut_down and not self.client.unregistered:
                 await trio.sleep(0.1)
 
     def close(self) -> None:

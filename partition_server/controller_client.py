@@ -60,6 +60,8 @@ class ControllerClient:
         self.caught_up = False
         self.want_shutdown = False
         self.should_shut_down = False
+        self._seen_registered = False     # our current registration was in our image
+        self.unregistered = False         # UnregisterBroker removed us (KIP-631)
         self._active_hint = next(iter(self.voters))
         self._conns: dict[int, BrokerConnection] = {}        # requests to the active controller
         self._fetch_conns: dict[int, BrokerConnection] = {}  # the long-polled metadata stream
@@ -131,6 +133,7 @@ class ControllerClient:
                 continue
             if resp.error_code == ErrorCode.NONE:
                 self.broker_epoch = resp.broker_epoch
+                self._seen_registered = False
                 log.info("broker %d registered with epoch %d", self.broker_id, self.broker_epoch)
                 if self.on_registered is not None:
                     self.on_registered(self.broker_epoch)
@@ -151,10 +154,23 @@ class ControllerClient:
             except ControllerUnavailable:
                 await trio.sleep(0.2)
                 continue
+            if resp.error_code == ErrorCode.BROKER_ID_NOT_REGISTERED and \
+                    await self._was_unregistered():
+                # UnregisterBroker (KIP-631) removed us: as Kafka's broker, stay out (no
+                # re-registration, so we stay out of Metadata) until this process restarts
+                if not self.unregistered:
+                    log.warning("broker %d was unregistered; it stays out of the cluster until "
+                                "restarted", self.broker_id)
+                self.unregistered = True
+                await trio.sleep(self.heartbeat_interval_s)
+                continue
             if resp.error_code in (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED):
                 # our registration is gone (e.g. fenced and replaced): register afresh
                 await self.register()
                 continue
+            if resp.error_code == ErrorCode.NONE and not self._seen_registered:
+                b = self.image.brokers.get(self.broker_id)
+                self._seen_registered = b is not None and b.broker_epoch == self.broker_epoch
             if resp.error_code == ErrorCode.NONE:
                 changed = (resp.is_fenced != self.fenced or resp.is_caught_up != self.caught_up
                            or resp.should_shut_down != self.should_shut_down)
@@ -164,6 +180,18 @@ class ControllerClient:
                     on_state()
             # heartbeat faster while fenced so unfencing does not wait a whole interval
             await trio.sleep(self.heartbeat_interval_s if not self.fenced else 0.2)
+
+    async def _was_unregistered(self, wait_s: float = 5.0) -> bool:
+        """Our registration, once in our image, left it (an UnregisterBrokerRecord): waits a
+        little for the image to catch up with the controller that just said so. A controller
+        that lost its state also answers BROKER_ID_NOT_REGISTERED, but no record removed us from
+        our image then: we register again."""
+        if not self._seen_registered:
+            return False
+        with trio.move_on_after(wait_s):
+            while self.broker_id in self.image.brokers:
+                await trio.sleep(0.1)
+        return self.broker_id not in self.image.brokers
 
     # -- metadata stream ------------------------------------------------------------------------
 

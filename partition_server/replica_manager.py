@@ -118,6 +118,9 @@ class ReplicaManager:
         self.compacted: set[TopicPartition] = set()
         self.isr_candidates: set[TopicPartition] = set()
         self._hw_dirty: set[TopicPartition] = set()   # high watermarks not checkpointed yet
+        # sets other periodic jobs drain (the lag monitor): partitions whose high watermark,
+        # role or hosting changed since they last looked
+        self.watchers: list[set[TopicPartition]] = []
         # inside `batched_epoch_sync`: new leader epochs are written unsynced, synced at its end
         self._defer_epoch_sync = False
         self._epochs_unsynced = False
@@ -175,7 +178,7 @@ class ReplicaManager:
                                                     self.high_watermarks.get(key, 0)), producers=producers)
             hosted.offline = self.log_dir_failed
             self.partitions[key] = hosted
-            hosted.state.on_high_watermark_change = lambda: self._hw_dirty.add(key)
+            hosted.state.on_high_watermark_change = lambda: self._hw_changed(key)
             self._hw_dirty.add(key)
             if plog.config.flush_ms != NEVER:
                 self.timed_flush.add(key)
@@ -198,7 +201,14 @@ class ReplicaManager:
             self.led.add(key)
         else:
             self.led.discard(key)
+        for watcher in self.watchers:
+            watcher.add(key)
         return hosted.state.role
+
+    def _hw_changed(self, key: TopicPartition) -> None:
+        self._hw_dirty.add(key)
+        for watcher in self.watchers:
+            watcher.add(key)
 
     @contextlib.contextmanager
     def batched_epoch_sync(self):
@@ -270,6 +280,8 @@ class ReplicaManager:
             index.discard((topic, partition))
         hosted.state.stop_replica()
         self._hw_dirty.add((topic, partition))
+        for watcher in self.watchers:
+            watcher.add((topic, partition))
         if delete:
             self.high_watermarks.pop((topic, partition), None)
         else:

@@ -29,22 +29,27 @@ def _ports_free(ports) -> bool:
     return True
 
 
-def free_base_port() -> int:
+def free_base_port(broker_ids=BROKER_IDS) -> int:
     rng = random.Random(os.getpid() ^ time.time_ns())
     for _ in range(200):
         # below Linux's ephemeral range (32768+): a client socket's random local port must not
         # take a port a node is about to listen on (base + up to 1202)
         base = rng.randrange(10000, 31500)
-        ports = [base + b for b in BROKER_IDS] + [base + 1000 + i for i in range(3)] + \
-                [base + 1100 + i for i in range(3)] + [base + 1200 + b for b in BROKER_IDS]
+        ports = [base + b for b in broker_ids] + [base + 1000 + i for i in range(3)] + \
+                [base + 1100 + i for i in range(3)] + [base + 1200 + b for b in broker_ids]
         if _ports_free(ports):
             return base
     raise RuntimeError("no free port range on 127.0.0.1")
 
 
 class LiveCluster:
-    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None):
-        self.layout = DevLayout(Path(data_dir), free_base_port(), overrides or {})
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None,
+                 brokers: int = len(BROKER_IDS), spare_brokers: int = 0):
+        """`brokers` started (ids 0..brokers-1); ports kept free for `spare_brokers` more ids
+        after them, to join later (`raftka dev --add-broker`)."""
+        ids = range(brokers + spare_brokers)
+        self.layout = DevLayout(Path(data_dir), free_base_port(ids), overrides or {},
+                                brokers=brokers)
         self.procs: list[ManagedProcess] = []
 
     @property

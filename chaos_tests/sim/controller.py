@@ -82,6 +82,12 @@ class SimController:
             self.commit(records)
             self.sim.net.send(self.name, src, ("alter_partition_ok", req_id, results))
 
+    def set_cluster_config(self, key: str, value: str) -> None:
+        """A dynamic cluster-wide broker config, as `raftka configs --entity-default` sets it."""
+        records, results = self.qc.incremental_alter_configs([(4, "", [(key, 0, value)])])
+        assert results[0][0] == ErrorCode.NONE, results[0]
+        self.commit(records)
+
     def create_topic(self, name: str, partitions: int, rf: int, configs: dict) -> None:
         records, results = self.qc.create_topics([{"name": name, "num_partitions": partitions,
                                                    "replication_factor": rf, "configs": configs}])

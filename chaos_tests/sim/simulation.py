@@ -22,6 +22,11 @@ Faults (the nemesis picks among them at random times, at most two at once):
 With `reassign` on (off by default, so the CI seeds' runs stay as they were), partitions are also
 moved (KIP-455) at random times: a new target of 2 or 3 brokers in a random order, or a cancel;
 convergence then means every partition's move finished and its replicas agree.
+
+With `rereplicate` on (off by default), a fourth broker runs, the cluster-wide
+`raftka.rereplication.timeout.ms` is set, and one broker is lost for good (crashed, never
+restarted) at a random time: the controller re-places its replicas (rereplication.py) amid the
+other faults; convergence then also means no partition names the lost broker any more.
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ DEFAULT_CONFIG = {
     "request_timeout_ms": 1500,
     "delivery_timeout_ms": 8000,
     "reassign": False,
+    "rereplicate": False,
+    "rereplication_timeout_ms": 3000,
 }
 
 
@@ -92,7 +99,10 @@ class Simulation:
         self.invariants = Invariants(self)
         self.controller = SimController(self, self.cfg["session_timeout_ms"])
         self.net.add("controller", self.controller)
-        self.brokers = [SimBroker(self, i, self.cfg) for i in range(BROKERS)]
+        # RF stays BROKERS; re-replication needs one broker more to move to
+        self.n_brokers = BROKERS + (1 if self.cfg["rereplicate"] else 0)
+        self.lost: set = set()            # brokers lost for good (never restarted)
+        self.brokers = [SimBroker(self, i, self.cfg) for i in range(self.n_brokers)]
         for b in self.brokers:
             self.net.add(b.name, b)
         self.producers = [SimProducer(self, f"producer-{p}", TOPIC, p, 1000 * (p + 1))
@@ -150,9 +160,13 @@ class Simulation:
         self.controller.start()
         for b in self.brokers:
             b.start()
-        self._run_until(lambda: len(self.controller.image.usable_brokers()) == BROKERS, 10_000,
-                        "brokers did not register")
+        self._run_until(lambda: len(self.controller.image.usable_brokers()) == self.n_brokers,
+                        10_000, "brokers did not register")
         self.controller.create_topic(TOPIC, PARTITIONS, BROKERS, {"min.insync.replicas": "2"})
+        if self.cfg["rereplicate"]:
+            self.controller.set_cluster_config("raftka.rereplication.timeout.ms",
+                                               str(self.cfg["rereplication_timeout_ms"]))
+            self.sched.after(self.sched.rng.randint(1000, 8000), self._lose_a_broker)
         for c in self.producers + self.consumers:
             c.start()
         self.sched.after(self.sched.rng.randint(200, 1000), self._nemesis)
@@ -212,7 +226,8 @@ class Simulation:
             return
         if len(self.active) >= 2:
             return
-        free = [b for b in self.brokers if b.broker_id not in self.active]
+        free = [b for b in self.brokers if b.broker_id not in self.active
+                and b.broker_id not in self.lost]
         if choice == "zombie":
             leaders = {p.leader for t in self.controller.image.topics.values()
                        for p in t.partitions.values() if p.leader >= 0}
@@ -251,11 +266,32 @@ class Simulation:
         partition = rng.randrange(PARTITIONS)
         target = None
         if rng.random() < 0.8:
-            target = rng.sample(range(BROKERS), rng.choice([2, 3]))
+            # an operator does not move partitions onto a broker lost for good
+            live = [b for b in range(self.n_brokers) if b not in self.lost]
+            target = rng.sample(live, rng.choice([2, 3]))
         records, results = self.controller.qc.alter_partition_reassignments(
             [(TOPIC, partition, target)])
         self.controller.commit(records)
         self._count("reassign" if target else "cancel" if results[0][0] == 0 else "no-op")
+
+    def _lose_a_broker(self) -> None:
+        """One broker (not under another fault) crashes for good — one that is not the last
+        in-sync copy of any partition: losing that for good loses the partition whatever the
+        controller does (no unclean election here), which is not what this mode tests."""
+        image = self.controller.image
+        isrs = [p.isr for t in image.topics.values() for p in t.partitions.values()]
+        free = [b for b in self.brokers if b.broker_id not in self.active and b.up
+                and all(set(isr) - {b.broker_id} for isr in isrs)]
+        if not free:
+            self.sched.after(500, self._lose_a_broker)
+            return
+        b = self.sched.rng.choice(free)
+        self.lost.add(b.broker_id)
+        self._count("lost")
+        if any(b.broker_id in p.replicas for t in image.topics.values()
+               for p in t.partitions.values()):
+            self._count("lost-a-replica")      # something for the controller to re-place
+        b.crash(power_loss=False)
 
     def _count(self, name: str) -> None:
         self.fault_counts[name] = self.fault_counts.get(name, 0) + 1
@@ -284,7 +320,7 @@ class Simulation:
         self._end_flaky()
         for b in self.brokers:
             self._end_fault(b) if b.broker_id in self.active else None
-            if not b.up:
+            if not b.up and b.broker_id not in self.lost:
                 b.start()
             b.resume()
         self.active.clear()
@@ -307,7 +343,7 @@ class Simulation:
         for t in image.topics.values():
             for p in t.partitions.values():
                 if p.leader < 0 or p.adding_replicas or p.removing_replicas or \
-                        len(p.isr) != len(p.replicas):
+                        len(p.isr) != len(p.replicas) or set(p.replicas) & self.lost:
                     return False
                 tp = (t.name, p.partition_id)
                 logs = []

@@ -2,6 +2,7 @@
 
     admin.py    AdminClient: topics, partitions, configs, ACLs, groups, offsets, quorum
     reassignments.py  its partition reassignment calls (KIP-455)
+    brokers.py  its broker membership calls (UnregisterBroker, KIP-631)
     config.py   its configuration table (Kafka's keys and defaults)
     types.py    the calls' nouns: resource/ACL/config enums and the records calls take and return
     sync.py     SyncAdmin: the blocking facade on a loop thread

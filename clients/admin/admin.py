@@ -23,6 +23,7 @@ from typing import Iterable
 import trio
 
 from clients.admin.config import ADMIN
+from clients.admin.brokers import BrokerCalls
 from clients.admin.reassignments import ReassignmentCalls
 from clients.admin.types import (
     ResourceType, PatternType, AclOperation, AclPermissionType, ConfigResourceType, NewTopic,
@@ -68,7 +69,7 @@ def _err(code: int, message: str | None = None, what: str = "") -> KafkaError | 
     return None
 
 
-class AdminClient(ReassignmentCalls):  # reassignments.py: KIP-455 calls
+class AdminClient(ReassignmentCalls, BrokerCalls):  # KIP-455 calls; UnregisterBroker
     def __init__(self, bootstrap: str | Cluster | None = None, config: dict | None = None,
                  *, security: ClientSecurity | None = None, **kwargs):
         props = dict(config or {})

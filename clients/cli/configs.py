@@ -23,13 +23,13 @@ def register(sub) -> None:
     cs = p.add_subparsers(dest="configs_command", metavar="describe|alter")
     d = cs.add_parser("describe", help="show a topic's or broker's configs")
     d.add_argument("--entity-type", choices=["topics", "brokers"], required=True)
-    d.add_argument("--entity-name", required=True, help="topic name or broker id")
+    _entity_args(d)
     d.add_argument("--all", action="store_true",
                    help="every config with its source (default: only overrides)")
     add_connection_args(d)
     a = cs.add_parser("alter", help="set or delete configs of a topic or broker")
     a.add_argument("--entity-type", choices=["topics", "brokers"], required=True)
-    a.add_argument("--entity-name", required=True, help="topic name or broker id")
+    _entity_args(a)
     a.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V]",
                    help="set configs (repeatable; [a,b] for list values)")
     a.add_argument("--delete-config", action="append", default=[], metavar="K[,K]",
@@ -37,6 +37,13 @@ def register(sub) -> None:
     a.add_argument("--validate-only", action="store_true")
     add_connection_args(a)
     p.set_defaults(func=main, _parser=p)
+
+
+def _entity_args(p) -> None:
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--entity-name", help="topic name or broker id")
+    who.add_argument("--entity-default", action="store_true",
+                     help="brokers: the cluster-wide default (as kafka-configs.sh)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -48,6 +55,10 @@ def main(args: argparse.Namespace) -> int:
 
 def _resource(args) -> ConfigResource:
     rtype = ENTITY_TYPES[args.entity_type]
+    if args.entity_default:
+        if rtype != ConfigResourceType.BROKER:
+            raise CommandError("--entity-default is for --entity-type brokers", EXIT_USAGE)
+        return ConfigResource(rtype, "")
     if rtype == ConfigResourceType.BROKER and not args.entity_name.isdigit():
         raise CommandError(f"--entity-name for brokers is a broker id, got {args.entity_name!r}",
                            EXIT_USAGE)

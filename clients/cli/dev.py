@@ -1,4 +1,6 @@
-"""`raftka dev`: a local cluster of 3 controllers + 3 partition servers on 127.0.0.1.
+"""`raftka dev`: a local cluster of 3 controllers + 3 partition servers on 127.0.0.1
+(`--brokers N` for N partition servers, ids 0..N-1; `--add-broker ID` joins one more broker to a
+dev cluster already running from the same `--data-dir`).
 
 Writes one Kafka-style `.properties` file per process under `<data-dir>/configs/`, starts each as
 its own OS process (so a kill -9 of one is a real fault), waits until every broker reports that it
@@ -25,6 +27,8 @@ CONTROLLER_IDS = (3000, 3001, 3002)
 CONTROLLER_DEFAULTS = ("num.partitions", "default.replication.factor", "min.insync.replicas")
 BROKER_IDS = (0, 1, 2)
 STOP_TIMEOUT_S = 60          # per process at Ctrl-C, before SIGKILL
+# broker ports are base+id and metrics base+1200+id, below the controllers' base+1000
+MAX_BROKERS = 1000
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,11 @@ class DevLayout:
     overrides: dict[str, str] = field(default_factory=dict)
     # --secure: SASL_SSL listeners (SCRAM), a generated CA, ACLs enforced (clients/cli/secure_dev.py)
     secure: bool = False
+    brokers: int = len(BROKER_IDS)      # --brokers: ids 0 .. brokers-1
+
+    @property
+    def broker_ids(self) -> tuple[int, ...]:
+        return tuple(range(self.brokers))
 
     def log_path(self, process_name: str) -> Path:
         return self.data_dir / "logs" / f"{process_name}.log"
@@ -58,7 +67,7 @@ class DevLayout:
 
     @property
     def bootstrap_servers(self) -> str:
-        return ",".join(f"127.0.0.1:{self.broker_port(b)}" for b in BROKER_IDS)
+        return ",".join(f"127.0.0.1:{self.broker_port(b)}" for b in self.broker_ids)
 
     def _secure(self):
         from clients.cli.secure_dev import SecureDev
@@ -173,13 +182,18 @@ def start_cluster(layout: DevLayout, quiet: bool = False) -> list[ManagedProcess
         procs.append(ManagedProcess(f"controller-{cid}",
                                     [sys.executable, "-m", "metadata_quorum", "--config", str(path)],
                                     "listening on", quiet, layout.log_path(f"controller-{cid}")))
-    for bid in BROKER_IDS:
-        path = config_dir / f"broker-{bid}.properties"
-        write_properties(path, layout.broker_properties(bid))
-        procs.append(ManagedProcess(f"broker-{bid}",
-                                    [sys.executable, "-m", "partition_server", "--config", str(path)],
-                                    "unfenced", quiet, layout.log_path(f"broker-{bid}")))
+    for bid in layout.broker_ids:
+        procs.append(start_broker(layout, bid, quiet))
     return procs
+
+
+def start_broker(layout: DevLayout, broker_id: int, quiet: bool) -> ManagedProcess:
+    """Write broker `broker_id`'s config under the layout and start it (ready once unfenced)."""
+    path = layout.data_dir / "configs" / f"broker-{broker_id}.properties"
+    write_properties(path, layout.broker_properties(broker_id))
+    return ManagedProcess(f"broker-{broker_id}",
+                          [sys.executable, "-m", "partition_server", "--config", str(path)],
+                          "unfenced", quiet, layout.log_path(f"broker-{broker_id}"))
 
 
 def wait_ready(procs: list[ManagedProcess], timeout_s: float) -> str | None:
@@ -209,8 +223,15 @@ def stop_cluster(procs: list[ManagedProcess]) -> None:
 
 
 def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool,
-            quiet: bool, ready_timeout_s: float = 60.0, secure: bool = False) -> int:
-    layout = DevLayout(Path(data_dir).resolve(), base_port, overrides, secure)
+            quiet: bool, ready_timeout_s: float = 60.0, secure: bool = False,
+            brokers: int = len(BROKER_IDS), add_broker: int | None = None) -> int:
+    if add_broker is not None:
+        from clients.cli.dev_add_broker import run_add_broker
+        return run_add_broker(data_dir, add_broker, overrides, quiet, ready_timeout_s, secure)
+    if not 1 <= brokers <= MAX_BROKERS:
+        print(f"raftka dev: --brokers must be 1..{MAX_BROKERS}", file=sys.stderr)
+        return 2
+    layout = DevLayout(Path(data_dir).resolve(), base_port, overrides, secure, brokers)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -243,3 +264,46 @@ def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool
     finally:
         stop_cluster(procs)
         print("raftka dev: stopped", file=sys.stderr, flush=True)
+
+
+# -- the `raftka dev` command line (registered by clients/cli/main.py) ----------------------------
+
+def _parse_sets(items: list[str]) -> dict[str, str]:
+    overrides: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"raftka: --set expects key=value, got {item!r}")
+        overrides[key.strip()] = value.strip()
+    return overrides
+
+
+def cmd_dev(args) -> int:
+    return run_dev(args.data_dir, args.base_port, _parse_sets(args.set), args.demo, args.quiet,
+                   secure=args.secure, brokers=args.brokers, add_broker=args.add_broker)
+
+
+def register(sub) -> None:
+    dev = sub.add_parser("dev", help="run a local cluster: 3 controllers + 3 partition servers",
+                         description="Start 3 controllers and 3 partition servers (--brokers N: "
+                         "N) on 127.0.0.1 with data under --data-dir; prints "
+                         "bootstrap.servers=... when ready; Ctrl-C stops everything. Running it "
+                         "again resumes with the same data. --add-broker ID joins one more "
+                         "broker to the cluster running from --data-dir.")
+    dev.add_argument("--data-dir", default="./raftka-data", help="where all data lives")
+    dev.add_argument("--base-port", type=int, default=9092,
+                     help="brokers listen on base+id, controllers on base+1000..1002")
+    dev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a broker property (repeatable)")
+    dev.add_argument("--demo", action="store_true",
+                     help="once ready, create a topic, produce and consume a few records")
+    dev.add_argument("--quiet", action="store_true", help="do not echo process logs")
+    dev.add_argument("--secure", action="store_true",
+                     help="SASL_SSL listeners (SCRAM-SHA-512), a generated CA, ACLs enforced, a "
+                          "super user; prints client.properties=PATH")
+    dev.add_argument("--brokers", type=int, default=len(BROKER_IDS),
+                     help="partition servers to run, ids 0..N-1 (default 3)")
+    dev.add_argument("--add-broker", type=int, metavar="ID",
+                     help="start one more broker with this id, joining the dev cluster running "
+                          "from --data-dir (its base port is read from the configs there)")
+    dev.set_defaults(func=cmd_dev)

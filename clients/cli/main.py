@@ -18,22 +18,6 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 
-def _parse_sets(items: list[str]) -> dict[str, str]:
-    overrides: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise SystemExit(f"raftka: --set expects key=value, got {item!r}")
-        overrides[key.strip()] = value.strip()
-    return overrides
-
-
-def cmd_dev(args: argparse.Namespace) -> int:
-    from clients.cli.dev import run_dev
-    return run_dev(args.data_dir, args.base_port, _parse_sets(args.set), args.demo, args.quiet,
-                   secure=args.secure)
-
-
 def cmd_controller(args: argparse.Namespace) -> int:
     from metadata_quorum.__main__ import main as controller_main
     return controller_main(["--config", args.config])
@@ -65,22 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "with a Raft metadata quorum.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    dev = sub.add_parser("dev", help="run a local cluster: 3 controllers + 3 partition servers",
-                         description="Start 3 controllers and 3 partition servers on 127.0.0.1 "
-                         "with data under --data-dir; prints bootstrap.servers=... when ready; "
-                         "Ctrl-C stops everything. Running it again resumes with the same data.")
-    dev.add_argument("--data-dir", default="./raftka-data", help="where all data lives")
-    dev.add_argument("--base-port", type=int, default=9092,
-                     help="brokers listen on base+0..2, controllers on base+1000..1002")
-    dev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a broker property (repeatable)")
-    dev.add_argument("--demo", action="store_true",
-                     help="once ready, create a topic, produce and consume a few records")
-    dev.add_argument("--quiet", action="store_true", help="do not echo process logs")
-    dev.add_argument("--secure", action="store_true",
-                     help="SASL_SSL listeners (SCRAM-SHA-512), a generated CA, ACLs enforced, a "
-                          "super user; prints client.properties=PATH")
-    dev.set_defaults(func=cmd_dev)
+    _register(sub, "dev")
 
     ctl = sub.add_parser("controller", help="run one metadata-quorum controller")
     ctl.add_argument("--config", required=True, help="controller .properties file")
@@ -127,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     _register(sub, "produce")
     _register(sub, "transactions")
     _register(sub, "quotas", "reassign")
+    _register(sub, "cluster")
     return parser
 
 

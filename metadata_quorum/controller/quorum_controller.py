@@ -9,7 +9,7 @@ Every command returns a `ControllerResult(records, response)` — a named tuple,
 `cluster_control` (registration, heartbeats, fencing; KIP-631), `replication_control` (topics,
 placement, elections, AlterPartition; KIP-497/KIP-841), `config_control` (typed config table),
 `acl_control`, `feature_control` (features KIP-584, SCRAM KIP-554), `reassignment` (partition
-reassignment, KIP-455).
+reassignment, KIP-455), `rereplication` (replicas of lost brokers re-placed; issue 19).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from metadata_quorum import records as r
 from metadata_quorum.controller import (acl_control, cluster_control, config_control,
                                         feature_control, quota_control, reassignment,
-                                        replication_control)
+                                        replication_control, rereplication)
 from metadata_quorum.image import MetadataImage
 
 PRODUCER_ID_BLOCK = 1000
@@ -106,8 +106,10 @@ class QuorumController:
             records = replication_control.unclean_recoveries(self.image)
         if rebalance and not records:
             # first a move that can finish (normally AlterPartition finished it: see
-            # reassignment.py), so that it is not taken for an unbalanced leadership
+            # reassignment.py), so that it is not taken for an unbalanced leadership; then
+            # replicas of lost brokers re-placed (rereplication.py, off unless configured)
             records = (reassignment.completions(self.image)
+                       or rereplication.records(self.image, self.heartbeats.last_seen, now_ms)
                        or replication_control.preferred_rebalance(self.image))
         return records
 

@@ -37,6 +37,7 @@ import uuid
 
 from common.topic_configs import validate_topic_name
 from metadata_quorum import records as r
+from metadata_quorum.controller import placement
 from metadata_quorum.image import MetadataImage
 from wire.errors import ErrorCode
 
@@ -55,45 +56,15 @@ class TopicResult:
 
 def place_replicas(image: MetadataImage, partitions: int, rf: int, first_partition: int = 0,
                    start: int | None = None) -> list[list[int]] | None:
-    """Rack-aware round robin over usable brokers: leaders spread evenly, replicas on distinct
-    brokers and, where racks allow, distinct racks. None if there are fewer brokers than `rf`."""
-    brokers = image.usable_brokers()
-    if rf > len(brokers):
-        return None
-    # interleave racks so consecutive brokers sit on different racks (Kafka's rack alternation)
-    by_rack: dict[str | None, list[int]] = {}
-    for b in brokers:
-        by_rack.setdefault(b.rack, []).append(b.broker_id)
-    ordered: list[int] = []
-    racks = sorted(by_rack, key=lambda x: (x is None, x or ""))
-    while any(by_rack[x] for x in racks):
-        for x in racks:
-            if by_rack[x]:
-                ordered.append(by_rack[x].pop(0))
-    n = len(ordered)
+    """Rack-aware round robin over usable brokers (placement.place): leaders spread evenly,
+    replicas on distinct brokers and, where racks allow, distinct racks. None if there are
+    fewer brokers than `rf`."""
+    brokers = {b.broker_id: b.rack for b in image.usable_brokers()}
+    if not brokers:
+        return None if rf > 0 else []
     if start is None:
-        start = (len(image.topics) * 7) % n
-    rack_of = {b.broker_id: b.rack for b in brokers}
-    out = []
-    for p in range(first_partition, first_partition + partitions):
-        first = (start + p) % n
-        # the follower walk starts at a shift that changes every n partitions, so followers of
-        # one leader are spread too; a broker on a rack already used is skipped while unused
-        # racks remain (Kafka's rack-aware assignment)
-        shift = 1 + (p // n) % max(n - 1, 1)
-        replicas = [ordered[first]]
-        racks_used = {rack_of[ordered[first]]}
-        candidates = [ordered[(first + shift + k) % n] for k in range(n)]
-        while len(replicas) < rf:
-            fresh_rack = len(racks_used) < len(set(rack_of.values()))
-            pick = next((b for b in candidates if b not in replicas
-                         and (not fresh_rack or rack_of[b] not in racks_used)), None)
-            if pick is None:
-                pick = next(b for b in candidates if b not in replicas)
-            replicas.append(pick)
-            racks_used.add(rack_of[pick])
-        out.append(replicas)
-    return out
+        start = (len(image.topics) * 7) % len(brokers)
+    return placement.place(brokers, partitions, rf, first_partition, start)
 
 
 def create_topic(image: MetadataImage, name: str, num_partitions: int, replication_factor: int,

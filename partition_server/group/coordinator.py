@@ -46,8 +46,9 @@ from partition_server.coordinator_append import (coordinator_error, store_error,
 from partition_server.group.consumer_group import (ConsumerGroupCoordinatorState,
                                                    consumer_group_record, restore_consumer_group)
 from partition_server.group.lag import LagMonitor
+from partition_server.group.offset_expiry import OffsetExpiry
 from partition_server.group.state import (GroupConfig, GroupCoordinatorState, GroupState,
-                                          StoreGroup, expired_offsets, group_record,
+                                          StoreGroup, group_record,
                                           restore_group)
 from partition_server.replication.partition import Role
 from wire.errors import ErrorCode
@@ -113,6 +114,8 @@ class GroupCoordinator:
         self.retention_ms = cfg["raftka.offsets.retention.ms"] or \
             cfg["offsets.retention.minutes"] * 60_000
         self.retention_check_ms = cfg["offsets.retention.check.interval.ms"]
+        # which groups an expiry check looks at: touched ones, due ones (offset_expiry.py)
+        self.expiry = OffsetExpiry(self.retention_ms)
         self._persisted: dict[str, list] = {}        # group → last group record written/loaded
         self._persisted_at: dict[tuple, int] = {}    # ("consumer", group) → offset it went to
         self._empty_since: dict[str, int] = {}       # group → when it last became Empty
@@ -219,6 +222,7 @@ class GroupCoordinator:
             self._persisted[gid] = value[:5]
             if not value[4]:
                 self._empty_since[gid] = value[5]
+                self._touch(gid)
         for gid, value in consumer_groups.items():
             if value is None:
                 continue
@@ -257,6 +261,7 @@ class GroupCoordinator:
             if k[0] != OFFSET_KEY:
                 return
             _, group, topic, partition = k
+            self._touch(group)
             offsets = self.offsets.setdefault(group, {})
             if value is None:
                 offsets.pop((topic, partition), None)
@@ -297,7 +302,7 @@ class GroupCoordinator:
     async def _ticks(self) -> None:
         """Every 100 ms: timers that are due, then the groups changed since the last tick are
         logged and persisted. Its cost follows what happened, not how many groups there are
-        (the offsets expiry below walks the offsets, every offsets.retention.check.interval.ms)."""
+        (the offsets expiry below, every offsets.retention.check.interval.ms, too)."""
         next_expiry = now_ms() + self.retention_check_ms
         while True:
             await trio.sleep(0.1)
@@ -380,8 +385,9 @@ class GroupCoordinator:
                 continue                    # a generation being stored is _store_group's
             if g.state is GroupState.EMPTY and gid not in self._empty_since:
                 self._empty_since[gid] = now
-            elif g.members:
-                self._empty_since.pop(gid, None)
+                self._touch(gid)
+            elif g.members and self._empty_since.pop(gid, None) is not None:
+                self._touch(gid)
             rec = group_record(g)
             if rec is None or rec == self._persisted.get(gid):
                 continue
@@ -453,8 +459,13 @@ class GroupCoordinator:
         self.deliver(self.state.stored(gid, generation, store_error(err), steady_ms()))
 
     def _expire_offsets(self, now: int) -> None:
-        gone = expired_offsets(self.offsets, self.state.groups, now, self.retention_ms,
-                               self._empty_since)
+        """Looks at the groups due or changed since the last check only (offset_expiry.py)."""
+        gone, looked = self.expiry.expired(now, self.offsets, self.state.groups,
+                                           self._empty_since)
+        self._expire_some(gone)
+        self.expiry.file(looked, self.offsets, self.state.groups, self._empty_since)
+
+    def _expire_some(self, gone: dict) -> None:
         for gid, parts in gone.items():
             if self.owns(gid) != ErrorCode.NONE:
                 continue
@@ -471,7 +482,13 @@ class GroupCoordinator:
             if not left and (g is None or not g.members):
                 self._forget_group(gid)
 
+    def _touch(self, gid: str) -> None:
+        """Its offsets or emptiness changed: the expiry and the lag monitor look again."""
+        self.expiry.touch(gid)
+        self.lag.touch(gid)
+
     def _forget_offsets(self, gid: str, parts) -> None:
+        self._touch(gid)
         offsets = self.offsets.get(gid, {})
         for tp in parts:
             offsets.pop(tp, None)
@@ -479,6 +496,7 @@ class GroupCoordinator:
             self.offsets.pop(gid, None)
 
     def _forget_group(self, gid: str) -> None:
+        self._touch(gid)
         self._dirty.add(gid)                # its last logged state is dropped on the next tick
         self.state.groups.pop(gid, None)
         self._persisted.pop(gid, None)
@@ -504,6 +522,7 @@ class GroupCoordinator:
             return ErrorCode.NONE
         err = await self._append_and_wait(self.partition_of(group_id), records, timeout_s)
         if err == ErrorCode.NONE:
+            self._touch(group_id)
             offsets = self.offsets.setdefault(group_id, {})
             for t, p, o, e, m in entries:
                 offsets[(t, p)] = (o, e, m, ts)

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+OFFSETS_TOPIC = "__consumer_offsets"          # coordinator.OFFSETS_TOPIC (which imports us)
+
 
 @dataclasses.dataclass(frozen=True)
 class PartitionLag:
@@ -74,7 +76,17 @@ def timestamp_at(data: bytes, offset: int) -> int | None:
 class LagMonitor:
     """Given what it reads, not the broker: the group coordinator (committed offsets, which
     groups we coordinate), the replica manager (partitions we lead), the metadata image (a
-    callable; who leads the others) and connections to those leaders."""
+    callable; who leads the others) and connections to those leaders.
+
+    A refresh costs what changed, not groups × partitions: the (partition → groups) index of
+    what to measure is kept, and only groups the coordinator `touch`ed (their offsets changed)
+    are re-indexed; of the partitions led here, only those whose high watermark, role or
+    hosting changed (the replica manager's `watchers`), those of touched groups and those with
+    some lag (their lag in seconds moves with the clock) are measured again — the others' lag
+    is 0 messages, 0 s, as before. A change of which groups we coordinate or a failed log
+    directory rebuilds everything. Partitions led elsewhere are asked for again on every
+    refresh (one ListOffsets per leader), as before: their high watermark is only known there.
+    """
 
     def __init__(self, groups: GroupCoordinator, replicas: ReplicaManager,
                  image: Callable[[], MetadataImage], peers: PeerConnections, interval_s: float):
@@ -90,6 +102,19 @@ class LagMonitor:
         self._timestamps: dict[tuple[str, int, int], int | None] = {}
         self._used: dict[tuple[str, int, int], int | None] = {}
         self.peers = peers
+        self._wanted: dict[tuple[str, int], dict[str, int]] = {}    # partition → group → offset
+        self._by_group: dict[str, set[tuple[str, int]]] = {}
+        self._entries: dict[tuple[str, int], list[str]] = {}        # partition → groups in table
+        self._lagging: set[tuple[str, int]] = set()     # led here, some group behind
+        self._remote: set[tuple[str, int]] = set()      # wanted, not led here
+        self._touched: set[str] = set()
+        self._changed: set[tuple[str, int]] = set()
+        replicas.watchers.append(self._changed)
+        self._basis = None                              # (ownership, log dir failed)
+
+    def touch(self, group_id: str) -> None:
+        """The group's committed offsets changed (the coordinator calls this)."""
+        self._touched.add(group_id)
 
     async def run(self) -> None:
         while True:
@@ -98,33 +123,67 @@ class LagMonitor:
                 await self.refresh()
             except Exception:  # noqa: BLE001 - lag is advisory: log, keep the broker serving
                 log.exception("consumer lag refresh failed")
+                self._basis = None          # what it had drained is lost: start over
+
+    def _index(self, gid: str) -> set[tuple[str, int]]:
+        """Re-index one group; returns the partitions whose groups or offsets may differ."""
+        old = self._by_group.pop(gid, set())
+        for tp in old:
+            users = self._wanted.get(tp)
+            if users is not None:
+                users.pop(gid, None)
+                if not users:
+                    del self._wanted[tp]
+        parts = self.groups.offsets.get(gid) if self.groups.owns(gid) == ErrorCode.NONE else None
+        if parts:
+            self._by_group[gid] = set(parts)
+            for tp, value in parts.items():
+                self._wanted.setdefault(tp, {})[gid] = value[0]
+        return old | set(parts or ())
+
+    def _ownership(self):
+        """Changes whenever the coordinator's `owns` may answer differently for some group:
+        the `__consumer_offsets` partitions, which of them are led here, which are loaded."""
+        image = self._image()
+        topic = image.topics.get(OFFSETS_TOPIC) if image is not None else None
+        if topic is None:
+            return None
+        led = frozenset(p for p in topic.partitions
+                        if (h := self.replicas.get(OFFSETS_TOPIC, p)) is not None
+                        and h.state.role is Role.LEADER)
+        return len(topic.partitions), led, frozenset(self.groups.loaded)
+
+    def _to_measure(self) -> set[tuple[str, int]]:
+        basis = (self._ownership(), self.replicas.log_dir_failed)
+        if basis != self._basis:                    # coordinated groups changed: start over
+            self._basis = basis
+            self._wanted, self._by_group, self._touched = {}, {}, set(self.groups.offsets)
+            self._changed.update(self._entries, self._remote)
+        touched, self._touched = self._touched, set()
+        changed = set(self._changed)
+        self._changed.clear()                       # the replica manager's watcher: in place
+        for gid in touched:
+            changed |= self._index(gid)
+        return changed | self._lagging
 
     async def refresh(self) -> None:
-        groups = self.groups
-        wanted: dict[tuple[str, int], list[tuple[str, int]]] = {}
-        for gid, parts in list(groups.offsets.items()):
-            if groups.owns(gid) != ErrorCode.NONE:
-                continue
-            for (topic, partition), value in parts.items():
-                wanted.setdefault((topic, partition), []).append((gid, value[0]))
-        table = {}
+        measure = self._to_measure()
+        table = dict(self.table)
+        for tp in measure | self._remote:
+            for gid in self._entries.pop(tp, ()):
+                table.pop((gid, *tp), None)
         now = int(time.time() * 1000)
         self._used = {}
         remote: dict[int, list] = {}
-        for (topic, partition), users in wanted.items():
-            hosted = self.replicas.get(topic, partition)
-            if hosted is not None and hosted.state.role is Role.LEADER and not hosted.offline:
-                hw = hosted.state.high_watermark
-                for gid, committed in users:
-                    ts = None
-                    if 0 <= committed < hw:
-                        ts = self._cached(topic, partition, committed, lambda: timestamp_at(
-                            hosted.log.read(committed, 1, min_one=True).read_bytes(), committed))
-                    table[(gid, topic, partition)] = compute_lag(committed, hw, ts, now)
-                continue
-            p = self._image().partition(topic, partition)
+        for tp in measure:
+            self._lagging.discard(tp)
+            self._remote.discard(tp)
+            if tp in self._wanted and not self._measure_here(tp, table, now):
+                self._remote.add(tp)
+        for tp in self._remote:
+            p = self._image().partition(*tp)
             if p is not None and p.leader >= 0:
-                remote.setdefault(p.leader, []).append((topic, partition, users))
+                remote.setdefault(p.leader, []).append((*tp, list(self._wanted[tp].items())))
         for leader, items in remote.items():
             with trio.move_on_after(5):
                 try:
@@ -132,8 +191,29 @@ class LagMonitor:
                 except (ConnectionClosed, OSError, ValueError, DecodeError) as exc:
                     log.debug("lag: leader %d unreachable: %s", leader, exc)
                     await self.peers.drop(leader)
+            for topic, partition, users in items:
+                self._entries[(topic, partition)] = [g for g, _ in users
+                                                     if (g, topic, partition) in table]
         self.table = table
         self._timestamps = self._used
+
+    def _measure_here(self, tp: tuple[str, int], table: dict, now: int) -> bool:
+        """Lag of every group at a partition led here; False when it is not led here."""
+        topic, partition = tp
+        hosted = self.replicas.get(topic, partition)
+        if hosted is None or hosted.state.role is not Role.LEADER or hosted.offline:
+            return False
+        hw = hosted.state.high_watermark
+        for gid, committed in self._wanted[tp].items():
+            ts = None
+            if 0 <= committed < hw:
+                ts = self._cached(topic, partition, committed, lambda: timestamp_at(
+                    hosted.log.read(committed, 1, min_one=True).read_bytes(), committed))
+            lag = table[(gid, topic, partition)] = compute_lag(committed, hw, ts, now)
+            if lag.messages:
+                self._lagging.add(tp)
+        self._entries[tp] = list(self._wanted[tp])
+        return True
 
     def _cached(self, topic: str, partition: int, committed: int, lookup):
         key = (topic, partition, committed)

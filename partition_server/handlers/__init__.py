@@ -63,6 +63,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),   # → forwarded: the active controller's view
     ApiKey.ADD_RAFT_VOTER: (0, 0),            # → forwarded (KIP-853)
     ApiKey.REMOVE_RAFT_VOTER: (0, 0),         # → forwarded
+    ApiKey.UNREGISTER_BROKER: (0, 0),         # → forwarded (KIP-631)
 }
 
 HANDLERS = {
@@ -116,6 +117,7 @@ HANDLERS = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: admin.forward,
     ApiKey.ADD_RAFT_VOTER: admin.forward,
     ApiKey.REMOVE_RAFT_VOTER: admin.forward,
+    ApiKey.UNREGISTER_BROKER: admin.forward,
 }
 assert set(HANDLERS) == set(SUPPORTED)
 

@@ -3,13 +3,15 @@
 Metadata: brokers are the unfenced registrations; `controller_id` is a live broker (clients
 never talk to controllers, DESIGN.md §1); partitions carry leader epochs; an unknown topic gets
 UNKNOWN_TOPIC_OR_PARTITION, or is created when `auto.create.topics.enable` allows it (off by
-default); a partition without a leader gets LEADER_NOT_AVAILABLE.
+default); a partition without a leader gets LEADER_NOT_AVAILABLE. Each topic's part of the
+answer is built once per change of that topic and reused (metadata_cache.py).
 """
 
 from __future__ import annotations
 
 from common.topic_configs import TOPIC_CONFIGS, validate_topic_name
 from partition_server.handlers.context import HandlerContext
+from partition_server.handlers.metadata_cache import MetadataAnswer
 from wire.errors import ErrorCode
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
@@ -35,19 +37,33 @@ async def handle_metadata(hctx: HandlerContext, req):
     image = hctx.image
     brokers = live_brokers(image)
     requested = req.body.topics
+    cache = hctx.metadata_cache
     if requested is None or (req.api_version == 0 and not requested):
-        names = sorted(image.topics)
+        live = cache.live(b.broker_id for b in brokers)
+        topics = cache.all_topics(image, live)      # a shared tuple, encoded once per change
     else:
         names = []
         for t in requested:
             name = t.name if t.name is not None else image.topic_names.get(t.topic_id)
             names.append(name if name is not None else "")
-    allow_auto = req.body.allow_auto_topic_creation and hctx.config["auto.create.topics.enable"]
-    missing = [n for n in names if n not in image.topics and not validate_topic_name(n)]
-    if missing and allow_auto and requested:
-        from partition_server.handlers.admin import auto_create
-        await auto_create(hctx, missing)
-        image = hctx.image
+        allow_auto = req.body.allow_auto_topic_creation and \
+            hctx.config["auto.create.topics.enable"]
+        missing = [n for n in names if n not in image.topics and not validate_topic_name(n)]
+        if missing and allow_auto:
+            from partition_server.handlers.admin import auto_create
+            await auto_create(hctx, missing)
+            image = hctx.image
+        live = cache.live(b.broker_id for b in brokers)
+        topics = _named_topics(cache, image, live, names, missing, allow_auto)
+    controller = hctx.broker_id if not brokers else brokers[0].broker_id
+    return MetadataAnswer(
+        brokers=[cls.MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port,
+                                            rack=b.rack) for b in brokers],
+        cluster_id=CLUSTER_ID, controller_id=controller, topics=topics)
+
+
+def _named_topics(cache, image, live, names, missing, allow_auto) -> list:
+    cls = RESPONSES[ApiKey.METADATA]
     topics = []
     for name in names:
         topic = image.topics.get(name)
@@ -57,20 +73,8 @@ async def handle_metadata(hctx: HandlerContext, req):
                 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             topics.append(cls.MetadataResponseTopic(error_code=code, name=name))
             continue
-        live = {b.broker_id for b in brokers}
-        parts = [cls.MetadataResponsePartition(
-            error_code=ErrorCode.NONE if p.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
-            partition_index=p.partition_id, leader_id=p.leader, leader_epoch=p.leader_epoch,
-            replica_nodes=list(p.replicas), isr_nodes=list(p.isr),
-            offline_replicas=[r for r in p.replicas if r not in live])
-            for p in sorted(topic.partitions.values(), key=lambda p: p.partition_id)]
-        topics.append(cls.MetadataResponseTopic(error_code=0, name=name, topic_id=topic.topic_id,
-                                                is_internal=name.startswith("__"),
-                                                partitions=parts))
-    controller = hctx.broker_id if not brokers else brokers[0].broker_id
-    return cls(brokers=[cls.MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port,
-                                                   rack=b.rack) for b in brokers],
-               cluster_id=CLUSTER_ID, controller_id=controller, topics=topics)
+        topics.append(cache.topic(image, topic, live))      # built once per topic change
+    return topics
 
 
 async def handle_describe_cluster(hctx: HandlerContext, req):

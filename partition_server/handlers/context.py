@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Protocol
 
+from partition_server.handlers.metadata_cache import MetadataCache
+
 if TYPE_CHECKING:
     from metadata_quorum.image import MetadataImage
     from partition_server.config import BrokerConfig
@@ -50,6 +52,8 @@ class HandlerContext:
     client: ControllerClient                # the link to the active controller (forwarding)
     replication_quotas: ReplicationQuotas   # leader/follower replication throttles (KIP-73)
     _changing: _ChangingState = dataclasses.field(repr=False)
+    # Metadata answer pieces, one per topic, rebuilt when the topic changes (metadata_cache.py)
+    metadata_cache: MetadataCache = dataclasses.field(default_factory=MetadataCache, repr=False)
 
     @classmethod
     def of(cls, broker) -> HandlerContext:

@@ -516,6 +516,8 @@ RULES = {
         _cluster_rule(A.ALTER, _top_level(ApiKey.ALTER_PARTITION_REASSIGNMENTS)),
     ApiKey.LIST_PARTITION_REASSIGNMENTS:
         _cluster_rule(A.DESCRIBE, _top_level(ApiKey.LIST_PARTITION_REASSIGNMENTS)),
+    # KIP-631: Alter on the cluster, as in Kafka
+    ApiKey.UNREGISTER_BROKER: _cluster_rule(A.ALTER, _top_level(ApiKey.UNREGISTER_BROKER)),
     ApiKey.DESCRIBE_QUORUM: _cluster_rule(A.DESCRIBE, _top_level(ApiKey.DESCRIBE_QUORUM)),
     # controller membership (KIP-853), as in Kafka: Alter on the cluster
     ApiKey.ADD_RAFT_VOTER: _cluster_rule(A.ALTER, _top_level(ApiKey.ADD_RAFT_VOTER)),

@@ -117,12 +117,14 @@ async def test_lag_refresh_reads_a_record_only_when_the_committed_offset_moves()
                                    offline=False, log=Log())
     offsets = {"g": {("t", 0): (4, None)}}
     lag = LagMonitor(types.SimpleNamespace(offsets=offsets, owns=lambda gid: ErrorCode.NONE),
-                     types.SimpleNamespace(get=lambda t, p: hosted), image=lambda: None,
-                     peers=None, interval_s=5)
+                     types.SimpleNamespace(get=lambda t, p: hosted, watchers=[],
+                                           log_dir_failed=False),
+                     image=lambda: None, peers=None, interval_s=5)
     await lag.refresh()
     await lag.refresh()
     assert reads == [4] and lag.table[("g", "t", 0)].messages == 6
     offsets["g"][("t", 0)] = (7, None)
+    lag.touch("g")                      # as the coordinator does when offsets change
     await lag.refresh()
     await lag.refresh()
     assert reads == [4, 7] and lag.table[("g", "t", 0)].messages == 3

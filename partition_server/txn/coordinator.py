@@ -44,6 +44,7 @@ from partition_server.replication.partition import Role
 from partition_server.txn import state as S
 from partition_server.txn.markers import MarkerSender
 from partition_server.txn.offsets import TxnOffsetStore
+from partition_server.txn.timeouts import ABORT, TxnTable, timeout_actions
 from wire.errors import ErrorCode
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
@@ -84,7 +85,8 @@ class TransactionCoordinator:
         self._allocate_producer_id = allocate_producer_id
         self.max_timeout_ms = cfg["transaction.max.timeout.ms"]
         self.check_interval_ms = cfg["transaction.abort.timed.out.transaction.cleanup.interval.ms"]
-        self.txns: dict[str, S.TransactionMetadata] = {}
+        # tid → metadata; it also files when each may need the timeout check (timeouts.py)
+        self.txns: TxnTable = TxnTable(cfg["transactional.id.expiration.ms"])
         self.loaded: dict[int, int] = {}          # partition → coordinator epoch it was loaded in
         self.locks: dict[str, trio.Lock] = {}
         self.completing: dict[str, trio.Event] = {}   # set when the markers task ends
@@ -456,18 +458,19 @@ class TransactionCoordinator:
                                 hosted.partition, exc)
 
     async def _timeout_loop(self) -> None:
+        """Each check looks only at the transactions that are due (timeouts.py), not at every
+        transactional id: O(due) per tick."""
         expiration_ms = self.config["transactional.id.expiration.ms"]
+        owned = lambda tid: self.owns(tid) == ErrorCode.NONE        # noqa: E731
         while True:
             await trio.sleep(self.check_interval_ms / 1000)
             now = now_ms()
-            for tid, meta in list(self.txns.items()):
-                if self.owns(tid) != ErrorCode.NONE:
-                    continue
-                if S.timed_out(meta, now):
+            for action, tid in timeout_actions(self.txns.due(now), now, expiration_ms, owned):
+                if action == ABORT:
                     log.info("transaction %s timed out after %d ms: aborting", tid,
-                             now - meta.txn_start_ms)
+                             now - self.txns[tid].txn_start_ms)
                     self._spawn(self._abort, tid, True)
-                elif meta.state in S.IDLE and now - meta.last_update_ms > expiration_ms:
+                else:
                     self._spawn(self._expire, tid, expiration_ms)
 
     async def _expire(self, tid: str, expiration_ms: int) -> None:
