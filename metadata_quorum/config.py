@@ -4,9 +4,9 @@
 |---|---|---|
 | node.id | required | this controller's id; unique across controllers and brokers |
 | process.roles | controller | `controller`, or `broker,controller` for combined mode |
-| controller.quorum.voters | required | `id@host:port,...`: every controller's Kafka-protocol listener |
+| controller.quorum.voters | required | `id@host:port,...`: every controller's Kafka-protocol listener. A controller whose node.id is not listed *joins* a running quorum: list the current voters, start it, then `raftka quorum add-controller` (KIP-853); once added, the voter set in the metadata log (VotersRecord) is what counts, this list is only where to start |
 | listeners | required | `CONTROLLER://host:port`: where brokers and admin tools reach this controller |
-| raftka.controller.raft.peers | required | `id@host:port,...`: every voter's Raft (pysyncobj) port; Kafka has no separate Raft port, pysyncobj needs one |
+| raftka.controller.raft.peers | required | `id@host:port,...`: every voter's Raft (pysyncobj) port, and this node's own when it joins; Kafka has no separate Raft port, pysyncobj needs one |
 | raftka.controller.raft.password | dev default | shared secret: encrypts and authenticates Raft traffic |
 | metadata.log.dir | ./raftka-data/controller-<id> | Raft journal and snapshots |
 | broker.session.timeout.ms | 9000 | a broker without a heartbeat for this long is fenced |
@@ -16,6 +16,7 @@
 | raftka.controller.stream.tail.records | 50000 | committed records kept for the metadata stream; a broker further behind loads a snapshot |
 | raftka.controller.raft.log.compaction.min.entries | 20000 | pysyncobj compacts its Raft log into a snapshot (`raft.dump`) past this many entries... |
 | raftka.controller.raft.log.compaction.min.time.ms | 60000 | ...or this long after the last compaction, whichever comes first |
+| raftka.controller.test.voter.change.pause.ms | 0 | tests only: a voter change waits this long between its PENDING record and the Raft membership entry, so a test can fail the active controller in between |
 """
 
 from __future__ import annotations
@@ -45,9 +46,15 @@ class ControllerConfig:
     min_insync_replicas: int = 1
     raft_compaction_min_entries: int = 20_000
     raft_compaction_min_time_ms: int = 60_000
+    voter_change_pause_ms: int = 0          # tests only (see the table)
     # the raw properties, for the listener's security settings (same keys as a broker's:
     # listener.security.protocol.map's CONTROLLER entry, ssl.*, sasl.*, raftka.inter.node.*)
     props: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def joining(self) -> bool:
+        """Not one of the configured voters: this controller joins a running quorum."""
+        return self.node_id not in self.voters
 
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> "ControllerConfig":
@@ -83,10 +90,11 @@ class ControllerConfig:
                 listener = (chosen[1], chosen[2])
         except ConfigError as exc:
             problems.append(str(exc))
-        if voters and peers and set(voters) != set(peers):
+        # a joining controller (not a voter yet) lists the voters plus its own Raft address
+        if voters and peers and set(voters) != set(peers) - ({node_id} - set(voters)):
             problems.append("controller.quorum.voters and raftka.controller.raft.peers name different ids")
-        if voters and node_id not in voters and node_id >= 0:
-            problems.append(f"node.id {node_id} is not one of controller.quorum.voters")
+        if peers and node_id not in peers and node_id >= 0:
+            problems.append(f"node.id {node_id} has no address in raftka.controller.raft.peers")
         # parsed before the check so a bad value is reported instead of silently defaulted
         numbers = (as_int("broker.session.timeout.ms", 9000, 1),
                    as_int("num.partitions", 1, 1), as_int("default.replication.factor", 1, 1),
@@ -94,7 +102,8 @@ class ControllerConfig:
                    as_int("raftka.controller.disconnect.fence.ms", 500, 0),
                    as_int("min.insync.replicas", 1, 1),
                    as_int("raftka.controller.raft.log.compaction.min.entries", 20_000, 1),
-                   as_int("raftka.controller.raft.log.compaction.min.time.ms", 60_000, 1))
+                   as_int("raftka.controller.raft.log.compaction.min.time.ms", 60_000, 1),
+                   as_int("raftka.controller.test.voter.change.pause.ms", 0, 0))
         if not problems:
             try:    # the listener's TLS/SASL settings, checked now rather than at first connect
                 from common.listener_security import controller_listener_security

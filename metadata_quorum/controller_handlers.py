@@ -11,6 +11,7 @@ import time
 import trio
 
 from metadata_quorum.records import encode_record  # noqa: F401  (re-exported for tests)
+from metadata_quorum.voter_handlers import handle_add_raft_voter, handle_remove_raft_voter
 from wire.errors import ErrorCode
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS, RESPONSES
@@ -41,6 +42,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),       # forwarded by brokers
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),  # forwarded by brokers (KIP-455)
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),   # forwarded by brokers
+    ApiKey.ADD_RAFT_VOTER: (0, 0),            # KIP-853: voter_handlers.py
+    ApiKey.REMOVE_RAFT_VOTER: (0, 0),
     ApiKey.UNREGISTER_BROKER: (0, 0),         # forwarded by brokers (KIP-631)
 }
 
@@ -354,10 +357,13 @@ async def handle_allocate_producer_ids(svc, req):
 
 
 async def handle_describe_quorum(svc, req):
+    """Voters: the committed voter set (VotersRecord, else the configured one), with the
+    listeners of each in Nodes (v2). Observers: the brokers following the metadata stream."""
     cls = RESPONSES[ApiKey.DESCRIBE_QUORUM]
     st = svc.quorum.status()
     voters = []
-    for nid in sorted(svc.config.raft_peers):
+    current = svc.current_voters()
+    for nid in sorted(current):
         # Voters' positions are Raft log indexes (pysyncobj's), known only on the leader.
         if nid == svc.config.node_id:
             leo = st["commit_index"]
@@ -371,8 +377,9 @@ async def handle_describe_quorum(svc, req):
     part = cls.PartitionData(partition_index=0, leader_id=st["leader_id"], leader_epoch=st["term"],
                              high_watermark=svc.next_offset, current_voters=voters,
                              observers=observers)
-    nodes = [cls.Node(node_id=nid, listeners=[cls.Listener(name="CONTROLLER", host=h, port=p)])
-             for nid, (h, p) in sorted(svc.config.voters.items())]
+    nodes = [cls.Node(node_id=nid, listeners=[cls.Listener(name="CONTROLLER", host=v.host,
+                                                           port=v.port)])
+             for nid, v in sorted(current.items())]
     return cls(error_code=0, topics=[cls.TopicData(topic_name=METADATA_TOPIC, partitions=[part])],
                nodes=nodes)
 
@@ -392,6 +399,10 @@ async def handle_fetch(svc, req):
     except IndexError:
         return cls(error_code=ErrorCode.INVALID_REQUEST)
     offset = part.fetch_offset
+    if not svc.is_voter:
+        # removed from the quorum (or not added yet): no new records reach this controller
+        return cls(responses=[cls.FetchableTopicResponse(topic=METADATA_TOPIC, partitions=[
+            cls.PartitionData(partition_index=0, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER)])])
     with trio.move_on_after(max(b.max_wait_ms, 0) / 1000):
         while offset >= svc.next_offset and offset >= svc.tail_start:
             await svc.new_data.wait()
@@ -443,6 +454,8 @@ HANDLERS = {
     ApiKey.ALTER_CLIENT_QUOTAS: handle_alter_client_quotas,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,
+    ApiKey.ADD_RAFT_VOTER: handle_add_raft_voter,
+    ApiKey.REMOVE_RAFT_VOTER: handle_remove_raft_voter,
     ApiKey.UNREGISTER_BROKER: handle_unregister_broker,
 }
 assert set(HANDLERS) == set(SUPPORTED)

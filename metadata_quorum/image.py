@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import typing
 import uuid
 
 from metadata_quorum import records as r
@@ -44,6 +45,14 @@ class BrokerRegistration:
     def usable(self) -> bool:
         """May lead partitions and count toward placement."""
         return not self.fenced and not self.in_controlled_shutdown
+
+
+class Voter(typing.NamedTuple):
+    """A controller voter (VotersRecord): its Raft (pysyncobj) address and its Kafka listener."""
+    node_id: int
+    raft_address: str
+    host: str
+    port: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +89,8 @@ class TopicImage:
 
 class MetadataImage:
     __slots__ = ("offset", "brokers", "topics", "topic_names", "configs", "next_producer_id",
-                 "features", "acls", "scram", "quotas", "skipped", "pending")
+                 "features", "acls", "scram", "quotas", "skipped", "pending", "voters",
+                 "voter_change")
 
     def __init__(self):
         self.offset = -1
@@ -96,6 +106,10 @@ class MetadataImage:
         self.skipped = 0
         # records of an open metadata transaction (KIP-868), applied at its End; None: none open
         self.pending: tuple | None = None
+        # the controller voter set from the last VotersRecord: node id → Voter; None while no
+        # membership change was ever made (every node's static controller.quorum.voters holds)
+        self.voters: dict | None = None
+        self.voter_change: tuple = ()       # the change in flight (VotersRecord.change), or ()
 
     # -- queries ----------------------------------------------------------------------------------
 
@@ -195,6 +209,9 @@ class MetadataImage:
         for entity, values in sorted(self.quotas.items()):
             for k, v in sorted(values.items()):
                 out.append(r.ClientQuotaRecord(entity, k, v))
+        if self.voters is not None:
+            out.append(r.VotersRecord(tuple(tuple(v) for _, v in sorted(self.voters.items())),
+                                      self.voter_change))
         if self.pending is not None:        # a snapshot taken inside a metadata transaction
             out.append(r.BeginTransactionRecord())
             out.extend(self.pending)
@@ -419,7 +436,17 @@ def _quota(w: _Writer, rec: r.ClientQuotaRecord):
         quotas.pop(rec.entity, None)        # an entity's last key removed: the entity is gone
 
 
+def _voters(w: _Writer, rec: r.VotersRecord):
+    voters = {}
+    for item in rec.voters:
+        voter = Voter(*item)
+        voters[voter.node_id] = voter
+    w.img.voters = voters
+    w.img.voter_change = tuple(rec.change)
+
+
 _HANDLERS = {
+    r.VotersRecord: _voters,
     r.RegisterBrokerRecord: _register_broker,
     r.UnregisterBrokerRecord: _unregister_broker,
     r.FenceBrokerRecord: lambda w, rec: _change_broker(w, rec.broker_id, rec.broker_epoch, fenced=True),

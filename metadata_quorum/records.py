@@ -204,6 +204,19 @@ class AbortTransactionRecord(Record):
     reason: str = ""
 
 
+# The controller quorum's voter set (KIP-853's VotersRecord, a KRaft control record there): the
+# whole set after a change, with each voter's endpoints, so controllers, brokers and a restarted
+# or new controller read the same set from the log. `change` is the membership change in flight,
+# ("add", node_id, raft "host:port", listener host, listener port) or ("remove", node_id), and
+# () once it is complete or aborted; one at a time
+# (metadata_quorum/controller/voter_control.py).
+
+@_record(100)
+class VotersRecord(Record):
+    voters: tuple               # ((node_id, raft "host:port", listener host, listener port), ...)
+    change: tuple = ()
+
+
 _UUID_FIELDS = {"topic_id", "acl_id"}
 
 

@@ -27,7 +27,9 @@ from common.clock import steady_ms
 from metadata_quorum.config import ControllerConfig
 from metadata_quorum.controller.quorum_controller import QuorumController
 from metadata_quorum.controller_handlers import HANDLERS, SUPPORTED
+from metadata_quorum.image import Voter
 from metadata_quorum.quorum.raft import Committed, RaftQuorum, Reset, fail_reason
+from metadata_quorum.voter_handlers import resolve_pending
 from metadata_quorum.records import (AbortTransactionRecord, NoOpRecord, RecordTooLarge,
                                      encode_entries)
 from common.network import serve_listener
@@ -67,7 +69,14 @@ class ControllerService:
         peers = {nid: f"{h}:{p}" for nid, (h, p) in config.raft_peers.items()}
         self.quorum = RaftQuorum(config.node_id, peers, config.metadata_dir, config.password,
                                  compaction_min_entries=config.raft_compaction_min_entries,
-                                 compaction_min_time_s=config.raft_compaction_min_time_ms / 1000)
+                                 compaction_min_time_s=config.raft_compaction_min_time_ms / 1000,
+                                 joining=config.joining)
+        # the configured voters: the voter set until a VotersRecord says otherwise
+        self.static_voters = {nid: Voter(nid, peers[nid], h, p)
+                              for nid, (h, p) in config.voters.items()}
+        self.is_voter = not config.joining          # serves the metadata stream (see _voters_seen)
+        self.voter_change_busy = False              # an AddRaftVoter/RemoveRaftVoter is running
+        self.membership_differs = False
         self.next_offset = 0
         self.tail: list[bytes] = []
         self.tail_start = 0
@@ -100,6 +109,8 @@ class ControllerService:
                 log.error("metadata offset gap: expected %d, got %d; the stream now starts at %d",
                           self.next_offset, event.first, event.first)
                 self.tail_start, self.tail = event.first, []
+            if event.image.voters is not self.controller.image.voters:
+                self._voters_seen(event.image)
             self.controller.load_image(event.image)
             self.next_offset = event.first + len(event.encoded)
             self.tail.extend(event.encoded)
@@ -112,9 +123,40 @@ class ControllerService:
         wake.set()
 
     def _install(self, state: Reset) -> None:
+        self._voters_seen(state.image)
         self.controller.load_image(state.image)
         self.next_offset, self.tail_start, self.tail = state.next_offset, state.tail_start, \
             list(state.tail)
+
+    # -- the voter set (KIP-853; voter_handlers.py) ------------------------------------------
+
+    def current_voters(self) -> dict[int, Voter]:
+        voters = self.controller.image.voters
+        return dict(voters) if voters is not None else dict(self.static_voters)
+
+    def reachable_voters(self) -> set[int]:
+        """Voters this (active) controller has a Raft connection to, itself included."""
+        connected = {addr for addr, up in self.quorum.members().items() if up}
+        return {v.node_id for v in self.current_voters().values() if v.raft_address in connected}
+
+    def _voters_seen(self, image) -> None:
+        """A new voter set: learn new voters' Raft addresses; a controller removed (or being
+        removed) stops serving the metadata stream, which it would no longer receive, so
+        brokers move to a voter that does."""
+        if image.voters is None:
+            return
+        self.quorum.learn_addresses({v.raft_address: v.node_id for v in image.voters.values()})
+        me = self.config.node_id
+        voter = me in image.voters and image.voter_change[:2] != ("remove", me)
+        if voter != self.is_voter:
+            if voter:
+                log.info("controller %d is a voter", me)
+            else:
+                log.warning("controller %d is %s the metadata quorum: it stops serving "
+                            "brokers%s", me, "being removed from" if me in image.voters
+                            else "no longer a voter of",
+                            "" if me in image.voters else "; stop this process")
+        self.is_voter = voter
 
     async def commit(self, records: list) -> None:
         """Commit `records` as one atomic operation: one Raft entry, or several forming a
@@ -187,6 +229,7 @@ class ControllerService:
                         self.active = True
                     log.info("controller %d is now active (term %s)", self.config.node_id,
                              self.quorum.status()["term"])
+                    await self._resolve_voter_change()
                 except NotActive as exc:
                     log.info("could not become active: %s", exc)
                     await trio.sleep(0.05)          # e.g. no quorum yet: try again soon
@@ -196,6 +239,32 @@ class ControllerService:
                 log.info("controller %d is no longer active", self.config.node_id)
             with trio.move_on_after(LEADERSHIP_POLL_S):
                 await self.role_changed.wait()
+
+    async def _resolve_voter_change(self) -> None:
+        """A voter change left in flight (by a previous active controller, or one whose end
+        could not commit) is ended here: see voter_handlers.resolve_pending."""
+        if self.active and self.controller.image.voter_change and not self.voter_change_busy:
+            try:
+                await resolve_pending(self)
+            except (NotActive, CommandRefused) as exc:
+                log.info("voter change not resolved yet: %s", exc)
+
+    def _check_membership(self) -> None:
+        """The active controller's Raft membership should be the committed voter set whenever
+        no change is in flight; say so once when it is not (a bug, or a stale voter the
+        operator must look at), and once when it is again."""
+        if not self.active or self.controller.image.voter_change or self.voter_change_busy:
+            return
+        raft = set(self.quorum.members())
+        voters = {v.raft_address for v in self.current_voters().values()}
+        differs = raft != voters
+        if differs != self.membership_differs:
+            if differs:
+                log.warning("Raft membership %s differs from the voter set %s", sorted(raft),
+                            sorted(voters))
+            else:
+                log.info("Raft membership matches the voter set again")
+            self.membership_differs = differs
 
     def _on_raft_state_threadsafe(self) -> None:
         try:
@@ -221,6 +290,9 @@ class ControllerService:
                 self.controller.heartbeats.forgive(now, STALL_GRACE_MS)
             was_stalled = stalled_ms > 0
             rebalance = ticks % REBALANCE_EVERY_TICKS == 0
+            self.quorum.maybe_joined()
+            await self._resolve_voter_change()
+            self._check_membership()
             if self.active:
                 try:
                     await self.mutate(lambda now: (self.controller.tick(now, rebalance), None))

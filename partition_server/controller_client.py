@@ -6,6 +6,9 @@ stream, and forwarding admin requests to the active controller.
   offset only moves forward: a voter that answers with an offset below ours is skipped.
 - Registration and heartbeats go to the active controller; NOT_CONTROLLER or a dead connection
   moves on to the next voter.
+- `controller.quorum.voters` is where to start; once the image carries the voter set
+  (VotersRecord, KIP-853) that set is used, so controllers added later are found and removed
+  ones are no longer asked.
 """
 
 from __future__ import annotations
@@ -73,6 +76,8 @@ class ControllerClient:
         pool = self._conns if pool is None else pool
         conn = pool.get(voter)
         if conn is None:
+            if voter not in self.voters:         # removed from the quorum since chosen
+                raise OSError(f"controller {voter} is no longer a voter")
             host, port = self.voters[voter]
             conn = BrokerConnection(host, port, client_id=f"broker-{self.broker_id}",
                                     security=self.security)
@@ -192,10 +197,10 @@ class ControllerClient:
 
     async def follow_metadata(self, on_image: Callable[[MetadataImage], Awaitable[None]]) -> None:
         fetch_cls = REQUESTS[ApiKey.FETCH]
-        voters = list(self.voters)
         i = 0
         failed = False
         while True:
+            voters = list(self.voters)
             # Like KRaft observers, follow the active controller when we know it (so it can
             # report us in DescribeQuorum); any voter serves the stream if it is unreachable.
             voter = voters[i % len(voters)] if failed else self._active_hint
@@ -256,6 +261,7 @@ class ControllerClient:
         if not pairs:
             return None
         self.image = self.image.apply_records(pairs)
+        self._learn_voters()
         self._signal()
         return self.image
 
@@ -272,8 +278,20 @@ class ControllerClient:
         for h in iter_batches(bytes(part.unaligned_records or b"")):
             records += [decode_record(r.value) for r in decode_batch(h.bytes()).records]
         self.image = MetadataImage.from_records(records, end - 1)
+        self._learn_voters()
         self._signal()
         await on_image(self.image)
+
+    def _learn_voters(self) -> None:
+        voters = self.image.voters
+        if voters is None or not voters:
+            return
+        endpoints = {nid: (v.host, v.port) for nid, v in sorted(voters.items())}
+        if endpoints != self.voters:
+            log.info("controller voters now %s", sorted(endpoints))
+            self.voters = endpoints
+            if self._active_hint not in endpoints:
+                self._active_hint = next(iter(endpoints))
 
     def _signal(self) -> None:
         event, self.image_changed = self.image_changed, trio.Event()

@@ -38,13 +38,6 @@ def cmd_perf(args: argparse.Namespace) -> int:
     return perf.main(args)
 
 
-def cmd_quorum(args: argparse.Namespace) -> int:
-    from clients.cli import quorum
-    if args.quorum_command != "describe":
-        raise SystemExit("raftka quorum: the only subcommand is describe (see --help)")
-    return quorum.main(args)
-
-
 def _register(sub, *modules: str) -> None:
     """clients/cli/<module>.py adds its own subcommands (one line per module below)."""
     for module in modules:
@@ -91,14 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"{name} with our client (default) or confluent-kafka")
     perf.set_defaults(func=cmd_perf)
 
-    q = sub.add_parser("quorum", help="metadata quorum status: quorum describe")
-    q_sub = q.add_subparsers(dest="quorum_command", metavar="describe")
-    qd = q_sub.add_parser("describe", help="leader, epoch, high watermark, voters and observers")
-    qd.add_argument("--bootstrap-server", default=os.environ.get("RAFTKA_BOOTSTRAP",
-                                                                 "127.0.0.1:9092"))
-    qd.add_argument("--bootstrap-controller", help="ask a controller directly (host:port)")
-    qd.add_argument("--output", choices=["table", "json"], default="table")
-    q.set_defaults(func=cmd_quorum)
+    _register(sub, "quorum")
     from clients.cli import users  # noqa: E402 - `raftka users scram ...`
     users.register(sub)
     from clients.cli import consume, groups  # noqa: E402 - consumer CLI registers itself

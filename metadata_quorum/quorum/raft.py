@@ -1,6 +1,12 @@
 """The Raft layer: the only module that imports pysyncobj (see DESIGN.md §5).
 
-- Static membership of the controller voters; `journalFile` and `fullDumpFile` under the
+- Membership starts as the configured voters and changes one server at a time through
+  pysyncobj's dynamic membership (`dynamicMembershipChange`; metadata_quorum/controller/
+  voter_control.py says what it guarantees and what it does not). A *joining* controller (not
+  among the configured voters, empty directory) knows the current voters but stays out of
+  elections until a leader reaches it, i.e. until it has been added: campaigning alone would
+  only raise its term, and the first leader heartbeat it then rejects would cost the quorum an
+  election. `journalFile` and `fullDumpFile` under the
   controller's metadata directory; election timeouts 400–800 ms with heartbeats every 100 ms
   (20 encrypted heartbeats a second per follower were a third of an idle controller's cost),
   leader fallback 1 s, `appendEntriesUseBatch=False`; a shared `password` encrypts and authenticates the Raft port.
@@ -33,6 +39,7 @@ from metadata_quorum.records import MAX_RECORD_BYTES, MetadataRecordError, decod
 log = logging.getLogger(__name__)
 
 MAX_TAIL = 50_000
+JOIN_ELECTION_TIMEOUT_S = 10 ** 6     # a joining node never campaigns before a leader adds it
 FAIL_REASONS = {v: k for k, v in vars(FAIL_REASON).items() if not k.startswith("_")}
 
 
@@ -119,9 +126,18 @@ class MetadataLog(SyncObjConsumer):
 class RaftQuorum:
     def __init__(self, node_id: int, raft_peers: dict[int, str], data_dir: str, password: str | None,
                  election_timeout_s: tuple[float, float] = (0.4, 0.8),
-                 compaction_min_entries: int = 20_000, compaction_min_time_s: float = 60):
-        """`raft_peers`: {node_id: "host:port"} of every voter's Raft port, this node included."""
+                 compaction_min_entries: int = 20_000, compaction_min_time_s: float = 60,
+                 joining: bool = False):
+        """`raft_peers`: {node_id: "host:port"} of every voter's Raft port, this node included
+        (a joining node: the current voters and itself)."""
         os.makedirs(data_dir, exist_ok=True)
+        # pysyncobj creates its journal at once: a marker, written once a leader reached this
+        # node, tells a joining node restarted before it was added from one that is a voter
+        self._joined_marker = os.path.join(data_dir, "raft.joined")
+        self._election_timeout_s = election_timeout_s
+        self.waiting_to_join = joining and not os.path.exists(self._joined_marker)
+        if self.waiting_to_join:
+            election_timeout_s = (JOIN_ELECTION_TIMEOUT_S, 2 * JOIN_ELECTION_TIMEOUT_S)
         self.node_id = node_id
         self.peers = dict(raft_peers)
         self.address_to_id = {addr: nid for nid, addr in raft_peers.items()}
@@ -136,7 +152,7 @@ class RaftQuorum:
             connectionTimeout=max(election_timeout_s[1], 0.5),
             connectionRetryTime=0.5,
             password=password,
-            dynamicMembershipChange=False,
+            dynamicMembershipChange=True,
             # wakes the service's leadership loop at once instead of it polling (quorum/raft
             # is the only place that knows pysyncobj; the callback runs on its thread)
             onStateChanged=lambda old, new: self._state_changed(),
@@ -146,6 +162,7 @@ class RaftQuorum:
             # piecewise path for one large entry, which garbles entries (see records.py)
             appendEntriesBatchSizeBytes=4 * MAX_RECORD_BYTES,
         )
+        self.conf = conf
         self.log = MetadataLog()
         self.on_state_change: Callable[[], None] | None = None
         others = [addr for nid, addr in sorted(raft_peers.items()) if nid != node_id]
@@ -184,6 +201,81 @@ class RaftQuorum:
         return {"term": st.get("raft_term", 0), "commit_index": st.get("commit_idx", 0),
                 "last_applied": st.get("last_applied", 0), "leader_id": self.leader_id,
                 "match_index": match, "log_len": st.get("log_len", 0)}
+
+    # -- membership (pysyncobj's dynamic membership) ------------------------------------------
+
+    @property
+    def self_address(self) -> str:
+        return self.peers[self.node_id]
+
+    def learn_addresses(self, address_to_id: dict[str, int]) -> None:
+        """Voters added since start-up (from the metadata image's VotersRecord)."""
+        self.address_to_id = {**self.address_to_id, **address_to_id}
+
+    def members(self) -> dict[str, bool]:
+        """This node's Raft membership as pysyncobj applies it: address → connected (self: True)."""
+        prefix = "partner_node_status_server_"
+        for _ in range(10):
+            try:
+                # pysyncobj's thread may change the member set while getStatus iterates it
+                st = self.obj.getStatus()
+                break
+            except RuntimeError:
+                continue
+        else:
+            st = self.obj.getStatus()
+        out = {key[len(prefix):]: value == 2 for key, value in st.items()
+               if isinstance(key, str) and key.startswith(prefix)}
+        out[self.self_address] = True
+        return out
+
+    def change_membership(self, kind: str, address: str, callback) -> None:
+        """Propose adding/removing `address`; `callback(result, error)` on pysyncobj's thread.
+
+        Proposed from pysyncobj's own thread, and only if this node leads at that moment, and
+        handed to the leader's queue processing at once: a membership command queued here and
+        picked up after a lost election would be forwarded to the next leader, which may have
+        just resolved the change as not taken (voter_handlers.resolve_pending)."""
+        def propose():
+            if not self.obj._isLeader():
+                callback(None, FAIL_REASON.NOT_LEADER)
+                return
+            if kind == "add":
+                self.obj.addNodeToCluster(address, callback=callback)
+            else:
+                self.obj.removeNodeFromCluster(address, callback=callback)
+            self.obj._checkCommandsToApply()
+        self._on_raft_thread(propose)
+
+    def transfer_leadership(self) -> None:
+        """Hand leadership to the most caught-up connected voter (best effort: pysyncobj
+        refuses when none is fully caught up; the caller retries)."""
+        self._on_raft_thread(lambda: self.obj.transferLeadership(None, callback=None))
+
+    def _on_raft_thread(self, fn: Callable[[], None]) -> None:
+        """Run `fn` once on pysyncobj's thread (its state is not safe to touch from ours)."""
+        ran = []
+
+        def once():
+            if not ran:
+                ran.append(True)
+                try:
+                    fn()
+                except Exception:  # noqa: BLE001 - never raise into pysyncobj's thread
+                    log.exception("Raft-thread call failed")
+                # removing ourselves here would deadlock on pysyncobj's callback lock
+                threading.Thread(target=self.obj.removeOnTickCallback, args=(once,),
+                                 daemon=True).start()
+        self.obj.addOnTickCallback(once)
+
+    def maybe_joined(self) -> None:
+        """A joining node that a leader now reaches takes part in elections from now on."""
+        if self.waiting_to_join and self.obj._getLeader() is not None:
+            self.waiting_to_join = False
+            self.conf.raftMinTimeout, self.conf.raftMaxTimeout = self._election_timeout_s
+            with open(self._joined_marker, "w") as f:
+                f.write("a leader has reached this controller: it takes part in elections\n")
+            log.info("joined the controller quorum (leader %s)", self.obj._getLeader())
 
     def destroy(self) -> None:
         self.obj.destroy()

@@ -56,11 +56,16 @@ def test_bad_numbers_are_reported_not_defaulted(key, value):
         ControllerConfig.from_properties(props)
 
 
-def test_node_must_be_a_voter_and_peer_ids_must_match():
+def test_node_must_have_a_raft_address_and_peer_ids_must_match():
     props = load_properties(GOOD)
     props["node.id"] = "7"
-    with pytest.raises(ConfigError, match="not one of controller.quorum.voters"):
+    with pytest.raises(ConfigError, match="no address in raftka.controller.raft.peers"):
         ControllerConfig.from_properties(props)
+    # a joining controller: not a voter, its own Raft address next to the voters'
+    props["raftka.controller.raft.peers"] += ",7@127.0.0.1:19099"
+    config = ControllerConfig.from_properties(props)
+    assert config.joining and config.node_id not in config.voters
+    assert not ControllerConfig.from_properties(load_properties(GOOD)).joining
     props = load_properties(GOOD)
     props["raftka.controller.raft.peers"] = "1@127.0.0.1:19093,2@127.0.0.1:19094"
     with pytest.raises(ConfigError, match="different ids"):

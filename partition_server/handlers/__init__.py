@@ -61,6 +61,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),       # → forwarded
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),  # → forwarded (KIP-455)
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),   # → forwarded: the active controller's view
+    ApiKey.ADD_RAFT_VOTER: (0, 0),            # → forwarded (KIP-853)
+    ApiKey.REMOVE_RAFT_VOTER: (0, 0),         # → forwarded
     ApiKey.UNREGISTER_BROKER: (0, 0),         # → forwarded (KIP-631)
 }
 
@@ -113,6 +115,8 @@ HANDLERS = {
     ApiKey.ALTER_CLIENT_QUOTAS: client_quotas.handle_alter_client_quotas,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: admin.forward,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: admin.forward,
+    ApiKey.ADD_RAFT_VOTER: admin.forward,
+    ApiKey.REMOVE_RAFT_VOTER: admin.forward,
     ApiKey.UNREGISTER_BROKER: admin.forward,
 }
 assert set(HANDLERS) == set(SUPPORTED)

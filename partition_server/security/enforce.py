@@ -519,6 +519,9 @@ RULES = {
     # KIP-631: Alter on the cluster, as in Kafka
     ApiKey.UNREGISTER_BROKER: _cluster_rule(A.ALTER, _top_level(ApiKey.UNREGISTER_BROKER)),
     ApiKey.DESCRIBE_QUORUM: _cluster_rule(A.DESCRIBE, _top_level(ApiKey.DESCRIBE_QUORUM)),
+    # controller membership (KIP-853), as in Kafka: Alter on the cluster
+    ApiKey.ADD_RAFT_VOTER: _cluster_rule(A.ALTER, _top_level(ApiKey.ADD_RAFT_VOTER)),
+    ApiKey.REMOVE_RAFT_VOTER: _cluster_rule(A.ALTER, _top_level(ApiKey.REMOVE_RAFT_VOTER)),
     ApiKey.DESCRIBE_LOG_DIRS: _cluster_rule(A.DESCRIBE, _top_level(ApiKey.DESCRIBE_LOG_DIRS)),
     ApiKey.DESCRIBE_CLUSTER: _cluster_rule(A.DESCRIBE, _top_level(ApiKey.DESCRIBE_CLUSTER)),
     ApiKey.WRITE_TXN_MARKERS:
