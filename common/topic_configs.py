@@ -103,6 +103,11 @@ DYNAMIC_BROKER_CONFIGS = {
     # not Kafka's: replicas of a broker unreachable this long are re-placed on live brokers by
     # the controller (metadata_quorum/controller/rereplication.py); -1 never (the default)
     "raftka.rereplication.timeout.ms": _int(-1),
+    # not Kafka's: the controller evens replica and preferred-leader counts per broker
+    # (metadata_quorum/controller/balancer.py); off by default, on in `raftka dev`
+    "raftka.balancer.enable": _bool,
+    "raftka.balancer.max.moves": _int(1),
+    "raftka.balancer.threshold": _int(1),
 }
 
 

@@ -9,7 +9,8 @@ Every command returns a `ControllerResult(records, response)` — a named tuple,
 `cluster_control` (registration, heartbeats, fencing; KIP-631), `replication_control` (topics,
 placement, elections, AlterPartition; KIP-497/KIP-841), `config_control` (typed config table),
 `acl_control`, `feature_control` (features KIP-584, SCRAM KIP-554), `reassignment` (partition
-reassignment, KIP-455), `rereplication` (replicas of lost brokers re-placed; issue 19).
+reassignment, KIP-455), `rereplication` (replicas of lost brokers re-placed; issue 19), `balancer` (replica and
+preferred-leader counts evened; issue 19).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import functools
 from typing import Any, NamedTuple
 
 from metadata_quorum import records as r
-from metadata_quorum.controller import (acl_control, cluster_control, config_control,
+from metadata_quorum.controller import (acl_control, balancer, cluster_control, config_control,
                                         feature_control, quota_control, reassignment,
                                         replication_control, rereplication)
 from metadata_quorum.image import MetadataImage
@@ -50,6 +51,9 @@ class QuorumController:
         self.heartbeats = cluster_control.HeartbeatTracker(session_timeout_ms)
         self.default_partitions = default_partitions
         self.default_replication_factor = default_replication_factor
+        # the balancer's last decision (soft state, for tests and the simulation; `raftka
+        # cluster balance --status` recomputes it client-side: balancer.py)
+        self.balancer_decision: balancer.Decision | None = None
 
     # -- replay -----------------------------------------------------------------------------------
 
@@ -107,10 +111,16 @@ class QuorumController:
         if rebalance and not records:
             # first a move that can finish (normally AlterPartition finished it: see
             # reassignment.py), so that it is not taken for an unbalanced leadership; then
-            # replicas of lost brokers re-placed (rereplication.py, off unless configured)
+            # replicas of lost brokers re-placed (rereplication.py, off unless configured); then
+            # counts evened (balancer.py, off unless configured)
             records = (reassignment.completions(self.image)
                        or rereplication.records(self.image, self.heartbeats.last_seen, now_ms)
+                       or self._balance()
                        or replication_control.preferred_rebalance(self.image))
+        return records
+
+    def _balance(self) -> list:
+        records, self.balancer_decision = balancer.records(self.image)
         return records
 
     # -- topics -----------------------------------------------------------------------------------
