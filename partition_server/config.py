@@ -153,6 +153,21 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("follower.replication.throttled.rate", "long", 2**63 - 1,
               "Bytes/s this broker fetches for the replicas listed in topics' "
               "follower.replication.throttled.replicas (default: unlimited).", _at_least(0)),
+    # -- self-healing (issue 19): read by the active controller from the dynamic cluster-wide
+    # value only (IncrementalAlterConfigs on the default broker resource); declared here so that
+    # DescribeConfigs of a broker shows that value (`raftka cluster balance --status` reads it)
+    ConfigDef("raftka.rereplication.timeout.ms", "long", -1,
+              "Replicas of a broker unreachable this long are re-placed on live brokers by the "
+              "controller; -1 never. Dynamic cluster-wide only.", _at_least(-1)),
+    ConfigDef("raftka.balancer.enable", "bool", False,
+              "The controller evens replica and preferred-leader counts per broker. Dynamic "
+              "cluster-wide only."),
+    ConfigDef("raftka.balancer.max.moves", "int", 4,
+              "At most this many reassignments in progress before the balancer starts more. "
+              "Dynamic cluster-wide only.", _at_least(1)),
+    ConfigDef("raftka.balancer.threshold", "int", 1,
+              "The balancer acts when max - min of replica (or preferred-leader) counts per "
+              "broker exceeds this. Dynamic cluster-wide only.", _at_least(1)),
     ConfigDef("replication.quota.window.num", "int", 11,
               "Samples kept to measure replication throttle rates.", _at_least(1)),
     ConfigDef("replication.quota.window.size.seconds", "int", 1,

@@ -16,6 +16,7 @@ retirement (issue 19 item 4).
                   Progress: partitions moved and remaining, and the bytes of the remaining
                   ones on N (DescribeLogDirs) while N answers.
                   Interrupted or timed out, it leaves the moves running: run it again to resume.
+    balance --status  the controller's balancer's decision now, and why (cluster_balance.py)
     unregister    UnregisterBroker alone (kafka-cluster.sh unregister): the broker leaves
                   Metadata; replicas it still hosts stay in their replica lists, under-replicated
                   (KRaft's behaviour; the controller re-places them only when
@@ -33,6 +34,7 @@ import time
 import trio
 
 from clients.admin import AdminClient
+from clients.cli import cluster_balance
 from clients.cli.output import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError,
                                 add_connection_args, client_config, print_json, print_table, run)
 from clients.cluster import TopicPartition
@@ -44,10 +46,11 @@ POLL_S = 1.0
 
 
 def register(sub) -> None:
-    p = sub.add_parser("cluster", help="brokers: describe, decommission, unregister",
+    p = sub.add_parser("cluster", help="brokers: describe, decommission, unregister, balance",
                        description="The cluster's brokers (issue 19): list them with their "
                        "load, drain and retire one.")
-    cs = p.add_subparsers(dest="cluster_command", metavar="describe|decommission|unregister")
+    cs = p.add_subparsers(dest="cluster_command",
+                          metavar="describe|decommission|unregister|balance")
     d = cs.add_parser("describe", help="brokers with replica and leader counts, state")
     add_connection_args(d)
     dec = cs.add_parser("decommission", help="move every replica off a broker, then "
@@ -62,6 +65,7 @@ def register(sub) -> None:
     u = cs.add_parser("unregister", help="UnregisterBroker: remove a broker's registration")
     u.add_argument("--broker", type=int, required=True)
     add_connection_args(u)
+    cluster_balance.register(cs)
     p.set_defaults(func=main, _parser=p)
 
 
@@ -76,6 +80,10 @@ def main(args: argparse.Namespace) -> int:
 async def _run(args) -> int:
     async with AdminClient(config=client_config(args)) as admin:
         return await globals()[f"_{args.cluster_command}"](admin, args)
+
+
+async def _balance(admin: AdminClient, args) -> int:
+    return await cluster_balance.status(admin, args)
 
 
 # -- what the cluster looks like ------------------------------------------------------------------

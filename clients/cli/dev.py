@@ -244,6 +244,8 @@ def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool
         if secure:
             from clients.cli.secure_dev import SecureDev
             properties = SecureDev(layout).bootstrap_super_user()
+        from clients.cli.dev_selfheal import enable
+        print(enable(layout), file=sys.stderr, flush=True)   # balancer, re-replication on
         print(f"bootstrap.servers={layout.bootstrap_servers}", flush=True)
         if secure:
             print(f"client.properties={properties}", flush=True)

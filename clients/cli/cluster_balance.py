@@ -1,0 +1,85 @@
+"""`raftka cluster balance --status`: what the controller's balancer decides now, and why
+(issue 19 item 6b).
+
+The balancer is a pure function (metadata_quorum/controller/balancer.py); this command runs the
+same function on what any client can read — usable brokers and partitions (replicas, ISR,
+leader) from Metadata, moves in progress from ListPartitionReassignments, the balancer's
+settings from DescribeConfigs of a broker (the dynamic cluster-wide values) — so it prints the
+decision the controller takes on its next rebalance tick (every 5 s), without a new controller
+API. Metadata may lag the controller by a heartbeat: right after a change, the previous decision
+can show. Disk bytes are not balanced (see balancer.py), so none are shown here.
+
+Exit code 0 whatever the decision (a status, not a check).
+"""
+
+from __future__ import annotations
+
+from clients.admin import AdminClient, ConfigResource, ConfigResourceType
+from clients.cli.output import EXIT_OK, add_connection_args, print_json, print_table
+from clients.cluster import TopicPartition
+from metadata_quorum.controller import balancer
+from wire.errors import KafkaError
+
+
+def register(cs) -> None:
+    b = cs.add_parser("balance", help="the balancer's current decision (--status)",
+                      description="Show what the controller's balancer decides now and why: "
+                      "balanced, disabled, moves in flight, waiting for a broker, or the moves "
+                      "it starts.")
+    b.add_argument("--status", action="store_true", required=True,
+                   help="show the decision (the only action: the balancer runs by itself "
+                        "when raftka.balancer.enable is true)")
+    add_connection_args(b)
+
+
+async def inputs(admin: AdminClient):
+    """(usable brokers {id: rack}, {TopicPartition: balancer.Part}, balancer.Settings)."""
+    cluster = await admin.describe_cluster()
+    brokers = {b["id"]: b["rack"] for b in cluster["brokers"]}
+    names = await admin.list_topics(include_internal=True)
+    moves = await admin.list_partition_reassignments()
+    parts = {}
+    for name, desc in (await admin.describe_topics(names)).items():
+        if isinstance(desc, KafkaError):
+            continue                    # deleted meanwhile
+        for p in desc.partitions:
+            tp = TopicPartition(name, p.partition)
+            m = moves.get(tp)
+            replicas = tuple(p.replicas) if m is None else \
+                tuple(x for x in m.replicas if x not in m.removing_replicas)
+            parts[tp] = balancer.Part(replicas, tuple(p.isr), p.leader, m is not None)
+    return brokers, parts, await settings(admin, brokers)
+
+
+async def settings(admin: AdminClient, brokers) -> balancer.Settings:
+    """The dynamic cluster-wide settings, as a broker reports them (any broker: the value is
+    cluster-wide)."""
+    for b in sorted(brokers):
+        res = ConfigResource(ConfigResourceType.BROKER, str(b))
+        entries = (await admin.describe_configs([res])).get(res)
+        if isinstance(entries, list):
+            return balancer.Settings.from_configs(
+                {e.name: e.value for e in entries if e.value is not None})
+    return balancer.Settings()
+
+
+async def status(admin: AdminClient, args) -> int:
+    brokers, parts, s = await inputs(admin)
+    d = balancer.decide(brokers, parts, s)
+    moves = [{"topic": tp.topic, "partition": tp.partition, "target": list(target), "why": why}
+             for tp, target, why in d.moves]
+    if args.output == "json":
+        print_json({"state": d.state, "reason": d.reason, "enabled": s.enabled,
+                    "max_moves": s.max_moves, "threshold": s.threshold,
+                    "moves_in_progress": sum(p.moving for p in parts.values()),
+                    "brokers": [{"id": b, "replicas": rc, "preferred_leaders": pc}
+                                for b, rc, pc in d.replica_counts],
+                    "moves": moves})
+        return EXIT_OK
+    print(f"balancer: {d.state} — {d.reason}")
+    print(f"settings: enable={str(s.enabled).lower()} max.moves={s.max_moves} "
+          f"threshold={s.threshold}; {sum(p.moving for p in parts.values())} moves in progress")
+    print_table(["BROKER", "REPLICAS", "PREFERRED LEADERS"], d.replica_counts)
+    for m in moves:
+        print(f"  {m['topic']}-{m['partition']} -> {m['target']} ({m['why']})")
+    return EXIT_OK
