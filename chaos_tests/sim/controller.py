@@ -48,7 +48,10 @@ class SimController:
         """The service's tick: fence lapsed brokers, unclean recoveries, and every 5 s move
         leadership back to preferred replicas (a leader change with no failure)."""
         self.ticks += 1
+        before, decision = self.qc.image, self.qc.balancer_decision
         self.commit(self.qc.tick(self.sim.sched.now, self.ticks % REBALANCE_EVERY_TICKS == 0))
+        if self.qc.balancer_decision is not decision and self.qc.balancer_decision.moves:
+            self.sim.on_balancer_moves(before, self.qc.balancer_decision)
         self.sim.sched.after(TICK_MS, self.tick)
 
     def receive(self, src, msg) -> None:

@@ -27,6 +27,11 @@ With `rereplicate` on (off by default), a fourth broker runs, the cluster-wide
 `raftka.rereplication.timeout.ms` is set, and one broker is lost for good (crashed, never
 restarted) at a random time: the controller re-places its replicas (rereplication.py) amid the
 other faults; convergence then also means no partition names the lost broker any more.
+
+With `balance` on (off by default), `raftka.balancer.enable` is set and a fourth broker, absent
+at the start, joins at a random time: the controller's balancer (balancer.py) moves replicas
+onto it amid the other faults (it waits while a broker is fenced); convergence then also means
+replica counts per broker within ±1 and no balancer move pending.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ DEFAULT_CONFIG = {
     "reassign": False,
     "rereplicate": False,
     "rereplication_timeout_ms": 3000,
+    "balance": False,
 }
 
 
@@ -100,8 +106,10 @@ class Simulation:
         self.controller = SimController(self, self.cfg["session_timeout_ms"])
         self.net.add("controller", self.controller)
         # RF stays BROKERS; re-replication needs one broker more to move to
-        self.n_brokers = BROKERS + (1 if self.cfg["rereplicate"] else 0)
+        self.n_brokers = BROKERS + (1 if self.cfg["rereplicate"] or self.cfg["balance"] else 0)
         self.lost: set = set()            # brokers lost for good (never restarted)
+        # the broker that joins later (balance mode): no fault strikes it before it starts
+        self.not_joined: set = {BROKERS} if self.cfg["balance"] else set()
         self.brokers = [SimBroker(self, i, self.cfg) for i in range(self.n_brokers)]
         for b in self.brokers:
             self.net.add(b.name, b)
@@ -159,14 +167,19 @@ class Simulation:
     def _setup(self) -> None:
         self.controller.start()
         for b in self.brokers:
-            b.start()
-        self._run_until(lambda: len(self.controller.image.usable_brokers()) == self.n_brokers,
+            if b.broker_id not in self.not_joined:
+                b.start()
+        self._run_until(lambda: len(self.controller.image.usable_brokers()) ==
+                        self.n_brokers - len(self.not_joined),
                         10_000, "brokers did not register")
         self.controller.create_topic(TOPIC, PARTITIONS, BROKERS, {"min.insync.replicas": "2"})
         if self.cfg["rereplicate"]:
             self.controller.set_cluster_config("raftka.rereplication.timeout.ms",
                                                str(self.cfg["rereplication_timeout_ms"]))
             self.sched.after(self.sched.rng.randint(1000, 8000), self._lose_a_broker)
+        if self.cfg["balance"]:
+            self.controller.set_cluster_config("raftka.balancer.enable", "true")
+            self.sched.after(self.sched.rng.randint(1000, 8000), self._join_broker)
         for c in self.producers + self.consumers:
             c.start()
         self.sched.after(self.sched.rng.randint(200, 1000), self._nemesis)
@@ -227,7 +240,7 @@ class Simulation:
         if len(self.active) >= 2:
             return
         free = [b for b in self.brokers if b.broker_id not in self.active
-                and b.broker_id not in self.lost]
+                and b.broker_id not in self.lost and b.broker_id not in self.not_joined]
         if choice == "zombie":
             leaders = {p.leader for t in self.controller.image.topics.values()
                        for p in t.partitions.values() if p.leader >= 0}
@@ -293,6 +306,26 @@ class Simulation:
             self._count("lost-a-replica")      # something for the controller to re-place
         b.crash(power_loss=False)
 
+    def on_balancer_moves(self, image, decision) -> None:
+        """The balancer's contract, checked on the image it decided from: a partition moving
+        already is left alone; a copy starts only from a partition in sync at its full replica
+        set, its replication factor kept; a reorder makes an in-sync replica preferred."""
+        for (topic, partition), target, why in decision.moves:
+            p = image.topics[topic].partitions[partition]
+            reorder = set(target) == set(p.replicas)
+            if p.adding_replicas or p.removing_replicas or len(target) != len(p.replicas) or \
+                    (target[0] not in p.isr if reorder else set(p.isr) != set(p.replicas)):
+                raise Violation(f"balancer moved {topic}-{partition} {p.replicas} isr {p.isr} "
+                                f"to {target} ({why})")
+            self._count("balancer-reorder" if set(target) == set(p.replicas)
+                        else "balancer-move" if self.nemesis_on else "balancer-move-healed")
+
+    def _join_broker(self) -> None:
+        for broker_id in sorted(self.not_joined):
+            self.brokers[broker_id].start()
+            self._count("joined")
+        self.not_joined.clear()
+
     def _count(self, name: str) -> None:
         self.fault_counts[name] = self.fault_counts.get(name, 0) + 1
 
@@ -318,6 +351,7 @@ class Simulation:
         self.net.heal()
         self.net.slow.clear()
         self._end_flaky()
+        self._join_broker() if self.not_joined else None
         for b in self.brokers:
             self._end_fault(b) if b.broker_id in self.active else None
             if not b.up and b.broker_id not in self.lost:
@@ -340,6 +374,12 @@ class Simulation:
 
     def _converged(self) -> bool:
         image = self.controller.image
+        if self.cfg["balance"]:
+            counts = [sum(b in p.replicas for t in image.topics.values()
+                          for p in t.partitions.values()) for b in range(self.n_brokers)]
+            decision = self.controller.qc.balancer_decision
+            if max(counts) - min(counts) > 1 or decision is None or decision.moves:
+                return False
         for t in image.topics.values():
             for p in t.partitions.values():
                 if p.leader < 0 or p.adding_replicas or p.removing_replicas or \

@@ -1,0 +1,43 @@
+"""The seeded simulation with the balancer on (issue 19 item 6b): three brokers, RF 3, a fourth
+broker joins at a random time amid the other faults (crashes, power losses, pauses, partitions,
+flaky links). Every safety invariant after every event (no acknowledged record lost, one leader
+per epoch, the ISR inside the replica set) and, at each balancer decision, its contract on the
+image it decided from (simulation.on_balancer_moves: a moving partition is left alone; a copy
+starts only from a partition in sync at its full replica set, RF kept; a reorder makes an
+in-sync replica preferred). After healing: replica counts within ±1 over the 4 brokers, no
+balancer move pending, every partition's replicas in sync and agreeing.
+
+Seeds 1-40 (20,000 events each; CI runs 1-8 at 15,000) pass alone; with random reassignments as well
+({"reassign": True}) seeds 1-30 pass when each runs in a fresh process (see the report of
+issue 19 for a failure seen only when many seeds share one process)."""
+
+import os
+
+import pytest
+
+from chaos_tests.sim.__main__ import parse_seeds
+from chaos_tests.sim.simulation import run
+
+SEEDS = parse_seeds(os.environ.get("RAFTKA_SIM_BALANCE_SEEDS", "1-8"))
+EVENTS = int(os.environ.get("RAFTKA_SIM_EVENTS", "15000"))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_seed_with_a_joining_broker_balances(seed):
+    r = run(seed, EVENTS, {"balance": True})
+    assert r.acked > 0 and r.faults.get("joined") == 1, r.faults
+    assert r.converged              # includes: replica counts within ±1, no move pending
+
+
+def test_the_seeds_do_move_replicas_under_faults():
+    """The balancer starts a copy onto the new broker while the nemesis still strikes (4 of the
+    first 6 seeds at 15,000 events; the others once the faults are healed)."""
+    moved = sum(run(s, EVENTS, {"balance": True}).faults.get("balancer-move", 0)
+                for s in SEEDS[:6])
+    assert moved >= 3
+
+
+@pytest.mark.parametrize("seed", [1, 3, 15])
+def test_seed_with_reassignments_too(seed):
+    r = run(seed, EVENTS, {"balance": True, "reassign": True})
+    assert r.converged and r.faults.get("joined") == 1
