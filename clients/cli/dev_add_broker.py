@@ -4,7 +4,8 @@ cluster already running from D (issue 19 item 4: a new broker id joins a running
 The cluster's base port is read from the controllers' config files that `raftka dev` wrote
 under D/configs, so the new broker gets the same layout as the others (port base+ID, data in
 D/broker-ID, log in D/logs/broker-ID.log, its config in D/configs/broker-ID.properties). It
-registers with the quorum, starts empty (no partition moves to it by itself: reassign or
+registers with the quorum, starts empty (the controller's balancer, which `raftka dev` switches
+on, then moves replicas onto it until replica counts are even; with it off: reassign or
 decommission onto it), prints `broker ID joined: ...` once unfenced and runs in the foreground
 until Ctrl-C, which stops it cleanly.
 """

@@ -80,6 +80,13 @@ async def test_live_balancer_evens_replicas_onto_a_new_broker_under_load(tmp_pat
             counts = [b["replicas"] for b in after["brokers"]]
             assert [b["id"] for b in after["brokers"]] == [0, 1, 2, 3]
             assert max(counts) - min(counts) <= 1, after
+            capsys.readouterr()
+            code = await trio.to_thread.run_sync(main, [
+                "cluster", "balance", "--status", "--bootstrap-server", live.bootstrap])
+            out = capsys.readouterr().out
+            assert code == 0 and out.startswith(("balancer: balanced — ",
+                                                 "balancer: leaders — ")), out
+            assert "enable=true max.moves=4 threshold=1" in out and "PREFERRED LEADERS" in out
         got = await _read_all(live, list(parts), len(acked))
         for key in acked:
             assert got.count(key) == 1, (key, got.count(key))
