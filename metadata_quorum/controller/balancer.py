@@ -153,7 +153,11 @@ def _racks(replicas, brokers) -> int:
 
 def _replica_moves(brokers, parts, rc: dict, room: int) -> list:
     """Greedy: the most loaded broker gives a replica to the least loaded one that can take it."""
-    order = sorted(parts, key=repr)
+    order: dict = {b: [] for b in rc}     # each broker's healthy partitions, in a fixed order
+    for key in sorted(parts, key=repr):
+        if _healthy(parts[key], brokers):
+            for b in parts[key].replicas:
+                order[b].append(key)
     taken: set = set()
     moves = []
     while len(moves) < room:
@@ -173,10 +177,9 @@ def _one_replica_move(brokers, parts, order, taken, rc):
         for dst in sorted(rc, key=lambda b: (rc[b], b)):
             if rc[src] - rc[dst] < 2:
                 break
-            for key in order:
+            for key in order[src]:
                 p = parts[key]
-                if key in taken or src not in p.replicas or dst in p.replicas \
-                        or not _healthy(p, brokers):
+                if key in taken or dst in p.replicas:
                     continue
                 target = tuple(dst if b == src else b for b in p.replicas)
                 if _racks(target, brokers) >= _racks(p.replicas, brokers):
@@ -185,7 +188,11 @@ def _one_replica_move(brokers, parts, order, taken, rc):
 
 
 def _leader_moves(parts, pc: dict, room: int) -> list:
-    order = sorted(parts, key=repr)
+    order: dict = {b: [] for b in pc}     # partitions by preferred broker, in a fixed order
+    for key in sorted(parts, key=repr):
+        p = parts[key]
+        if p.replicas and p.replicas[0] in order and not p.moving:
+            order[p.replicas[0]].append(key)
     moves, taken = [], set()
     while len(moves) < room:
         found = None
@@ -193,8 +200,7 @@ def _leader_moves(parts, pc: dict, room: int) -> list:
             for dst in sorted(pc, key=lambda b: (pc[b], b)):
                 if pc[src] - pc[dst] < 2:
                     break
-                found = next(((key, src, dst) for key in order if key not in taken
-                              and parts[key].replicas[:1] == (src,) and not parts[key].moving
+                found = next(((key, src, dst) for key in order[src] if key not in taken
                               and dst in parts[key].replicas and dst in parts[key].isr), None)
                 if found:
                     break
@@ -225,8 +231,13 @@ def image_parts(image: MetadataImage) -> dict:
 
 
 def decide_image(image: MetadataImage) -> Decision:
+    settings = Settings.from_configs(image.broker_config())
+    if not settings.enabled:
+        # the tick runs every 5 s on the active controller: a switched-off balancer must not
+        # walk every partition (the counts are for the status command, which computes them)
+        return Decision("disabled", f"{ENABLE_CONFIG} is not true")
     brokers = {b.broker_id: b.rack for b in image.usable_brokers()}
-    return decide(brokers, image_parts(image), Settings.from_configs(image.broker_config()))
+    return decide(brokers, image_parts(image), settings)
 
 
 def records(image: MetadataImage) -> tuple[list, Decision]:
