@@ -47,7 +47,8 @@ async def inputs(admin: AdminClient):
             m = moves.get(tp)
             replicas = tuple(p.replicas) if m is None else \
                 tuple(x for x in m.replicas if x not in m.removing_replicas)
-            parts[tp] = balancer.Part(replicas, tuple(p.isr), p.leader, m is not None)
+            parts[tp] = balancer.Part(replicas, tuple(p.isr), p.leader, m is not None,
+                                      tuple(m.removing_replicas) if m is not None else ())
     return brokers, parts, await settings(admin, brokers)
 
 

@@ -33,6 +33,10 @@ not report log sizes to the controller; a heartbeat field would be needed).
               broker preferred least — a reorder of the same replica set, one record, after which
               the controller's preferred-leader rebalance moves the leadership
     stuck     skewed, but no move keeps the rules (racks, unhealthy partitions)
+A broker that a move in progress takes replicas off (a `raftka cluster decommission` drains it)
+is never a destination meanwhile, so the balancer does not fight a drain. (Once the drain's last
+move finishes, a tick that falls before the command unregisters the broker may start a move onto
+it; the command sees it and drains that partition too.)
 Counts are taken over every partition, a move in progress counted at its target, so moves already
 running are not planned twice.
 """
@@ -59,6 +63,7 @@ class Part:
     isr: tuple
     leader: int
     moving: bool = False
+    removing: tuple = ()        # of a move in progress: the replicas leaving
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,16 +133,21 @@ def decide(brokers: dict[int, str | None], parts: dict[Hashable, Part],
     if room <= 0:
         return Decision("moves in flight", f"{in_flight} moves in progress, at most "
                         f"{settings.max_moves}", (), table)
+    # a broker that a move in progress takes replicas off (a decommission drains it, or an
+    # earlier balancer move) receives none meanwhile: the balancer would fight a drain
+    draining = {b for p in parts.values() for b in p.removing}
     if _spread(rc) > settings.threshold:
-        moves = _replica_moves(brokers, parts, dict(rc), room)
+        moves = _replica_moves(brokers, parts, dict(rc), room, draining)
         state = "moving"
     else:
         moves = _leader_moves(parts, dict(pc), room)
         state = "leaders"
     if not moves:
+        drained = f" (brokers being drained receive none: {sorted(draining)})" \
+            if draining else ""
         return Decision("stuck", f"replica counts spread {_spread(rc)}, preferred leaders "
                         f"{_spread(pc)}, but no move keeps the rack rule on a healthy "
-                        "partition", (), table)
+                        f"partition{drained}", (), table)
     return Decision(state, f"{len(moves)} move(s), replica counts spread {_spread(rc)}, "
                     f"preferred leaders spread {_spread(pc)}", tuple(moves), table)
 
@@ -151,7 +161,7 @@ def _racks(replicas, brokers) -> int:
     return len({brokers[b] for b in replicas})
 
 
-def _replica_moves(brokers, parts, rc: dict, room: int) -> list:
+def _replica_moves(brokers, parts, rc: dict, room: int, draining=frozenset()) -> list:
     """Greedy: the most loaded broker gives a replica to the least loaded one that can take it."""
     order: dict = {b: [] for b in rc}     # each broker's healthy partitions, in a fixed order
     for key in sorted(parts, key=repr):
@@ -161,7 +171,7 @@ def _replica_moves(brokers, parts, rc: dict, room: int) -> list:
     taken: set = set()
     moves = []
     while len(moves) < room:
-        move = _one_replica_move(brokers, parts, order, taken, rc)
+        move = _one_replica_move(brokers, parts, order, taken, rc, draining)
         if move is None:
             break
         key, src, dst, target = move
@@ -172,11 +182,13 @@ def _replica_moves(brokers, parts, rc: dict, room: int) -> list:
     return moves
 
 
-def _one_replica_move(brokers, parts, order, taken, rc):
+def _one_replica_move(brokers, parts, order, taken, rc, draining):
     for src in sorted(rc, key=lambda b: (-rc[b], b)):
         for dst in sorted(rc, key=lambda b: (rc[b], b)):
             if rc[src] - rc[dst] < 2:
                 break
+            if dst in draining:
+                continue
             for key in order[src]:
                 p = parts[key]
                 if key in taken or dst in p.replicas:
@@ -226,7 +238,8 @@ def image_parts(image: MetadataImage) -> dict:
             moving = reassignment.in_progress(p)
             replicas = tuple(x for x in p.replicas if x not in p.removing_replicas) \
                 if moving else tuple(p.replicas)
-            out[(t.name, p.partition_id)] = Part(replicas, tuple(p.isr), p.leader, moving)
+            out[(t.name, p.partition_id)] = Part(replicas, tuple(p.isr), p.leader, moving,
+                                                 tuple(p.removing_replicas))
     return out
 
 

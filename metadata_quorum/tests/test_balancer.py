@@ -64,6 +64,20 @@ def test_moves_in_flight_and_moving_partitions_are_left_alone():
     assert {key for key, _, _ in d.moves} <= {("t", 4), ("t", 5)}
 
 
+def test_a_broker_being_drained_receives_nothing():
+    # broker 3 is being decommissioned: a move in flight takes its replica off; it has the
+    # fewest replicas, yet the balancer sends it none
+    parts = {("t", i): healthy(*[(i + k) % 3 for k in range(3)]) for i in range(12)}
+    parts[("u", 0)] = Part((0, 1, 2), (0, 1, 2, 3), 0, moving=True, removing=(3,))
+    d = decide({0: None, 1: None, 2: None, 3: None}, parts, Settings(True, 8, 1))
+    assert d.state == "stuck" and "drained receive none: [3]" in d.reason
+    assert all(3 not in target for _, target, _ in d.moves)
+    # without the drain, 3 would get replicas
+    parts[("u", 0)] = healthy(0, 1, 2)
+    d = decide({0: None, 1: None, 2: None, 3: None}, parts, Settings(True, 8, 1))
+    assert d.state == "moving" and all(3 in target for _, target, _ in d.moves)
+
+
 def test_waits_while_a_replica_is_on_an_unusable_broker():
     d = decide({0: None, 1: None, 3: None}, three_on_three(), ON)
     assert d.state == "waiting" and "[2]" in d.reason and not d.moves
