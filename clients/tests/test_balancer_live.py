@@ -124,3 +124,39 @@ async def _even(admin, topics):
     if max(counts) - min(counts) > 1:
         return False
     return all(sorted(p.isr) == sorted(p.replicas) for p in parts.values()) and parts
+
+
+@pytest.mark.live
+async def test_live_decommission_with_the_balancer_on(tmp_path, capsys):
+    """`raftka dev` runs with the balancer on: decommissioning a broker must not be fought by
+    it (a broker being drained receives no replicas). 4 brokers, RF 3: the drain finishes,
+    broker 0 is unregistered, and the balancer leaves the 3 others within ±1."""
+    with LiveCluster(tmp_path / "cluster", brokers=4) as live:
+        async with AdminClient(live.bootstrap) as admin:
+            topic = f"baldec-{uuid.uuid4().hex[:6]}"
+            assert await admin.create_topics([NewTopic(topic, 8, 3)]) == {topic: None}
+            await dev_selfheal._enable(live.bootstrap, PLAINTEXT, 0)
+
+            async def in_sync():
+                parts = await _partitions(admin, [topic])
+                return all(sorted(p.isr) == sorted(p.replicas) for p in parts.values())
+            await _until(in_sync, 30, "the topic in sync")
+            code = await trio.to_thread.run_sync(main, [
+                "cluster", "decommission", "--broker", "0", "--timeout-s", "90",
+                "--bootstrap-server", live.bootstrap])
+            out, err = capsys.readouterr()
+            assert code == 0, err
+            assert "Broker 0 holds no replicas; unregistered." in out, out
+
+            async def settled():
+                if await admin.list_partition_reassignments():
+                    return False
+                parts = await _partitions(admin, [topic])
+                counts = [sum(b in p.replicas for p in parts.values()) for b in (1, 2, 3)]
+                return all(0 not in p.replicas and len(p.replicas) == 3 and
+                           sorted(p.isr) == sorted(p.replicas) for p in parts.values()) \
+                    and max(counts) - min(counts) <= 1 and counts
+            counts = await _until(settled, 60, "RF 3 on brokers 1-3, counts within ±1")
+            assert sum(counts) == 24
+            ids = [b["id"] for b in (await admin.describe_cluster())["brokers"]]
+            assert ids == [1, 2, 3]
