@@ -7,7 +7,7 @@ import sys
 import time
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from partition_server.testing import free_base_port
 
@@ -30,12 +30,18 @@ def test_dev_prints_bootstrap_stops_cleanly_and_resumes(tmp_path):
         admin = AdminClient({"bootstrap.servers": line.split("=", 1)[1]})
         for fut in admin.create_topics([NewTopic("kept", 2, 3)]).values():
             fut.result(30)
+        assert _self_healing(admin) == {"raftka.balancer.enable": "true",
+                                        "raftka.rereplication.timeout.ms": "60000"}
     finally:
         proc.send_signal(signal.SIGTERM)
         t0 = time.time()
         code = proc.wait(60)
     assert code == 0 and time.time() - t0 < 60
-    assert "stopped" in proc.stderr.read()
+    err = proc.stderr.read()
+    assert "stopped" in err
+    # switched on by `raftka dev` (dev_selfheal), seen by a real client's DescribeConfigs
+    assert "self-healing on: raftka.balancer.enable=true, raftka.rereplication.timeout.ms=60000" \
+        in err, err
     proc, line = start(tmp_path, base)              # same data directory: same cluster
     try:
         admin = AdminClient({"bootstrap.servers": line.split("=", 1)[1]})
@@ -44,6 +50,20 @@ def test_dev_prints_bootstrap_stops_cleanly_and_resumes(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
+    assert "self-healing settings already set (kept)" in proc.stderr.read()
+
+
+def _self_healing(admin) -> dict:
+    """The broker-0 values of the self-healing configs, once the broker's metadata has them."""
+    res = ConfigResource("broker", "0")
+    deadline = time.monotonic() + 30
+    while True:
+        entries = admin.describe_configs([res])[res].result(30)
+        got = {k: entries[k].value for k in ("raftka.balancer.enable",
+                                             "raftka.rereplication.timeout.ms")}
+        if got["raftka.balancer.enable"] == "true" or time.monotonic() > deadline:
+            return got
+        time.sleep(0.2)
 
 
 def test_ctrl_c_stops_every_node_cleanly_despite_the_second_signal(tmp_path):
