@@ -214,3 +214,13 @@ def test_controller_evens_counts_after_a_broker_joins():
     leaders = [sum(p.leader == b for p in s.partitions()) for b in range(4)]
     assert min(leaders) >= 2, leaders
     assert s.log.replay_all().image.same_state(s.c.image)
+
+
+def test_bad_settings_are_refused_as_invalid_config():
+    s = Sim(3, timeout_ms=None)
+    for key, value in ((balancer.ENABLE_CONFIG, "maybe"), (balancer.MAX_MOVES_CONFIG, "0"),
+                       (balancer.THRESHOLD_CONFIG, "x")):
+        res = s.log.run_pure(lambda: s.c.incremental_alter_configs(
+            [(BROKER_RESOURCE, "", [(key, 0, value)])]))
+        assert res[0][0] == E.INVALID_CONFIG, (key, res)
+    assert balancer.decide_image(s.c.image).state == "disabled"
