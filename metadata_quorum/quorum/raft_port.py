@@ -1,0 +1,102 @@
+"""The Raft port's edge: pysyncobj's TCP transport, made to say when it drops a peer.
+
+pysyncobj frames each message as a 4-byte length and a Fernet token (AES-CBC + HMAC-SHA256 with a
+key derived from the shared password) holding a zlib-compressed pickle. A connection checks each
+token's HMAC (`extract_timestamp`) before decrypting, and only then unpickles; any failure closes
+the connection inside a bare `except` that says nothing. So a peer without the password, or with
+a wrong one, or sending garbage, gets nothing decoded, but an operator whose controllers were
+given different passwords would only see a quorum that never forms. This transport wraps each
+connection's encryptor so a failed check is logged (rate-limited per peer: a port scanner must
+not flood the log) and then dropped exactly as before; nothing else changes.
+
+Without a password pysyncobj unpickles whatever arrives: metadata_quorum/config.py never lets a
+controller start without one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from cryptography.fernet import InvalidToken
+from pysyncobj.transport import TCPTransport
+
+log = logging.getLogger(__name__)
+
+LOG_EVERY_S = 10.0          # per peer host: one line, then a count of what was dropped since
+
+
+class DropLog:
+    """Rate-limited warnings about dropped Raft connections, one stream per peer host."""
+
+    def __init__(self, every_s: float = LOG_EVERY_S, clock=time.monotonic):
+        self._every_s, self._clock = every_s, clock
+        self._lock = threading.Lock()
+        self._last: dict[str, float] = {}
+        self._quiet: dict[str, int] = {}     # drops since the last line, per host
+        self.dropped = 0
+
+    def dropped_from(self, peer: str, why: str) -> None:
+        host = peer.rpartition(":")[0] or peer
+        with self._lock:
+            self.dropped += 1
+            now = self._clock()
+            last = self._last.get(host)
+            if last is not None and now - last < self._every_s:
+                self._quiet[host] = self._quiet.get(host, 0) + 1
+                return
+            self._last[host] = now
+            since = self._quiet.pop(host, 0)
+        more = f" ({since} more from {host} dropped since the last such line)" if since else ""
+        log.warning("Raft port: dropped the connection %s: %s; nothing it sent was decoded. A "
+                    "controller of this quorum with another raftka.controller.raft.password, or "
+                    "not a controller at all%s", peer, why, more)
+
+
+class _CheckedEncryptor:
+    """pysyncobj's Fernet for one connection; a token that fails its check is reported."""
+
+    def __init__(self, inner, peer: str, drops: DropLog):
+        self._inner, self._peer, self._drops = inner, peer, drops
+
+    def encrypt_at_time(self, data: bytes, current_time: int) -> bytes:
+        return self._inner.encrypt_at_time(data, current_time)
+
+    def extract_timestamp(self, token: bytes) -> int:
+        try:
+            return self._inner.extract_timestamp(token)
+        except (InvalidToken, TypeError, ValueError):
+            self._drops.dropped_from(self._peer, "a message failed authentication")
+            raise
+
+    def decrypt(self, token: bytes) -> bytes:
+        return self._inner.decrypt(token)
+
+
+def _peer_of(conn) -> str:
+    # pysyncobj keeps the accepted socket private; the address is only for the log line
+    sock = getattr(conn, "_TcpConnection__socket", None)
+    try:
+        host, port = sock.getpeername()[:2]
+        return f"from {host}:{port}"
+    except (AttributeError, OSError):
+        return "from an unknown peer"
+
+
+def checked_transport(drops: DropLog) -> type:
+    """A TCPTransport class whose connections report tokens failing authentication to `drops`."""
+
+    class CheckedTransport(TCPTransport):
+        def _onNewIncomingConnection(self, conn):
+            super()._onNewIncomingConnection(conn)
+            if conn.encryptor is not None:
+                conn.encryptor = _CheckedEncryptor(conn.encryptor, _peer_of(conn), drops)
+
+        def addNode(self, node):
+            super().addNode(node)
+            conn = self._connections.get(node)
+            if conn is not None and conn.encryptor is not None:
+                conn.encryptor = _CheckedEncryptor(conn.encryptor, f"to {node.address}", drops)
+
+    return CheckedTransport

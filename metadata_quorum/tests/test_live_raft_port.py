@@ -1,0 +1,283 @@
+"""The Raft port is safe by default (issue 20 item 6), on real controller processes.
+
+pysyncobj exchanges pickles on the Raft port; the shared password (Fernet: HMAC checked before
+anything is decrypted or unpickled) is its only protection.
+
+1. Three controllers; a raw TCP client sends each Raft port a pickle that would create a marker
+   file when unpickled: framed as pysyncobj frames it without a password, and encrypted with a
+   wrong one. Nothing is decoded (no marker), each controller closes the connection and logs
+   it, the quorum keeps committing. Control: the same pickle encrypted with the right password
+   *is* decoded (the marker appears), so the refusals are the password's doing, not bad framing.
+2. Seeded fuzz: a few hundred connections of random bytes (random lengths, plausible and absurd
+   length prefixes, base64 tokens with bad HMACs, truncated frames) at the Raft ports; every
+   controller is alive, pysyncobj's tick never failed, and the quorum commits.
+3. Exact binding: controllers on 127.0.0.11, .12 and .13, all on the *same* Raft and listener
+   ports (impossible while pysyncobj bound 0.0.0.0); they elect and commit, and nothing listens
+   on 127.0.0.1 at that port.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import pickle
+import random
+import signal
+import socket
+import struct
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import pytest
+import trio
+
+from clients.cli.dev import ManagedProcess, wait_ready, write_properties
+from clients.cli.secure_dev import dev_raft_password
+from clients.connection import BrokerConnection, ConnectionClosed
+from partition_server.testing import free_base_port
+from wire.errors import DecodeError, ErrorCode
+from wire.messages.api_keys import ApiKey
+from wire.messages.index_generated import REQUESTS
+
+pytestmark = pytest.mark.live
+NETWORK_ERRORS = (ConnectionClosed, OSError, DecodeError, trio.TooSlowError)
+IDS = (3000, 3001, 3002)
+FUZZ_CASES = 300
+DROP_LINE = "Raft port: dropped the connection from"
+
+
+class Quorum:
+    """Three controllers (no brokers) at `hosts`, listener and Raft ports per index."""
+
+    def __init__(self, data_dir: Path, hosts, listener_ports, raft_ports):
+        self.data_dir, self.hosts = data_dir, list(hosts)
+        self.listener_ports, self.raft_ports = list(listener_ports), list(raft_ports)
+        self.password = dev_raft_password(data_dir)
+        self.procs: list[ManagedProcess] = []
+
+    def start(self) -> "Quorum":
+        voters = ",".join(f"{c}@{h}:{p}" for c, h, p in zip(IDS, self.hosts, self.listener_ports))
+        peers = ",".join(f"{c}@{h}:{p}" for c, h, p in zip(IDS, self.hosts, self.raft_ports))
+        for i, cid in enumerate(IDS):
+            path = self.data_dir / "configs" / f"controller-{cid}.properties"
+            write_properties(path, {
+                "node.id": str(cid), "process.roles": "controller",
+                "controller.quorum.voters": voters,
+                "listeners": f"CONTROLLER://{self.hosts[i]}:{self.listener_ports[i]}",
+                "raftka.controller.raft.peers": peers,
+                "raftka.controller.raft.password": self.password,
+                "metadata.log.dir": str(self.data_dir / f"controller-{cid}")})
+            self.procs.append(ManagedProcess(
+                f"controller-{cid}", [sys.executable, "-m", "metadata_quorum", "--config",
+                                      str(path)], "listening on", True, self.log_path(cid)))
+        problem = wait_ready(self.procs, 60)
+        assert problem is None, problem
+        return self
+
+    def log_path(self, cid: int) -> Path:
+        return self.data_dir / "logs" / f"controller-{cid}.log"
+
+    def log_lines(self, cid: int, text: str) -> list[str]:
+        return [x for x in self.log_path(cid).read_text().splitlines() if text in x]
+
+    def alive(self) -> list[bool]:
+        return [p.proc.poll() is None for p in self.procs]
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.proc.poll() is None:
+                p.proc.send_signal(signal.SIGKILL)
+                p.proc.wait(30)
+
+    async def request(self, i: int, message, version: int):
+        conn = BrokerConnection(self.hosts[i], self.listener_ports[i])
+        try:
+            await conn.connect(timeout_s=5)
+            return await conn.request(message, version, timeout_s=10)
+        finally:
+            await conn.aclose()
+
+    async def commit(self, tag: str, timeout_s: float = 30) -> None:
+        """Commit one ACL through whichever controller is active (the others: NOT_CONTROLLER)."""
+        ca = REQUESTS[ApiKey.CREATE_ACLS]
+        msg = ca(creations=[ca.AclCreation(resource_type=2, resource_name=f"t-{tag}",
+                                           resource_pattern_type=3, principal=f"User:{tag}",
+                                           host="*", operation=3, permission_type=3)])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for i in range(3):
+                try:
+                    resp = await self.request(i, msg, 2)
+                except NETWORK_ERRORS:
+                    continue
+                if resp.results[0].error_code == 0:
+                    return
+            await trio.sleep(0.2)
+        raise AssertionError(f"no controller committed {tag} within {timeout_s}s")
+
+    async def same_end(self, timeout_s: float = 30) -> int:
+        """Wait until the three controllers' metadata streams end at the same offset."""
+        f = REQUESTS[ApiKey.FETCH]
+        msg = f(replica_id=99, max_wait_ms=0, topics=[f.FetchTopic(
+            topic="__cluster_metadata", partitions=[f.FetchPartition(partition=0,
+                                                                     fetch_offset=0)])])
+        deadline = time.monotonic() + timeout_s
+        ends: list = []
+        while time.monotonic() < deadline:
+            try:
+                ends = [(await self.request(i, msg, 12)).responses[0].partitions[0].high_watermark
+                        for i in range(3)]
+                if len(set(ends)) == 1 and ends[0] > 0:
+                    return ends[0]
+            except NETWORK_ERRORS:
+                pass
+            await trio.sleep(0.2)
+        raise AssertionError(f"controllers' metadata ends differ: {ends}")
+
+
+class Marker:
+    """Unpickling this creates `path` (any unpickler that runs it has executed our code)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def frame(token: bytes) -> bytes:
+    return struct.pack("i", len(token)) + token
+
+
+def fernet(password: str):
+    from pysyncobj.encryptor import getEncryptor
+    return getEncryptor(password)
+
+
+def send_and_see_closed(host: str, port: int, data: bytes, timeout_s: float = 15) -> bool:
+    """Send `data` on a fresh connection; True if the peer then closed it (it was dropped)."""
+    with socket.create_connection((host, port), timeout=timeout_s) as s:
+        s.sendall(data)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if not s.recv(4096):
+                    return True
+            except ConnectionResetError:
+                return True
+            except socket.timeout:
+                return False
+    return False
+
+
+def test_wrong_or_no_password_decodes_nothing_and_fuzz_crashes_nothing(tmp_path):
+    base = free_base_port()
+    q = Quorum(tmp_path, ["127.0.0.1"] * 3, [base + 1000 + i for i in range(3)],
+               [base + 1100 + i for i in range(3)])
+    marker = tmp_path / "unpickled"
+    payload = zlib.compress(pickle.dumps(Marker(str(marker))))
+    # the payload is real: an unpickler creates the marker (checked here, then removed)
+    pickle.loads(zlib.decompress(payload))
+    assert marker.exists()
+    marker.unlink()
+    try:
+        q.start()
+        trio.run(q.commit, "before")
+        attacks = {"no password": frame(payload),
+                   "wrong password": frame(fernet("not-" + q.password).encrypt_at_time(
+                       payload, int(time.monotonic())))}
+        for what, data in attacks.items():
+            for i in range(3):
+                assert send_and_see_closed("127.0.0.1", q.raft_ports[i], data), \
+                    f"controller {IDS[i]} kept a connection with {what}"
+        trio.run(q.commit, "after-attacks")
+        assert not marker.exists(), "a controller unpickled a peer's message without the password"
+        for cid in IDS:
+            assert q.log_lines(cid, DROP_LINE), f"controller {cid} did not log the drop"
+
+        rng = random.Random(20_6)
+        for n in range(FUZZ_CASES):
+            i = rng.randrange(3)
+            with socket.create_connection(("127.0.0.1", q.raft_ports[i]), timeout=10) as s:
+                s.sendall(fuzz_case(rng, q.password if n % 50 == 0 else None))
+        assert q.alive() == [True, True, True]
+        trio.run(q.commit, "after-fuzz")
+        trio.run(q.same_end)
+        assert q.alive() == [True, True, True]
+        for cid in IDS:
+            text = q.log_path(cid).read_text()
+            assert "failed _onTick" not in text and "Traceback" not in text, \
+                f"controller {cid} logged a failure:\n{text[-3000:]}"
+        assert not marker.exists()
+
+        # control: with the right password the very same bytes are decoded, so the refusals
+        # above were the password's doing
+        right = frame(fernet(q.password).encrypt_at_time(payload, int(time.monotonic())))
+        with socket.create_connection(("127.0.0.1", q.raft_ports[0]), timeout=10) as s:
+            s.sendall(right)
+            deadline = time.monotonic() + 15
+            while not marker.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert marker.exists(), "the right password did not get the pickle decoded"
+        trio.run(q.commit, "after-control")
+        assert q.alive() == [True, True, True]
+    finally:
+        q.stop()
+
+
+def fuzz_case(rng: random.Random, password: str | None) -> bytes:
+    """Bytes a Raft port might see from a stranger. With `password` (a few cases): a genuine
+    token of random bytes (decrypts, then zlib/pickle fail on it)."""
+    kind = rng.randrange(7)
+    body = rng.randbytes(rng.randrange(0, 2048))
+    if password is not None:
+        return frame(fernet(password).encrypt_at_time(body, int(time.monotonic())))
+    if kind == 0:
+        return body                                              # raw noise
+    if kind == 1:
+        return frame(body)                                       # well framed noise
+    if kind == 2:
+        return struct.pack("i", rng.choice([-1, -4, -(2 ** 31), 0])) + body   # absurd lengths
+    if kind == 3:
+        return struct.pack("i", rng.randrange(len(body) + 1, 2 ** 31)) + body  # truncated
+    if kind == 4:                                                # base64 token, bad HMAC
+        return frame(base64.urlsafe_b64encode(b"\x80" + body))
+    if kind == 5:                                                # many frames back to back
+        return b"".join(frame(rng.randbytes(rng.randrange(64))) for _ in range(rng.randrange(20)))
+    return frame(zlib.compress(body))                            # unencrypted compressed noise
+
+
+def _free_on_all(hosts, rng: random.Random, span: int) -> int:
+    for _ in range(200):
+        port = rng.randrange(10000, 31500)
+        try:
+            for host in hosts:
+                for p in (port, port + span):
+                    with socket.socket() as s:
+                        s.bind((host, p))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no port free on every address")
+
+
+def test_controllers_bind_exactly_their_own_address(tmp_path):
+    hosts = ["127.0.0.11", "127.0.0.12", "127.0.0.13"]
+    listener = _free_on_all(hosts + ["127.0.0.1"], random.Random(os.getpid() ^ time.time_ns()),
+                            100)
+    raft = listener + 100
+    q = Quorum(tmp_path, hosts, [listener] * 3, [raft] * 3)
+    try:
+        q.start()
+        trio.run(q.commit, "exact")
+        end = trio.run(q.same_end)
+        assert end > 0
+        # nothing on the wildcard: the port is not open on 127.0.0.1
+        for port in (raft, listener):
+            with socket.socket() as s:
+                assert s.connect_ex(("127.0.0.1", port)) != 0, f"port {port} open on 127.0.0.1"
+        assert q.alive() == [True, True, True]
+    finally:
+        q.stop()
