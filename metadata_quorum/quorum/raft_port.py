@@ -48,10 +48,10 @@ class DropLog:
                 return
             self._last[host] = now
             since = self._quiet.pop(host, 0)
-        more = f" ({since} more from {host} dropped since the last such line)" if since else ""
-        log.warning("Raft port: dropped the connection %s: %s; nothing it sent was decoded. A "
-                    "controller of this quorum with another raftka.controller.raft.password, or "
-                    "not a controller at all%s", peer, why, more)
+        more = f" ({since} more {host} dropped since the last such line)" if since else ""
+        log.warning("Raft port: dropped the connection %s: %s; nothing it sent was decoded "
+                    "(a controller with another raftka.controller.raft.password, or not a "
+                    "controller at all)%s", peer, why, more)
 
 
 class _CheckedEncryptor:
