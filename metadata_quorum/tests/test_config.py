@@ -154,3 +154,27 @@ def test_raft_password_problem_is_none_for_good_cases():
     assert raft_password_problem("10.0.0.1", None) is not None
     assert is_loopback("127.0.0.11") and not is_loopback("128.0.0.1")
     assert not is_loopback("localhost.evil.example")
+
+
+def test_shipped_configs_start_on_loopback_and_are_refused_when_moved_beyond_it(tmp_path):
+    """The shipped files leave the Raft password unset (with the instruction in a comment): they
+    parse as they are (loopback), and the same file with a routable Raft address is refused."""
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[2] / "configs"
+    files = sorted(root.glob("*/controller-*.properties")) + [root / "single-node/server.properties"]
+    assert len(files) == 7
+    for f in files:
+        text = f.read_text()
+        assert "secrets.token_urlsafe" in text and "change-me-raft" not in text, f
+        props = load_properties(text)
+        assert "raftka.controller.raft.password" not in props, f
+        if "ssl.keystore.location" in props:        # configs/secure: certificates made here
+            from common.tls import generate_dev_ca
+            certs = generate_dev_ca(tmp_path)
+            props["ssl.keystore.location"] = str(certs["server"])
+            props["ssl.truststore.location"] = str(certs["ca"])
+        cfg = ControllerConfig.from_properties(props)
+        moved = dict(props, **{"raftka.controller.raft.peers": ",".join(
+            f"{nid}@192.0.2.{nid % 250}:{port}" for nid, (_, port) in cfg.raft_peers.items())})
+        with pytest.raises(ConfigError, match="beyond loopback"):
+            ControllerConfig.from_properties(moved)
