@@ -9,6 +9,13 @@ given different passwords would only see a quorum that never forms. This transpo
 connection's encryptor so a failed check is logged (rate-limited per peer: a port scanner must
 not flood the log) and then dropped exactly as before; nothing else changes.
 
+It also bounds what a stranger costs before authenticating, which pysyncobj does not: a
+connection is only timed out when it has traffic, so idle ones pile up (and an accept failing
+with EMFILE makes pysyncobj's server stop listening for good), and a length prefix of 2 GiB makes
+it buffer whatever follows. Here an incoming connection that has not identified itself within
+PRE_AUTH_TIMEOUT_S, that buffers more than PRE_AUTH_MAX_BYTES before its first message decoded,
+or that arrives while MAX_PRE_AUTH others are still unidentified, is closed (and logged).
+
 Without a password pysyncobj unpickles whatever arrives: metadata_quorum/config.py never lets a
 controller start without one.
 """
@@ -25,6 +32,11 @@ from pysyncobj.transport import TCPTransport
 log = logging.getLogger(__name__)
 
 LOG_EVERY_S = 10.0          # per peer host: one line, then a count of what was dropped since
+# a controller's first message (a 32-byte key) is a ~200-byte token and its second its address;
+# both arrive within milliseconds of connecting
+PRE_AUTH_TIMEOUT_S = 10.0
+PRE_AUTH_MAX_BYTES = 64 * 1024
+MAX_PRE_AUTH = 64
 
 
 class DropLog:
@@ -89,9 +101,32 @@ def checked_transport(drops: DropLog) -> type:
 
     class CheckedTransport(TCPTransport):
         def _onNewIncomingConnection(self, conn):
+            peer = _peer_of(conn)
+            if len(self._unknownConnections) >= MAX_PRE_AUTH:
+                drops.dropped_from(peer, f"{MAX_PRE_AUTH} other connections have not "
+                                         "authenticated yet")
+                conn.disconnect()
+                return
             super()._onNewIncomingConnection(conn)
             if conn.encryptor is not None:
-                conn.encryptor = _CheckedEncryptor(conn.encryptor, _peer_of(conn), drops)
+                conn.encryptor = _CheckedEncryptor(conn.encryptor, peer, drops)
+            _cap_pre_auth_reads(conn, peer, drops)
+            pending = self.__dict__.setdefault("_raftka_pending", {})
+            pending[conn] = (time.monotonic(), peer)
+
+        def _onTick(self):
+            super()._onTick()
+            pending = self.__dict__.get("_raftka_pending")
+            if not pending:
+                return
+            now = time.monotonic()
+            for conn, (since, peer) in list(pending.items()):
+                if conn not in self._unknownConnections:
+                    del pending[conn]            # identified, or gone
+                elif now - since > PRE_AUTH_TIMEOUT_S:
+                    del pending[conn]
+                    drops.dropped_from(peer, f"not authenticated within {PRE_AUTH_TIMEOUT_S:g} s")
+                    conn.disconnect()
 
         def addNode(self, node):
             super().addNode(node)
@@ -100,3 +135,23 @@ def checked_transport(drops: DropLog) -> type:
                 conn.encryptor = _CheckedEncryptor(conn.encryptor, f"to {node.address}", drops)
 
     return CheckedTransport
+
+
+def _cap_pre_auth_reads(conn, peer: str, drops: DropLog) -> None:
+    """Close `conn` once it buffers more than PRE_AUTH_MAX_BYTES before its first message
+    decoded (pysyncobj would buffer up to the 2 GiB its length prefix may claim). The read step
+    is pysyncobj's private `__processRead`, shadowed on this instance only; a pysyncobj without
+    it keeps its own behaviour (the timeout above still applies)."""
+    read = getattr(conn, "_TcpConnection__processRead", None)
+    if read is None:
+        return
+
+    def capped_read():
+        more = read()
+        if conn.sendRandKey is None and \
+                len(getattr(conn, "_TcpConnection__readBuffer", b"")) > PRE_AUTH_MAX_BYTES:
+            drops.dropped_from(peer, f"over {PRE_AUTH_MAX_BYTES} bytes before authenticating")
+            conn.disconnect()
+            return False
+        return more
+    conn._TcpConnection__processRead = capped_read

@@ -11,7 +11,10 @@ anything is decrypted or unpickled) is its only protection.
 2. Seeded fuzz: a few hundred connections of random bytes (random lengths, plausible and absurd
    length prefixes, base64 tokens with bad HMACs, truncated frames) at the Raft ports; every
    controller is alive, pysyncobj's tick never failed, and the quorum commits.
-3. Exact binding: controllers on 127.0.0.11, .12 and .13, all on the *same* Raft and listener
+3. What a stranger costs before authenticating is bounded: 100 idle connections to one Raft port
+   are all closed (those beyond 64 at once at once, the rest when their time to authenticate is up),
+   a 2 GiB length prefix followed by megabytes is cut off, and the quorum commits throughout.
+4. Exact binding: controllers on 127.0.0.11, .12 and .13, all on the *same* Raft and listener
    ports (impossible while pysyncobj bound 0.0.0.0); they elect and commit, and nothing listens
    on 127.0.0.1 at that port.
 """
@@ -22,6 +25,7 @@ import base64
 import os
 import pickle
 import random
+import select
 import signal
 import socket
 import struct
@@ -247,6 +251,69 @@ def fuzz_case(rng: random.Random, password: str | None) -> bytes:
     if kind == 5:                                                # many frames back to back
         return b"".join(frame(rng.randbytes(rng.randrange(64))) for _ in range(rng.randrange(20)))
     return frame(zlib.compress(body))                            # unencrypted compressed noise
+
+
+def test_idle_and_oversized_strangers_are_cut_off(tmp_path):
+    from metadata_quorum.quorum.raft_port import MAX_PRE_AUTH, PRE_AUTH_TIMEOUT_S
+    base = free_base_port()
+    q = Quorum(tmp_path, ["127.0.0.1"] * 3, [base + 1000 + i for i in range(3)],
+               [base + 1100 + i for i in range(3)])
+    idle: list[socket.socket] = []
+    try:
+        q.start()
+        trio.run(q.commit, "before")
+        idle = [socket.create_connection(("127.0.0.1", q.raft_ports[0]), timeout=10)
+                for _ in range(100)]
+        t0 = time.monotonic()
+        closed_at = wait_closed(idle, PRE_AUTH_TIMEOUT_S + 30)
+        assert len(closed_at) == len(idle), f"{len(idle) - len(closed_at)} idle ones still open"
+        prompt = sum(1 for t in closed_at.values() if t - t0 < PRE_AUTH_TIMEOUT_S / 2)
+        assert prompt >= len(idle) - MAX_PRE_AUTH, prompt
+        trio.run(q.commit, "after-idle")
+
+        # a frame claiming 2 GiB, then megabytes of it: cut off long before the end
+        sent = 0
+        with socket.create_connection(("127.0.0.1", q.raft_ports[1]), timeout=10) as s:
+            chunk = rng_bytes(64 * 1024)
+            try:
+                s.sendall(struct.pack("i", 2 ** 31 - 1))
+                while sent < 64 * 1024 * 1024:
+                    s.sendall(chunk)
+                    sent += len(chunk)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+        assert sent < 64 * 1024 * 1024, "the Raft port buffered 64 MiB from a stranger"
+        trio.run(q.commit, "after-oversized")
+        trio.run(q.same_end)
+        assert q.alive() == [True, True, True]
+        assert q.log_lines(3000, "not authenticated within") or \
+            q.log_lines(3000, "other connections have not authenticated")
+        assert q.log_lines(3001, "bytes before authenticating")
+    finally:
+        for s in idle:
+            s.close()
+        q.stop()
+
+
+def rng_bytes(n: int) -> bytes:
+    return random.Random(n).randbytes(n)
+
+
+def wait_closed(socks, timeout_s: float) -> dict:
+    """{socket: when the peer closed it} for those closed within `timeout_s`."""
+    closed: dict = {}
+    deadline = time.monotonic() + timeout_s
+    while len(closed) < len(socks) and time.monotonic() < deadline:
+        open_ = [s for s in socks if s not in closed]
+        readable, _, _ = select.select(open_, [], [], 0.5)
+        for s in readable:
+            try:
+                data = s.recv(4096)
+            except ConnectionResetError:
+                data = b""
+            if not data:
+                closed[s] = time.monotonic()
+    return closed
 
 
 def _free_on_all(hosts, rng: random.Random, span: int) -> int:
