@@ -66,6 +66,21 @@ class DropLog:
                     "controller at all)%s", peer, why, more)
 
 
+    def closed_by(self, peer: str) -> None:
+        """Our connection `peer` was closed before the peer's first message: most likely it
+        could not authenticate ours (another password), or it stopped at that moment."""
+        host = peer.rpartition(":")[0] or peer
+        with self._lock:
+            now = self._clock()
+            last = self._last.get(host)
+            if last is not None and now - last < self._every_s:
+                return
+            self._last[host] = now
+        log.warning("Raft port: the connection %s was closed by the peer during the key "
+                    "exchange: it probably has another raftka.controller.raft.password (its log "
+                    "says so), or it was stopping", peer)
+
+
 class _CheckedEncryptor:
     """pysyncobj's Fernet for one connection; a token that fails its check is reported."""
 
@@ -127,6 +142,25 @@ def checked_transport(drops: DropLog) -> type:
                     del pending[conn]
                     drops.dropped_from(peer, f"not authenticated within {PRE_AUTH_TIMEOUT_S:g} s")
                     conn.disconnect()
+
+        # our side of a mismatch: a peer with another password closes our connection as soon
+        # as our first token fails its check, and pysyncobj retries in silence
+        def _onOutgoingConnected(self, conn):
+            if self._syncObj.encryptor:
+                self.__dict__.setdefault("_raftka_handshaking", set()).add(conn)
+            super()._onOutgoingConnected(conn)
+
+        def _onOutgoingMessageReceived(self, conn, message):
+            self.__dict__.get("_raftka_handshaking", set()).discard(conn)
+            super()._onOutgoingMessageReceived(conn, message)
+
+        def _onDisconnected(self, conn):
+            handshaking = self.__dict__.get("_raftka_handshaking", set())
+            if conn in handshaking:
+                handshaking.discard(conn)
+                node = self._connToNode(conn)
+                drops.closed_by(f"to {getattr(node, 'address', 'a peer')}")
+            super()._onDisconnected(conn)
 
         def addNode(self, node):
             super().addNode(node)

@@ -11,10 +11,11 @@ anything is decrypted or unpickled) is its only protection.
 2. Seeded fuzz: a few hundred connections of random bytes (random lengths, plausible and absurd
    length prefixes, base64 tokens with bad HMACs, truncated frames) at the Raft ports; every
    controller is alive, pysyncobj's tick never failed, and the quorum commits.
-3. What a stranger costs before authenticating is bounded: 100 idle connections to one Raft port
+3. A controller given another password is kept out; it and the others log why.
+4. What a stranger costs before authenticating is bounded: 100 idle connections to one Raft port
    are all closed (those beyond 64 at once at once, the rest when their time to authenticate is up),
    a 2 GiB length prefix followed by megabytes is cut off, and the quorum commits throughout.
-4. Exact binding: controllers on 127.0.0.11, .12 and .13, all on the *same* Raft and listener
+5. Exact binding: controllers on 127.0.0.11, .12 and .13, all on the *same* Raft and listener
    ports (impossible while pysyncobj bound 0.0.0.0); they elect and commit, and nothing listens
    on 127.0.0.1 at that port.
 """
@@ -55,10 +56,11 @@ DROP_LINE = "Raft port: dropped the connection from"
 class Quorum:
     """Three controllers (no brokers) at `hosts`, listener and Raft ports per index."""
 
-    def __init__(self, data_dir: Path, hosts, listener_ports, raft_ports):
+    def __init__(self, data_dir: Path, hosts, listener_ports, raft_ports, passwords=None):
         self.data_dir, self.hosts = data_dir, list(hosts)
         self.listener_ports, self.raft_ports = list(listener_ports), list(raft_ports)
         self.password = dev_raft_password(data_dir)
+        self.passwords = passwords or [self.password] * 3
         self.procs: list[ManagedProcess] = []
 
     def start(self) -> "Quorum":
@@ -71,7 +73,7 @@ class Quorum:
                 "controller.quorum.voters": voters,
                 "listeners": f"CONTROLLER://{self.hosts[i]}:{self.listener_ports[i]}",
                 "raftka.controller.raft.peers": peers,
-                "raftka.controller.raft.password": self.password,
+                "raftka.controller.raft.password": self.passwords[i],
                 "metadata.log.dir": str(self.data_dir / f"controller-{cid}")})
             self.procs.append(ManagedProcess(
                 f"controller-{cid}", [sys.executable, "-m", "metadata_quorum", "--config",
@@ -103,7 +105,7 @@ class Quorum:
         finally:
             await conn.aclose()
 
-    async def commit(self, tag: str, timeout_s: float = 30) -> None:
+    async def commit(self, tag: str, timeout_s: float = 30, among=range(3)) -> None:
         """Commit one ACL through whichever controller is active (the others: NOT_CONTROLLER)."""
         ca = REQUESTS[ApiKey.CREATE_ACLS]
         msg = ca(creations=[ca.AclCreation(resource_type=2, resource_name=f"t-{tag}",
@@ -111,7 +113,7 @@ class Quorum:
                                            host="*", operation=3, permission_type=3)])
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for i in range(3):
+            for i in among:
                 try:
                     resp = await self.request(i, msg, 2)
                 except NETWORK_ERRORS:
@@ -120,6 +122,13 @@ class Quorum:
                     return
             await trio.sleep(0.2)
         raise AssertionError(f"no controller committed {tag} within {timeout_s}s")
+
+    async def end(self, i: int) -> int:
+        f = REQUESTS[ApiKey.FETCH]
+        msg = f(replica_id=99, max_wait_ms=0, topics=[f.FetchTopic(
+            topic="__cluster_metadata", partitions=[f.FetchPartition(partition=0,
+                                                                     fetch_offset=0)])])
+        return (await self.request(i, msg, 12)).responses[0].partitions[0].high_watermark
 
     async def same_end(self, timeout_s: float = 30) -> int:
         """Wait until the three controllers' metadata streams end at the same offset."""
@@ -226,6 +235,29 @@ def test_wrong_or_no_password_decodes_nothing_and_fuzz_crashes_nothing(tmp_path)
                 time.sleep(0.05)
         assert marker.exists(), "the right password did not get the pickle decoded"
         trio.run(q.commit, "after-control")
+        assert q.alive() == [True, True, True]
+    finally:
+        q.stop()
+
+
+def test_a_controller_with_another_password_is_kept_out_and_logged(tmp_path):
+    """The misconfiguration an operator meets: 3002 was given another password. 3000 and 3001
+    form the quorum and commit; 3002 gets nothing (no leader, no metadata); both sides log."""
+    base = free_base_port()
+    right = dev_raft_password(tmp_path)
+    q = Quorum(tmp_path, ["127.0.0.1"] * 3, [base + 1000 + i for i in range(3)],
+               [base + 1100 + i for i in range(3)], passwords=[right, right, "another-" + right])
+    try:
+        q.start()
+        trio.run(lambda: q.commit("two-of-three", among=(0, 1)))
+        ends = [trio.run(q.end, i) for i in range(3)]
+        assert ends[0] == ends[1] > 0 and ends[2] == 0, ends
+        deadline = time.monotonic() + 20
+        while not (q.log_lines(3000, "Raft port: dropped the connection from") and
+                   q.log_lines(3001, "Raft port: dropped the connection from") and
+                   q.log_lines(3002, "closed by the peer during the key exchange")):
+            assert time.monotonic() < deadline, "a controller did not log the password mismatch"
+            time.sleep(0.2)
         assert q.alive() == [True, True, True]
     finally:
         q.stop()

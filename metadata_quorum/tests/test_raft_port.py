@@ -67,3 +67,15 @@ def test_dev_password_is_random_per_data_dir_private_and_kept(tmp_path):
     assert {layout.controller_properties(i)["raftka.controller.raft.password"]
             for i in range(3)} == {first}
     assert not list(a.glob("raft.password.*.tmp"))
+
+
+def test_closed_during_key_exchange_is_logged_once_per_window(caplog):
+    clock = Clock()
+    drops = DropLog(every_s=10, clock=clock)
+    with caplog.at_level(logging.WARNING, "metadata_quorum.quorum.raft_port"):
+        for _ in range(5):                   # pysyncobj retries every 0.5 s
+            drops.closed_by("to 127.0.0.1:9000")
+        clock.now += 11
+        drops.closed_by("to 127.0.0.1:9000")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and "another raftka.controller.raft.password" in lines[0]
