@@ -1,4 +1,5 @@
-"""The Raft port's edge: pysyncobj's TCP transport, made to say when it drops a peer.
+"""The Raft port's edge: pysyncobj's TCP transport, made to say when it drops a peer and to
+bound what a stranger costs before authenticating.
 
 pysyncobj frames each message as a 4-byte length and a Fernet token (AES-CBC + HMAC-SHA256 with a
 key derived from the shared password) holding a zlib-compressed pickle. A connection checks each
@@ -14,7 +15,10 @@ connection is only timed out when it has traffic, so idle ones pile up (and an a
 with EMFILE makes pysyncobj's server stop listening for good), and a length prefix of 2 GiB makes
 it buffer whatever follows. Here an incoming connection that has not identified itself within
 PRE_AUTH_TIMEOUT_S, that buffers more than PRE_AUTH_MAX_BYTES before its first message decoded,
-or that arrives while MAX_PRE_AUTH others are still unidentified, is closed (and logged).
+or that arrives while MAX_PRE_AUTH_PER_HOST others from its host (MAX_PRE_AUTH in all) are still
+unidentified, is closed (and logged). What this cannot do: a stranger who reaches the port can
+still keep *new* Raft connections from its own host's slots out and cost the controller CPU, so
+the port belongs behind a firewall that only lets the controllers in (nothing is decoded either way).
 
 Without a password pysyncobj unpickles whatever arrives: metadata_quorum/config.py never lets a
 controller start without one.
@@ -37,6 +41,7 @@ LOG_EVERY_S = 10.0          # per peer host: one line, then a count of what was 
 PRE_AUTH_TIMEOUT_S = 10.0
 PRE_AUTH_MAX_BYTES = 64 * 1024
 MAX_PRE_AUTH = 64
+MAX_PRE_AUTH_PER_HOST = 8     # controllers have one each at most, for milliseconds
 
 
 class DropLog:
@@ -64,7 +69,6 @@ class DropLog:
         log.warning("Raft port: dropped the connection %s: %s; nothing it sent was decoded "
                     "(a controller with another raftka.controller.raft.password, or not a "
                     "controller at all)%s", peer, why, more)
-
 
     def closed_by(self, peer: str) -> None:
         """Our connection `peer` was closed before the peer's first message: most likely it
@@ -117,17 +121,20 @@ def checked_transport(drops: DropLog) -> type:
     class CheckedTransport(TCPTransport):
         def _onNewIncomingConnection(self, conn):
             peer = _peer_of(conn)
-            if len(self._unknownConnections) >= MAX_PRE_AUTH:
-                drops.dropped_from(peer, f"{MAX_PRE_AUTH} other connections have not "
-                                         "authenticated yet")
+            host = peer.rpartition(":")[0]
+            pending = self.__dict__.setdefault("_raftka_pending", {})
+            same_host = sum(1 for c, (_, _, h) in pending.items()
+                            if h == host and c in self._unknownConnections)
+            if same_host >= MAX_PRE_AUTH_PER_HOST or \
+                    len(self._unknownConnections) >= MAX_PRE_AUTH:
+                drops.dropped_from(peer, "too many connections have not authenticated yet")
                 conn.disconnect()
                 return
             super()._onNewIncomingConnection(conn)
             if conn.encryptor is not None:
                 conn.encryptor = _CheckedEncryptor(conn.encryptor, peer, drops)
             _cap_pre_auth_reads(conn, peer, drops)
-            pending = self.__dict__.setdefault("_raftka_pending", {})
-            pending[conn] = (time.monotonic(), peer)
+            pending[conn] = (time.monotonic(), peer, host)
 
         def _onTick(self):
             super()._onTick()
@@ -135,7 +142,7 @@ def checked_transport(drops: DropLog) -> type:
             if not pending:
                 return
             now = time.monotonic()
-            for conn, (since, peer) in list(pending.items()):
+            for conn, (since, peer, _) in list(pending.items()):
                 if conn not in self._unknownConnections:
                     del pending[conn]            # identified, or gone
                 elif now - since > PRE_AUTH_TIMEOUT_S:
