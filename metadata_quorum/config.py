@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import sys
 
 from common.properties import ConfigError, parse_endpoint, parse_voters
 
@@ -140,6 +141,11 @@ class ControllerConfig:
             problem = raft_password_problem(peers[node_id][0], props.get(PASSWORD_KEY))
             if problem:
                 problems.append(problem)
+        if sys.flags.optimize:
+            # pysyncobj checks each message's session key and timestamp with `assert`: under -O
+            # a captured message could be replayed to the Raft port and accepted
+            problems.append("python -O / PYTHONOPTIMIZE strips the checks pysyncobj's Raft port "
+                            "makes against replayed messages: run controllers without it")
         # parsed before the check so a bad value is reported instead of silently defaulted
         numbers = (as_int("broker.session.timeout.ms", 9000, 1),
                    as_int("num.partitions", 1, 1), as_int("default.replication.factor", 1, 1),

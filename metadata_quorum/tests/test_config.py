@@ -178,3 +178,24 @@ def test_shipped_configs_start_on_loopback_and_are_refused_when_moved_beyond_it(
             f"{nid}@192.0.2.{nid % 250}:{port}" for nid, (_, port) in cfg.raft_peers.items())})
         with pytest.raises(ConfigError, match="beyond loopback"):
             ControllerConfig.from_properties(moved)
+
+
+def test_refused_under_python_optimize():
+    """pysyncobj's replay checks are `assert`s: a controller must not run with them stripped."""
+    import pathlib
+    import subprocess
+    import sys
+    code = ("from common.properties import parse_properties\n"
+            "from metadata_quorum.config import ControllerConfig, ConfigError\n"
+            "import sys\n"
+            "try:\n"
+            f"    ControllerConfig.from_properties(parse_properties({GOOD!r}))\n"
+            "except ConfigError as exc:\n"
+            "    print(exc); sys.exit(3)\n")
+    for flags, expect in ((["-O"], 3), ([], 0)):
+        run = subprocess.run([sys.executable, *flags, "-c", code], capture_output=True,
+                             text=True, timeout=60,
+                             cwd=pathlib.Path(__file__).resolve().parents[2])
+        assert run.returncode == expect, run.stdout + run.stderr
+        if expect:
+            assert "PYTHONOPTIMIZE" in run.stdout
