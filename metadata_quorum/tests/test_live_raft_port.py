@@ -13,9 +13,9 @@ anything is decrypted or unpickled) is its only protection.
    controller is alive, pysyncobj's tick never failed, and the quorum commits.
 3. A controller given another password is kept out; it and the others log why.
 4. What a stranger costs before authenticating is bounded: 100 idle connections to one Raft port
-   are all closed (those beyond 8 from one host at once at once, the rest when their time to
-   authenticate is up),
-   a 2 GiB length prefix followed by megabytes is cut off, and the quorum commits throughout.
+   are all closed (those beyond 8 from one host at once, at once; the rest when their time to
+   authenticate is up), a 2 GiB length prefix followed by megabytes is cut off, and the quorum
+   commits throughout.
 5. Exact binding: controllers on 127.0.0.11, .12 and .13, all on the *same* Raft and listener
    ports (impossible while pysyncobj bound 0.0.0.0); they elect and commit, and nothing listens
    on 127.0.0.1 at that port.
