@@ -3,7 +3,8 @@
 - A throwaway CA and one server certificate for 127.0.0.1/localhost (`<data-dir>/secure/`),
   generated on the first start and reused after.
 - Client listeners SASL_SSL (SCRAM-SHA-512, also SCRAM-SHA-256 and PLAIN); the controllers'
-  listener SASL_SSL too, open only to the inter-node user; the Raft port gets a random password (without --secure too: dev_raft_password).
+  listener SASL_SSL too, open only to the inter-node user; the Raft port gets a random password
+  (as without --secure: dev_raft_password).
 - ACLs enforced (StandardAuthorizer semantics), `allow.everyone.if.no.acl.found=false`, one super
   user `admin` whose SCRAM credential is created through AlterUserScramCredentials once the
   cluster is up (as the inter-node user), so it lives in the metadata log like any other user.

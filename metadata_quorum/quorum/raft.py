@@ -13,7 +13,7 @@
 - The Raft port: bound to exactly this node's configured address (`bindAddress`; pysyncobj
   would otherwise listen on 0.0.0.0), encrypted and authenticated by the shared `password`
   (never None: without one pysyncobj unpickles whatever arrives). quorum/raft_port.py logs the
-  peers it drops for failing authentication.
+  peers it drops for failing authentication and bounds unauthenticated connections.
 - Exactly one replicated method, `MetadataLog.apply(batch: bytes)`: a msgpack list of metadata
   records (an operation too large for one entry spans several: records.encode_entries). pysyncobj numbers replicated methods by their sorted names, so a
   second one would silently break every journal: never add one.
