@@ -6,7 +6,7 @@
   (librdkafka refuses such a partition locally, before asking);
 - an OffsetCommit naming a topic that does not exist is refused for it with
   UNKNOWN_TOPIC_OR_PARTITION while the rest of the commit is stored (KafkaApis'
-  handleOffsetCommitRequest), with confluent-kafka;
+  handleOffsetCommitRequest), with confluent-kafka; TxnOffsetCommit likewise, with aiokafka;
 - the deprecated topic config `message.format.version` is accepted (CreateTopics,
   IncrementalAlterConfigs), shown by DescribeConfigs and ignored, as in Kafka 3.x; a value that is
   no Kafka version is INVALID_CONFIG, with confluent-kafka.
@@ -16,10 +16,12 @@ import asyncio
 import time
 
 import pytest
-from aiokafka.client import AIOKafkaClient
+from aiokafka.client import AIOKafkaClient, CoordinationType
+from aiokafka.errors import GroupCoordinatorNotAvailableError
 from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.protocol.produce import ProduceRequest
+from aiokafka.protocol.transaction import TxnOffsetCommitRequest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
@@ -109,6 +111,35 @@ def test_offset_commit_for_a_missing_topic_is_refused_and_the_rest_stored(cluste
             (TOPIC, 0, 1), (TOPIC, 7, -1001), ("no-such-topic", 0, -1001)]
     finally:
         consumer.close()
+
+
+async def _txn_offset_commit(bootstrap: str):
+    """Per (topic, partition) codes of one TxnOffsetCommit from a producer id that has no
+    transaction: what does not exist is refused as such before anything else is looked at."""
+    client = AIOKafkaClient(bootstrap_servers=bootstrap)
+    await client.bootstrap()
+    try:
+        deadline = time.monotonic() + 30
+        while True:      # the first lookup creates __consumer_offsets: not available at once
+            try:
+                coordinator = await client.coordinator_lookup(CoordinationType.GROUP, "gaps-txn")
+                break
+            except GroupCoordinatorNotAvailableError:
+                assert time.monotonic() < deadline, "no group coordinator"
+                await asyncio.sleep(0.3)
+        r = await client.send(coordinator, TxnOffsetCommitRequest(
+            "gaps-txn-id", "gaps-txn", 4242, 0,
+            [("no-such-topic", [(0, 5, "")]), (TOPIC, [(9, 5, ""), (0, 5, "")])]))
+        return {(t, p[0]): p[1] for t, ps in r.errors for p in ps}
+    finally:
+        await client.close()
+
+
+def test_txn_offset_commit_for_a_missing_topic_or_partition(cluster):
+    codes = asyncio.run(_txn_offset_commit(cluster.bootstrap))
+    assert codes[("no-such-topic", 0)] == UNKNOWN and codes[(TOPIC, 9)] == UNKNOWN
+    # the partition that exists goes on to the transaction checks, which this producer fails
+    assert codes[(TOPIC, 0)] not in (NONE, UNKNOWN)
 
 
 def _describe(admin, topic: str):
