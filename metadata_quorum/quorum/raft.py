@@ -1,4 +1,4 @@
-"""The Raft layer: the only module that imports pysyncobj (see DESIGN.md §5).
+"""The Raft layer: the only module that imports pysyncobj (see ARCHITECTURE.md).
 
 - Membership starts as the configured voters and changes one server at a time through
   pysyncobj's dynamic membership (`dynamicMembershipChange`; metadata_quorum/controller/
