@@ -1,4 +1,4 @@
-"""Two clocks, for two jobs (F15 of CHAOS.md: a clock jump on one node).
+"""Two clocks, for two jobs (fault F15: a clock jump on one node).
 
 - `wall_ms()`: the wall clock, for what is stored or shown as a time of day — record
   timestamps, LogAppendTime, retention by timestamp, a transaction's start time (the next

@@ -57,6 +57,28 @@ def throttled_replicas(v: str):
             "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
 
 
+# Kafka's MetadataVersion names up to 3.9, the version we claim: release -> its IV suffixes
+_METADATA_VERSIONS = {"0.8.0": (), "0.8.1": (), "0.8.2": (), "0.9.0": (),
+                      "0.10.0": (0, 1), "0.10.1": (0, 1, 2), "0.10.2": (0,), "0.11.0": (0, 1, 2),
+                      "1.0": (0,), "1.1": (0,), "2.0": (0, 1), "2.1": (0, 1, 2), "2.2": (0, 1),
+                      "2.3": (0, 1), "2.4": (0, 1), "2.5": (0,), "2.6": (0,), "2.7": (0, 1, 2),
+                      "2.8": (0, 1), "3.0": (0, 1), "3.1": (0,), "3.2": (0,), "3.3": (0, 1, 2, 3),
+                      "3.4": (0,), "3.5": (0, 1, 2), "3.6": (0, 1, 2), "3.7": (0, 1, 2, 3, 4),
+                      "3.8": (0,), "3.9": (0,)}
+_METADATA_VERSION_NAMES = set(_METADATA_VERSIONS) | {
+    f"{release}-IV{iv}" for release, ivs in _METADATA_VERSIONS.items() for iv in ivs}
+
+
+def message_format_version(v: str):
+    """Kafka's MetadataVersionValidator (MetadataVersion.fromVersionString): a release ("2.8",
+    "0.10.2", extra segments ignored: "2.8.1") or a release with its IV ("3.0-IV1")."""
+    parts = v.split(".")
+    key = ".".join(parts[:3 if v.startswith("0.") else 2])
+    if key in _METADATA_VERSION_NAMES:
+        return None
+    return f"Version {v} is not a valid version"
+
+
 THROTTLED_PAIR = re.compile(r"^([0-9]+:[0-9]+)?$")
 LEADER_THROTTLED_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_THROTTLED_REPLICAS = "follower.replication.throttled.replicas"
@@ -77,6 +99,9 @@ TOPIC_CONFIGS = {
     LEADER_THROTTLED_REPLICAS: ("", throttled_replicas),
     "max.compaction.lag.ms": (str(LONG_MAX), _int(1)),
     "max.message.bytes": ("1048588", _int(0)),
+    # deprecated since Kafka 3.0: accepted, shown and ignored (every log is message format v2),
+    # as Kafka 3.x does; Kafka 4.0 drops it
+    "message.format.version": ("3.0-IV1", message_format_version),
     "message.timestamp.type": ("CreateTime", _choice("CreateTime", "LogAppendTime")),
     "min.cleanable.dirty.ratio": ("0.5", _ratio),
     "min.compaction.lag.ms": ("0", _int(0)),

@@ -7,7 +7,7 @@
 | controller.quorum.voters | required | `id@host:port,...`: every controller's Kafka-protocol listener. A controller whose node.id is not listed *joins* a running quorum: list the current voters, start it, then `raftka quorum add-controller` (KIP-853); once added, the voter set in the metadata log (VotersRecord) is what counts, this list is only where to start |
 | listeners | required | `CONTROLLER://host:port`: where brokers and admin tools reach this controller |
 | raftka.controller.raft.peers | required | `id@host:port,...`: every voter's Raft (pysyncobj) port, and this node's own when it joins; Kafka has no separate Raft port, pysyncobj needs one |
-| raftka.controller.raft.password | dev default | shared secret: encrypts and authenticates Raft traffic |
+| raftka.controller.raft.password | built-in development value | shared secret, the same on every controller: encrypts and authenticates Raft traffic. Required (not the development value, not a `change-me` placeholder, not empty) when this controller's Raft address is not a loopback address: pysyncobj decodes pickles, so whoever knows the password can run code on the controller (see raft_password_problem) |
 | metadata.log.dir | ./raftka-data/controller-<id> | Raft journal and snapshots |
 | broker.session.timeout.ms | 9000 | a broker without a heartbeat for this long is fenced |
 | num.partitions | 1 | partitions of a topic created without a count |
@@ -22,8 +22,50 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
+import sys
 
 from common.properties import ConfigError, parse_endpoint, parse_voters
+
+
+PASSWORD_KEY = "raftka.controller.raft.password"
+# used when the key is absent: acceptable only while the Raft port is on loopback
+DEV_PASSWORD = "raftka-dev-only-password"
+# what the shipped examples used to carry; a copied file must not go live with one of these
+PLACEHOLDER_MARKERS = ("change-me", "changeme", "change_me")
+
+
+def is_loopback(host: str) -> bool:
+    """A literal loopback address (127.0.0.0/8, ::1) or `localhost`; any other name counts as
+    reachable (a name is not resolved here: what it resolves to can change)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def raft_password_problem(host: str, password: str | None) -> str | None:
+    """Why this Raft password must not be used on `host` (this controller's Raft address), or
+    None. pysyncobj unpickles whatever a peer sends once it decrypts; its password (Fernet: AES
+    + HMAC, key from PBKDF2) is the port's only protection, so a well-known one is code execution
+    for anyone who reaches the port. Loopback is only reachable from this machine, where the
+    built-in value is tolerated (the service warns); `raftka dev` writes a random one anyway."""
+    how = (f"set {PASSWORD_KEY} to the same long random secret on every controller, e.g. the "
+           "output of: python3 -c 'import secrets; print(secrets.token_urlsafe(32))'")
+    if password is not None and not password.strip():
+        return f"{PASSWORD_KEY} is empty: {how}"
+    if is_loopback(host):
+        return None
+    if password is None or password == DEV_PASSWORD:
+        what = "is not set (the built-in development password would be used)"
+    elif any(m in password.lower() for m in PLACEHOLDER_MARKERS):
+        what = f"is the placeholder {password!r}"
+    else:
+        return None
+    return (f"{PASSWORD_KEY} {what}, but the Raft port listens on {host}, beyond loopback: "
+            f"anyone reaching it could run code on this controller; {how}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +137,15 @@ class ControllerConfig:
             problems.append("controller.quorum.voters and raftka.controller.raft.peers name different ids")
         if peers and node_id not in peers and node_id >= 0:
             problems.append(f"node.id {node_id} has no address in raftka.controller.raft.peers")
+        elif node_id in peers:
+            problem = raft_password_problem(peers[node_id][0], props.get(PASSWORD_KEY))
+            if problem:
+                problems.append(problem)
+        if sys.flags.optimize:
+            # pysyncobj checks each message's session key and timestamp with `assert`: under -O
+            # a captured message could be replayed to the Raft port and accepted
+            problems.append("python -O / PYTHONOPTIMIZE strips the checks pysyncobj's Raft port "
+                            "makes against replayed messages: run controllers without it")
         # parsed before the check so a bad value is reported instead of silently defaulted
         numbers = (as_int("broker.session.timeout.ms", 9000, 1),
                    as_int("num.partitions", 1, 1), as_int("default.replication.factor", 1, 1),
@@ -114,5 +165,5 @@ class ControllerConfig:
             raise ConfigError("; ".join(problems))
         return cls(node_id, voters, peers, listener,
                    props.get("metadata.log.dir", f"./raftka-data/controller-{node_id}"),
-                   props.get("raftka.controller.raft.password", "raftka-dev-only-password"),
+                   props.get(PASSWORD_KEY, DEV_PASSWORD),
                    *numbers, props=dict(props))

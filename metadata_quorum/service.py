@@ -24,7 +24,7 @@ import logging
 import trio
 
 from common.clock import steady_ms
-from metadata_quorum.config import ControllerConfig
+from metadata_quorum.config import DEV_PASSWORD, ControllerConfig
 from metadata_quorum.controller.quorum_controller import QuorumController
 from metadata_quorum.controller_handlers import HANDLERS, SUPPORTED
 from metadata_quorum.image import Voter
@@ -71,6 +71,10 @@ class ControllerService:
                                  compaction_min_entries=config.raft_compaction_min_entries,
                                  compaction_min_time_s=config.raft_compaction_min_time_ms / 1000,
                                  joining=config.joining)
+        if config.password == DEV_PASSWORD:      # config.py refuses it beyond loopback
+            log.warning("the Raft port uses the built-in development password: any local user "
+                        "could run code on this controller through it; set "
+                        "raftka.controller.raft.password (raftka dev writes a random one)")
         # the configured voters: the voter set until a VotersRecord says otherwise
         self.static_voters = {nid: Voter(nid, peers[nid], h, p)
                               for nid, (h, p) in config.voters.items()}

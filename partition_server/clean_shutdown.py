@@ -69,10 +69,18 @@ def previous_epoch(log_dir: str, boot_id_file: str | None = None) -> int:
             return int(clean)
         except ValueError:
             return -1
-    session = (_read(os.path.join(log_dir, SESSION_FILE)) or "").split()
+    session_text = _read(os.path.join(log_dir, SESSION_FILE))
+    if session_text is None and _is_new(log_dir):
+        # never registered and holding no partition: there was no shutdown, clean or not, and
+        # nothing to lose (-1 is also what a new broker sends in Kafka)
+        log.info("new log directory %s: no previous broker epoch", log_dir)
+        return -1
+    session = (session_text or "").split()
     now = boot_id(boot_id_file)
     if len(session) == 2 and now is not None and session[0] == now:
-        log.info("no clean shutdown, but no reboot since (boot id %s): logs are intact", now)
+        # an operator wants to know that the broker died, even though nothing was lost
+        log.warning("the last stop was not clean (no clean-shutdown record), but there was no "
+                    "reboot since (boot id %s): nothing written before it is lost", now)
         try:
             return int(session[1])
         except ValueError:
@@ -80,6 +88,18 @@ def previous_epoch(log_dir: str, boot_id_file: str | None = None) -> int:
     log.warning("unclean shutdown with a reboot (or no record of one): "
                 "telling the controller our logs may have lost unflushed records")
     return -1
+
+
+def _is_new(log_dir: str) -> bool:
+    """No partition log here: each one is a directory (`<topic>-<partition>`), so a log dir
+    without any subdirectory holds no record that an unclean stop could have cost."""
+    try:
+        with os.scandir(log_dir) as entries:
+            return not any(e.is_dir(follow_symlinks=False) for e in entries)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
 
 
 def registered(log_dir: str, broker_epoch: int, boot_id_file: str | None = None) -> None:

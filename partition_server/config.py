@@ -136,7 +136,7 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
               "unclean-shutdown detection). Unset in production."),
     ConfigDef("raftka.clock.offset.file", "string", None,
               "Tests only: this process's wall clock is shifted by the seconds written in this "
-              "file (relative to the log dir; re-read every 100 ms), to simulate a clock jump (CHAOS.md F15). Unset in "
+              "file (relative to the log dir; re-read every 100 ms), to simulate a clock jump (fault F15). Unset in "
               "production."),
     ConfigDef("raftka.metrics.listener", "string", None,
               "host:port of the Prometheus /metrics endpoint (off when unset)."),

@@ -1,10 +1,10 @@
-"""The package import graph follows the layers (DESIGN.md §2): imports only go down.
+"""The package import graph follows the layers (ARCHITECTURE.md): imports only go down.
 
 Every import of every module is read with `ast` — module level and inside functions, absolute
 and relative — and mapped to a node: its top-level package, except the few nodes below that sit
 elsewhere in the tree. The test fails on an import the table does not allow (an upward or
 sideways dependency) and on a cycle between nodes. To add a dependency, change the table here,
-in review, and DESIGN.md with it.
+in review, and ARCHITECTURE.md with it.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def test_imports_only_go_down():
                 not any(target == m or target.startswith(m + ".") for m in MAY_READ):
             bad.append(f"{where}: the broker imports {target}; it may read only "
                        f"{', '.join(sorted(MAY_READ))}")
-    assert not bad, "imports against the layers (DESIGN.md §2):\n" + "\n".join(bad)
+    assert not bad, "imports against the layers (ARCHITECTURE.md):\n" + "\n".join(bad)
 
 
 def test_no_cycles_between_nodes():

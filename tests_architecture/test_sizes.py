@@ -1,4 +1,4 @@
-"""Small pieces (DESIGN.md §3.8): a module at most 600 lines, a function at most 70, outside
+"""Small pieces (ARCHITECTURE.md): a module at most 600 lines, a function at most 70, outside
 tests and generated protocol code.
 
 Today's larger pieces are listed below with their current size. They may only shrink: the test

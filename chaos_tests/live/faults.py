@@ -1,4 +1,4 @@
-"""The named fault table of the live harness (CHAOS.md's process and network faults).
+"""The named fault table of the live harness (the process and network faults).
 
     FAULTS["sigkill"].inject(cluster, "broker-1"); ...; FAULTS["sigkill"].heal(cluster, "broker-1")
 

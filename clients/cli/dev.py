@@ -74,6 +74,7 @@ class DevLayout:
         return SecureDev(self)
 
     def controller_properties(self, index: int) -> dict[str, str]:
+        from clients.cli.secure_dev import dev_raft_password
         cid = CONTROLLER_IDS[index]
         return {
             "node.id": str(cid),
@@ -83,6 +84,8 @@ class DevLayout:
             "raftka.controller.raft.peers": ",".join(
                 f"{c}@127.0.0.1:{self.raft_port(i)}" for i, c in enumerate(CONTROLLER_IDS)),
             "metadata.log.dir": str(self.data_dir / f"controller-{cid}"),
+            # random per data dir: a well-known one would let any local user run code on them
+            "raftka.controller.raft.password": dev_raft_password(self.data_dir),
             # the controller picks the layout of a topic created without one (Kafka's KRaft
             # rule): RF 3, so the brokers' min.insync.replicas=2 can be met
             "default.replication.factor": "3",
@@ -119,9 +122,11 @@ class DevLayout:
 def write_properties(path: Path, props: dict[str, str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     body = "".join(f"{k}={v}\n" for k, v in props.items())
-    path.write_text("# written by `raftka dev`; edits are overwritten on the next start\n" + body)
     if any("password" in k for k in props):
-        path.chmod(0o600)          # --secure: the inter-node and Raft passwords are in here
+        # the Raft password (and --secure's inter-node one) are in here: private before written
+        path.touch(0o600)
+        path.chmod(0o600)
+    path.write_text("# written by `raftka dev`; edits are overwritten on the next start\n" + body)
 
 
 class ManagedProcess:

@@ -3,7 +3,8 @@
 - A throwaway CA and one server certificate for 127.0.0.1/localhost (`<data-dir>/secure/`),
   generated on the first start and reused after.
 - Client listeners SASL_SSL (SCRAM-SHA-512, also SCRAM-SHA-256 and PLAIN); the controllers'
-  listener SASL_SSL too, open only to the inter-node user; the Raft port gets a random password.
+  listener SASL_SSL too, open only to the inter-node user; the Raft port gets a random password
+  (as without --secure: dev_raft_password).
 - ACLs enforced (StandardAuthorizer semantics), `allow.everyone.if.no.acl.found=false`, one super
   user `admin` whose SCRAM credential is created through AlterUserScramCredentials once the
   cluster is up (as the inter-node user), so it lives in the metadata log like any other user.
@@ -31,6 +32,23 @@ def _write_private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(text)
+
+
+def dev_raft_password(data_dir) -> str:
+    """The Raft password of the dev cluster in `data_dir`: random on its first start, then read
+    back (`<data-dir>/raft.password`, 0600), so restarts and `--add-broker` agree."""
+    path = Path(data_dir) / "raft.password"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"raft.password.{os.getpid()}.tmp")
+        _write_private(tmp, secrets.token_urlsafe(32) + "\n")
+        try:
+            os.link(tmp, path)          # atomic: a concurrent first start keeps the one linked first
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    return path.read_text().strip()
 
 
 class SecureDev:

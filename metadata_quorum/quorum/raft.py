@@ -1,4 +1,4 @@
-"""The Raft layer: the only module that imports pysyncobj (see DESIGN.md §5).
+"""The Raft layer: the only module that imports pysyncobj (see ARCHITECTURE.md).
 
 - Membership starts as the configured voters and changes one server at a time through
   pysyncobj's dynamic membership (`dynamicMembershipChange`; metadata_quorum/controller/
@@ -9,7 +9,11 @@
   election. `journalFile` and `fullDumpFile` under the
   controller's metadata directory; election timeouts 400–800 ms with heartbeats every 100 ms
   (20 encrypted heartbeats a second per follower were a third of an idle controller's cost),
-  leader fallback 1 s, `appendEntriesUseBatch=False`; a shared `password` encrypts and authenticates the Raft port.
+  leader fallback 1 s, `appendEntriesUseBatch=False`.
+- The Raft port: bound to exactly this node's configured address (`bindAddress`; pysyncobj
+  would otherwise listen on 0.0.0.0), encrypted and authenticated by the shared `password`
+  (never None: without one pysyncobj unpickles whatever arrives). quorum/raft_port.py logs the
+  peers it drops for failing authentication and bounds unauthenticated connections.
 - Exactly one replicated method, `MetadataLog.apply(batch: bytes)`: a msgpack list of metadata
   records (an operation too large for one entry spans several: records.encode_entries). pysyncobj numbers replicated methods by their sorted names, so a
   second one would silently break every journal: never add one.
@@ -34,6 +38,7 @@ from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.config import FAIL_REASON
 
 from metadata_quorum.image import MetadataImage
+from metadata_quorum.quorum.raft_port import DropLog, checked_transport
 from metadata_quorum.records import MAX_RECORD_BYTES, MetadataRecordError, decode_record, split_batch
 
 log = logging.getLogger(__name__)
@@ -124,12 +129,15 @@ class MetadataLog(SyncObjConsumer):
 
 
 class RaftQuorum:
-    def __init__(self, node_id: int, raft_peers: dict[int, str], data_dir: str, password: str | None,
+    def __init__(self, node_id: int, raft_peers: dict[int, str], data_dir: str, password: str,
                  election_timeout_s: tuple[float, float] = (0.4, 0.8),
                  compaction_min_entries: int = 20_000, compaction_min_time_s: float = 60,
                  joining: bool = False):
         """`raft_peers`: {node_id: "host:port"} of every voter's Raft port, this node included
         (a joining node: the current voters and itself)."""
+        if not password:
+            raise ValueError("the Raft port needs a password: without one pysyncobj unpickles "
+                             "whatever a peer sends")
         os.makedirs(data_dir, exist_ok=True)
         # pysyncobj creates its journal at once: a marker, written once a leader reached this
         # node, tells a joining node restarted before it was added from one that is a voter
@@ -152,6 +160,8 @@ class RaftQuorum:
             connectionTimeout=max(election_timeout_s[1], 0.5),
             connectionRetryTime=0.5,
             password=password,
+            # exactly the configured address: never every interface
+            bindAddress=raft_peers[node_id],
             dynamicMembershipChange=True,
             # wakes the service's leadership loop at once instead of it polling (quorum/raft
             # is the only place that knows pysyncobj; the callback runs on its thread)
@@ -166,7 +176,9 @@ class RaftQuorum:
         self.log = MetadataLog()
         self.on_state_change: Callable[[], None] | None = None
         others = [addr for nid, addr in sorted(raft_peers.items()) if nid != node_id]
-        self.obj = SyncObj(raft_peers[node_id], others, conf, consumers=[self.log])
+        self.drops = DropLog()
+        self.obj = SyncObj(raft_peers[node_id], others, conf, consumers=[self.log],
+                           transportClass=checked_transport(self.drops))
 
     def _state_changed(self) -> None:
         callback = self.on_state_change

@@ -1,6 +1,6 @@
 """KIP-966 at the controller: eligible leader replicas (ELR) and unclean-shutdown detection.
 
-The scenario that motivates it (CHAOS.md F7): RF 3, min.insync.replicas 2. Two followers fail,
+The scenario that motivates it (fault F7 in chaos_tests/README.md): RF 3, min.insync.replicas 2. Two followers fail,
 the ISR shrinks to the leader alone; then the leader loses power and comes back with its
 unflushed tail gone. Without KIP-966 it is the last ISR member and leads again — the records it
 lost, which the others had, are truncated everywhere. With it, the replicas that left the ISR

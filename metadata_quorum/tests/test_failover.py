@@ -282,7 +282,7 @@ def test_far_behind_broker_catches_up_through_a_snapshot(tmp_path):
 
 
 def test_wiped_controller_recovers_and_nothing_committed_is_lost(tmp_path):
-    """F10 of CHAOS.md: one controller's disk is wiped (a follower, then the active one) and it
+    """Fault F10 (chaos_tests/README.md): one controller's disk is wiped (a follower, then the active one) and it
     restarts empty. The others hold every committed entry (a majority had each), the wiped node
     copies them back from the leader, and once it has, it can be part of the majority that
     carries on after another node dies — with every topic written before still there.

@@ -28,6 +28,7 @@ import trio
 
 from clients.cli import quorum as cli
 from clients.cli.dev import DevLayout, ManagedProcess, wait_ready, write_properties
+from clients.cli.secure_dev import dev_raft_password
 from clients.connection import BrokerConnection, ConnectionClosed
 from partition_server.testing import _ports_free, free_base_port
 from wire.errors import DecodeError, ErrorCode
@@ -74,6 +75,8 @@ class Cluster:
                 f"{cid(i)}@127.0.0.1:{lay.raft_port(i)}"
                 for i in sorted(set(voter_indexes) | {index})),
             "metadata.log.dir": str(self.data_dir(index)),
+            # a joining controller needs the quorum's password like any other
+            "raftka.controller.raft.password": dev_raft_password(lay.data_dir),
         } | self.extra
         path = lay.data_dir / "configs" / f"controller-{cid(index)}.properties"
         write_properties(path, props)

@@ -1,5 +1,6 @@
 """Broker request handlers, one module per concern; `SUPPORTED` is exactly what ApiVersions
-advertises (see DESIGN.md §4 for why Produce is advertised from v0)."""
+advertises. Produce is advertised from v0 although v0-2 are refused: older librdkafka otherwise
+quietly stops compressing."""
 
 from __future__ import annotations
 

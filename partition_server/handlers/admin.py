@@ -1,4 +1,4 @@
-"""Admin mutations forwarded to the active controller (DESIGN.md §1: clients never talk to
+"""Admin mutations forwarded to the active controller (ARCHITECTURE.md: clients never talk to
 controllers). The request goes on at the client's own version and the controller's answer comes
 back unchanged; if no controller answers in time, every item gets REQUEST_TIMED_OUT. After a
 successful CreateTopics/DeleteTopics/CreatePartitions the broker waits (bounded) until its own

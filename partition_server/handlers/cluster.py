@@ -1,7 +1,7 @@
 """ApiVersions, Metadata, DescribeCluster, DescribeConfigs.
 
 Metadata: brokers are the unfenced registrations; `controller_id` is a live broker (clients
-never talk to controllers, DESIGN.md §1); partitions carry leader epochs; an unknown topic gets
+never talk to controllers, ARCHITECTURE.md); partitions carry leader epochs; an unknown topic gets
 UNKNOWN_TOPIC_OR_PARTITION, or is created when `auto.create.topics.enable` allows it (off by
 default); a partition without a leader gets LEADER_NOT_AVAILABLE. Each topic's part of the
 answer is built once per change of that topic and reused (metadata_cache.py).

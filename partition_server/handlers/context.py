@@ -1,5 +1,5 @@
 """What a broker request handler may touch: `HandlerContext`, built once by the broker and passed
-to every handler (and the helpers they call) in place of the whole broker (DESIGN.md §2: handlers
+to every handler (and the helpers they call) in place of the whole broker (ARCHITECTURE.md: handlers
 get a typed context). A newcomer reads here what handlers use; a handler needing more adds a
 field here, in review.
 

@@ -90,6 +90,9 @@ async def handle_fetch(hctx: HandlerContext, req):
             if topic is None or topic not in hctx.image.topics:
                 results.append((key, FetchResult(unknown)))
                 continue
+            if hctx.image.partition(topic, p.partition) is None:   # a known topic, no such number
+                results.append((key, FetchResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
+                continue
             limit = max(0, min(p.partition_max_bytes, remaining))
             try:
                 res = hctx.replicas.read(topic, p.partition, p.fetch_offset, limit,
@@ -162,6 +165,18 @@ def _response(req, results, session_id: int):
     return cls(error_code=0, session_id=session_id, responses=out)
 
 
+def _not_led_here(hctx: HandlerContext, topic: str, partition: int, hosted) -> ErrorCode:
+    """Kafka's ReplicaManager.getPartitionOrException: a partition the metadata does not have (an
+    unknown topic, or a partition number past the topic's count) is UNKNOWN_TOPIC_OR_PARTITION,
+    which clients do not retry; one that exists but is not led here is NOT_LEADER_OR_FOLLOWER,
+    which sends them to refresh their metadata and try again."""
+    if hctx.image.partition(topic, partition) is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if hosted is None or hosted.state.role is not Role.LEADER:
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    return ErrorCode.NONE
+
+
 async def handle_list_offsets(hctx: HandlerContext, req):
     """Earliest (-2), latest (-1), max timestamp (-3), or the first offset at/after a timestamp.
     Codes: NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION."""
@@ -172,10 +187,8 @@ async def handle_list_offsets(hctx: HandlerContext, req):
         for p in t.partitions:
             out = cls.ListOffsetsPartitionResponse(partition_index=p.partition_index)
             hosted = hctx.replicas.get(t.name, p.partition_index)
-            if t.name not in hctx.image.topics:
-                out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif hosted is None or hosted.state.role is not Role.LEADER:
-                out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            if (code := _not_led_here(hctx, t.name, p.partition_index, hosted)) != ErrorCode.NONE:
+                out.error_code = code
             elif (code := check_leader_epoch(hosted.state, p.current_leader_epoch)) != ErrorCode.NONE:
                 out.error_code = code
             else:
@@ -213,8 +226,8 @@ async def handle_offset_for_leader_epoch(hctx: HandlerContext, req):
         for p in t.partitions:
             out = cls.EpochEndOffset(partition=p.partition)
             hosted = hctx.replicas.get(t.topic, p.partition)
-            if hosted is None or hosted.state.role is not Role.LEADER:
-                out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            if (code := _not_led_here(hctx, t.topic, p.partition, hosted)) != ErrorCode.NONE:
+                out.error_code = code
             elif (code := check_leader_epoch(hosted.state, p.current_leader_epoch)) != ErrorCode.NONE:
                 out.error_code = code
             else:
@@ -226,7 +239,8 @@ async def handle_offset_for_leader_epoch(hctx: HandlerContext, req):
 
 async def handle_delete_records(hctx: HandlerContext, req):
     """Raise the log start offset (offset -1 = the high watermark). Codes: OFFSET_OUT_OF_RANGE
-    above the high watermark, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION."""
+    above the high watermark, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION (no such topic
+    or partition number)."""
     cls = RESPONSES[ApiKey.DELETE_RECORDS]
     topics = []
     for t in req.body.topics:
@@ -234,10 +248,8 @@ async def handle_delete_records(hctx: HandlerContext, req):
         for p in t.partitions:
             out = cls.DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1)
             hosted = hctx.replicas.get(t.name, p.partition_index)
-            if t.name not in hctx.image.topics:
-                out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif hosted is None or hosted.state.role is not Role.LEADER:
-                out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            if (code := _not_led_here(hctx, t.name, p.partition_index, hosted)) != ErrorCode.NONE:
+                out.error_code = code
             else:
                 hw = hosted.state.high_watermark
                 offset = hw if p.offset == -1 else p.offset

@@ -115,27 +115,42 @@ async def handle_leave_group(hctx: HandlerContext, req):
                                       for (m, i), c in zip(members, codes)])
 
 
+def split_by_metadata(hctx: HandlerContext, topics) -> tuple[list, set]:
+    """(topic, partition) pairs of an offset commit, in request order, and those of them the
+    metadata does not have. As Kafka's KafkaApis (handleOffsetCommitRequest and
+    handleTxnOffsetCommitRequest): a topic or partition number that does not exist is answered
+    UNKNOWN_TOPIC_OR_PARTITION and never stored, before the group is even looked at; the rest are
+    committed as usual."""
+    pairs = [(t, p) for t in topics for p in t.partitions]
+    unknown = {(t.name, p.partition_index) for t, p in pairs
+               if hctx.image.partition(t.name, p.partition_index) is None}
+    return pairs, unknown
+
+
 async def handle_offset_commit(hctx: HandlerContext, req):
+    """Codes per partition: UNKNOWN_TOPIC_OR_PARTITION (no such topic or partition number), else
+    the group's: NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ILLEGAL_GENERATION,
+    UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, STALE_MEMBER_EPOCH, ..."""
     cls = RESPONSES[ApiKey.OFFSET_COMMIT]
     b = req.body
-    err = hctx.groups.owns(b.group_id)
-    if err == ErrorCode.NONE:
+    pairs, unknown = split_by_metadata(hctx, b.topics)
+    entries = [(t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
+                p.committed_metadata) for t, p in pairs if (t.name, p.partition_index) not in unknown]
+    err = hctx.groups.owns(b.group_id) if entries else ErrorCode.NONE
+    if entries and err == ErrorCode.NONE:
         generation = b.generation_id_or_member_epoch if req.api_version >= 1 else -1
         if b.group_id in hctx.groups.consumer.groups:
             err = hctx.groups.consumer.can_commit(b.group_id, b.member_id, generation)
         else:
             err = hctx.groups.state.can_commit(b.group_id, generation, b.member_id)
-    entries = []
-    for t in b.topics:
-        for p in t.partitions:
-            entries.append((t.name, p.partition_index, p.committed_offset,
-                            p.committed_leader_epoch, p.committed_metadata))
-    if err == ErrorCode.NONE:
+    if entries and err == ErrorCode.NONE:
         err = await hctx.groups.store_offsets(b.group_id, entries)
     by_topic: dict = {}
-    for t, p, *_ in entries:
-        by_topic.setdefault(t, []).append(cls.OffsetCommitResponsePartition(partition_index=p,
-                                                                            error_code=err))
+    for t, p in pairs:
+        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if (t.name, p.partition_index) in unknown \
+            else err
+        by_topic.setdefault(t.name, []).append(cls.OffsetCommitResponsePartition(
+            partition_index=p.partition_index, error_code=code))
     return cls(topics=[cls.OffsetCommitResponseTopic(name=t, partitions=ps)
                        for t, ps in by_topic.items()])
 

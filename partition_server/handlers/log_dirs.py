@@ -2,7 +2,7 @@
 disk and offset lag — what `raftka reassign --watch` reads to show how far a new replica has
 copied (kafka-log-dirs.sh reads the same).
 
-One log directory per broker (DESIGN.md). `offset_lag` is Kafka's for a current log:
+One log directory per broker. `offset_lag` is Kafka's for a current log:
 max(0, high watermark − log end offset), so a follower still copying shows how far it is behind
 what the leader told it is committed. No future (AlterReplicaLogDirs) logs exist here.
 

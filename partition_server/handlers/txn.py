@@ -7,7 +7,8 @@ COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE); then `txn/state.py` de
 (INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED, CONCURRENT_TRANSACTIONS, INVALID_TXN_STATE,
 INVALID_TRANSACTION_TIMEOUT — see its header). AddPartitionsToTxn also answers
 UNKNOWN_TOPIC_OR_PARTITION for partitions not in the metadata (and OPERATION_NOT_ATTEMPTED for
-the others of that request, as Kafka). TxnOffsetCommit checks the *group* coordinator
+the others of that request, as Kafka). TxnOffsetCommit answers UNKNOWN_TOPIC_OR_PARTITION for a
+topic or partition number that does not exist (as OffsetCommit), then checks the *group* coordinator
 (NOT_COORDINATOR...), when a generation is given the member (ILLEGAL_GENERATION,
 UNKNOWN_MEMBER_ID), and with the transaction coordinator that the group's offsets partition is in
 the producer's ongoing transaction under its current epoch (INVALID_PRODUCER_EPOCH for a fenced
@@ -124,15 +125,16 @@ async def handle_add_offsets_to_txn(hctx: HandlerContext, req):
 async def handle_txn_offset_commit(hctx: HandlerContext, req):
     cls = RESPONSES[ApiKey.TXN_OFFSET_COMMIT]
     b = req.body
-    err = hctx.groups.owns(b.group_id)
-    if err == ErrorCode.NONE and req.api_version >= 3 and b.generation_id >= 0:
+    pairs, unknown = group.split_by_metadata(hctx, b.topics)
+    entries = [(t.name, p.partition_index, p.committed_offset,
+                p.committed_leader_epoch if req.api_version >= 2 else -1, p.committed_metadata)
+               for t, p in pairs if (t.name, p.partition_index) not in unknown]
+    err = hctx.groups.owns(b.group_id) if entries else ErrorCode.NONE
+    if err == ErrorCode.NONE and entries and req.api_version >= 3 and b.generation_id >= 0:
         if b.group_id in hctx.groups.consumer.groups:
             err = hctx.groups.consumer.can_commit(b.group_id, b.member_id, b.generation_id)
         else:
             err = hctx.groups.state.can_commit(b.group_id, b.generation_id, b.member_id)
-    entries = [(t.name, p.partition_index, p.committed_offset,
-                p.committed_leader_epoch if req.api_version >= 2 else -1, p.committed_metadata)
-               for t in b.topics for p in t.partitions]
     if err == ErrorCode.NONE and entries:
         # KIP-890 for offsets too: only a producer whose ongoing transaction holds the group's
         # offsets partition (AddOffsetsToTxn) with its current epoch may commit — a zombie can't
@@ -142,12 +144,14 @@ async def handle_txn_offset_commit(hctx: HandlerContext, req):
         err = ErrorCode.INVALID_PRODUCER_EPOCH if verdict in (
             ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH) else \
             ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if verdict in VERIFY_RETRIABLE else verdict
-    if err == ErrorCode.NONE:
+    if err == ErrorCode.NONE and entries:
         err = await hctx.txn.offsets.commit(b.group_id, b.producer_id, b.producer_epoch, entries)
     by_topic: dict = {}
-    for t, p, *_ in entries:
-        by_topic.setdefault(t, []).append(cls.TxnOffsetCommitResponsePartition(partition_index=p,
-                                                                             error_code=err))
+    for t, p in pairs:
+        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if (t.name, p.partition_index) in unknown \
+            else err
+        by_topic.setdefault(t.name, []).append(cls.TxnOffsetCommitResponsePartition(
+            partition_index=p.partition_index, error_code=code))
     return cls(topics=[cls.TxnOffsetCommitResponseTopic(name=t, partitions=ps)
                        for t, ps in by_topic.items()])
 

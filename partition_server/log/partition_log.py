@@ -192,7 +192,7 @@ class PartitionLog:
         if log_append:
             # LogAppendTime never goes backwards within a partition, even when this broker's
             # wall clock is stepped back or it took over from a leader whose clock ran ahead
-            # (CHAOS.md F15): the stamp is at least the largest timestamp already in the log.
+            # (fault F15): the stamp is at least the largest timestamp already in the log.
             if self._append_time_floor is None:
                 # from the log (a new leader continues its predecessor's stamps), ignoring a
                 # segment a day or more ahead: CreateTime records from the future written

@@ -1,4 +1,4 @@
-"""Handlers get a typed HandlerContext, not the whole broker (DESIGN.md §2)."""
+"""Handlers get a typed HandlerContext, not the whole broker (ARCHITECTURE.md)."""
 
 import dataclasses
 import re

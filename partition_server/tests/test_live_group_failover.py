@@ -1,4 +1,4 @@
-"""F13 of CHAOS.md: SIGKILL the group coordinator's broker during a steady group and during a
+"""Fault F13: SIGKILL the group coordinator's broker during a steady group and during a
 rebalance. Group membership is persisted in `__consumer_offsets`, so a steady group keeps its
 generation (same member ids, no rebalance) through a coordinator failover; an interrupted
 rebalance completes on the new coordinator. In both cases every record is processed at least once,

@@ -1,4 +1,4 @@
-"""Exactly-once under broker faults (issue #11; F12 of CHAOS.md).
+"""Exactly-once under broker faults (issue #11; fault F12).
 
 - A consume-transform-produce loop (librdkafka: read_committed consumer + transactional producer
   with send_offsets_to_transaction) survives a SIGKILL of its transaction coordinator's broker

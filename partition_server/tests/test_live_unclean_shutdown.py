@@ -1,4 +1,4 @@
-"""F7 (CHAOS.md) / KIP-966 on a live cluster: the last ISR member comes back from a power loss
+"""Fault F7 / KIP-966 on a live cluster: the last ISR member comes back from a power loss
 with its unflushed tail gone. It must not lead; the replica that left the ISR while it was too
 small (an eligible leader replica) must, and nothing acknowledged is lost.
 

@@ -13,7 +13,9 @@ from pathlib import Path
 from wire.codegen.generator import generate
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_SCHEMAS = REPO.parent / "shared" / "kafka-protocol" / "message"
+# Kafka's own message schemas (Apache-2.0 data), vendored with their LICENSE and NOTICE so a
+# clone of this repository regenerates and checks the wire code with nothing beside it
+DEFAULT_SCHEMAS = Path(__file__).resolve().parent / "schemas"
 OUT_DIR = REPO / "wire" / "messages"
 
 

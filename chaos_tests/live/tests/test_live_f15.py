@@ -1,4 +1,4 @@
-"""F15 of CHAOS.md: clock jumps. Safety must not depend on the wall clock; timeouts may fire,
+"""Fault F15: clock jumps. Safety must not depend on the wall clock; timeouts may fire,
 but a jump must not fire them all (nor stop them firing); LogAppendTime stays monotonic.
 
 Every node of a live cluster runs with `raftka.clock.offset.file` (common/clock.py):

@@ -1,4 +1,4 @@
-"""F16 of CHAOS.md for transactions: the client is cut off with batches in flight (issue #11).
+"""Fault F16 for transactions: the client is cut off with batches in flight (issue #11).
 
 A transactional confluent-kafka producer talks to the cluster only through the per-broker client
 proxies (`ClientProxiedCluster`). Each round it begins a transaction and writes 9 values over 3

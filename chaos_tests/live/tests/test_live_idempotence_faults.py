@@ -1,4 +1,4 @@
-"""Idempotence under faults (issue #11, CHAOS.md F1 + F16 for idempotent producers).
+"""Idempotence under faults (issue #11, faults F1 + F16 for idempotent producers).
 
 confluent-kafka, kafka-python and Raftka's own (clients/producer/) producers
 (enable.idempotence, acks=all) write sequenced values
