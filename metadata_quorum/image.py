@@ -121,6 +121,22 @@ class MetadataImage:
         t = self.topics.get(topic)
         return t.partitions.get(partition) if t else None
 
+    def leaderless_counts(self) -> tuple[int, int]:
+        """(offline, leaderless) partitions: no leader at all; no leader or a leader whose
+        broker is fenced or unregistered (the /metrics gauges of brokers and controllers)."""
+        offline = leaderless = 0
+        brokers = self.brokers
+        for t in self.topics.values():
+            for p in t.partitions.values():
+                if p.leader < 0:
+                    offline += 1
+                    leaderless += 1
+                else:
+                    b = brokers.get(p.leader)
+                    if b is None or b.fenced:
+                        leaderless += 1
+        return offline, leaderless
+
     def usable_brokers(self) -> list[BrokerRegistration]:
         return sorted((b for b in self.brokers.values() if b.usable), key=lambda b: b.broker_id)
 

@@ -24,9 +24,11 @@ import logging
 import trio
 
 from common.clock import steady_ms
+from common.request_metrics import RequestStats, enabled_by_env
 from metadata_quorum.config import DEV_PASSWORD, ControllerConfig
 from metadata_quorum.controller.quorum_controller import QuorumController
 from metadata_quorum.controller_handlers import HANDLERS, SUPPORTED
+from metadata_quorum.health import metrics_listener
 from metadata_quorum.image import Voter
 from metadata_quorum.quorum.raft import Committed, RaftQuorum, Reset, fail_reason
 from metadata_quorum.voter_handlers import resolve_pending
@@ -91,6 +93,9 @@ class ControllerService:
         self.token = None
         self.heartbeat_conns: dict[int, object] = {}      # broker id → its latest heartbeat connection
         self.role_changed = trio.Event()
+        # per-API request counters and latency histograms, when /metrics is served
+        self.request_stats = RequestStats() if metrics_listener(config.props) \
+            and enabled_by_env() else None
 
     # -- commit path --------------------------------------------------------------------------
 
@@ -310,12 +315,20 @@ class ControllerService:
         self._install(self.quorum.log.subscribe(self._on_event_threadsafe))
         self.quorum.on_state_change = self._on_raft_state_threadsafe
         host, port = self.config.listener
+        dispatch = self._dispatch_wire
+        if self.request_stats is not None:
+            dispatch = self.request_stats.wrap(dispatch)
         async with trio.open_nursery() as nursery:
             from common.listener_security import controller_listener_security
             listeners = await nursery.start(functools.partial(
-                serve_listener, host, port, self._dispatch_wire, "CONTROLLER", 100 * 1024 * 1024,
+                serve_listener, host, port, dispatch, "CONTROLLER", 100 * 1024 * 1024,
                 SUPPORTED, security=controller_listener_security(self.config.props,
                                                                  lambda: self.controller.image)))
+            listener = metrics_listener(self.config.props)
+            if listener:                            # /metrics and /health/* (health.py)
+                from common.http_endpoint import serve_http
+                from metadata_quorum.health import routes
+                await nursery.start(serve_http, routes(self), listener)
             nursery.start_soon(self._leadership_loop)
             nursery.start_soon(self._tick_loop)
             bound = listeners[0].socket.getsockname()

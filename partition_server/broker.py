@@ -18,6 +18,7 @@ import time
 import trio
 
 from common.clock import steady_ms
+from common.request_metrics import RequestStats, enabled_by_env
 from metadata_quorum.image import TOPIC_RESOURCE, MetadataImage
 from partition_server import clean_shutdown, housekeeping
 from partition_server.config import BrokerConfig
@@ -118,6 +119,7 @@ class Broker:
         # partition we will lead in a moment) sends clients astray.
         self.caught_up_once = trio.Event()
         self.stopping = False
+        self.request_stats = RequestStats()         # filled when the metrics listener is on
         # what request handlers may touch (handlers/context.py), instead of this whole object
         from partition_server.handlers.context import HandlerContext
         self.handler_context = HandlerContext.of(self)
@@ -315,6 +317,9 @@ class Broker:
                 rewrite(self.image, ctx.listener, req.api_key, response)   # per-listener addresses
             return response
 
+        metrics_on = bool(self.config["raftka.metrics.listener"])
+        if metrics_on and enabled_by_env():         # per-API counters and latency histograms
+            dispatch_on = self.request_stats.wrap(dispatch_on)
         async with trio.open_nursery() as nursery:
             for listener, sec in listeners:
                 await nursery.start(functools.partial(
@@ -339,13 +344,35 @@ class Broker:
             nursery.start_soon(self.txn.run)
             nursery.start_soon(self.groups.lag.run)
             nursery.start_soon(self._delete_stray_logs)
-            if self.config["raftka.metrics.listener"]:
-                from partition_server.metrics import MetricSources, serve_metrics
-                sources = MetricSources(self.replicas, self.fetch_sessions, self.fetchers,
-                                        self.groups, lambda: getattr(self, "client_quotas", None),
-                                        self.segment_files, self.replication_quotas)
-                await nursery.start(serve_metrics, sources, self.config["raftka.metrics.listener"])
+            if metrics_on:
+                await nursery.start(self._serve_metrics)
             task_status.started()
+
+    async def _serve_metrics(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """`/metrics`, `/health/live`, `/health/ready` on raftka.metrics.listener."""
+        from common.http_endpoint import health_answer
+        from partition_server import health
+        from partition_server.metrics import MetricSources, serve_metrics
+        sources = MetricSources(self.replicas, self.fetch_sessions, self.fetchers,
+                                self.groups, lambda: getattr(self, "client_quotas", None),
+                                self.segment_files, self.replication_quotas,
+                                image=lambda: self.image, requests=self.request_stats)
+
+        def ready():
+            return health_answer(*health.readiness(self._health(health.BrokerHealth)),
+                                 broker_id=self.broker_id)
+        await serve_metrics(sources, ready, self.config["raftka.metrics.listener"],
+                            task_status=task_status)
+
+    def _health(self, cls):
+        client = self.client
+        me = self.image.brokers.get(self.broker_id)
+        return cls(registered=(client.broker_epoch >= 0 and not client.unregistered
+                               and me is not None and me.broker_epoch == client.broker_epoch),
+                   fenced=client.fenced, applied_offset=self.image.offset,
+                   replayed_offset=client.image.offset, heard_offset=client.heard_offset,
+                   failed_logs=len(self._apply_failed),
+                   log_dir_failed=self.replicas.log_dir_failed)
 
     async def _delete_stray_logs(self) -> None:
         """Once caught up with the metadata log: logs of partitions no longer ours (stray_logs.py,

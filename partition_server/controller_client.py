@@ -58,6 +58,7 @@ class ControllerClient:
         self.image = MetadataImage()
         self.fenced = True
         self.caught_up = False
+        self.heard_offset = -1            # last metadata offset the quorum told us of (health)
         self.want_shutdown = False
         self.should_shut_down = False
         self._seen_registered = False     # our current registration was in our image
@@ -223,6 +224,7 @@ class ControllerClient:
                 i, failed = i + 1, True    # this voter is behind us (or broken): ask another
                 await trio.sleep(0.1)
                 continue
+            self.heard_offset = max(self.heard_offset, part.high_watermark - 1)
             if part.snapshot_id.end_offset >= 0:
                 try:
                     await self._load_snapshot(conn, on_image)

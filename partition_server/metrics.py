@@ -1,7 +1,10 @@
 """A Prometheus text endpoint (`GET /metrics`) on `raftka.metrics.listener` (host:port; off when
 unset). Read-only and cheap: it renders what the broker already keeps — partition offsets and
 ISR for the partitions it leads, group state, and the consumer lag table of `group/lag.py`.
-Plain HTTP/1.0 on trio, one request per connection; anything but GET /metrics is a 404.
+Served by common/http_endpoint.py with `/health/live` and `/health/ready` (partition_server/
+health.py); anything else is a 404. Also Kafka's alerting gauges (under-replicated, under-min-ISR,
+offline and leaderless partitions, ISR shrinks/expands), per-API request counters and latency
+histograms (common/request_metrics.py) and the process's CPU/RSS/fds.
 
 `MetricSources` names what is rendered (not the broker): the replica manager, the fetch session
 cache, the follower fetchers' statistics, the group coordinator, the client quota manager (a
@@ -16,6 +19,10 @@ from typing import TYPE_CHECKING, Callable
 
 import trio
 
+from common.http_endpoint import PROMETHEUS, Route, live_answer, serve_http
+from common.prometheus import labels as _labels
+from common.prometheus import render_families
+from common.process_metrics import process_families
 from partition_server.replication.partition import Role
 
 if TYPE_CHECKING:
@@ -29,8 +36,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_REQUEST_BYTES = 8192
-
 
 @dataclasses.dataclass(eq=False)
 class MetricSources:
@@ -41,12 +46,8 @@ class MetricSources:
     client_quotas: Callable[[], QuotaManager | None]
     segment_files: OpenFileCache | None = None
     replication_quotas: ReplicationQuotas | None = None
-
-
-def _labels(**kv) -> str:
-    def esc(v) -> str:
-        return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in kv.items()) + "}"
+    image: Callable[[], object] | None = None          # the broker's applied metadata image
+    requests: object | None = None                     # common.request_metrics.RequestStats
 
 
 def render(sources: MetricSources) -> str:
@@ -109,7 +110,38 @@ def render(sources: MetricSources) -> str:
     from partition_server.handlers.client_quotas import metric_families   # client quotas
     for name, kind, doc, samples in metric_families(sources.client_quotas(), _labels):
         family(name, kind, doc, samples)
+    extra = partition_families(led, sources.image() if sources.image else None, sources.replicas)
+    if sources.requests is not None:
+        extra += sources.requests.families()
+    lines += render_families(extra + process_families())
     return "\n".join(lines) + "\n"
+
+
+def partition_families(led, image, replicas) -> list:
+    """Kafka's alerting gauges. Under-replicated and under-min-ISR: partitions led here (Kafka's
+    UnderReplicatedPartitions / UnderMinIsrPartitionCount, per broker: sum them). Offline and
+    leaderless: from this broker's metadata image, so every broker reports the cluster-wide
+    count (Kafka reports OfflinePartitionsCount on the active controller only; the controllers'
+    endpoint has it too): offline = no leader at all, leaderless = no leader or a leader
+    whose broker is fenced or gone (about to go offline or move)."""
+    under = sum(1 for _, _, h in led if len(h.state.isr) < len(h.state.replicas))
+    under_min = sum(1 for _, _, h in led if len(h.state.isr) < h.state.min_insync_replicas)
+    offline, leaderless = image.leaderless_counts() if image is not None else (0, 0)
+    return [
+        ("raftka_under_replicated_partitions", "gauge",
+         "Partitions led here whose ISR is smaller than their replica set.", [("", under)]),
+        ("raftka_under_min_isr_partitions", "gauge",
+         "Partitions led here whose ISR is below min.insync.replicas.", [("", under_min)]),
+        ("raftka_offline_partitions", "gauge",
+         "Partitions without a leader, in this broker's metadata image.", [("", offline)]),
+        ("raftka_leaderless_partitions", "gauge",
+         "Partitions without a leader or whose leader is fenced or unregistered (image).",
+         [("", leaderless)]),
+        ("raftka_isr_shrinks_total", "counter", "ISR shrinks made by this leader.",
+         [("", replicas.isr_shrinks)]),
+        ("raftka_isr_expands_total", "counter", "ISR expansions made by this leader.",
+         [("", replicas.isr_expands)]),
+    ]
 
 
 def _throttle_families(rq: ReplicationQuotas | None):
@@ -130,40 +162,11 @@ def _throttle_families(rq: ReplicationQuotas | None):
          [(_labels(side=n), int(q.bound)) for n, q in sides if q.bound is not None])]
 
 
-async def _answer(sources: MetricSources, stream) -> None:
-    with trio.move_on_after(5):
-        data = b""
-        while b"\r\n\r\n" not in data and b"\n\n" not in data and len(data) < MAX_REQUEST_BYTES:
-            chunk = await stream.receive_some(4096)
-            if not chunk:
-                break
-            data += chunk
-        parts = data.split(b"\r\n", 1)[0].split()
-        if len(parts) >= 2 and parts[0] == b"GET" and parts[1].split(b"?")[0] == b"/metrics":
-            status, body = "200 OK", render(sources).encode()
-            ctype = "text/plain; version=0.0.4; charset=utf-8"
-        else:
-            status, body, ctype = "404 Not Found", b"try GET /metrics\n", "text/plain"
-        head = (f"HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
-        try:
-            await stream.send_all(head + body)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-    with trio.CancelScope(shield=True):
-        await stream.aclose()
+def routes(sources: MetricSources, ready: Callable[[], tuple[int, str, bytes]]) -> dict[str, Route]:
+    return {"/metrics": lambda: (200, PROMETHEUS, render(sources).encode()),
+            "/health/live": live_answer, "/health/ready": ready}
 
 
-async def serve_metrics(sources: MetricSources, listener: str,
+async def serve_metrics(sources: MetricSources, ready, listener: str,
                         task_status=trio.TASK_STATUS_IGNORED) -> None:
-    host, _, port = listener.rpartition(":")
-    listeners = await trio.open_tcp_listeners(int(port), host=host or "127.0.0.1")
-    log.info("metrics on http://%s:%s/metrics", host or "127.0.0.1", port)
-    task_status.started()
-
-    async def handler(stream):
-        try:
-            await _answer(sources, stream)
-        except Exception:  # noqa: BLE001 - one bad scrape must not take the endpoint down
-            log.exception("metrics request failed")
-    await trio.serve_listeners(handler, listeners)
+    await serve_http(routes(sources, ready), listener, task_status=task_status)

@@ -117,6 +117,7 @@ class ReplicaManager:
         self.timed_flush: set[TopicPartition] = set()
         self.compacted: set[TopicPartition] = set()
         self.isr_candidates: set[TopicPartition] = set()
+        self.isr_shrinks = self.isr_expands = 0   # ISR changes this leader made (metrics)
         self._hw_dirty: set[TopicPartition] = set()   # high watermarks not checkpointed yet
         # sets other periodic jobs drain (the lag monitor): partitions whose high watermark,
         # role or hosting changed since they last looked

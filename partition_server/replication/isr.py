@@ -72,6 +72,10 @@ async def send_alter_partition(client: ControllerClient, broker_id: int,
             continue
         else:
             log.info("ISR of %s-%d is now %s", hosted.topic, change.partition, list(res.isr))
+            if len(res.isr) < len(hosted.state.isr):        # Kafka's IsrShrinks/IsrExpands
+                replicas.isr_shrinks += 1
+            elif len(res.isr) > len(hosted.state.isr):
+                replicas.isr_expands += 1
             # Apply at once (same leader epoch); the metadata stream will confirm it.
             hosted.state.become_leader(res.leader_epoch, res.partition_epoch,
                                        list(hosted.state.replicas), list(res.isr), 0)
