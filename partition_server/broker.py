@@ -321,6 +321,8 @@ class Broker:
         if metrics_on and enabled_by_env():         # per-API counters and latency histograms
             dispatch_on = self.request_stats.wrap(dispatch_on)
         async with trio.open_nursery() as nursery:
+            if metrics_on:          # first: /health/ready answers 503 (and why) while starting
+                await nursery.start(self._serve_metrics)
             for listener, sec in listeners:
                 await nursery.start(functools.partial(
                     serve_listener, listener.host, listener.port, dispatch_on, listener.name,
@@ -344,8 +346,6 @@ class Broker:
             nursery.start_soon(self.txn.run)
             nursery.start_soon(self.groups.lag.run)
             nursery.start_soon(self._delete_stray_logs)
-            if metrics_on:
-                await nursery.start(self._serve_metrics)
             task_status.started()
 
     async def _serve_metrics(self, task_status=trio.TASK_STATUS_IGNORED) -> None:

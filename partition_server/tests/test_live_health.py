@@ -1,0 +1,108 @@
+"""/health/ready and the alerting gauges on a real cluster (issue #22): every broker and
+controller ready once up; a paused broker fenced → its partitions' leaders report
+under-replicated partitions; a broker starting while the quorum cannot answer says why it is
+not ready (503), then becomes ready."""
+
+import json
+import re
+import signal
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from clients.cli.dev import CONTROLLER_IDS, DevLayout, ManagedProcess
+from partition_server.testing import LiveCluster
+
+
+class _Layout(DevLayout):
+    """The dev layout, with each controller's /metrics and /health/* on base+1300+index."""
+
+    def controller_metrics_port(self, index: int) -> int:
+        return self.base_port + 1300 + index
+
+    def controller_properties(self, index: int) -> dict[str, str]:
+        return super().controller_properties(index) | {
+            "raftka.metrics.listener": f"127.0.0.1:{self.controller_metrics_port(index)}"}
+
+
+def _get(port: int, path: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def _gauge(text: bytes, name: str) -> float:
+    m = re.search(rf"^{name} (\S+)$", text.decode(), re.M)
+    assert m, name
+    return float(m.group(1))
+
+
+def _wait(what: str, cond, timeout_s: float = 45):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            result = cond()
+        except (OSError, urllib.error.URLError):
+            result = None
+        if result:
+            return result
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_ready_everywhere_under_replicated_after_a_fence_and_not_ready_while_starting(tmp_path):
+    cluster = LiveCluster(tmp_path)
+    old = cluster.layout
+    cluster.layout = layout = _Layout(old.data_dir, old.base_port, old.overrides,
+                                      brokers=old.brokers)
+    with cluster:
+        ports = [layout.metrics_port(b) for b in (0, 1, 2)] + \
+            [layout.controller_metrics_port(i) for i in range(len(CONTROLLER_IDS))]
+        for port in ports:
+            _wait(f"ready on {port}", lambda: _get(port, "/health/ready")[0] == 200)
+            assert _get(port, "/health/live") == (200, b'{"live": true}\n')
+        controller_metrics = [_get(p, "/metrics")[1] for p in ports[3:]]
+        assert sum(_gauge(t, "raftka_controller_active") for t in controller_metrics) == 1
+        assert all(_gauge(t, "raftka_controller_raft_term") >= 1 for t in controller_metrics)
+
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic("health", 3, 3)])["health"].result(30)
+        _wait("the topic's leaders", lambda: all(
+            p.leader >= 0 for p in admin.list_topics("health", timeout=5)
+            .topics["health"].partitions.values()) or None)
+        metrics0 = _get(ports[0], "/metrics")[1]
+        assert _gauge(metrics0, "raftka_under_replicated_partitions") == 0
+        assert b'raftka_requests_total{api="CreateTopics"}' in b"".join(
+            _get(p, "/metrics")[1] for p in ports[:3])
+
+        # a paused broker keeps its sockets: fenced when its session runs out, leaving the ISRs
+        cluster.kill("broker-2", signal.SIGSTOP)
+        _wait("under-replicated partitions on broker 0 or 1", lambda: any(
+            _gauge(_get(p, "/metrics")[1], "raftka_under_replicated_partitions") > 0
+            for p in ports[:2]))
+
+        # broker 2 restarts while the quorum is paused: it cannot register, and says so
+        cluster.kill("broker-2", signal.SIGKILL)
+        for cid in CONTROLLER_IDS:
+            cluster.kill(f"controller-{cid}", signal.SIGSTOP)
+        try:
+            path = layout.data_dir / "configs" / "broker-2.properties"
+            new = ManagedProcess("broker-2", [sys.executable, "-m", "partition_server",
+                                              "--config", str(path)],
+                                 "unfenced", True, layout.log_path("broker-2"))
+            cluster.procs[[p.name for p in cluster.procs].index("broker-2")] = new
+            status, body = _wait("broker 2's health endpoint",
+                                 lambda: _get(ports[2], "/health/ready"), 60)
+        finally:
+            for cid in CONTROLLER_IDS:
+                cluster.kill(f"controller-{cid}", signal.SIGCONT)
+        assert status == 503
+        answer = json.loads(body)
+        assert answer["ready"] is False and answer["broker_id"] == 2
+        assert "not registered with the controller quorum" in answer["reasons"]
+        _wait("broker 2 ready", lambda: _get(ports[2], "/health/ready")[0] == 200, 60)
