@@ -139,7 +139,8 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
               "file (relative to the log dir; re-read every 100 ms), to simulate a clock jump (fault F15). Unset in "
               "production."),
     ConfigDef("raftka.metrics.listener", "string", None,
-              "host:port of the Prometheus /metrics endpoint (off when unset)."),
+              "host:port of the Prometheus /metrics and the /health/live, /health/ready "
+              "endpoint (off when unset)."),
     ConfigDef("raftka.offsets.retention.ms", "long", None,
               "Overrides offsets.retention.minutes with milliseconds (tests, finer control).",
               _at_least(1)),
