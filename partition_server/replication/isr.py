@@ -45,6 +45,7 @@ async def send_alter_partition(client: ControllerClient, broker_id: int,
     req = cls(broker_id=broker_id, broker_epoch=client.broker_epoch,
               topics=[cls.TopicData(topic_id=tid, partitions=ps)
                       for (_, tid), ps in by_topic.items()])
+    before = {id(hosted): len(hosted.state.isr) for hosted, _ in changes}
     try:
         resp = await client.call_active(
             req, timeout_s=5,
@@ -72,9 +73,11 @@ async def send_alter_partition(client: ControllerClient, broker_id: int,
             continue
         else:
             log.info("ISR of %s-%d is now %s", hosted.topic, change.partition, list(res.isr))
-            if len(res.isr) < len(hosted.state.isr):        # Kafka's IsrShrinks/IsrExpands
+            # Kafka's IsrShrinks/IsrExpands, against the ISR when proposed: the metadata
+            # stream may have brought the new ISR in before this answer
+            if len(res.isr) < before[id(hosted)]:
                 replicas.isr_shrinks += 1
-            elif len(res.isr) > len(hosted.state.isr):
+            elif len(res.isr) > before[id(hosted)]:
                 replicas.isr_expands += 1
             # Apply at once (same leader epoch); the metadata stream will confirm it.
             hosted.state.become_leader(res.leader_epoch, res.partition_epoch,

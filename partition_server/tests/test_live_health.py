@@ -56,7 +56,8 @@ def _wait(what: str, cond, timeout_s: float = 45):
 
 
 def test_ready_everywhere_under_replicated_after_a_fence_and_not_ready_while_starting(tmp_path):
-    cluster = LiveCluster(tmp_path)
+    # followers out of the ISR after 3 s (Kafka: 30 s): the leaders shrink before the fence
+    cluster = LiveCluster(tmp_path, {"replica.lag.time.max.ms": "3000"})
     old = cluster.layout
     cluster.layout = layout = _Layout(old.data_dir, old.base_port, old.overrides,
                                       brokers=old.brokers)
@@ -75,8 +76,10 @@ def test_ready_everywhere_under_replicated_after_a_fence_and_not_ready_while_sta
         _wait("the topic's leaders", lambda: all(
             p.leader >= 0 for p in admin.list_topics("health", timeout=5)
             .topics["health"].partitions.values()) or None)
-        metrics0 = _get(ports[0], "/metrics")[1]
-        assert _gauge(metrics0, "raftka_under_replicated_partitions") == 0
+        # a new partition's followers join its ISR as they catch up: wait for full ISRs first
+        _wait("full ISRs", lambda: all(
+            _gauge(_get(p, "/metrics")[1], "raftka_under_replicated_partitions") == 0
+            for p in ports[:3]))
         assert b'raftka_requests_total{api="CreateTopics"}' in b"".join(
             _get(p, "/metrics")[1] for p in ports[:3])
 
@@ -85,6 +88,8 @@ def test_ready_everywhere_under_replicated_after_a_fence_and_not_ready_while_sta
         _wait("under-replicated partitions on broker 0 or 1", lambda: any(
             _gauge(_get(p, "/metrics")[1], "raftka_under_replicated_partitions") > 0
             for p in ports[:2]))
+        _wait("an ISR shrink", lambda: sum(
+            _gauge(_get(p, "/metrics")[1], "raftka_isr_shrinks_total") for p in ports[:2]) > 0)
 
         # broker 2 restarts while the quorum is paused: it cannot register, and says so
         cluster.kill("broker-2", signal.SIGKILL)
@@ -106,3 +111,8 @@ def test_ready_everywhere_under_replicated_after_a_fence_and_not_ready_while_sta
         assert answer["ready"] is False and answer["broker_id"] == 2
         assert "not registered with the controller quorum" in answer["reasons"]
         _wait("broker 2 ready", lambda: _get(ports[2], "/health/ready")[0] == 200, 60)
+        _wait("broker 2 back in the ISRs", lambda: all(
+            _gauge(_get(p, "/metrics")[1], "raftka_under_replicated_partitions") == 0
+            for p in ports[:3]))
+        assert sum(_gauge(_get(p, "/metrics")[1], "raftka_isr_expands_total")
+                   for p in ports[:3]) > 0
