@@ -1,7 +1,8 @@
 """/health/ready and the alerting gauges on a real cluster (issue #22): every broker and
-controller ready once up; a paused broker fenced → its partitions' leaders report
-under-replicated partitions; a broker starting while the quorum cannot answer says why it is
-not ready (503), then becomes ready."""
+controller ready once up, one active controller; a paused broker → the other leaders report
+under-replicated partitions and count an ISR shrink; that broker restarted while the quorum is
+paused says why it is not ready (503, not registered), then becomes ready, and the leaders take
+it back (under-replicated 0 everywhere, an ISR expansion counted)."""
 
 import json
 import re
