@@ -71,6 +71,10 @@ def test_ready_everywhere_under_replicated_after_a_fence_and_not_ready_while_sta
         controller_metrics = [_get(p, "/metrics")[1] for p in ports[3:]]
         assert sum(_gauge(t, "raftka_controller_active") for t in controller_metrics) == 1
         assert all(_gauge(t, "raftka_controller_raft_term") >= 1 for t in controller_metrics)
+        _wait("each broker's metadata lag on a controller", lambda: all(
+            any(f'raftka_controller_broker_metadata_lag{{broker="{b}"}}'.encode() in
+                _get(p, "/metrics")[1] for p in ports[3:]) for b in (0, 1, 2)))
+        assert all(_gauge(_get(p, "/metrics")[1], "process_open_fds") > 0 for p in ports)
 
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         admin.create_topics([NewTopic("health", 3, 3)])["health"].result(30)
