@@ -179,17 +179,28 @@ class ManagedProcess:
 
 def start_cluster(layout: DevLayout, quiet: bool = False) -> list[ManagedProcess]:
     """Start every process; return them in start order (controllers first)."""
-    procs: list[ManagedProcess] = []
-    config_dir = layout.data_dir / "configs"
-    for i, cid in enumerate(CONTROLLER_IDS):
-        path = config_dir / f"controller-{cid}.properties"
-        write_properties(path, layout.controller_properties(i))
-        procs.append(ManagedProcess(f"controller-{cid}",
-                                    [sys.executable, "-m", "metadata_quorum", "--config", str(path)],
-                                    "listening on", quiet, layout.log_path(f"controller-{cid}")))
+    procs = [start_controller(layout, i, quiet) for i in range(len(CONTROLLER_IDS))]
     for bid in layout.broker_ids:
         procs.append(start_broker(layout, bid, quiet))
     return procs
+
+
+def start_controller(layout: DevLayout, index: int, quiet: bool) -> ManagedProcess:
+    """Write controller `index`'s config under the layout and start it (ready once listening)."""
+    cid = CONTROLLER_IDS[index]
+    path = layout.data_dir / "configs" / f"controller-{cid}.properties"
+    write_properties(path, layout.controller_properties(index))
+    return ManagedProcess(f"controller-{cid}",
+                          [sys.executable, "-m", "metadata_quorum", "--config", str(path)],
+                          "listening on", quiet, layout.log_path(f"controller-{cid}"))
+
+
+def start_node(layout: DevLayout, name: str, quiet: bool) -> ManagedProcess:
+    """Start the node called `name` (broker-N, controller-C) again, with the same config."""
+    kind, _, number = name.partition("-")
+    if kind == "broker":
+        return start_broker(layout, int(number), quiet)
+    return start_controller(layout, CONTROLLER_IDS.index(int(number)), quiet)
 
 
 def start_broker(layout: DevLayout, broker_id: int, quiet: bool) -> ManagedProcess:
@@ -236,41 +247,58 @@ def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool
     if not 1 <= brokers <= MAX_BROKERS:
         print(f"raftka dev: --brokers must be 1..{MAX_BROKERS}", file=sys.stderr)
         return 2
+    from clients.cli.dev_control import ControlServer
+    from clients.cli.dev_supervisor import Supervisor
     layout = DevLayout(Path(data_dir).resolve(), base_port, overrides, secure, brokers)
+    layout.data_dir.mkdir(parents=True, exist_ok=True)
+    supervisor = Supervisor([], lambda name: start_node(layout, name, quiet))
+    # the control socket first: it also refuses a second `raftka dev` on the same data dir
+    control = ControlServer(layout.data_dir, supervisor, layout.bootstrap_servers)
+    problem = control.start()
+    if problem:
+        print(f"raftka dev: {problem}", file=sys.stderr)
+        return 1
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     procs = start_cluster(layout, quiet)
+    supervisor.add(procs)
     try:
         problem = wait_ready(procs, ready_timeout_s)
         if problem:
             print(f"raftka dev: {problem}", file=sys.stderr)
             return 1
-        if secure:
-            from clients.cli.secure_dev import SecureDev
-            properties = SecureDev(layout).bootstrap_super_user()
-        from clients.cli.dev_selfheal import enable
-        print(enable(layout), file=sys.stderr, flush=True)   # balancer, re-replication on
-        print(f"bootstrap.servers={layout.bootstrap_servers}", flush=True)
-        if secure:
-            print(f"client.properties={properties}", flush=True)
-        if demo:
-            from clients.cli.demo import run_demo
-            from common.security import PLAINTEXT, ClientSecurity
-            security = PLAINTEXT
-            if secure:       # the demo's clients log in as the super user
-                from clients.cli.secure_dev import SecureDev
-                security = ClientSecurity.from_properties(SecureDev(layout).client_properties())
-            run_demo(layout.bootstrap_servers, security)
+        _announce(layout, demo, supervisor)
         while not stop.wait(0.5):
-            dead = [p.name for p in procs if p.proc.poll() is not None]
-            if dead:
-                print(f"raftka dev: {', '.join(dead)} exited; stopping", file=sys.stderr)
-                return 1
+            for line in supervisor.poll():      # reported once; the rest keep serving
+                print(line, file=sys.stderr, flush=True)
         return 0
     finally:
-        stop_cluster(procs)
+        control.close()
+        stop_cluster(supervisor.procs)
         print("raftka dev: stopped", file=sys.stderr, flush=True)
+
+
+def _announce(layout: DevLayout, demo: bool, supervisor) -> None:
+    """Once ready: self-healing on, the bootstrap line (and client.properties), the demo."""
+    if layout.secure:
+        from clients.cli.secure_dev import SecureDev
+        properties = SecureDev(layout).bootstrap_super_user()
+    from clients.cli.dev_selfheal import enable
+    print(enable(layout), file=sys.stderr, flush=True)   # balancer, re-replication on
+    print(f"bootstrap.servers={layout.bootstrap_servers}", flush=True)
+    if layout.secure:
+        print(f"client.properties={properties}", flush=True)
+    print(f"raftka dev: control with `raftka dev status|kill|pause|resume|restart NODE "
+          f"--data-dir {layout.data_dir}` from another terminal", file=sys.stderr, flush=True)
+    if demo:
+        from clients.cli.demo import run_demo
+        from common.security import PLAINTEXT, ClientSecurity
+        security = PLAINTEXT
+        if layout.secure:       # the demo's clients log in as the super user
+            from clients.cli.secure_dev import SecureDev
+            security = ClientSecurity.from_properties(SecureDev(layout).client_properties())
+        run_demo(layout.bootstrap_servers, security, supervisor)
 
 
 # -- the `raftka dev` command line (registered by clients/cli/main.py) ----------------------------
@@ -286,6 +314,11 @@ def _parse_sets(items: list[str]) -> dict[str, str]:
 
 
 def cmd_dev(args) -> int:
+    if args.action:
+        from clients.cli.dev_control import run_control
+        return run_control(args.data_dir, args.action, args.node, args.output)
+    if args.node:
+        raise SystemExit(f"raftka dev: unexpected argument {args.node!r}")
     return run_dev(args.data_dir, args.base_port, _parse_sets(args.set), args.demo, args.quiet,
                    secure=args.secure, brokers=args.brokers, add_broker=args.add_broker)
 
@@ -297,6 +330,12 @@ def register(sub) -> None:
                          "bootstrap.servers=... when ready; Ctrl-C stops everything. Running it "
                          "again resumes with the same data. --add-broker ID joins one more "
                          "broker to the cluster running from --data-dir.")
+    dev.add_argument("action", nargs="?", choices=["status", "kill", "pause", "resume", "restart"],
+                     help="control the `raftka dev` running from --data-dir (another terminal): "
+                          "status; kill (SIGKILL), pause (SIGSTOP), resume, restart NODE")
+    dev.add_argument("node", nargs="?", help="broker-N or controller-C (or the bare id)")
+    dev.add_argument("--output", choices=["table", "json"], default="table",
+                     help="status as a table or as JSON")
     dev.add_argument("--data-dir", default="./raftka-data", help="where all data lives")
     dev.add_argument("--base-port", type=int, default=9092,
                      help="brokers listen on base+id, controllers on base+1000..1002")
