@@ -6,7 +6,11 @@ Writes one Kafka-style `.properties` file per process under `<data-dir>/configs/
 its own OS process (so a kill -9 of one is a real fault), waits until every broker reports that it
 is registered and unfenced, then prints `bootstrap.servers=...` on a line of its own. SIGINT or
 SIGTERM stops the brokers first (so they can hand off leadership) and then the controllers.
-Running it again with the same `--data-dir` resumes with the same data: the config files are
+It supervises rather than tears down: a node that exits is reported on one line and the others
+keep serving; `raftka dev status | kill | pause | resume | restart NODE` from another terminal
+talk to it over a Unix socket under the data dir (dev_supervisor.py, dev_control.py,
+dev_status.py). `--demo` also kills a partition leader under load and checks exactly-once
+readback (dev_demo.py). Running it again with the same `--data-dir` resumes with the same data: the config files are
 rewritten identically and every process recovers its own state.
 """
 
@@ -327,12 +331,15 @@ def register(sub) -> None:
     dev = sub.add_parser("dev", help="run a local cluster: 3 controllers + 3 partition servers",
                          description="Start 3 controllers and 3 partition servers (--brokers N: "
                          "N) on 127.0.0.1 with data under --data-dir; prints "
-                         "bootstrap.servers=... when ready; Ctrl-C stops everything. Running it "
+                         "bootstrap.servers=... when ready; a node that exits is reported and "
+                         "the rest keep serving; Ctrl-C stops everything. From another terminal: "
+                         "raftka dev status|kill|pause|resume|restart NODE --data-dir D. Running it "
                          "again resumes with the same data. --add-broker ID joins one more "
                          "broker to the cluster running from --data-dir.")
-    dev.add_argument("action", nargs="?", choices=["status", "kill", "pause", "resume", "restart"],
+    dev.add_argument("action", nargs="?", choices=["status", "kill", "pause", "resume", "restart", "isolate"],
                      help="control the `raftka dev` running from --data-dir (another terminal): "
-                          "status; kill (SIGKILL), pause (SIGSTOP), resume, restart NODE")
+                          "status; kill (SIGKILL), pause (SIGSTOP), resume, restart NODE "
+                          "(isolate: not available, says why)")
     dev.add_argument("node", nargs="?", help="broker-N or controller-C (or the bare id)")
     dev.add_argument("--output", choices=["table", "json"], default="table",
                      help="status as a table or as JSON")
@@ -342,7 +349,9 @@ def register(sub) -> None:
     dev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a broker property (repeatable)")
     dev.add_argument("--demo", action="store_true",
-                     help="once ready, create a topic, produce and consume a few records")
+                     help="once ready, create a topic, produce and consume a few records, then kill "
+                          "demo-0's leader under an acks=all producer, restart it and check "
+                          "every acknowledged record is read back exactly once")
     dev.add_argument("--quiet", action="store_true", help="do not echo process logs")
     dev.add_argument("--secure", action="store_true",
                      help="SASL_SSL listeners (SCRAM-SHA-512), a generated CA, ACLs enforced, a "

@@ -130,7 +130,21 @@ def request(data_dir: Path, op: str, node: str | None = None, timeout: float = 3
     return json.loads(reply)
 
 
+# Why no `isolate`: on one loopback interface every node talks from 127.0.0.1 on ephemeral
+# ports, so nothing outside the nodes can tell broker-1's traffic from its peers' without root
+# (iptables/cgroups, which a shared machine must not be changed for) or each node binding its
+# own 127.0.0.x source address (a change to the nodes' network code). Until then the command
+# says so instead of pretending.
+ISOLATE_REFUSED = ("isolate is not available: on loopback, cutting one node off the others needs "
+                   "root (iptables) or per-node source addresses the nodes do not have yet; "
+                   "`pause` (SIGSTOP) is the nearest fault — a node that stops answering while "
+                   "its connections stay open")
+
+
 def run_control(data_dir: str, action: str, node: str | None, output: str) -> int:
+    if action == "isolate":
+        print(f"raftka dev isolate: {ISOLATE_REFUSED}", file=sys.stderr)
+        return 2
     if action != "status" and not node:
         print(f"raftka dev {action}: name a node, e.g. `raftka dev {action} broker-1`",
               file=sys.stderr)

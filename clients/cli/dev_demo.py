@@ -182,10 +182,10 @@ def run_failover(bootstrap: str, security: ClientSecurity, supervisor) -> bool:
             f"demo-0, {name} (SIGKILL)")
         supervisor.command("kill", name)
         supervisor.wait_exit(name, 30)
-        new = _poll(lambda: (lambda s: s[0] if s[0] not in (-1, leader) else None)(
+        new = _poll(lambda: (lambda s: s if s[0] not in (-1, leader) else None)(
             state(leader)), 60)
         first = _poll(lambda: producer.acked_after(t_kill), 90)
-        say(f"failover: new leader of demo-0: broker-{new}" if new is not None
+        say(f"failover: new leader of demo-0: broker-{new[0]} (ISR {new[1]})" if new
             else "failover: no new leader within 60 s")
         say(f"failover: first acknowledged write {first - t_kill:.2f} s after the kill"
             if first else "failover: no acknowledged write within 90 s of the kill")

@@ -132,3 +132,12 @@ def test_handle_answers_refusals_as_errors_not_crashes():
     reply = handle(sup, "", encode({"op": "kill", "node": "broker-9"}))
     assert reply["ok"] is False and "no node 'broker-9'" in reply["error"]
     assert json.loads(encode(reply)) == reply
+
+
+def test_isolate_is_refused_with_its_reason_and_no_daemon_needed(tmp_path, capsys):
+    from clients.cli.dev_control import run_control
+    assert run_control(str(tmp_path), "isolate", "broker-1", "table") == 2
+    assert "isolate is not available: on loopback" in capsys.readouterr().err
+    assert run_control(str(tmp_path), "kill", None, "table") == 2      # which node?
+    assert run_control(str(tmp_path), "status", None, "table") == 3    # nothing runs there
+    assert "no `raftka dev` is running on" in capsys.readouterr().err
