@@ -82,4 +82,5 @@ def run_demo(bootstrap: str, security: ClientSecurity = PLAINTEXT, supervisor=No
             from clients.cli.dev_demo import run_failover
             run_failover(bootstrap, security, supervisor)
     except Exception as exc:  # noqa: BLE001 - the demo must not take the cluster down
-        print(f"demo: failed: {exc}", flush=True)
+        if supervisor is None or not supervisor.closing:     # not just the cluster stopping
+            print(f"demo: failed: {exc}", flush=True)

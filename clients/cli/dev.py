@@ -279,7 +279,7 @@ def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool
         return 0
     finally:
         control.close()
-        stop_cluster(supervisor.procs)
+        stop_cluster(supervisor.close())
         print("raftka dev: stopped", file=sys.stderr, flush=True)
 
 
@@ -302,7 +302,10 @@ def _announce(layout: DevLayout, demo: bool, supervisor) -> None:
         if layout.secure:       # the demo's clients log in as the super user
             from clients.cli.secure_dev import SecureDev
             security = ClientSecurity.from_properties(SecureDev(layout).client_properties())
-        run_demo(layout.bootstrap_servers, security, supervisor)
+        # in a thread: the main loop keeps reporting exits (the demo's own kill too), and
+        # Ctrl-C stops the cluster at once instead of after the demo's deadlines
+        threading.Thread(target=run_demo, args=(layout.bootstrap_servers, security, supervisor),
+                         daemon=True, name="demo").start()
 
 
 # -- the `raftka dev` command line (registered by clients/cli/main.py) ----------------------------

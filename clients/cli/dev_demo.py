@@ -28,7 +28,12 @@ TOPIC, PARTITION = "demo", 0
 BURST = 10                  # records in flight at once
 
 
+_supervisors: list = []     # the dev cluster's, while the failover demo runs
+
+
 def say(line: str) -> None:
+    if any(s.closing for s in _supervisors):
+        return          # Ctrl-C: the cluster is stopping under the demo, its lines would mislead
     print(f"demo: {line}", flush=True)
 
 
@@ -168,6 +173,7 @@ def run_failover(bootstrap: str, security: ClientSecurity, supervisor) -> bool:
     if leader < 0:
         say("failover: demo-0 has no leader; skipped")
         return False
+    _supervisors.append(supervisor)
     run = uuid.uuid4().hex[:8]
     producer = DemoProducer(bootstrap, security, run)
     producer.start()

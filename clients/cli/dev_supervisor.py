@@ -103,7 +103,15 @@ class Supervisor:
         self._procs: dict = {}
         self._states: dict[str, NodeState] = {}
         self._start_node = start_node
+        self.closing = False
         self.add(procs)
+
+    def close(self) -> list:
+        """`raftka dev` is stopping: refuse every command from now on (a restart racing the
+        shutdown would leave a node running); the processes to stop."""
+        with self._lock:
+            self.closing = True
+            return list(self._procs.values())
 
     def add(self, procs: list) -> None:
         with self._lock:
@@ -145,6 +153,8 @@ class Supervisor:
         """Apply one control command; the reply line. Raises CommandRefused."""
         self.poll_quietly()
         with self._lock:
+            if self.closing:
+                raise CommandRefused("raftka dev is stopping")
             name = resolve(list(self._procs), node)
             state = self._states[name]
             state.check(action)

@@ -125,6 +125,9 @@ def test_supervisor_kills_pauses_restarts_real_processes_over_the_socket(tmp_pat
             c.proc.wait()
     with pytest.raises(NotRunning, match="no `raftka dev` is running"):
         request(tmp_path, "status")
+    assert len(sup.close()) == 2                # stopping: no command may start a node now
+    with pytest.raises(CommandRefused, match="raftka dev is stopping"):
+        sup.command("restart", "broker-1")
 
 
 def test_handle_answers_refusals_as_errors_not_crashes():
