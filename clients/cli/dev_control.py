@@ -81,7 +81,16 @@ class ControlServer:
             except OSError:
                 self.path.unlink()          # left by a `raftka dev` that was killed
         self._sock = socket.socket(socket.AF_UNIX)
-        self._sock.bind(str(self.path))
+        try:
+            self._sock.bind(str(self.path))
+        except OSError as exc:
+            # e.g. a data dir whose path is longer than a Unix socket address may be (~107
+            # bytes): the cluster still runs, only without remote control
+            self._sock.close()
+            self._sock = None
+            print(f"raftka dev: no control socket at {self.path} ({exc}); `raftka dev status"
+                  f"|kill|...` will not reach this cluster", file=sys.stderr, flush=True)
+            return None
         os.chmod(self.path, 0o600)
         self._sock.listen(8)
         threading.Thread(target=self._serve, daemon=True, name="dev-control").start()
@@ -103,7 +112,12 @@ class ControlServer:
 
     def close(self) -> None:
         if self._sock is not None:
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)     # wakes the accept() (close alone
+            except OSError:                               # does not, on Linux)
+                pass
             self._sock.close()
+            self._sock = None
             try:
                 self.path.unlink()
             except OSError:

@@ -216,15 +216,27 @@ def _restart(supervisor, name: str, broker_id: int, state) -> None:
         f"failover: {name} restarted (unfenced), not yet back in demo-0's ISR after 60 s")
 
 
+def _read_back(bootstrap: str, security: ClientSecurity, prefix: str,
+               timeout: float = 90) -> list[str]:
+    """This run's values of demo-0, read from its leader: each broker in turn until one reads it
+    all (a leadership move mid-read, e.g. the balancer's preferred leader, means: again)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for address in _addresses(bootstrap):
+            try:
+                return trio.run(read_values, address, security, prefix)
+            except Exception as exc:      # noqa: BLE001 — not this broker's to answer: next
+                err = exc
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"could not read demo-0 back: {err}")
+        time.sleep(0.5)
+
+
 def _prove(bootstrap: str, security: ClientSecurity, producer: DemoProducer) -> bool:
-    for address in _addresses(bootstrap):
-        try:
-            values = trio.run(read_values, address, security, producer.run + "-")
-            break
-        except Exception as exc:      # noqa: BLE001 — not this broker's to answer: next one
-            err = exc
-    else:
-        say(f"exactly-once check: could not read demo-0 back ({err})")
+    try:
+        values = _read_back(bootstrap, security, producer.run + "-")
+    except RuntimeError as exc:
+        say(f"exactly-once check: {exc}")
         return False
     counts = collections.Counter(values)
     acked = set(producer.acked)

@@ -144,3 +144,15 @@ def test_isolate_is_refused_with_its_reason_and_no_daemon_needed(tmp_path, capsy
     assert run_control(str(tmp_path), "kill", None, "table") == 2      # which node?
     assert run_control(str(tmp_path), "status", None, "table") == 3    # nothing runs there
     assert "no `raftka dev` is running on" in capsys.readouterr().err
+
+
+def test_a_data_dir_too_long_for_a_socket_address_runs_without_control(tmp_path, capsys):
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    server = ControlServer(deep, Supervisor([], lambda name: None), "")
+    assert server.start() is None                     # the cluster would still start
+    assert "no control socket at" in capsys.readouterr().err
+    server.close()
+    from clients.cli.dev_control import run_control
+    assert run_control(str(deep), "status", None, "table") == 3
+    assert "no answer from `raftka dev`" in capsys.readouterr().err
