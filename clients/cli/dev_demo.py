@@ -169,19 +169,20 @@ def _poll(fn, timeout: float, every: float = 0.2):
 def run_failover(bootstrap: str, security: ClientSecurity, supervisor) -> bool:
     """The kill-the-leader demo; True when every acknowledged record was read exactly once."""
     state = lambda skip=None: trio.run(partition_state, _addresses(bootstrap, skip), security)  # noqa: E731
-    leader, _ = state()
-    if leader < 0:
-        say("failover: demo-0 has no leader; skipped")
-        return False
     _supervisors.append(supervisor)
-    run = uuid.uuid4().hex[:8]
-    producer = DemoProducer(bootstrap, security, run)
+    producer = DemoProducer(bootstrap, security, uuid.uuid4().hex[:8])
     producer.start()
-    name = f"broker-{leader}"
+    name = None
     try:
         if not producer.wait_for(lambda p: len(p.acked) >= 50, 60):
             say("failover: the producer got no acknowledgements within 60 s; skipped")
             return False
+        # the leader now, not before the producer started: the balancer may have moved it
+        leader, _ = state()
+        if leader < 0:
+            say("failover: demo-0 has no leader; skipped")
+            return False
+        name = f"broker-{leader}"
         before = len(producer.acked)
         t_kill = time.monotonic()
         say(f"failover: {before} records acknowledged (acks=all); killing the leader of "
@@ -199,7 +200,7 @@ def run_failover(bootstrap: str, security: ClientSecurity, supervisor) -> bool:
         producer.wait_for(lambda p: len(p.acked) >= before + 200, 30)
     finally:
         producer.stop()
-        if supervisor.status_of(name) == "exited":
+        if name is not None and supervisor.status_of(name) == "exited":
             supervisor.command("restart", name)       # never leave the cluster a node short
     return _prove(bootstrap, security, producer)
 
