@@ -111,6 +111,11 @@ class Supervisor:
         shutdown would leave a node running); the processes to stop."""
         with self._lock:
             self.closing = True
+            for name, state in self._states.items():
+                if state.state == PAUSED and self._procs[name].proc.poll() is None:
+                    # a stopped process would hold its SIGTERM until the stop timeout's SIGKILL
+                    self._procs[name].proc.send_signal(signal.SIGCONT)
+                    state.after("resume")
             return list(self._procs.values())
 
     def add(self, procs: list) -> None:

@@ -118,6 +118,13 @@ def test_supervisor_kills_pauses_restarts_real_processes_over_the_socket(tmp_pat
         assert nodes["broker-1"]["state"] == "exited" and nodes["broker-0"]["state"] == "running"
         assert "restarted" in request(tmp_path, "restart", "broker-1")["message"]
         assert sup.status_of("broker-1") == "running" and sup.node("broker-1") is started[0]
+        request(tmp_path, "pause", "broker-0")
+        assert len(sup.close()) == 2            # stopping: paused nodes resumed, so that
+        assert sup.status_of("broker-0") == "running"       # their SIGTERM is acted on
+        sup.node("broker-0").proc.terminate()
+        assert sup.wait_exit("broker-0", 30) == -15
+        with pytest.raises(CommandRefused, match="raftka dev is stopping"):
+            sup.command("restart", "broker-1")   # no command may start a node now
     finally:
         server.close()
         for c in sup.procs:
@@ -125,9 +132,6 @@ def test_supervisor_kills_pauses_restarts_real_processes_over_the_socket(tmp_pat
             c.proc.wait()
     with pytest.raises(NotRunning, match="no `raftka dev` is running"):
         request(tmp_path, "status")
-    assert len(sup.close()) == 2                # stopping: no command may start a node now
-    with pytest.raises(CommandRefused, match="raftka dev is stopping"):
-        sup.command("restart", "broker-1")
 
 
 def test_handle_answers_refusals_as_errors_not_crashes():
