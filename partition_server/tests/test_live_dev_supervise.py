@@ -93,6 +93,7 @@ def test_killed_broker_is_reported_the_rest_keep_serving_and_restart_brings_it_b
         assert code == 0 and "quorum leader: controller-" in out and "kept-0" in out
         code, _, err = ctl(tmp_path, "restart", "broker-1")        # running: refused, clearly
         assert code == 1 and "broker-1 is running; restart starts an exited node" in err
+        _pause_resume_and_controller_failover(tmp_path, view["quorum_leader"])
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(90) == 0
@@ -101,6 +102,19 @@ def test_killed_broker_is_reported_the_rest_keep_serving_and_restart_brings_it_b
     assert err.count("broker-1 exited") == 1 and "stopped" in err
     code, _, err = ctl(tmp_path, "status")                 # nothing runs there any more
     assert code == 3 and "no `raftka dev` is running on" in err
+
+
+def _pause_resume_and_controller_failover(data_dir, quorum_leader):
+    assert ctl(data_dir, "pause", "2")[0] == 0                     # bare ids work too
+    assert node(wait_status(data_dir, lambda v: True), "broker-2")["state"] == "paused"
+    assert ctl(data_dir, "resume", "broker-2")[0] == 0
+    code, out, err = ctl(data_dir, "kill", f"controller-{quorum_leader}")
+    assert code == 0, err
+    view = wait_status(data_dir, lambda v: v["quorum_leader"] not in (None, -1, quorum_leader))
+    assert node(view, "broker-2")["state"] == "running"
+    assert node(view, f"controller-{quorum_leader}")["state"] == "exited"
+    assert ctl(data_dir, "restart", f"controller-{quorum_leader}")[0] == 0
+    wait_status(data_dir, lambda v: all(n["state"] == "running" for n in v["nodes"]))
 
 
 def _produce_and_consume(bootstrap, label):
