@@ -60,6 +60,8 @@ def handle(supervisor, bootstrap: str, line: bytes) -> dict:
         return {"ok": True, "message": supervisor.command(op, node)}
     except CommandRefused as exc:
         return {"ok": False, "error": str(exc)}
+    except Exception as exc:        # noqa: BLE001 — e.g. a restart whose process cannot start:
+        return {"ok": False, "error": f"failed: {exc!r}"}      # answered; the server lives on
 
 
 # -- the server, a thread of `raftka dev` ------------------------------------------------------

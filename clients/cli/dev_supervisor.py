@@ -15,6 +15,7 @@ with the same config file again.
 from __future__ import annotations
 
 import signal
+import subprocess
 import threading
 from dataclasses import dataclass
 from typing import Callable
@@ -165,9 +166,7 @@ class Supervisor:
             state.check(action)
             p = self._procs[name]
             if action == "kill":
-                p.proc.send_signal(signal.SIGKILL)
-                if p.proc.poll() is None and state.state == PAUSED:
-                    p.proc.send_signal(signal.SIGCONT)    # a stopped process dies on SIGKILL too
+                p.proc.send_signal(signal.SIGKILL)    # a paused (stopped) process dies too
                 return f"{name} (pid {state.pid}) killed with SIGKILL"
             if action in ("pause", "resume"):
                 p.proc.send_signal(signal.SIGSTOP if action == "pause" else signal.SIGCONT)
@@ -193,5 +192,5 @@ class Supervisor:
         p = self.node(name)
         try:
             return p.proc.wait(timeout)
-        except Exception:           # noqa: BLE001 — subprocess.TimeoutExpired
+        except subprocess.TimeoutExpired:
             return None

@@ -160,3 +160,16 @@ def test_a_data_dir_too_long_for_a_socket_address_runs_without_control(tmp_path,
     from clients.cli.dev_control import run_control
     assert run_control(str(deep), "status", None, "table") == 3
     assert "no answer from `raftka dev`" in capsys.readouterr().err
+
+
+def test_a_restart_that_cannot_start_is_answered_and_the_state_kept(tmp_path):
+    def cannot_start(name):
+        raise FileNotFoundError("no such interpreter")
+
+    child = Child("broker-0")
+    sup = Supervisor([child], cannot_start)
+    child.proc.kill()
+    child.proc.wait()
+    reply = handle(sup, "", encode({"op": "restart", "node": "broker-0"}))
+    assert reply == {"ok": False, "error": "failed: FileNotFoundError('no such interpreter')"}
+    assert sup.status_of("broker-0") == "exited"
