@@ -10,8 +10,8 @@ It supervises rather than tears down: a node that exits is reported on one line 
 keep serving; `raftka dev status | kill | pause | resume | restart NODE` from another terminal
 talk to it over a Unix socket under the data dir (dev_supervisor.py, dev_control.py,
 dev_status.py). `--demo` also kills a partition leader under load and checks exactly-once
-readback (dev_demo.py). Running it again with the same `--data-dir` resumes with the same data: the config files are
-rewritten identically and every process recovers its own state.
+readback (dev_demo.py). Running it again with the same `--data-dir` resumes with the same data:
+the config files are rewritten identically and every process recovers its own state.
 """
 
 from __future__ import annotations
@@ -336,10 +336,11 @@ def register(sub) -> None:
                          "N) on 127.0.0.1 with data under --data-dir; prints "
                          "bootstrap.servers=... when ready; a node that exits is reported and "
                          "the rest keep serving; Ctrl-C stops everything. From another terminal: "
-                         "raftka dev status|kill|pause|resume|restart NODE --data-dir D. Running it "
-                         "again resumes with the same data. --add-broker ID joins one more "
-                         "broker to the cluster running from --data-dir.")
-    dev.add_argument("action", nargs="?", choices=["status", "kill", "pause", "resume", "restart", "isolate"],
+                         "raftka dev status|kill|pause|resume|restart NODE --data-dir D. "
+                         "Running it again resumes with the same data. --add-broker ID joins "
+                         "one more broker to the cluster running from --data-dir.")
+    dev.add_argument("action", nargs="?",
+                     choices=["status", "kill", "pause", "resume", "restart", "isolate"],
                      help="control the `raftka dev` running from --data-dir (another terminal): "
                           "status; kill (SIGKILL), pause (SIGSTOP), resume, restart NODE "
                           "(isolate: not available, says why)")
@@ -352,9 +353,9 @@ def register(sub) -> None:
     dev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a broker property (repeatable)")
     dev.add_argument("--demo", action="store_true",
-                     help="once ready, create a topic, produce and consume a few records, then kill "
-                          "demo-0's leader under an acks=all producer, restart it and check "
-                          "every acknowledged record is read back exactly once")
+                     help="once ready, create a topic, produce and consume a few records, "
+                          "then kill demo-0's leader under an acks=all producer, restart it and "
+                          "check every acknowledged record is read back exactly once")
     dev.add_argument("--quiet", action="store_true", help="do not echo process logs")
     dev.add_argument("--secure", action="store_true",
                      help="SASL_SSL listeners (SCRAM-SHA-512), a generated CA, ACLs enforced, a "

@@ -168,7 +168,8 @@ def _poll(fn, timeout: float, every: float = 0.2):
 
 def run_failover(bootstrap: str, security: ClientSecurity, supervisor) -> bool:
     """The kill-the-leader demo; True when every acknowledged record was read exactly once."""
-    state = lambda skip=None: trio.run(partition_state, _addresses(bootstrap, skip), security)  # noqa: E731
+    def state(skip=None):
+        return trio.run(partition_state, _addresses(bootstrap, skip), security)
     _supervisors.append(supervisor)
     producer = DemoProducer(bootstrap, security, uuid.uuid4().hex[:8])
     producer.start()
