@@ -272,7 +272,7 @@ def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool
         if problem:
             print(f"raftka dev: {problem}", file=sys.stderr)
             return 1
-        _announce(layout, demo, supervisor)
+        _announce(layout, demo, supervisor, control)
         while not stop.wait(0.5):
             for line in supervisor.poll():      # reported once; the rest keep serving
                 print(line, file=sys.stderr, flush=True)
@@ -283,11 +283,12 @@ def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool
         print("raftka dev: stopped", file=sys.stderr, flush=True)
 
 
-def _announce(layout: DevLayout, demo: bool, supervisor) -> None:
+def _announce(layout: DevLayout, demo: bool, supervisor, control) -> None:
     """Once ready: self-healing on, the bootstrap line (and client.properties), the demo."""
     if layout.secure:
         from clients.cli.secure_dev import SecureDev
         properties = SecureDev(layout).bootstrap_super_user()
+        control.client_properties = str(properties)
     from clients.cli.dev_selfheal import enable
     print(enable(layout), file=sys.stderr, flush=True)   # balancer, re-replication on
     print(f"bootstrap.servers={layout.bootstrap_servers}", flush=True)

@@ -51,12 +51,14 @@ def decode_request(line: bytes) -> tuple[str, str | None]:
     return req["op"], node
 
 
-def handle(supervisor, bootstrap: str, line: bytes) -> dict:
+def handle(supervisor, bootstrap: str, line: bytes,
+           client_properties: str | None = None) -> dict:
     """The reply to one request line."""
     try:
         op, node = decode_request(line)
         if op == "status":
-            return {"ok": True, "nodes": supervisor.status(), "bootstrap": bootstrap}
+            return {"ok": True, "nodes": supervisor.status(), "bootstrap": bootstrap,
+                    "client_properties": client_properties}
         return {"ok": True, "message": supervisor.command(op, node)}
     except CommandRefused as exc:
         return {"ok": False, "error": str(exc)}
@@ -72,6 +74,8 @@ class ControlServer:
         self._supervisor = supervisor
         self._bootstrap = bootstrap
         self._sock: socket.socket | None = None
+        # `raftka dev --secure`: the super user's client.properties, for `status` to log in
+        self.client_properties: str | None = None
 
     def start(self) -> str | None:
         """Listen; None, or why not (another `raftka dev` answers on this data dir)."""
@@ -108,7 +112,8 @@ class ControlServer:
                 conn.settimeout(5)
                 try:
                     line = conn.makefile("rb").readline(MAX_LINE)
-                    conn.sendall(encode(handle(self._supervisor, self._bootstrap, line)))
+                    conn.sendall(encode(handle(self._supervisor, self._bootstrap, line,
+                                              self.client_properties)))
                 except OSError:
                     pass                    # the client went away; nothing to answer
 
@@ -180,6 +185,7 @@ def run_control(data_dir: str, action: str, node: str | None, output: str) -> in
         print(reply["message"])
         return 0
     from clients.cli.dev_status import cluster_view, format_status
-    view = {"nodes": reply["nodes"], **cluster_view(reply["nodes"], reply["bootstrap"])}
+    view = {"nodes": reply["nodes"],
+            **cluster_view(reply["nodes"], reply["bootstrap"], reply.get("client_properties"))}
     print(json.dumps(view) if output == "json" else format_status(view))
     return 0

@@ -28,10 +28,10 @@ def _running_brokers(nodes: list[dict], bootstrap: str) -> list[tuple[str, int]]
     return out
 
 
-async def _ask(host: str, port: int) -> dict:
+async def _ask(host: str, port: int, security) -> dict:
     from clients.cli.quorum import describe
-    quorum = await describe(host, port)
-    conn = BrokerConnection(host, port, "raftka-dev-status")
+    quorum = await describe(host, port, security)
+    conn = BrokerConnection(host, port, "raftka-dev-status", security=security)
     await conn.connect()
     try:
         meta = await conn.request(REQUESTS[ApiKey.METADATA](topics=None), 12)
@@ -45,12 +45,19 @@ async def _ask(host: str, port: int) -> dict:
     return {"quorum_leader": quorum["leader_id"], "partitions": parts}
 
 
-def cluster_view(nodes: list[dict], bootstrap: str) -> dict:
-    """{"quorum_leader", "partitions", "cluster_error"}: what a running broker says."""
+def cluster_view(nodes: list[dict], bootstrap: str,
+                 client_properties: str | None = None) -> dict:
+    """{"quorum_leader", "partitions", "cluster_error"}: what a running broker says
+    (`raftka dev --secure`: as the super user of its client.properties)."""
+    from common.security import PLAINTEXT, ClientSecurity
+    security = PLAINTEXT
+    if client_properties:
+        from common.properties import load_properties
+        security = ClientSecurity.from_properties(load_properties(client_properties))
     errors = []
     for host, port in _running_brokers(nodes, bootstrap):
         try:
-            view = trio.run(_with_deadline, host, port)
+            view = trio.run(_with_deadline, host, port, security)
             return view | {"cluster_error": None}
         except Exception as exc:     # noqa: BLE001 — shown to the user, then the next broker
             errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
@@ -58,9 +65,9 @@ def cluster_view(nodes: list[dict], bootstrap: str) -> dict:
             "cluster_error": "; ".join(errors) or "no broker is running"}
 
 
-async def _with_deadline(host: str, port: int) -> dict:
+async def _with_deadline(host: str, port: int, security) -> dict:
     with trio.fail_after(CLUSTER_TIMEOUT_S):
-        return await _ask(host, port)
+        return await _ask(host, port, security)
 
 
 def format_status(view: dict) -> str:

@@ -31,8 +31,8 @@ from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
 
-async def describe(host: str, port: int) -> dict:
-    conn = BrokerConnection(host, port, "raftka-cli")
+async def describe(host: str, port: int, security=None) -> dict:
+    conn = BrokerConnection(host, port, "raftka-cli", security=security)
     await conn.connect()
     try:
         cls = REQUESTS[ApiKey.DESCRIBE_QUORUM]
