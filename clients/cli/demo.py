@@ -2,6 +2,7 @@
 
 Creates topic `demo` (3 partitions, replication factor 3, min.insync.replicas 2), writes a few
 records with acks=all to each partition's leader, reads them back, and prints what happened.
+Run by `raftka dev --demo`, it then shows a leader failover (dev_demo.py).
 """
 
 from __future__ import annotations
@@ -71,11 +72,15 @@ async def _demo(bootstrap: str, security: ClientSecurity) -> None:
               f"{data.high_watermark}): {values}", flush=True)
         await lconn.aclose()
     await conn.aclose()
-    print("demo: done — point any Kafka client at the bootstrap.servers line above", flush=True)
 
 
-def run_demo(bootstrap: str, security: ClientSecurity = PLAINTEXT) -> None:
+def run_demo(bootstrap: str, security: ClientSecurity = PLAINTEXT, supervisor=None) -> None:
+    """The basic demo; then, with the dev cluster's supervisor, the failover demo (dev_demo.py)."""
     try:
         trio.run(_demo, bootstrap, security)
+        if supervisor is not None:
+            from clients.cli.dev_demo import run_failover
+            run_failover(bootstrap, security, supervisor)
     except Exception as exc:  # noqa: BLE001 - the demo must not take the cluster down
-        print(f"demo: failed: {exc}", flush=True)
+        if supervisor is None or not supervisor.closing:     # not just the cluster stopping
+            print(f"demo: failed: {exc}", flush=True)

@@ -6,8 +6,12 @@ Writes one Kafka-style `.properties` file per process under `<data-dir>/configs/
 its own OS process (so a kill -9 of one is a real fault), waits until every broker reports that it
 is registered and unfenced, then prints `bootstrap.servers=...` on a line of its own. SIGINT or
 SIGTERM stops the brokers first (so they can hand off leadership) and then the controllers.
-Running it again with the same `--data-dir` resumes with the same data: the config files are
-rewritten identically and every process recovers its own state.
+It supervises rather than tears down: a node that exits is reported on one line and the others
+keep serving; `raftka dev status | kill | pause | resume | restart NODE` from another terminal
+talk to it over a Unix socket under the data dir (dev_supervisor.py, dev_control.py,
+dev_status.py). `--demo` also kills a partition leader under load and checks exactly-once
+readback (dev_demo.py). Running it again with the same `--data-dir` resumes with the same data:
+the config files are rewritten identically and every process recovers its own state.
 """
 
 from __future__ import annotations
@@ -179,17 +183,28 @@ class ManagedProcess:
 
 def start_cluster(layout: DevLayout, quiet: bool = False) -> list[ManagedProcess]:
     """Start every process; return them in start order (controllers first)."""
-    procs: list[ManagedProcess] = []
-    config_dir = layout.data_dir / "configs"
-    for i, cid in enumerate(CONTROLLER_IDS):
-        path = config_dir / f"controller-{cid}.properties"
-        write_properties(path, layout.controller_properties(i))
-        procs.append(ManagedProcess(f"controller-{cid}",
-                                    [sys.executable, "-m", "metadata_quorum", "--config", str(path)],
-                                    "listening on", quiet, layout.log_path(f"controller-{cid}")))
+    procs = [start_controller(layout, i, quiet) for i in range(len(CONTROLLER_IDS))]
     for bid in layout.broker_ids:
         procs.append(start_broker(layout, bid, quiet))
     return procs
+
+
+def start_controller(layout: DevLayout, index: int, quiet: bool) -> ManagedProcess:
+    """Write controller `index`'s config under the layout and start it (ready once listening)."""
+    cid = CONTROLLER_IDS[index]
+    path = layout.data_dir / "configs" / f"controller-{cid}.properties"
+    write_properties(path, layout.controller_properties(index))
+    return ManagedProcess(f"controller-{cid}",
+                          [sys.executable, "-m", "metadata_quorum", "--config", str(path)],
+                          "listening on", quiet, layout.log_path(f"controller-{cid}"))
+
+
+def start_node(layout: DevLayout, name: str, quiet: bool) -> ManagedProcess:
+    """Start the node called `name` (broker-N, controller-C) again, with the same config."""
+    kind, _, number = name.partition("-")
+    if kind == "broker":
+        return start_broker(layout, int(number), quiet)
+    return start_controller(layout, CONTROLLER_IDS.index(int(number)), quiet)
 
 
 def start_broker(layout: DevLayout, broker_id: int, quiet: bool) -> ManagedProcess:
@@ -236,41 +251,62 @@ def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool
     if not 1 <= brokers <= MAX_BROKERS:
         print(f"raftka dev: --brokers must be 1..{MAX_BROKERS}", file=sys.stderr)
         return 2
+    from clients.cli.dev_control import ControlServer
+    from clients.cli.dev_supervisor import Supervisor
     layout = DevLayout(Path(data_dir).resolve(), base_port, overrides, secure, brokers)
+    layout.data_dir.mkdir(parents=True, exist_ok=True)
+    supervisor = Supervisor([], lambda name: start_node(layout, name, quiet))
+    # the control socket first: it also refuses a second `raftka dev` on the same data dir
+    control = ControlServer(layout.data_dir, supervisor, layout.bootstrap_servers)
+    problem = control.start()
+    if problem:
+        print(f"raftka dev: {problem}", file=sys.stderr)
+        return 1
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     procs = start_cluster(layout, quiet)
+    supervisor.add(procs)
     try:
         problem = wait_ready(procs, ready_timeout_s)
         if problem:
             print(f"raftka dev: {problem}", file=sys.stderr)
             return 1
-        if secure:
-            from clients.cli.secure_dev import SecureDev
-            properties = SecureDev(layout).bootstrap_super_user()
-        from clients.cli.dev_selfheal import enable
-        print(enable(layout), file=sys.stderr, flush=True)   # balancer, re-replication on
-        print(f"bootstrap.servers={layout.bootstrap_servers}", flush=True)
-        if secure:
-            print(f"client.properties={properties}", flush=True)
-        if demo:
-            from clients.cli.demo import run_demo
-            from common.security import PLAINTEXT, ClientSecurity
-            security = PLAINTEXT
-            if secure:       # the demo's clients log in as the super user
-                from clients.cli.secure_dev import SecureDev
-                security = ClientSecurity.from_properties(SecureDev(layout).client_properties())
-            run_demo(layout.bootstrap_servers, security)
+        _announce(layout, demo, supervisor, control)
         while not stop.wait(0.5):
-            dead = [p.name for p in procs if p.proc.poll() is not None]
-            if dead:
-                print(f"raftka dev: {', '.join(dead)} exited; stopping", file=sys.stderr)
-                return 1
+            for line in supervisor.poll():      # reported once; the rest keep serving
+                print(line, file=sys.stderr, flush=True)
         return 0
     finally:
-        stop_cluster(procs)
+        control.close()
+        stop_cluster(supervisor.close())
         print("raftka dev: stopped", file=sys.stderr, flush=True)
+
+
+def _announce(layout: DevLayout, demo: bool, supervisor, control) -> None:
+    """Once ready: self-healing on, the bootstrap line (and client.properties), the demo."""
+    if layout.secure:
+        from clients.cli.secure_dev import SecureDev
+        properties = SecureDev(layout).bootstrap_super_user()
+        control.client_properties = str(properties)
+    from clients.cli.dev_selfheal import enable
+    print(enable(layout), file=sys.stderr, flush=True)   # balancer, re-replication on
+    print(f"bootstrap.servers={layout.bootstrap_servers}", flush=True)
+    if layout.secure:
+        print(f"client.properties={properties}", flush=True)
+    print(f"raftka dev: control with `raftka dev status|kill|pause|resume|restart NODE "
+          f"--data-dir {layout.data_dir}` from another terminal", file=sys.stderr, flush=True)
+    if demo:
+        from clients.cli.demo import run_demo
+        from common.security import PLAINTEXT, ClientSecurity
+        security = PLAINTEXT
+        if layout.secure:       # the demo's clients log in as the super user
+            from clients.cli.secure_dev import SecureDev
+            security = ClientSecurity.from_properties(SecureDev(layout).client_properties())
+        # in a thread: the main loop keeps reporting exits (the demo's own kill too), and
+        # Ctrl-C stops the cluster at once instead of after the demo's deadlines
+        threading.Thread(target=run_demo, args=(layout.bootstrap_servers, security, supervisor),
+                         daemon=True, name="demo").start()
 
 
 # -- the `raftka dev` command line (registered by clients/cli/main.py) ----------------------------
@@ -286,6 +322,11 @@ def _parse_sets(items: list[str]) -> dict[str, str]:
 
 
 def cmd_dev(args) -> int:
+    if args.action:
+        from clients.cli.dev_control import run_control
+        return run_control(args.data_dir, args.action, args.node, args.output)
+    if args.node:
+        raise SystemExit(f"raftka dev: unexpected argument {args.node!r}")
     return run_dev(args.data_dir, args.base_port, _parse_sets(args.set), args.demo, args.quiet,
                    secure=args.secure, brokers=args.brokers, add_broker=args.add_broker)
 
@@ -294,16 +335,28 @@ def register(sub) -> None:
     dev = sub.add_parser("dev", help="run a local cluster: 3 controllers + 3 partition servers",
                          description="Start 3 controllers and 3 partition servers (--brokers N: "
                          "N) on 127.0.0.1 with data under --data-dir; prints "
-                         "bootstrap.servers=... when ready; Ctrl-C stops everything. Running it "
-                         "again resumes with the same data. --add-broker ID joins one more "
-                         "broker to the cluster running from --data-dir.")
+                         "bootstrap.servers=... when ready; a node that exits is reported and "
+                         "the rest keep serving; Ctrl-C stops everything. From another terminal: "
+                         "raftka dev status|kill|pause|resume|restart NODE --data-dir D. "
+                         "Running it again resumes with the same data. --add-broker ID joins "
+                         "one more broker to the cluster running from --data-dir.")
+    dev.add_argument("action", nargs="?",
+                     choices=["status", "kill", "pause", "resume", "restart", "isolate"],
+                     help="control the `raftka dev` running from --data-dir (another terminal): "
+                          "status; kill (SIGKILL), pause (SIGSTOP), resume, restart NODE "
+                          "(isolate: not available, says why)")
+    dev.add_argument("node", nargs="?", help="broker-N or controller-C (or the bare id)")
+    dev.add_argument("--output", choices=["table", "json"], default="table",
+                     help="status as a table or as JSON")
     dev.add_argument("--data-dir", default="./raftka-data", help="where all data lives")
     dev.add_argument("--base-port", type=int, default=9092,
                      help="brokers listen on base+id, controllers on base+1000..1002")
     dev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a broker property (repeatable)")
     dev.add_argument("--demo", action="store_true",
-                     help="once ready, create a topic, produce and consume a few records")
+                     help="once ready, create a topic, produce and consume a few records, "
+                          "then kill demo-0's leader under an acks=all producer, restart it and "
+                          "check every acknowledged record is read back exactly once")
     dev.add_argument("--quiet", action="store_true", help="do not echo process logs")
     dev.add_argument("--secure", action="store_true",
                      help="SASL_SSL listeners (SCRAM-SHA-512), a generated CA, ACLs enforced, a "

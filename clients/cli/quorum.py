@@ -26,13 +26,14 @@ import sys
 import trio
 
 from clients.connection import BrokerConnection, ConnectionClosed
+from common.security import PLAINTEXT
 from wire.errors import ErrorCode
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
 
-async def describe(host: str, port: int) -> dict:
-    conn = BrokerConnection(host, port, "raftka-cli")
+async def describe(host: str, port: int, security=PLAINTEXT) -> dict:
+    conn = BrokerConnection(host, port, "raftka-cli", security=security)
     await conn.connect()
     try:
         cls = REQUESTS[ApiKey.DESCRIBE_QUORUM]

@@ -47,6 +47,14 @@ def test_dev_secure_prints_usable_client_properties(tmp_path):
                                    "security.protocol": "SSL",
                                    "ssl.ca.location": props["ssl.ca.location"]},
                                   "dev-secure", None, 1500) is not None
+        # `raftka dev status` logs in as the super user: the cluster's view, not a refusal
+        out = subprocess.run([sys.executable, "-m", "clients.cli.main", "dev", "status",
+                              "--output", "json", "--data-dir", str(tmp_path / "dev")],
+                             capture_output=True, text=True, timeout=60)
+        import json
+        view = json.loads(out.stdout)
+        assert view["cluster_error"] is None and view["quorum_leader"] in (3000, 3001, 3002)
+        assert {p["topic"] for p in view["partitions"]} == {"dev-secure"}
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
