@@ -31,7 +31,9 @@ class FakeBroker:
         self.replicas.on_change = self.purgatory.notify
         self.fetch_sessions = FetchSessionCache(on_close=close_session)
         self.replication_quotas = ReplicationQuotas(0)
-        self.image = types.SimpleNamespace(topics={"t": object()}, topic_names={})
+        self.image = types.SimpleNamespace(
+            topics={"t": object()}, topic_names={},
+            partition=lambda topic, p: object() if topic == "t" and 0 <= p < N else None)
         for p in range(N):
             self.replicas.apply_partition("t", None, p, [0, 1], [0, 1], 0, 1, 1, {}, 1, 0)
         self.reads = []
