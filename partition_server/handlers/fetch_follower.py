@@ -134,8 +134,10 @@ async def fetch_in_session(hctx: HandlerContext, req, ctx: FetchContext, replica
     ctx.answer_requested = True
     # partitions the throttle held back have news the follower did not get: read them again on
     # its next fetch (their position does not change, so nothing else would mark them)
-    session.dirty.update(k for k, res in results.items()
-                         if res.size == 0 and _held(hctx, k, replica_id))
+    # (skipped outright while no topic is throttled: this runs on every follower fetch)
+    if hctx.replication_quotas.leader.throttled:
+        session.dirty.update(k for k, res in results.items()
+                             if res.size == 0 and _held(hctx, k, replica_id))
     return respond(ctx.select(list(results.items())), ctx.session_id)
 
 
