@@ -133,6 +133,8 @@ DYNAMIC_BROKER_CONFIGS = {
     "raftka.balancer.enable": _bool,
     "raftka.balancer.max.moves": _int(1),
     "raftka.balancer.threshold": _int(1),
+    "raftka.balancer.disk.threshold.percent": _int(1),
+    "raftka.balancer.disk.min.skew.bytes": _int(0),
 }
 
 

@@ -23,6 +23,7 @@ from metadata_quorum.image import TOPIC_RESOURCE, MetadataImage
 from partition_server import clean_shutdown, housekeeping
 from partition_server.config import BrokerConfig
 from partition_server.controller_client import ControllerClient
+from partition_server.load_report import LoadReporter
 from partition_server.fetch_session import FetchSessionCache
 from partition_server.image_delta import config_changed_topics, diff_images
 from partition_server.log import LogConfig, PartitionLog
@@ -84,6 +85,9 @@ class Broker:
         self.client = ControllerClient(self.broker_id, config.voters, self.host, self.port,
                                        config["broker.rack"], config["broker.heartbeat.interval.ms"],
                                        security=self.controller_security)
+        # the balancer's disk goal: sizes of the partitions led here ride on heartbeats
+        self.client.led_sizes = self._led_sizes
+        self.client.load_reporter = LoadReporter(config["raftka.load.report.interval.ms"])
         # KIP-966: tell the controller whether our logs came through the last stop intact
         self.boot_id_file = config["raftka.boot.id.file"]
         if self.boot_id_file:
@@ -158,6 +162,12 @@ class Broker:
         if config["raftka.storage.fault.file"]:
             self.replicas.storage_fault_file = os.path.join(self.log_dir,
                                                             config["raftka.storage.fault.file"])
+
+    def _led_sizes(self) -> dict:
+        """{(topic, partition): bytes on disk} of the partitions this broker leads."""
+        parts = self.replicas.partitions
+        return {tp: parts[tp].log.size_in_bytes for tp in self.replicas.led
+                if tp in parts and not parts[tp].offline}
 
     def _on_log_dir_failure(self) -> None:
         """Our only log directory failed: stay up (serving metadata and errors), but ask the

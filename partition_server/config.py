@@ -169,6 +169,16 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("raftka.balancer.threshold", "int", 1,
               "The balancer acts when max - min of replica (or preferred-leader) counts per "
               "broker exceeds this. Dynamic cluster-wide only.", _at_least(1)),
+    ConfigDef("raftka.balancer.disk.threshold.percent", "int", 10,
+              "The balancer evens disk bytes per broker when max - min exceeds this percent of "
+              "the mean (and raftka.balancer.disk.min.skew.bytes). Dynamic cluster-wide only.",
+              _at_least(1)),
+    ConfigDef("raftka.balancer.disk.min.skew.bytes", "long", 256 << 20,
+              "Disk bytes per broker closer than this are balanced whatever the percent. "
+              "Dynamic cluster-wide only.", _at_least(0)),
+    ConfigDef("raftka.load.report.interval.ms", "int", 30_000,
+              "How often this broker reports the sizes of the partitions it leads to the active "
+              "controller (on its heartbeat), for the balancer's disk goal.", _at_least(100)),
     ConfigDef("replication.quota.window.num", "int", 11,
               "Samples kept to measure replication throttle rates.", _at_least(1)),
     ConfigDef("replication.quota.window.size.seconds", "int", 1,
