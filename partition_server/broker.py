@@ -19,6 +19,7 @@ import trio
 
 from common.clock import steady_ms
 from common.request_metrics import RequestStats, enabled_by_env
+from common.topic_configs import MOVES_THROTTLED_RATE
 from metadata_quorum.image import TOPIC_RESOURCE, MetadataImage
 from partition_server import clean_shutdown, housekeeping
 from partition_server.config import BrokerConfig
@@ -106,7 +107,8 @@ class Broker:
             self.broker_id, WindowConfig(config["replication.quota.window.num"],
                                          config["replication.quota.window.size.seconds"] * 1000),
             (parse_rate(config["leader.replication.throttled.rate"]),
-             parse_rate(config["follower.replication.throttled.rate"])))
+             parse_rate(config["follower.replication.throttled.rate"])),
+            parse_rate(config[MOVES_THROTTLED_RATE]))
         self._build_components()
         self._apply_failed: list = []       # (TopicImage, PartitionState) that could not open
         # security: credentials (inter-node user + metadata SCRAM records) and the authorizer,
@@ -237,6 +239,8 @@ class Broker:
             # lead on the next ISR tick instead of waiting for the sweep.
             self.replicas.isr_candidates |= self.replicas.led
         self.replicas.discard_preopened()
+        self.replication_quotas.update_moves(self.replicas.moving, self.replicas.moving_version,
+                                             image.broker_config(self.broker_id))
         self.groups.on_image()
         self.txn.on_image()
         if config_topics is None:
