@@ -545,15 +545,6 @@ class AdminClient(ReassignmentCalls, BrokerCalls):  # KIP-455 calls; UnregisterB
 
     # -- cluster ---------------------------------------------------------------------------------
 
-    async def describe_cluster(self) -> dict:
-        dc = REQUESTS[ApiKey.DESCRIBE_CLUSTER]
-        resp = await self._retrying(lambda: self.cluster.call_any(
-            dc(include_cluster_authorized_operations=False, endpoint_type=1)))
-        check(resp.error_code, resp.error_message, "describe cluster")
-        return {"cluster_id": resp.cluster_id, "controller_id": resp.controller_id,
-                "brokers": [{"id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
-                            for b in sorted(resp.brokers, key=lambda b: b.broker_id)]}
-
     async def describe_quorum(self) -> dict:
         """The metadata quorum (DescribeQuorum, forwarded by brokers to the active controller)."""
         dq = REQUESTS[ApiKey.DESCRIBE_QUORUM]

@@ -2,12 +2,13 @@
 retirement (issue 19 item 4).
 
     describe      every broker with its replica and leader counts, the size of its logs
-                  (DescribeLogDirs, for brokers that answer) and state: `active` (in
-                  Metadata: registered and unfenced) or `offline` (named in replica lists but
-                  not in Metadata: fenced, stopped or unregistered — Metadata and
-                  DescribeCluster v0–1, the versions in our schemas, do not tell these apart,
-                  nor show a broker in controlled shutdown; a fenced broker hosting nothing is
-                  not listed)
+                  (DescribeLogDirs, for brokers that answer) and state: `active` (registered
+                  and unfenced), `fenced` (registered, fenced: stopped, lost its session, or
+                  not caught up yet; listed even when it hosts nothing) or `unregistered`
+                  (named in replica lists, no registration). Fenced brokers come from
+                  DescribeCluster with Raftka's tagged field (KIP-1073's IncludeFencedBrokers,
+                  which our schema versions predate); a broker that does not answer it makes
+                  those rows `offline` (fenced or unregistered, not told apart).
     decommission  drains every replica off broker N with AlterPartitionReassignments — new
                   placement by the controller's own rack-aware rule (placement.drain_plan:
                   replication factor kept, refused rather than shrunk) — shows the partitions
@@ -91,8 +92,7 @@ async def _balance(admin: AdminClient, args) -> int:
 async def snapshot(admin: AdminClient):
     """(brokers {id: rack} from Metadata, {TopicPartition: replicas}, {TopicPartition: leader},
     {TopicPartition: target replicas of a move in progress})."""
-    cluster = await admin.describe_cluster()
-    brokers = {b["id"]: b["rack"] for b in cluster["brokers"]}
+    brokers, _ = await _brokers(admin)
     names = await admin.list_topics(include_internal=True)
     replicas, leaders = {}, {}
     for name, desc in (await admin.describe_topics(names)).items():
@@ -107,13 +107,32 @@ async def snapshot(admin: AdminClient):
     return brokers, replicas, leaders, targets
 
 
-def broker_rows(brokers: dict, replicas: dict, leaders: dict, sizes: dict = None) -> list[dict]:
-    """One row per broker; `sizes` {broker: bytes of its logs} where known (else None)."""
-    ids = set(brokers) | {b for rs in replicas.values() for b in rs}
+async def _brokers(admin: AdminClient) -> tuple[dict, dict | None]:
+    """({id: rack} of active brokers, {id: rack} of fenced ones or None if not told)."""
+    cluster = await admin.describe_cluster(include_fenced=True)
+    fenced = cluster.get("fenced_brokers")
+    return ({b["id"]: b["rack"] for b in cluster["brokers"]},
+            None if fenced is None else {b["id"]: b["rack"] for b in fenced})
+
+
+def _state(b: int, brokers: dict, fenced: dict | None) -> str:
+    if b in brokers:
+        return "active"
+    if fenced is None:
+        return "offline"
+    return "fenced" if b in fenced else "unregistered"
+
+
+def broker_rows(brokers: dict, replicas: dict, leaders: dict, sizes: dict = None,
+                fenced: dict | None = None) -> list[dict]:
+    """One row per broker; `sizes` {broker: bytes of its logs} where known (else None);
+    `fenced` {id: rack} of registered fenced brokers, None when not known."""
+    ids = set(brokers) | set(fenced or ()) | {b for rs in replicas.values() for b in rs}
     rows = []
     for b in sorted(ids):
-        rows.append({"id": b, "rack": brokers.get(b), "state": "active" if b in brokers
-                     else "offline", "replicas": sum(b in rs for rs in replicas.values()),
+        rows.append({"id": b, "rack": brokers.get(b, (fenced or {}).get(b)),
+                     "state": _state(b, brokers, fenced),
+                     "replicas": sum(b in rs for rs in replicas.values()),
                      "leaders": sum(1 for x in leaders.values() if x == b),
                      "bytes": (sizes or {}).get(b)})
     return rows
@@ -140,8 +159,9 @@ def _human(n: int | None) -> str:
 
 async def _describe(admin: AdminClient, args) -> int:
     brokers, replicas, leaders, targets = await snapshot(admin)
+    _, fenced = await _brokers(admin)
     sizes = {b: sum(parts.values()) for b, parts in (await log_sizes(admin, brokers)).items()}
-    rows = broker_rows(brokers, replicas, leaders, sizes)
+    rows = broker_rows(brokers, replicas, leaders, sizes, fenced)
     under = sum(1 for tp, rs in replicas.items()
                 if any(b not in brokers for b in rs) and tp not in targets)
     if args.output == "json":

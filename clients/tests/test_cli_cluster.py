@@ -36,6 +36,14 @@ def test_broker_rows_count_replicas_leaders_and_offline_brokers():
         {"id": 5, "rack": None, "state": "offline", "replicas": 2, "leaders": 0, "bytes": None}]
 
 
+def test_broker_rows_tell_fenced_from_unregistered_when_told_the_fenced_ones():
+    rows = broker_rows({1: None}, {TP("a", 0): (1, 5), TP("a", 1): (1, 6)}, {TP("a", 0): 1},
+                       fenced={6: "r2", 7: None})
+    assert [(r["id"], r["state"], r["rack"], r["replicas"]) for r in rows] == [
+        (1, "active", None, 2), (5, "unregistered", None, 1), (6, "fenced", "r2", 1),
+        (7, "fenced", None, 0)]               # a fenced broker hosting nothing is listed too
+
+
 def test_dev_layout_brokers(tmp_path):
     layout = DevLayout(tmp_path, 20000, brokers=5)
     assert layout.broker_ids == (0, 1, 2, 3, 4)

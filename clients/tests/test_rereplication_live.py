@@ -76,6 +76,18 @@ async def test_live_lost_broker_replicas_are_re_placed(tmp_path):
                     and not await admin.list_partition_reassignments() and parts
             parts = await _until(healed, 60, "RF 3 back without broker 0")
             assert all(3 in p.replicas for p in parts.values())   # the only spare broker
+            # broker 0 is still registered, fenced, hosting nothing: `raftka cluster describe`
+            # lists it as fenced; once unregistered it is gone
+            cluster = await admin.describe_cluster(include_fenced=True)
+            assert [b["id"] for b in cluster["brokers"]] == [1, 2, 3]
+            assert [b["id"] for b in cluster["fenced_brokers"]] == [0]
+            assert "fenced_brokers" not in await admin.describe_cluster()
+            await admin.unregister_broker(0)
+
+            async def unregistered():
+                c = await admin.describe_cluster(include_fenced=True)
+                return c["fenced_brokers"] == [] and c
+            await _until(unregistered, 30, "broker 0 to leave the registrations")
 
         async with Consumer(live.bootstrap, {"enable.auto.commit": "false"}) as c:
             tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]

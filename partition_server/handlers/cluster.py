@@ -78,12 +78,20 @@ def _named_topics(cache, image, live, names, missing, allow_auto) -> list:
 
 
 async def handle_describe_cluster(hctx: HandlerContext, req):
+    """Brokers as Metadata has them (unfenced); with Raftka's tagged request field (KIP-1073's
+    IncludeFencedBrokers, which our schema versions predate) also the fenced ones, so `raftka
+    cluster describe` tells a fenced broker from an unregistered one."""
     cls = RESPONSES[ApiKey.DESCRIBE_CLUSTER]
     brokers = live_brokers(hctx.image)
-    return cls(error_code=0, cluster_id=CLUSTER_ID,
+    resp = cls(error_code=0, cluster_id=CLUSTER_ID,
                controller_id=brokers[0].broker_id if brokers else -1,
                brokers=[cls.DescribeClusterBroker(broker_id=b.broker_id, host=b.host, port=b.port,
                                                   rack=b.rack) for b in brokers])
+    if req.body.raftka_include_fenced_brokers:
+        resp.raftka_fenced_brokers = [
+            cls.RaftkaFencedBroker(broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+            for b in sorted(hctx.image.brokers.values(), key=lambda b: b.broker_id) if b.fenced]
+    return resp
 
 
 def _topic_entries(hctx: HandlerContext, name):
