@@ -32,7 +32,7 @@ CONTROLLER_DEFAULTS = ("num.partitions", "default.replication.factor", "min.insy
 BROKER_IDS = (0, 1, 2)
 STOP_TIMEOUT_S = 60          # per process at Ctrl-C, before SIGKILL
 # broker ports are base+id and metrics base+1200+id, below the controllers' base+1000
-# (their Raft ports base+1100, metrics base+1300)
+# (their metrics base+1050, Raft ports base+1100)
 MAX_BROKERS = 1000
 
 
@@ -66,7 +66,7 @@ class DevLayout:
         return self.base_port + 1200 + broker_id
 
     def controller_metrics_port(self, index: int) -> int:
-        return self.base_port + 1300 + index
+        return self.base_port + 1050 + index
 
     def health_urls(self) -> dict[str, str]:
         """Node name → its /health/ready (`raftka dev status` asks each running node)."""

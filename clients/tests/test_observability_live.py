@@ -85,6 +85,16 @@ def scraped_names(ports) -> set[str]:
     return names
 
 
+def sum_of(ports, sample: str) -> float:
+    total = 0.0
+    for port in ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(sample + " "):
+                    total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 def traffic(bootstrap: str, data_dir: Path) -> Consumer:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic("obs", 3, 3)])["obs"].result(30)
@@ -132,13 +142,18 @@ def test_every_metric_the_dashboard_and_rules_use_is_emitted_and_dev_status_show
             n.get("health", {}).get("ready") for n in v["nodes"]))
         assert len(view["nodes"]) == 6
         code, out, _ = ctl(tmp_path, "status")
-        assert code == 0 and out.count("  ready") == 6, out
+        assert code == 0 and "READY" in out and out.count("  ready") == 6, out
 
         consumer = traffic(line.split("=", 1)[1], tmp_path)
         deadline = time.monotonic() + 45
         while (missing := wanted - scraped_names(ports)) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert not missing, f"used by configs/observability, emitted by no node: {missing}"
+        # acks=all Produce requests waited for their replication: remote time, then a send
+        assert sum_of(ports[:3], 'raftka_request_remote_time_ms_sum{api="Produce"}') > 0
+        assert sum_of(ports[:3], 'raftka_request_send_time_ms_count{api="Produce"}') > 0
+        assert sum_of(ports[:3], 'raftka_topic_messages_in_total{topic="obs"}') == 150
+        assert sum_of(ports[:3], 'raftka_connections_created_total{listener="PLAINTEXT"}') > 0
 
         # stopped behind the supervisor's back: it says running, the node answers nothing
         pid = next(n["pid"] for n in view["nodes"] if n["name"] == "broker-1")
