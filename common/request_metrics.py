@@ -20,8 +20,9 @@ The split, in this server's terms (each a histogram per API, in ms):
 
 Cost per request: a perf_counter pair, a context variable set/reset, five bisects over the
 bucket bounds and in-place increments of lists created once per API. Errors are the response's
-top-level `error_code` (per-partition codes of Produce/Fetch are not walked: that would cost per
-partition), and UNKNOWN_SERVER_ERROR for a handler that raised. `RAFTKA_REQUEST_METRICS=0` in
+top-level `error_code`, each partition's code of a Produce answer, and UNKNOWN_SERVER_ERROR for
+a handler that raised (per-partition codes of Fetch answers are not walked: a follower's names
+thousands of partitions). `RAFTKA_REQUEST_METRICS=0` in
 the environment turns the measuring off, connection counts included (bench/README.md)."""
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from wire.messages.api_keys import ApiKey
 
 BUCKETS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 UNKNOWN_SERVER_ERROR = int(ErrorCode.UNKNOWN_SERVER_ERROR)
+PRODUCE = int(ApiKey.PRODUCE)
 # histogram name suffixes, in the order of _Api's histogram slots
 PARTS = ("total", "queue", "local", "remote", "send")
 _HELP = {
@@ -133,6 +135,19 @@ class RequestStats:
             errors = entry.errors
             errors[error_code] = errors.get(error_code, 0) + 1
 
+    def produce_partition_errors(self, api_key: int, response) -> None:
+        """Produce answers carry their errors per partition (NOT_LEADER_OR_FOLLOWER,
+        NOT_ENOUGH_REPLICAS, …): each counts, as in Kafka's errorCounts. A Produce names few
+        partitions (librdkafka: often one), so the walk is cheap; Fetch answers, which name
+        thousands for a follower, are not walked."""
+        errors = None
+        for topic in getattr(response, "responses", None) or ():   # a list of wire chunks: none
+            for p in topic.partition_responses:
+                if p.error_code:
+                    if errors is None:
+                        errors = self.apis[api_key].errors
+                    errors[p.error_code] = errors.get(p.error_code, 0) + 1
+
     def record_send(self, api_key: int, seconds: float) -> None:
         _observe(self._api(api_key).send, seconds * 1000)
 
@@ -148,6 +163,7 @@ class RequestStats:
     def wrap(self, dispatch):
         """`dispatch(ctx, request)`, timed and counted; the result carries these stats."""
         clock, record, remote = time.perf_counter, self.record, _remote
+        partition_errors = self.produce_partition_errors
 
         async def timed(ctx, request):
             started = clock()
@@ -167,6 +183,8 @@ class RequestStats:
                 raise
             record(request.api_key, clock() - started, getattr(response, "error_code", 0) or 0,
                    started - queued if queued else 0.0, cell[0])
+            if request.api_key == PRODUCE:
+                partition_errors(PRODUCE, response)
             return response
         timed.request_stats = self
         return timed

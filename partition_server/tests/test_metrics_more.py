@@ -148,3 +148,25 @@ def test_leader_elections_clean_unclean_and_what_is_not_one():
     commit = fams["raftka_controller_commit_time_ms"]
     assert commit['_bucket{le="5"}'] == 1 and commit['_bucket{le="250"}'] == 2
     assert commit["_count"] == 2 and commit["_sum"] == "204.000"
+
+
+async def test_each_partition_error_of_a_produce_answer_counts():
+    from wire.messages.index_generated import RESPONSES
+    cls = RESPONSES[ApiKey.PRODUCE]
+    answer = cls(responses=[cls.TopicProduceResponse(name="t", partition_responses=[
+        cls.PartitionProduceResponse(index=0, error_code=0),
+        cls.PartitionProduceResponse(index=1, error_code=19),     # NOT_ENOUGH_REPLICAS
+        cls.PartitionProduceResponse(index=2, error_code=19),
+        cls.PartitionProduceResponse(index=3, error_code=6)])])   # NOT_LEADER_OR_FOLLOWER
+    stats = RequestStats()
+
+    async def dispatch(ctx, request):
+        return answer if request.api_key == ApiKey.PRODUCE else None
+    await stats.wrap(dispatch)(None, types.SimpleNamespace(api_key=ApiKey.PRODUCE))
+    await stats.wrap(dispatch)(None, types.SimpleNamespace(api_key=ApiKey.PRODUCE))
+    await stats.wrap(dispatch)(None, types.SimpleNamespace(api_key=ApiKey.METADATA))   # no answer
+    fams = _families(stats.families())
+    assert fams["raftka_request_errors_total"] == {
+        '{api="Produce",error="NOT_LEADER_OR_FOLLOWER"}': 2,
+        '{api="Produce",error="NOT_ENOUGH_REPLICAS"}': 4}
+    assert fams["raftka_requests_total"] == {'{api="Produce"}': 2, '{api="Metadata"}': 1}
