@@ -68,6 +68,9 @@ def test_ready_everywhere_under_replicated_after_a_fence_and_not_ready_while_sta
         _wait("the topic's leaders", lambda: all(
             p.leader >= 0 for p in admin.list_topics("health", timeout=5)
             .topics["health"].partitions.values()) or None)
+        leaders = [p.leader for p in admin.list_topics("health", timeout=5)
+                   .topics["health"].partitions.values()]
+        assert 2 in leaders, leaders        # broker 2's fence below must move a leadership
         # a new partition's followers join its ISR as they catch up: wait for full ISRs first
         _wait("full ISRs", lambda: all(
             _gauge(_get(p, "/metrics")[1], "raftka_under_replicated_partitions") == 0
@@ -82,6 +85,10 @@ def test_ready_everywhere_under_replicated_after_a_fence_and_not_ready_while_sta
             for p in ports[:2]))
         _wait("an ISR shrink", lambda: sum(
             _gauge(_get(p, "/metrics")[1], "raftka_isr_shrinks_total") for p in ports[:2]) > 0)
+        # fenced: the partitions it led move to another ISR member, a clean election each
+        clean = 'raftka_controller_leader_elections_total\\{kind="clean"\\}'
+        _wait("a clean leader election on the active controller", lambda: sum(
+            _gauge(_get(p, "/metrics")[1], clean) for p in ports[3:]) > 0)
 
         # broker 2 restarts while the quorum is paused: it cannot register, and says so
         cluster.kill("broker-2", signal.SIGKILL)
