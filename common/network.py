@@ -463,7 +463,7 @@ async def _read_requests(stream, ctx: ClientContext, dispatch: Dispatch, conn: S
 async def _answer_alone(stream, ctx: ClientContext, dispatch: Dispatch, conn: ServerConnection,
                         request, auth: _Authenticator, security: ListenerSecurity) -> None:
     """A request other than a pipelined Produce: SASL, or dispatched; answered at once."""
-    close = False
+    close, stats = False, None
     if request.api_key == SASL_HANDSHAKE and security.uses_sasl:
         result, close = auth.handshake(request)
     elif request.api_key == SASL_AUTHENTICATE and security.uses_sasl:
@@ -475,12 +475,12 @@ async def _answer_alone(stream, ctx: ClientContext, dispatch: Dispatch, conn: Se
         result = await _dispatch_guarded(ctx, request, dispatch)
         if request.api_key == API_VERSIONS and security.uses_sasl and result is not None:
             _advertise_sasl(result)
+        stats = getattr(dispatch, "request_stats", None)      # dispatched ones are measured
     if result is None:
         conn.no_response(request)
     else:
         started = time.perf_counter()
         await _send_chunks(stream, conn.send_response_chunks(request, result))
-        stats = getattr(dispatch, "request_stats", None)
         if stats is not None:
             stats.record_send(request.api_key, time.perf_counter() - started)
     if close:
