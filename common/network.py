@@ -314,6 +314,9 @@ async def serve_connection(stream, dispatch: Dispatch, listener: str,
         with trio.CancelScope(shield=True):
             await trio.aclose_forcefully(stream)
         return
+    stats = getattr(dispatch, "request_stats", None)       # common/request_metrics.py
+    if stats is not None:
+        stats.connection_opened(listener)
     try:
         if security.ssl_context is not None:
             stream = trio.SSLStream(stream, security.ssl_context, server_side=True)
@@ -334,6 +337,8 @@ async def serve_connection(stream, dispatch: Dispatch, listener: str,
             await trio.aclose_forcefully(stream)
         if limiter is not None:
             limiter.release(host)
+        if stats is not None:
+            stats.connection_closed(listener)
         for callback in ctx.on_close:
             try:
                 callback()
@@ -347,16 +352,28 @@ async def _serve(stream, ctx: ClientContext, dispatch: Dispatch, max_frame_bytes
         supported = {**supported, **SASL_APIS}
     conn = ServerConnection(supported, max_frame_bytes=max_frame_bytes)
 
+    stats = getattr(dispatch, "request_stats", None)
+    framed: list[int] = []              # api keys of the answers in the next write (send time)
+
     def frame(request, result) -> list:
         if result is None:
             conn.no_response(request)
             return []
+        framed.append(request.api_key)
         return conn.send_response_chunks(request, result)
+
+    async def write(chunks) -> None:
+        started = time.perf_counter()
+        await _send_chunks(stream, chunks)
+        if stats is not None:
+            for api_key in framed:
+                stats.record_send(api_key, time.perf_counter() - started)
+        framed.clear()
 
     failure = None
     async with trio.open_nursery() as nursery:
         pipeline = ResponsePipeline(nursery, lambda req: _dispatch_guarded(ctx, req, dispatch),
-                                    frame, lambda chunks: _send_chunks(stream, chunks))
+                                    frame, write)
         nursery.start_soon(pipeline.send_loop)
         try:
             await _read_requests(stream, ctx, dispatch, conn, pipeline, idle_timeout_s,
@@ -394,6 +411,7 @@ async def _read_requests(stream, ctx: ClientContext, dispatch: Dispatch, conn: S
     auth = _Authenticator(security, ctx)
     # until the first authentication completes: small frames, and a deadline for the exchange
     deadline = trio.current_time() + security.handshake_timeout_s
+    received = time.perf_counter()
     while True:
         if ctx.mute_s > 0:                 # muted: the client's next request waits in the socket
             mute_s, ctx.mute_s = ctx.mute_s, 0.0
@@ -422,7 +440,9 @@ async def _read_requests(stream, ctx: ClientContext, dispatch: Dispatch, conn: S
                 if unauthenticated and trio.current_time() > deadline:
                     raise _Closing("authentication did not finish in time")
                 return
+            received = time.perf_counter()
             continue
+        request.received_at = received          # the queue time of request_metrics.py
         if request.api_key == PRODUCE and auth.in_session \
                 and not isinstance(request, UnsupportedRequest):
             await pipeline.submit(request)      # two-stage produce: common/pipeline.py
@@ -437,24 +457,34 @@ async def _read_requests(stream, ctx: ClientContext, dispatch: Dispatch, conn: S
                 return
             await stream.send_all(unsupported_api_versions_response(conn, request))
             continue
-        close = False
-        if request.api_key == SASL_HANDSHAKE and security.uses_sasl:
-            result, close = auth.handshake(request)
-        elif request.api_key == SASL_AUTHENTICATE and security.uses_sasl:
-            result, close = auth.authenticate(bytes(request.body.auth_bytes), request.api_version)
-        elif request.api_key != API_VERSIONS and not auth.in_session:
-            raise _Closing(f"{request.name} before authentication" if not auth.authenticated
-                           else "session expired (connections.max.reauth.ms)")
-        else:
-            result = await _dispatch_guarded(ctx, request, dispatch)
-            if request.api_key == API_VERSIONS and security.uses_sasl and result is not None:
-                _advertise_sasl(result)
-        if result is None:
-            conn.no_response(request)
-        else:
-            await _send_chunks(stream, conn.send_response_chunks(request, result))
-        if close:
-            raise _Closing("SASL exchange failed")
+        await _answer_alone(stream, ctx, dispatch, conn, request, auth, security)
+
+
+async def _answer_alone(stream, ctx: ClientContext, dispatch: Dispatch, conn: ServerConnection,
+                        request, auth: _Authenticator, security: ListenerSecurity) -> None:
+    """A request other than a pipelined Produce: SASL, or dispatched; answered at once."""
+    close, stats = False, None
+    if request.api_key == SASL_HANDSHAKE and security.uses_sasl:
+        result, close = auth.handshake(request)
+    elif request.api_key == SASL_AUTHENTICATE and security.uses_sasl:
+        result, close = auth.authenticate(bytes(request.body.auth_bytes), request.api_version)
+    elif request.api_key != API_VERSIONS and not auth.in_session:
+        raise _Closing(f"{request.name} before authentication" if not auth.authenticated
+                       else "session expired (connections.max.reauth.ms)")
+    else:
+        result = await _dispatch_guarded(ctx, request, dispatch)
+        if request.api_key == API_VERSIONS and security.uses_sasl and result is not None:
+            _advertise_sasl(result)
+        stats = getattr(dispatch, "request_stats", None)      # dispatched ones are measured
+    if result is None:
+        conn.no_response(request)
+    else:
+        started = time.perf_counter()
+        await _send_chunks(stream, conn.send_response_chunks(request, result))
+        if stats is not None:
+            stats.record_send(request.api_key, time.perf_counter() - started)
+    if close:
+        raise _Closing("SASL exchange failed")
 
 
 def _advertise_sasl(response) -> None:

@@ -81,6 +81,7 @@ def families(svc, status: dict) -> list:
          "Seconds since a broker's last metadata fetch from this controller.",
          [(labels(broker=b), f"{max(0, now_ms - ts) / 1000:.3f}") for b, (_, ts) in lags]),
     ]
+    fams += svc.stats.families()
     if getattr(svc, "request_stats", None) is not None:
         fams += svc.request_stats.families()
     return fams + process_families()

@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 
 import trio
 
 from common.clock import steady_ms
-from common.request_metrics import RequestStats, enabled_by_env
+from common.request_metrics import RequestStats, add_remote_time, enabled_by_env
 from metadata_quorum.config import DEV_PASSWORD, ControllerConfig
 from metadata_quorum.controller.quorum_controller import QuorumController
 from metadata_quorum.controller_handlers import HANDLERS, SUPPORTED
+from metadata_quorum.controller_stats import ControllerStats, elections
 from metadata_quorum.health import metrics_listener
 from metadata_quorum.image import Voter
 from metadata_quorum.quorum.raft import Committed, RaftQuorum, Reset, fail_reason
@@ -96,6 +98,7 @@ class ControllerService:
         # per-API request counters and latency histograms, when /metrics is served
         self.request_stats = RequestStats() if metrics_listener(config.props) \
             and enabled_by_env() else None
+        self.stats = ControllerStats()              # commit time, leader elections
 
     # -- commit path --------------------------------------------------------------------------
 
@@ -178,6 +181,8 @@ class ControllerService:
             raise CommandRefused(str(exc)) from None
         done = trio.Event()
         results: list = []
+        elected = elections(self.controller.image, records)     # before the image moves on
+        started = time.perf_counter()
 
         def finish(res, err):
             results.append(err)
@@ -194,11 +199,14 @@ class ControllerService:
             self.quorum.propose(entry, callback)
         with trio.move_on_after(COMMIT_TIMEOUT_S + len(entries) * 0.1):
             await done.wait()
+        took = time.perf_counter() - started
+        add_remote_time(took)                   # a request waiting on its commit (RemoteTimeMs)
         if not done.is_set():
             raise NotActive("commit timed out (no quorum?)")
         failed = [err for err in results if err != 0]
         if failed:
             raise NotActive(f"commit failed: {fail_reason(failed[0])}")
+        self.stats.committed(took, elected)
 
     async def _abort_open_transaction(self) -> None:
         """A metadata transaction left open in the committed log (a multi-entry commit that

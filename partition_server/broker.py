@@ -370,7 +370,8 @@ class Broker:
         sources = MetricSources(self.replicas, self.fetch_sessions, self.fetchers,
                                 self.groups, lambda: getattr(self, "client_quotas", None),
                                 self.segment_files, self.replication_quotas,
-                                image=lambda: self.image, requests=self.request_stats)
+                                image=lambda: self.image, requests=self.request_stats,
+                                txns=self.txn.txns, log_dir=self.log_dir)
 
         def ready():
             return health_answer(*health.readiness(self._health(health.BrokerHealth)),

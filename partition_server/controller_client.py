@@ -21,6 +21,7 @@ from typing import Awaitable, Callable
 import trio
 
 from common.connection import BrokerConnection, ConnectionClosed
+from common.request_metrics import add_remote_time
 from common.security import PLAINTEXT, ClientSecurity
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.records import MetadataRecordError, decode_record
@@ -104,6 +105,13 @@ class ControllerClient:
         if version is None:
             version = VERSIONS[message.API_KEY]
         order = [self._active_hint] + [v for v in self.voters if v != self._active_hint]
+        started = trio.current_time()
+        try:
+            return await self._call_in_turn(order, message, version, timeout_s, error_of, pool)
+        finally:        # a forwarded admin request waits on the quorum (RemoteTimeMs)
+            add_remote_time(trio.current_time() - started)
+
+    async def _call_in_turn(self, order, message, version, timeout_s, error_of, pool):
         with trio.move_on_after(timeout_s):
             while True:
                 for voter in order:

@@ -23,6 +23,7 @@ from common.http_endpoint import PROMETHEUS, Route, live_answer, serve_http
 from common.prometheus import labels as _labels
 from common.prometheus import render_families
 from common.process_metrics import process_families
+from partition_server.broker_metrics import coordinator_families, log_families, traffic_families
 from partition_server.replication.partition import Role
 
 if TYPE_CHECKING:
@@ -48,6 +49,8 @@ class MetricSources:
     replication_quotas: ReplicationQuotas | None = None
     image: Callable[[], object] | None = None          # the broker's applied metadata image
     requests: object | None = None                     # common.request_metrics.RequestStats
+    txns: dict | None = None                           # transactional id → TransactionMetadata
+    log_dir: str | None = None
 
 
 def render(sources: MetricSources) -> str:
@@ -110,7 +113,11 @@ def render(sources: MetricSources) -> str:
     from partition_server.handlers.client_quotas import metric_families   # client quotas
     for name, kind, doc, samples in metric_families(sources.client_quotas(), _labels):
         family(name, kind, doc, samples)
-    extra = partition_families(led, sources.image() if sources.image else None, sources.replicas)
+    image = sources.image() if sources.image else None
+    extra = partition_families(led, image, sources.replicas)
+    extra += traffic_families(sources.replicas.topic_traffic, image)
+    extra += coordinator_families(groups, sources.txns)
+    extra += log_families(sources.replicas, sources.log_dir)
     if sources.requests is not None:
         extra += sources.requests.families()
     lines += render_families(extra + process_families())

@@ -29,6 +29,7 @@ from typing import Callable, Hashable, Iterable
 
 import trio
 
+from common.request_metrics import add_remote_time
 from partition_server.deadlines import Deadlines
 
 
@@ -121,12 +122,14 @@ class Purgatory:
         if self.waiters >= self.max_waiters or timeout_s <= 0:
             return False
         self.waiters += 1
-        deadline = trio.current_time() + (timeout_s if math.isfinite(timeout_s) else 1e9)
+        started = trio.current_time()
+        deadline = started + (timeout_s if math.isfinite(timeout_s) else 1e9)
         if self.deadlines.running:
             try:
                 return await self._park_until(keys, done, deadline)
             finally:
                 self.waiters -= 1
+                add_remote_time(trio.current_time() - started)     # RemoteTimeMs
         woken = [trio.Event()]
 
         def wake(_key) -> None:
@@ -146,6 +149,7 @@ class Purgatory:
         finally:
             w.cancel()
             self.waiters -= 1
+            add_remote_time(trio.current_time() - started)
 
     async def _park_until(self, keys, done: Callable[[], bool], deadline: float) -> bool:
         """`wait_until` with the task parked: a wake or the deadline reschedules it."""

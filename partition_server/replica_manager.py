@@ -121,6 +121,9 @@ class ReplicaManager:
         self.compacted: set[TopicPartition] = set()
         self.isr_candidates: set[TopicPartition] = set()
         self.isr_shrinks = self.isr_expands = 0   # ISR changes this leader made (metrics)
+        # topic → [bytes in, messages in, bytes out to consumers] (BytesInPerSec,
+        # MessagesInPerSec, BytesOutPerSec as counters; partition_server/broker_metrics.py)
+        self.topic_traffic: dict[str, list[int]] = {}
         self._hw_dirty: set[TopicPartition] = set()   # high watermarks not checkpointed yet
         # sets other periodic jobs drain (the lag monitor): partitions whose high watermark,
         # role or hosting changed since they last looked
@@ -369,6 +372,9 @@ class ReplicaManager:
             return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR)
         state.after_local_append()
         self.on_change((topic, partition))
+        traffic = self.topic_traffic.get(topic) or self._new_traffic(topic)
+        traffic[0] += len(records)
+        traffic[1] += info.last_offset - info.first_offset + 1
         first = info.first_offset
         for h, last_seq in headers:
             count = h.last_offset_delta + 1
@@ -425,6 +431,10 @@ class ReplicaManager:
 
     # -- fetch -----------------------------------------------------------------------------------
 
+    def _new_traffic(self, topic: str) -> list[int]:
+        traffic = self.topic_traffic[topic] = [0, 0, 0]
+        return traffic
+
     def read(self, topic: str, partition: int, fetch_offset: int, max_bytes: int,
              current_leader_epoch: int, replica_id: int, last_fetched_epoch: int,
              now_ms: int, min_one: bool, isolation_level: int = 0,
@@ -462,6 +472,8 @@ class ReplicaManager:
         # read_committed consumers stop at the last stable offset (first open transaction)
         max_offset = None if is_follower else lso if isolation_level == 1 else state.high_watermark
         data = plog.read(fetch_offset, max_bytes, max_offset=max_offset, min_one=min_one)
+        if data.size and not is_follower:           # BytesOutPerSec: consumers only, as Kafka
+            (self.topic_traffic.get(topic) or self._new_traffic(topic))[2] += data.size
         aborted = None
         if isolation_level == 1 and not is_follower:
             end = data.next_offset if data.size else fetch_offset

@@ -36,7 +36,8 @@ def free_base_port(broker_ids=BROKER_IDS) -> int:
         # take a port a node is about to listen on (base + up to 1202)
         base = rng.randrange(10000, 31500)
         ports = [base + b for b in broker_ids] + [base + 1000 + i for i in range(3)] + \
-                [base + 1100 + i for i in range(3)] + [base + 1200 + b for b in broker_ids]
+                [base + 1050 + i for i in range(3)] + [base + 1100 + i for i in range(3)] + \
+                [base + 1200 + b for b in broker_ids]
         if _ports_free(ports):
             return base
     raise RuntimeError("no free port range on 127.0.0.1")

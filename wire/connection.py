@@ -39,6 +39,7 @@ class Request:
     header: object
     body: object
     size: int                       # frame size in bytes, for quotas and metrics
+    received_at: float = 0.0        # when its bytes were read (stamped by the socket edge)
 
     @property
     def name(self) -> str:

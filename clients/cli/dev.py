@@ -32,6 +32,7 @@ CONTROLLER_DEFAULTS = ("num.partitions", "default.replication.factor", "min.insy
 BROKER_IDS = (0, 1, 2)
 STOP_TIMEOUT_S = 60          # per process at Ctrl-C, before SIGKILL
 # broker ports are base+id and metrics base+1200+id, below the controllers' base+1000
+# (their metrics base+1050, Raft ports base+1100)
 MAX_BROKERS = 1000
 
 
@@ -64,6 +65,16 @@ class DevLayout:
     def metrics_port(self, broker_id: int) -> int:
         return self.base_port + 1200 + broker_id
 
+    def controller_metrics_port(self, index: int) -> int:
+        return self.base_port + 1050 + index
+
+    def health_urls(self) -> dict[str, str]:
+        """Node name → its /health/ready (`raftka dev status` asks each running node)."""
+        urls = {f"broker-{b}": f"http://127.0.0.1:{self.metrics_port(b)}/health/ready"
+                for b in self.broker_ids}
+        return urls | {f"controller-{c}": f"http://127.0.0.1:{self.controller_metrics_port(i)}"
+                       "/health/ready" for i, c in enumerate(CONTROLLER_IDS)}
+
     @property
     def voters(self) -> str:
         return ",".join(f"{cid}@127.0.0.1:{self.controller_port(i)}"
@@ -94,6 +105,8 @@ class DevLayout:
             # rule): RF 3, so the brokers' min.insync.replicas=2 can be met
             "default.replication.factor": "3",
             "min.insync.replicas": "2",        # the brokers' value (eligible leader replicas)
+            # /metrics and /health/* (metadata_quorum/health.py)
+            "raftka.metrics.listener": f"127.0.0.1:{self.controller_metrics_port(index)}",
         } | {k: v for k, v in self.overrides.items()
              if k in CONTROLLER_DEFAULTS or k.startswith("raftka.controller.")} \
           | (self._secure().controller_properties() if self.secure else {})
@@ -265,6 +278,7 @@ def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool
     supervisor = Supervisor([], lambda name: start_node(layout, name, quiet))
     # the control socket first: it also refuses a second `raftka dev` on the same data dir
     control = ControlServer(layout.data_dir, supervisor, layout.bootstrap_servers)
+    control.health_urls = layout.health_urls()
     problem = control.start()
     if problem:
         print(f"raftka dev: {problem}", file=sys.stderr)

@@ -52,13 +52,13 @@ def decode_request(line: bytes) -> tuple[str, str | None]:
 
 
 def handle(supervisor, bootstrap: str, line: bytes,
-           client_properties: str | None = None) -> dict:
-    """The reply to one request line."""
+           client_properties: str | None = None, health_urls: dict | None = None) -> dict:
+    """The reply to one request line (a status names each node's /health/ready URL)."""
     try:
         op, node = decode_request(line)
         if op == "status":
             return {"ok": True, "nodes": supervisor.status(), "bootstrap": bootstrap,
-                    "client_properties": client_properties}
+                    "client_properties": client_properties, "health": health_urls or {}}
         return {"ok": True, "message": supervisor.command(op, node)}
     except CommandRefused as exc:
         return {"ok": False, "error": str(exc)}
@@ -76,6 +76,7 @@ class ControlServer:
         self._sock: socket.socket | None = None
         # `raftka dev --secure`: the super user's client.properties, for `status` to log in
         self.client_properties: str | None = None
+        self.health_urls: dict[str, str] = {}       # node name → its /health/ready URL
 
     def start(self) -> str | None:
         """Listen; None, or why not (another `raftka dev` answers on this data dir)."""
@@ -113,7 +114,7 @@ class ControlServer:
                 try:
                     line = conn.makefile("rb").readline(MAX_LINE)
                     conn.sendall(encode(handle(self._supervisor, self._bootstrap, line,
-                                              self.client_properties)))
+                                              self.client_properties, self.health_urls)))
                 except OSError:
                     pass                    # the client went away; nothing to answer
 
@@ -184,8 +185,8 @@ def run_control(data_dir: str, action: str, node: str | None, output: str) -> in
     if action != "status":
         print(reply["message"])
         return 0
-    from clients.cli.dev_status import cluster_view, format_status
-    view = {"nodes": reply["nodes"],
+    from clients.cli.dev_status import cluster_view, format_status, health_view
+    view = {"nodes": health_view(reply["nodes"], reply.get("health") or {}),
             **cluster_view(reply["nodes"], reply["bootstrap"], reply.get("client_properties"))}
     print(json.dumps(view) if output == "json" else format_status(view))
     return 0

@@ -1,11 +1,20 @@
-"""`raftka dev status`: the nodes (from the supervisor) and the cluster's own view of itself — the
-quorum leader (DescribeQuorum) and each partition's leader and ISR (Metadata) — in one screen.
+"""`raftka dev status`: the nodes (from the supervisor), whether each is ready and why not (its
+own `/health/ready` JSON: partition_server/health.py, metadata_quorum/health.py), and the
+cluster's own view of itself — the quorum leader (DescribeQuorum) and each partition's leader
+and ISR (Metadata) — in one screen.
 
 The cluster is asked through a broker the supervisor says is running (a killed or paused one
-would only time out), with a deadline: a cluster that does not answer is shown as such.
+would only time out), with a deadline: a cluster that does not answer is shown as such. Each
+running node's health endpoint is asked at once, with a deadline of its own (a paused node
+answers nothing: "no answer").
 """
 
 from __future__ import annotations
+
+import concurrent.futures
+import json
+import urllib.error
+import urllib.request
 
 import trio
 
@@ -14,6 +23,7 @@ from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
 CLUSTER_TIMEOUT_S = 8
+HEALTH_TIMEOUT_S = 2
 
 
 def _running_brokers(nodes: list[dict], bootstrap: str) -> list[tuple[str, int]]:
@@ -70,12 +80,49 @@ async def _with_deadline(host: str, port: int, security) -> dict:
         return await _ask(host, port, security)
 
 
+def ask_health(url: str) -> dict:
+    """{"ready": True|False|None, "reasons": [...]} from a node's /health/ready (200 or 503 with
+    its JSON); None and why when it does not answer."""
+    try:
+        with urllib.request.urlopen(url, timeout=HEALTH_TIMEOUT_S) as r:
+            body = r.read()
+    except urllib.error.HTTPError as exc:       # 503: not ready, and the body says why
+        body = exc.read()
+    except (OSError, ValueError) as exc:
+        return {"ready": None, "reasons": [f"no answer from {url}: {exc}"]}
+    try:
+        answer = json.loads(body)
+        return {"ready": bool(answer["ready"]), "reasons": list(answer.get("reasons") or [])}
+    except (ValueError, KeyError, TypeError):
+        return {"ready": None, "reasons": [f"not a health answer from {url}"]}
+
+
+def health_view(nodes: list[dict], urls: dict[str, str]) -> list[dict]:
+    """`nodes` with "health" added to each running node that has a health URL."""
+    asked = {n["name"]: urls[n["name"]] for n in nodes
+             if n["state"] == "running" and n["name"] in urls}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(asked))) as pool:
+        answers = dict(zip(asked, pool.map(ask_health, asked.values())))
+    return [n | {"health": answers[n["name"]]} if n["name"] in answers else n for n in nodes]
+
+
+def _readiness(node: dict) -> str:
+    health = node.get("health")
+    if health is None:
+        return ""
+    if health["ready"]:
+        return "ready"
+    why = "; ".join(health["reasons"])
+    return f"not ready: {why}" if health["ready"] is False else why
+
+
 def format_status(view: dict) -> str:
     """The compact table (pure: unit-tested)."""
-    lines = [f"{'NODE':<17} {'ROLE':<10} {'PID':>7}  STATE"]
+    lines = [f"{'NODE':<17} {'ROLE':<10} {'PID':>7}  {'STATE':<8}  READY"]
     for n in view["nodes"]:
         state = n["state"] if n["state"] != "exited" else f"exited (code {n['exit_code']})"
-        lines.append(f"{n['name']:<17} {n['role']:<10} {n['pid']:>7}  {state}")
+        lines.append(f"{n['name']:<17} {n['role']:<10} {n['pid']:>7}  {state:<8}  "
+                     f"{_readiness(n)}".rstrip())
     if view.get("cluster_error"):
         lines.append(f"cluster: not answering ({view['cluster_error']})")
         return "\n".join(lines)

@@ -2,6 +2,7 @@
 Supervisor on real (tiny) child processes."""
 
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -10,7 +11,7 @@ import pytest
 
 from clients.cli.dev_control import (ControlServer, NotRunning, decode_request, encode, handle,
                                      request)
-from clients.cli.dev_status import format_status
+from clients.cli.dev_status import format_status, health_view
 from clients.cli.dev_supervisor import (EXITED, PAUSED, RUNNING, CommandRefused, NodeState,
                                         Supervisor, resolve)
 
@@ -173,3 +174,56 @@ def test_a_restart_that_cannot_start_is_answered_and_the_state_kept(tmp_path):
     reply = handle(sup, "", encode({"op": "restart", "node": "broker-0"}))
     assert reply == {"ok": False, "error": "failed: FileNotFoundError('no such interpreter')"}
     assert sup.status_of("broker-0") == "exited"
+
+
+def test_status_asks_each_running_node_for_its_health_and_shows_why_not():
+    import http.server
+    import json as json_mod
+
+    answers = {"/ok": (200, {"ready": True, "reasons": []}),
+               "/no": (503, {"ready": False, "reasons": ["fenced by the controller",
+                                                         "no metadata heard from the quorum yet"]}),
+               "/garbage": (200, None)}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            status, body = answers[self.path]
+            data = b"<html>" if body is None else json_mod.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))                  # bound, not listening: connection refused
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        nodes = [{"name": n, "role": "broker", "pid": 1, "state": s, "exit_code": None}
+                 for n, s in (("broker-0", "running"), ("broker-1", "running"),
+                              ("broker-2", "running"), ("broker-3", "running"),
+                              ("broker-4", "exited"))]
+        urls = {"broker-0": base + "/ok", "broker-1": base + "/no", "broker-2": base + "/garbage",
+                "broker-3": f"http://127.0.0.1:{closed.getsockname()[1]}/health/ready",
+                "broker-4": base + "/ok"}
+        view = {"nodes": health_view(nodes, urls), "quorum_leader": None, "partitions": [],
+                "cluster_error": None}
+    finally:
+        server.shutdown()
+        closed.close()
+    health = {n["name"]: n.get("health") for n in view["nodes"]}
+    assert health["broker-0"] == {"ready": True, "reasons": []}
+    assert health["broker-1"]["ready"] is False
+    assert health["broker-2"]["ready"] is None and "not a health answer" in health["broker-2"][
+        "reasons"][0]
+    assert health["broker-3"]["ready"] is None and "no answer from" in health["broker-3"][
+        "reasons"][0]
+    assert health["broker-4"] is None               # exited: not asked
+    out = format_status(view)
+    assert "broker-0          broker           1  running   ready" in out
+    assert ("not ready: fenced by the controller; no metadata heard from the quorum yet"
+            in out)

@@ -15,6 +15,7 @@ from metadata_quorum.config import ControllerConfig
 from metadata_quorum.controller.quorum_controller import QuorumController
 from metadata_quorum.quorum.raft import MetadataLog
 from metadata_quorum import records as r
+from metadata_quorum.controller_stats import ControllerStats
 from metadata_quorum.service import ControllerService, NotActive
 
 import pytest
@@ -50,6 +51,7 @@ def make_service() -> ControllerService:
     svc.lock = trio.Lock()
     svc.observers, svc.heartbeat_conns = {}, {}
     svc.role_changed = trio.Event()
+    svc.stats = ControllerStats()
     svc.token = trio.lowlevel.current_trio_token()
     svc._install(svc.quorum.log.subscribe(svc._on_event_threadsafe))
     return svc
@@ -95,6 +97,7 @@ async def test_a_successful_multi_entry_commit_applies_all_at_once():
     image = svc.controller.image
     assert not image.in_transaction and len(image.topics["big"].partitions) == 5_000
     assert svc.next_offset == image.offset + 1 == len(svc.tail)
+    assert sum(svc.stats.commit_time.hist[:-1]) == 1       # one command, one commit time
 
 
 async def test_a_record_over_the_size_limit_is_refused_without_writing_anything():

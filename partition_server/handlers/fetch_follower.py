@@ -24,6 +24,7 @@ import dataclasses
 import trio
 
 from common.clock import steady_ms
+from common.request_metrics import add_remote_time
 from partition_server.fetch_session import FetchContext, FetchSession
 from partition_server.handlers.context import HandlerContext
 from partition_server.replica_manager import FetchResult
@@ -120,7 +121,8 @@ async def fetch_in_session(hctx: HandlerContext, req, ctx: FetchContext, replica
 
     keys = _take_dirty(session, w, now_ms)
     read(dict.fromkeys([*ctx.requested, *keys]) if ctx.incremental else keys)
-    deadline = trio.current_time() + body.max_wait_ms / 1000
+    started = trio.current_time()
+    deadline = started + body.max_wait_ms / 1000
     while body.max_wait_ms > 0 and not _ready(results, body.min_bytes):
         with trio.move_on_at(deadline):
             await w.event.wait()
@@ -131,6 +133,7 @@ async def fetch_in_session(hctx: HandlerContext, req, ctx: FetchContext, replica
         read(_take_dirty(session, w, now_ms))
         if trio.current_time() >= deadline:
             break
+    add_remote_time(trio.current_time() - started)         # the long poll (RemoteTimeMs)
     ctx.answer_requested = True
     # partitions the throttle held back have news the follower did not get: read them again on
     # its next fetch (their position does not change, so nothing else would mark them)

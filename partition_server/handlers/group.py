@@ -9,7 +9,10 @@ rest of the group, bounded by the rebalance timeout.
 
 from __future__ import annotations
 
+import time
+
 from common.clock import steady_ms
+from common.request_metrics import add_remote_time
 from partition_server.group.state import GroupState
 from partition_server.handlers.context import HandlerContext
 from wire.errors import ErrorCode
@@ -20,6 +23,16 @@ from wire.messages.index_generated import RESPONSES
 def _now() -> int:
     # member sessions and rebalance deadlines: the steady clock (common/clock.py)
     return steady_ms()
+
+
+async def _parked(waiting):
+    """A JoinGroup/SyncGroup parked until the rebalance completes: Kafka's DelayedJoin and
+    DelayedSync purgatories, so RemoteTimeMs (request_metrics.py)."""
+    started = time.perf_counter()
+    try:
+        return await waiting
+    finally:
+        add_remote_time(time.perf_counter() - started)
 
 
 async def handle_find_coordinator(hctx: HandlerContext, req):
@@ -56,7 +69,7 @@ async def handle_join_group(hctx: HandlerContext, req):
     hctx.groups.deliver(effects)
     if result is None:
         timeout = (b.rebalance_timeout_ms if req.api_version >= 1 else b.session_timeout_ms) / 1000
-        result = await hctx.groups.wait_for("join", b.group_id, member_id, timeout + 5)
+        result = await _parked(hctx.groups.wait_for("join", b.group_id, member_id, timeout + 5))
         if result is None:
             return cls(error_code=ErrorCode.REBALANCE_IN_PROGRESS, member_id=member_id)
         if isinstance(result, ErrorCode):
@@ -81,7 +94,7 @@ async def handle_sync_group(hctx: HandlerContext, req):
     if result is None:
         g = hctx.groups.state.groups.get(b.group_id)
         timeout = max((m.rebalance_timeout_ms for m in g.members.values()), default=30000) / 1000 if g else 30
-        result = await hctx.groups.wait_for("sync", b.group_id, b.member_id, timeout + 5)
+        result = await _parked(hctx.groups.wait_for("sync", b.group_id, b.member_id, timeout + 5))
         if result is None:
             return cls(error_code=ErrorCode.REBALANCE_IN_PROGRESS)
         if isinstance(result, ErrorCode):

@@ -14,19 +14,8 @@ import urllib.request
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from clients.cli.dev import CONTROLLER_IDS, DevLayout, ManagedProcess
+from clients.cli.dev import CONTROLLER_IDS, ManagedProcess
 from partition_server.testing import LiveCluster
-
-
-class _Layout(DevLayout):
-    """The dev layout, with each controller's /metrics and /health/* on base+1300+index."""
-
-    def controller_metrics_port(self, index: int) -> int:
-        return self.base_port + 1300 + index
-
-    def controller_properties(self, index: int) -> dict[str, str]:
-        return super().controller_properties(index) | {
-            "raftka.metrics.listener": f"127.0.0.1:{self.controller_metrics_port(index)}"}
 
 
 def _get(port: int, path: str) -> tuple[int, bytes]:
@@ -59,9 +48,7 @@ def _wait(what: str, cond, timeout_s: float = 45):
 def test_ready_everywhere_under_replicated_after_a_fence_and_not_ready_while_starting(tmp_path):
     # followers out of the ISR after 3 s (Kafka: 30 s): the leaders shrink before the fence
     cluster = LiveCluster(tmp_path, {"replica.lag.time.max.ms": "3000"})
-    old = cluster.layout
-    cluster.layout = layout = _Layout(old.data_dir, old.base_port, old.overrides,
-                                      brokers=old.brokers)
+    layout = cluster.layout         # controllers' /metrics on base+1050+index (raftka dev's)
     with cluster:
         ports = [layout.metrics_port(b) for b in (0, 1, 2)] + \
             [layout.controller_metrics_port(i) for i in range(len(CONTROLLER_IDS))]
@@ -81,6 +68,9 @@ def test_ready_everywhere_under_replicated_after_a_fence_and_not_ready_while_sta
         _wait("the topic's leaders", lambda: all(
             p.leader >= 0 for p in admin.list_topics("health", timeout=5)
             .topics["health"].partitions.values()) or None)
+        leaders = [p.leader for p in admin.list_topics("health", timeout=5)
+                   .topics["health"].partitions.values()]
+        assert 2 in leaders, leaders        # broker 2's fence below must move a leadership
         # a new partition's followers join its ISR as they catch up: wait for full ISRs first
         _wait("full ISRs", lambda: all(
             _gauge(_get(p, "/metrics")[1], "raftka_under_replicated_partitions") == 0
@@ -95,6 +85,10 @@ def test_ready_everywhere_under_replicated_after_a_fence_and_not_ready_while_sta
             for p in ports[:2]))
         _wait("an ISR shrink", lambda: sum(
             _gauge(_get(p, "/metrics")[1], "raftka_isr_shrinks_total") for p in ports[:2]) > 0)
+        # fenced: the partitions it led move to another ISR member, a clean election each
+        clean = 'raftka_controller_leader_elections_total\\{kind="clean"\\}'
+        _wait("a clean leader election on the active controller", lambda: sum(
+            _gauge(_get(p, "/metrics")[1], clean) for p in ports[3:]) > 0)
 
         # broker 2 restarts while the quorum is paused: it cannot register, and says so
         cluster.kill("broker-2", signal.SIGKILL)

@@ -1,0 +1,95 @@
+"""More of a broker's `/metrics` (rendered by metrics.py): traffic per topic, coordinator
+gauges, log flushes, segments and disk. Each family with its Kafka counterpart:
+
+- raftka_topic_bytes_in_total / _messages_in_total / _bytes_out_total {topic}: BytesInPerSec,
+  MessagesInPerSec and BytesOutPerSec as counters (take `rate()`): bytes appended as leader
+  (producers and the coordinators' own writes), records appended, bytes read by consumers
+  (follower fetches are replication, not BytesOut, as in Kafka). Topics no longer in the
+  metadata image are dropped here (Kafka removes a deleted topic's metrics);
+- raftka_group_coordinator_groups {type,state}: groups coordinated here by state (Kafka's
+  NumGroups{Stable,Empty,…}); members per group are raftka_consumer_group_members (metrics.py);
+- raftka_transaction_coordinator_transactions {state}: transactional ids coordinated here by
+  state (Ongoing, PrepareCommit, …);
+- raftka_log_flush_time_ms: fsyncs of segment data (LogFlushRateAndTimeMs);
+- raftka_log_segments, raftka_log_size_bytes: segments and bytes of the logs hosted here
+  (NumLogSegments and Size, summed; a walk over the hosted logs per scrape);
+- raftka_log_dir_total_bytes / _free_bytes: the log directory's file system (statvfs), for
+  disk alerts."""
+
+from __future__ import annotations
+
+import os
+
+from common.prometheus import labels
+from partition_server.log.segment import FLUSHES
+
+
+def traffic_families(topic_traffic: dict, image) -> list:
+    if image is not None:
+        for gone in [t for t in topic_traffic if t not in image.topics]:
+            del topic_traffic[gone]
+    rows = sorted(topic_traffic.items())
+    return [
+        ("raftka_topic_bytes_in_total", "counter",
+         "Bytes appended to partitions led here, per topic (BytesInPerSec).",
+         [(labels(topic=t), v[0]) for t, v in rows]),
+        ("raftka_topic_messages_in_total", "counter",
+         "Records appended to partitions led here, per topic (MessagesInPerSec).",
+         [(labels(topic=t), v[1]) for t, v in rows]),
+        ("raftka_topic_bytes_out_total", "counter",
+         "Bytes read by consumers from partitions led here, per topic (BytesOutPerSec).",
+         [(labels(topic=t), v[2]) for t, v in rows]),
+    ]
+
+
+def coordinator_families(groups, txns) -> list:
+    counts: dict[tuple[str, str], int] = {}
+    for g in groups.state.groups.values():
+        key = ("classic", g.state.value)
+        counts[key] = counts.get(key, 0) + 1
+    for g in groups.consumer.groups.values():
+        key = ("consumer", str(g.state))
+        counts[key] = counts.get(key, 0) + 1
+    fams = [("raftka_group_coordinator_groups", "gauge",
+             "Consumer groups coordinated here, per protocol type and state (NumGroups…).",
+             [(labels(type=t, state=s), n) for (t, s), n in sorted(counts.items())])]
+    if txns is not None:
+        states: dict[str, int] = {}
+        for meta in txns.values():
+            state = meta.state.value
+            states[state] = states.get(state, 0) + 1
+        fams.append(("raftka_transaction_coordinator_transactions", "gauge",
+                     "Transactional ids coordinated here, per transaction state.",
+                     [(labels(state=s), n) for s, n in sorted(states.items())]))
+    return fams
+
+
+def log_families(replicas, log_dir: str | None) -> list:
+    segments = size = 0
+    for key in replicas.hosted_keys():
+        hosted = replicas.get(*key)
+        if hosted is not None and not hosted.offline:
+            segs = hosted.log.segments
+            segments += len(segs)
+            size += sum(s.size for s in segs)
+    fams = [
+        ("raftka_log_flush_time_ms", "histogram",
+         "fsyncs of segment data, in ms (LogFlushRateAndTimeMs).", FLUSHES.samples()),
+        ("raftka_log_segments", "gauge", "Segments of the logs hosted here (NumLogSegments).",
+         [("", segments)]),
+        ("raftka_log_size_bytes", "gauge", "Bytes of the logs hosted here (Size).",
+         [("", size)]),
+    ]
+    if log_dir:
+        try:
+            st = os.statvfs(log_dir)
+        except OSError:
+            return fams
+        fams += [
+            ("raftka_log_dir_total_bytes", "gauge", "Size of the log directory's file system.",
+             [(labels(dir=log_dir), st.f_blocks * st.f_frsize)]),
+            ("raftka_log_dir_free_bytes", "gauge",
+             "Bytes available to the broker on the log directory's file system.",
+             [(labels(dir=log_dir), st.f_bavail * st.f_frsize)]),
+        ]
+    return fams
