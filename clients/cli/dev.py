@@ -33,6 +33,8 @@ BROKER_IDS = (0, 1, 2)
 STOP_TIMEOUT_S = 60          # per process at Ctrl-C, before SIGKILL
 # broker ports are base+id and metrics base+1200+id, below the controllers' base+1000
 MAX_BROKERS = 1000
+FIRST_BROKER_HOST = 21          # --node-addresses: broker N at <prefix>.(21+N)
+MAX_BROKERS_AT_OWN_ADDRESSES = 254 - FIRST_BROKER_HOST
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,28 @@ class DevLayout:
     # --secure: SASL_SSL listeners (SCRAM), a generated CA, ACLs enforced (clients/cli/secure_dev.py)
     secure: bool = False
     brokers: int = len(BROKER_IDS)      # --brokers: ids 0 .. brokers-1
+    # --node-addresses: every node at its own loopback address, "<prefix>.11".. for the
+    # controllers and "<prefix>.21".. for the brokers (prefix e.g. "127.0.0"), each connection a
+    # node opens leaving from its address too, so kernel faults by address (chaos_tests/net) can
+    # cut one node off. None: every node on 127.0.0.1 (what clients' default bootstrap expects)
+    node_prefix: str | None = None
+
+    def controller_host(self, index: int) -> str:
+        return "127.0.0.1" if self.node_prefix is None else f"{self.node_prefix}.{11 + index}"
+
+    def broker_host(self, broker_id: int) -> str:
+        return "127.0.0.1" if self.node_prefix is None else \
+            f"{self.node_prefix}.{FIRST_BROKER_HOST + broker_id}"
+
+    def host_of(self, node: str) -> str:
+        """The address of the node called `node` (broker-N, controller-C)."""
+        kind, _, number = node.partition("-")
+        if kind == "broker":
+            return self.broker_host(int(number))
+        return self.controller_host(CONTROLLER_IDS.index(int(number)))
+
+    def _source(self, host: str) -> dict[str, str]:
+        return {} if self.node_prefix is None else {"raftka.network.source.address": host}
 
     @property
     def broker_ids(self) -> tuple[int, ...]:
@@ -66,12 +90,12 @@ class DevLayout:
 
     @property
     def voters(self) -> str:
-        return ",".join(f"{cid}@127.0.0.1:{self.controller_port(i)}"
+        return ",".join(f"{cid}@{self.controller_host(i)}:{self.controller_port(i)}"
                         for i, cid in enumerate(CONTROLLER_IDS))
 
     @property
     def bootstrap_servers(self) -> str:
-        return ",".join(f"127.0.0.1:{self.broker_port(b)}" for b in self.broker_ids)
+        return ",".join(f"{self.broker_host(b)}:{self.broker_port(b)}" for b in self.broker_ids)
 
     def _secure(self):
         from clients.cli.secure_dev import SecureDev
@@ -84,9 +108,10 @@ class DevLayout:
             "node.id": str(cid),
             "process.roles": "controller",
             "controller.quorum.voters": self.voters,
-            "listeners": f"CONTROLLER://127.0.0.1:{self.controller_port(index)}",
+            "listeners": f"CONTROLLER://{self.controller_host(index)}:{self.controller_port(index)}",
             "raftka.controller.raft.peers": ",".join(
-                f"{c}@127.0.0.1:{self.raft_port(i)}" for i, c in enumerate(CONTROLLER_IDS)),
+                f"{c}@{self.controller_host(i)}:{self.raft_port(i)}"
+                for i, c in enumerate(CONTROLLER_IDS)),
             "metadata.log.dir": str(self.data_dir / f"controller-{cid}"),
             # random per data dir: a well-known one would let any local user run code on them
             "raftka.controller.raft.password": dev_raft_password(self.data_dir),
@@ -94,7 +119,7 @@ class DevLayout:
             # rule): RF 3, so the brokers' min.insync.replicas=2 can be met
             "default.replication.factor": "3",
             "min.insync.replicas": "2",        # the brokers' value (eligible leader replicas)
-        } | {k: v for k, v in self.overrides.items()
+        } | self._source(self.controller_host(index)) | {k: v for k, v in self.overrides.items()
              if k in CONTROLLER_DEFAULTS or k.startswith("raftka.controller.")} \
           | (self._secure().controller_properties() if self.secure else {})
 
@@ -103,7 +128,7 @@ class DevLayout:
             "node.id": str(broker_id),
             "process.roles": "broker",
             "controller.quorum.voters": self.voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.broker_port(broker_id)}",
+            "listeners": f"PLAINTEXT://{self.broker_host(broker_id)}:{self.broker_port(broker_id)}",
             "log.dirs": str(self.data_dir / f"broker-{broker_id}"),
             "default.replication.factor": "3",
             "min.insync.replicas": "2",
@@ -115,8 +140,8 @@ class DevLayout:
             "group.initial.rebalance.delay.ms": "300",
             # likewise __transaction_state: 50 partitions x RF 3 on the first transaction is heavy
             "transaction.state.log.num.partitions": "6",
-            "raftka.metrics.listener": f"127.0.0.1:{self.metrics_port(broker_id)}",
-        }
+            "raftka.metrics.listener": f"{self.broker_host(broker_id)}:{self.metrics_port(broker_id)}",
+        } | self._source(self.broker_host(broker_id))
         if self.secure:
             props.update(self._secure().broker_properties(broker_id))
         props.update(self.overrides)
