@@ -66,6 +66,12 @@ class DevLayout:
             return self.broker_host(int(number))
         return self.controller_host(CONTROLLER_IDS.index(int(number)))
 
+    def node_hosts(self) -> dict[str, str]:
+        """{node name: address} of every node of the layout."""
+        return {**{f"controller-{c}": self.controller_host(i)
+                   for i, c in enumerate(CONTROLLER_IDS)},
+                **{f"broker-{b}": self.broker_host(b) for b in self.broker_ids}}
+
     def _source(self, host: str) -> dict[str, str]:
         return {} if self.node_prefix is None else {"raftka.network.source.address": host}
 
