@@ -300,6 +300,9 @@ def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool
     if problem:
         print(f"raftka dev: {problem}", file=sys.stderr)
         return 1
+    leftover = net.clear_leftovers()
+    if leftover:
+        print(leftover, file=sys.stderr, flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

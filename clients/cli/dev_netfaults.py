@@ -81,6 +81,21 @@ class DevNetFaults:
                     f"(nftables table {self.table}); clients still reach it; "
                     f"`raftka dev heal` undoes it")
 
+    def clear_leftovers(self) -> str | None:
+        """At start: remove this data dir's table left by a `raftka dev` that was killed while
+        a node was isolated (its nodes would otherwise start cut off); the line to report."""
+        if self.layout.node_prefix is None:
+            return None
+        try:
+            self._nft.check()
+            if self.table not in self._nft.tables():
+                return None
+            self._nft.remove(self.table)
+        except (OSError, nft.NetFaultUnavailable, nft.NetFaultError, ValueError):
+            return None
+        return (f"raftka dev: removed the nftables table {self.table} a previous run left "
+                "(a node was still isolated when it was killed)")
+
     def close(self) -> None:
         """Heal on the way out, whatever was isolated (quietly: nft may be gone)."""
         with self._lock:

@@ -63,3 +63,11 @@ def test_refused_with_the_reason(tmp_path):
                    encode({"op": "isolate", "node": "broker-7"}), net=net)
     assert reply["ok"] is False and "no node 'broker-7'" in reply["error"]
     assert table_name(tmp_path) == table_name(tmp_path) != table_name(tmp_path / "x")
+
+
+def test_a_table_left_by_a_killed_raftka_dev_is_removed_at_the_next_start(net):
+    assert net.clear_leftovers() is None                  # nothing left: nothing said
+    net.command("isolate", "broker-0")
+    again = DevNetFaults(net.layout)                      # the next `raftka dev`, same data dir
+    assert "removed the nftables table" in again.clear_leftovers()
+    assert net.table not in nft.Nft().tables()
