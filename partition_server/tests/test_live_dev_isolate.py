@@ -33,7 +33,8 @@ def test_isolate_the_active_controller_then_heal(tmp_path):
         code, out, err = ctl(tmp_path, "isolate", f"controller-{leader}")
         assert code == 0 and f"controller-{leader} ({prefix}.{11 + leader - 3000}) isolated" \
             in out, err
-        view = wait_status(tmp_path, lambda v: v["quorum_leader"] not in (None, -1, leader))
+        view = wait_status(tmp_path, lambda v: v["quorum_leader"] not in (None, -1, leader),
+                           timeout=90)
         assert node(view, f"controller-{leader}")["state"] == "running, isolated"
         admin = AdminClient({"bootstrap.servers": bootstrap})
         for fut in admin.create_topics([NewTopic("while-isolated", 1, 3)]).values():
@@ -47,7 +48,7 @@ def test_isolate_the_active_controller_then_heal(tmp_path):
         def follows_new_leader():
             return trio.run(describe, f"{prefix}.{11 + leader - 3000}",
                             base + 1000 + leader - 3000)["leader_id"] == new
-        deadline_view = wait_status(tmp_path, lambda v: follows_new_leader(), timeout=60)
+        deadline_view = wait_status(tmp_path, lambda v: follows_new_leader(), timeout=90)
         assert all(n["state"] == "running" for n in deadline_view["nodes"])
         assert ctl(tmp_path, "isolate", "broker-2")[0] == 0      # left isolated at the stop
         assert table in nft.Nft().tables()
