@@ -84,6 +84,10 @@ LEADER_THROTTLED_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_THROTTLED_REPLICAS = "follower.replication.throttled.replicas"
 LEADER_THROTTLED_RATE = "leader.replication.throttled.rate"
 FOLLOWER_THROTTLED_RATE = "follower.replication.throttled.rate"
+# not Kafka's: bytes/s per broker and side for reassignment copies no topic throttle lists
+# (partition_server/replication/throttle.py); Redpanda's learner recovery rate is the anchor
+MOVES_THROTTLED_RATE = "raftka.reassignment.throttled.rate"
+DEFAULT_MOVES_THROTTLED_RATE = 100 << 20
 
 
 # name → (default, check). Defaults match Kafka's.
@@ -125,6 +129,7 @@ DYNAMIC_BROKER_CONFIGS = {
     # replication throttles (bytes/s; Kafka's default Long.MAX_VALUE is "unthrottled")
     LEADER_THROTTLED_RATE: _int(0, LONG_MAX),
     FOLLOWER_THROTTLED_RATE: _int(0, LONG_MAX),
+    MOVES_THROTTLED_RATE: _int(1, LONG_MAX),
     # not Kafka's: replicas of a broker unreachable this long are re-placed on live brokers by
     # the controller (metadata_quorum/controller/rereplication.py); -1 never (the default)
     "raftka.rereplication.timeout.ms": _int(-1),
@@ -133,6 +138,8 @@ DYNAMIC_BROKER_CONFIGS = {
     "raftka.balancer.enable": _bool,
     "raftka.balancer.max.moves": _int(1),
     "raftka.balancer.threshold": _int(1),
+    "raftka.balancer.disk.threshold.percent": _int(1),
+    "raftka.balancer.disk.min.skew.bytes": _int(0),
 }
 
 

@@ -91,6 +91,11 @@ async def handle_broker_heartbeat(svc, req):
         b.broker_id, b.broker_epoch, b.current_metadata_offset, b.want_fence, b.want_shut_down, now))
     if err:
         return _resp(ApiKey.BROKER_HEARTBEAT, error_code=err, is_fenced=True)
+    if result.error == ErrorCode.NONE and b.raftka_partition_sizes is not None:
+        # Raftka's tagged fields: the balancer's disk goal (controller/load_reports.py)
+        svc.controller.loads.record(b.broker_id, b.raftka_load_report_full, {
+            (t.name, p.partition_index): p.size_bytes
+            for t in b.raftka_partition_sizes for p in t.partitions})
     return _resp(ApiKey.BROKER_HEARTBEAT, error_code=result.error, is_caught_up=result.is_caught_up,
                  is_fenced=result.is_fenced, should_shut_down=result.should_shut_down)
 

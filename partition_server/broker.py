@@ -19,10 +19,12 @@ import trio
 
 from common.clock import steady_ms
 from common.request_metrics import RequestStats, enabled_by_env
+from common.topic_configs import MOVES_THROTTLED_RATE
 from metadata_quorum.image import TOPIC_RESOURCE, MetadataImage
 from partition_server import clean_shutdown, housekeeping
 from partition_server.config import BrokerConfig
 from partition_server.controller_client import ControllerClient
+from partition_server.load_report import LoadReporter
 from partition_server.fetch_session import FetchSessionCache
 from partition_server.image_delta import config_changed_topics, diff_images
 from partition_server.log import LogConfig, PartitionLog
@@ -84,6 +86,9 @@ class Broker:
         self.client = ControllerClient(self.broker_id, config.voters, self.host, self.port,
                                        config["broker.rack"], config["broker.heartbeat.interval.ms"],
                                        security=self.controller_security)
+        # the balancer's disk goal: sizes of the partitions led here ride on heartbeats
+        self.client.led_sizes = self._led_sizes
+        self.client.load_reporter = LoadReporter(config["raftka.load.report.interval.ms"])
         # KIP-966: tell the controller whether our logs came through the last stop intact
         self.boot_id_file = config["raftka.boot.id.file"]
         if self.boot_id_file:
@@ -102,7 +107,8 @@ class Broker:
             self.broker_id, WindowConfig(config["replication.quota.window.num"],
                                          config["replication.quota.window.size.seconds"] * 1000),
             (parse_rate(config["leader.replication.throttled.rate"]),
-             parse_rate(config["follower.replication.throttled.rate"])))
+             parse_rate(config["follower.replication.throttled.rate"])),
+            parse_rate(config[MOVES_THROTTLED_RATE]))
         self._build_components()
         self._apply_failed: list = []       # (TopicImage, PartitionState) that could not open
         # security: credentials (inter-node user + metadata SCRAM records) and the authorizer,
@@ -158,6 +164,12 @@ class Broker:
         if config["raftka.storage.fault.file"]:
             self.replicas.storage_fault_file = os.path.join(self.log_dir,
                                                             config["raftka.storage.fault.file"])
+
+    def _led_sizes(self) -> dict:
+        """{(topic, partition): bytes on disk} of the partitions this broker leads."""
+        parts = self.replicas.partitions
+        return {tp: parts[tp].log.size_in_bytes for tp in self.replicas.led
+                if tp in parts and not parts[tp].offline}
 
     def _on_log_dir_failure(self) -> None:
         """Our only log directory failed: stay up (serving metadata and errors), but ask the
@@ -227,6 +239,8 @@ class Broker:
             # lead on the next ISR tick instead of waiting for the sweep.
             self.replicas.isr_candidates |= self.replicas.led
         self.replicas.discard_preopened()
+        self.replication_quotas.update_moves(self.replicas.moving, self.replicas.moving_version,
+                                             image.broker_config(self.broker_id))
         self.groups.on_image()
         self.txn.on_image()
         if config_topics is None:

@@ -13,6 +13,7 @@ import dataclasses
 from typing import Any, Callable
 
 from common.properties import ConfigError, parse_endpoint, parse_voters
+from common.topic_configs import DEFAULT_MOVES_THROTTLED_RATE, LONG_MAX, MOVES_THROTTLED_RATE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +160,12 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("follower.replication.throttled.rate", "long", 2**63 - 1,
               "Bytes/s this broker fetches for the replicas listed in topics' "
               "follower.replication.throttled.replicas (default: unlimited).", _at_least(0)),
+    ConfigDef(MOVES_THROTTLED_RATE, "long", DEFAULT_MOVES_THROTTLED_RATE,
+              "Bytes/s this broker sends as a source and fetches as a new replica for "
+              "reassignment copies that no topic's *.replication.throttled.replicas lists — "
+              "the balancer's, re-replication's, and moves started without --throttle "
+              f"({LONG_MAX} = unlimited). Also dynamic, per broker or cluster-wide.",
+              _at_least(1)),
     # -- self-healing (issue 19): read by the active controller from the dynamic cluster-wide
     # value only (IncrementalAlterConfigs on the default broker resource); declared here so that
     # DescribeConfigs of a broker shows that value (`raftka cluster balance --status` reads it)
@@ -174,6 +181,16 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("raftka.balancer.threshold", "int", 1,
               "The balancer acts when max - min of replica (or preferred-leader) counts per "
               "broker exceeds this. Dynamic cluster-wide only.", _at_least(1)),
+    ConfigDef("raftka.balancer.disk.threshold.percent", "int", 10,
+              "The balancer evens disk bytes per broker when max - min exceeds this percent of "
+              "the mean (and raftka.balancer.disk.min.skew.bytes). Dynamic cluster-wide only.",
+              _at_least(1)),
+    ConfigDef("raftka.balancer.disk.min.skew.bytes", "long", 256 << 20,
+              "Disk bytes per broker closer than this are balanced whatever the percent. "
+              "Dynamic cluster-wide only.", _at_least(0)),
+    ConfigDef("raftka.load.report.interval.ms", "int", 30_000,
+              "How often this broker reports the sizes of the partitions it leads to the active "
+              "controller (on its heartbeat), for the balancer's disk goal.", _at_least(100)),
     ConfigDef("replication.quota.window.num", "int", 11,
               "Samples kept to measure replication throttle rates.", _at_least(1)),
     ConfigDef("replication.quota.window.size.seconds", "int", 1,

@@ -14,6 +14,7 @@ stream, and forwarding admin requests to the active controller.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from typing import Awaitable, Callable
 
@@ -23,6 +24,7 @@ from common.connection import BrokerConnection, ConnectionClosed
 from common.security import PLAINTEXT, ClientSecurity
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.records import MetadataRecordError, decode_record
+from partition_server.load_report import LoadReporter, by_topic
 from wire.errors import DecodeError, ErrorCode
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
@@ -70,6 +72,10 @@ class ControllerClient:
         # (metadata_quorum/service.py), so no other request's timeout may close it
         self._heartbeat_conns: dict[int, BrokerConnection] = {}
         self.image_changed = trio.Event()
+        # the balancer's load report (load_report.py): sizes of the partitions led here, set by
+        # the broker; None sends no report
+        self.led_sizes: Callable[[], dict] | None = None
+        self.load_reporter = LoadReporter()
 
     # -- connections ----------------------------------------------------------------------------
 
@@ -148,6 +154,7 @@ class ControllerClient:
             req = req_cls(broker_id=self.broker_id, broker_epoch=self.broker_epoch,
                           current_metadata_offset=self.image.offset,
                           want_fence=False, want_shut_down=self.want_shutdown)
+            report = self._load_report(req)
             try:
                 resp = await self.call_active(req, timeout_s=self.heartbeat_interval_s * 2,
                                               error_of=lambda r: r.error_code,
@@ -155,6 +162,9 @@ class ControllerClient:
             except ControllerUnavailable:
                 await trio.sleep(0.2)
                 continue
+            if report is not None and resp.error_code == ErrorCode.NONE:
+                self.load_reporter.delivered(*report, self._heartbeat_conns.get(
+                    self._active_hint), int(time.monotonic() * 1000))
             if resp.error_code == ErrorCode.BROKER_ID_NOT_REGISTERED and \
                     await self._was_unregistered():
                 # UnregisterBroker (KIP-631) removed us: as Kafka's broker, stay out (no
@@ -181,6 +191,21 @@ class ControllerClient:
                     on_state()
             # heartbeat faster while fenced so unfencing does not wait a whole interval
             await trio.sleep(self.heartbeat_interval_s if not self.fenced else 0.2)
+
+    def _load_report(self, req) -> tuple[bool, dict] | None:
+        """Fill `req`'s load report fields when one is due; (full, sent) or None."""
+        if self.led_sizes is None:
+            return None
+        peer = self._heartbeat_conns.get(self._active_hint)
+        if not self.load_reporter.due(int(time.monotonic() * 1000), peer):
+            return None
+        full, sent = self.load_reporter.report(self.led_sizes(), peer)
+        req.raftka_load_report_full = full
+        req.raftka_partition_sizes = [
+            req.RaftkaTopicSizes(name=topic, partitions=[
+                req.RaftkaPartitionSize(partition_index=p, size_bytes=size) for p, size in ps])
+            for topic, ps in by_topic(sent).items()]
+        return full, sent
 
     async def _was_unregistered(self, wait_s: float = 5.0) -> bool:
         """Our registration, once in our image, left it (an UnregisterBrokerRecord): waits a

@@ -114,6 +114,9 @@ class ReplicaManager:
         # with a finite flush.ms, compacted logs; partitions where a follower outside the ISR
         # fetched or an AlterPartition must be sent again (checked on the next ISR tick).
         self.led: set[TopicPartition] = set()
+        # partitions being reassigned: True where this replica is a new one (copying in)
+        self.moving: dict[TopicPartition, bool] = {}
+        self.moving_version = 0
         self.timed_flush: set[TopicPartition] = set()
         self.compacted: set[TopicPartition] = set()
         self.isr_candidates: set[TopicPartition] = set()
@@ -202,9 +205,20 @@ class ReplicaManager:
             self.led.add(key)
         else:
             self.led.discard(key)
+        self._note_move(key, (self.broker_id in adding_replicas) if adding_replicas else None)
         for watcher in self.watchers:
             watcher.add(key)
         return hosted.state.role
+
+    def _note_move(self, key: TopicPartition, adding_here: bool | None) -> None:
+        """Keep `moving` ({partition being reassigned: this replica is a new one}) current;
+        None: not moving. The reassignment throttle tier reads it (replication/throttle.py)."""
+        if self.moving.get(key) != adding_here:
+            if adding_here is None:
+                del self.moving[key]
+            else:
+                self.moving[key] = adding_here
+            self.moving_version += 1
 
     def _hw_changed(self, key: TopicPartition) -> None:
         self._hw_dirty.add(key)
@@ -279,6 +293,7 @@ class ReplicaManager:
             return None
         for index in (self.led, self.timed_flush, self.compacted, self.isr_candidates):
             index.discard((topic, partition))
+        self._note_move((topic, partition), None)
         hosted.state.stop_replica()
         self._hw_dirty.add((topic, partition))
         for watcher in self.watchers:

@@ -7,7 +7,11 @@ leader) from Metadata, moves in progress from ListPartitionReassignments, the ba
 settings from DescribeConfigs of a broker (the dynamic cluster-wide values) — so it prints the
 decision the controller takes on its next rebalance tick (every 5 s), without a new controller
 API. Metadata may lag the controller by a heartbeat: right after a change, the previous decision
-can show. Disk bytes are not balanced (see balancer.py), so none are shown here.
+can show. Disk bytes come from DescribeLogDirs: each partition's size on its leader, as the
+controller hears it from the leaders' load reports — those are sent every
+`raftka.load.report.interval.ms` and only when a size moved by ≥ 1 MiB or 5 %, so near a
+threshold the two can differ. If a leader does not answer DescribeLogDirs, sizes count as
+unknown, as on the controller before every broker reported.
 
 Exit code 0 whatever the decision (a status, not a check).
 """
@@ -52,6 +56,19 @@ async def inputs(admin: AdminClient):
     return brokers, parts, await settings(admin, brokers)
 
 
+async def leader_sizes(admin: AdminClient, brokers, parts) -> dict | None:
+    """{TopicPartition: bytes on its leader}, or None if a broker did not answer."""
+    answers = await admin.describe_replica_log_dirs(sorted(brokers))
+    sizes = {}
+    for tp, p in parts.items():
+        on_leader = answers.get(p.leader)
+        if p.leader in brokers and not isinstance(on_leader, dict):
+            return None
+        if isinstance(on_leader, dict) and tp in on_leader:
+            sizes[tp] = on_leader[tp][0]
+    return sizes
+
+
 async def settings(admin: AdminClient, brokers) -> balancer.Settings:
     """The dynamic cluster-wide settings, as a broker reports them (any broker: the value is
     cluster-wide)."""
@@ -66,21 +83,28 @@ async def settings(admin: AdminClient, brokers) -> balancer.Settings:
 
 async def status(admin: AdminClient, args) -> int:
     brokers, parts, s = await inputs(admin)
-    d = balancer.decide(brokers, parts, s)
+    d = balancer.decide(brokers, parts, s, await leader_sizes(admin, brokers, parts))
+    disk = dict(d.disk_bytes)
     moves = [{"topic": tp.topic, "partition": tp.partition, "target": list(target), "why": why}
              for tp, target, why in d.moves]
     if args.output == "json":
         print_json({"state": d.state, "reason": d.reason, "enabled": s.enabled,
                     "max_moves": s.max_moves, "threshold": s.threshold,
+                    "disk_threshold_percent": s.disk_percent,
+                    "disk_min_skew_bytes": s.disk_min_skew,
                     "moves_in_progress": sum(p.moving for p in parts.values()),
-                    "brokers": [{"id": b, "replicas": rc, "preferred_leaders": pc}
+                    "brokers": [{"id": b, "replicas": rc, "preferred_leaders": pc,
+                                 "disk_bytes": disk.get(b)}
                                 for b, rc, pc in d.replica_counts],
                     "moves": moves})
         return EXIT_OK
     print(f"balancer: {d.state} — {d.reason}")
     print(f"settings: enable={str(s.enabled).lower()} max.moves={s.max_moves} "
-          f"threshold={s.threshold}; {sum(p.moving for p in parts.values())} moves in progress")
-    print_table(["BROKER", "REPLICAS", "PREFERRED LEADERS"], d.replica_counts)
+          f"threshold={s.threshold} disk.threshold.percent={s.disk_percent} "
+          f"disk.min.skew.bytes={s.disk_min_skew}; "
+          f"{sum(p.moving for p in parts.values())} moves in progress")
+    print_table(["BROKER", "REPLICAS", "PREFERRED LEADERS", "DISK BYTES"],
+                [(b, rc, pc, disk.get(b, "-")) for b, rc, pc in d.replica_counts])
     for m in moves:
         print(f"  {m['topic']}-{m['partition']} -> {m['target']} ({m['why']})")
     return EXIT_OK

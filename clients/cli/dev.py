@@ -189,13 +189,20 @@ class ManagedProcess:
 
     def _pump(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if self._marker in line:
-                self.ready.set()
+        try:
+            for line in self.proc.stdout:
+                if self._marker in line:
+                    self.ready.set()
+                if self._log is not None:
+                    self._log.write(line)
+                if not self._quiet:
+                    sys.stderr.write(f"[{self.name}] {line}")
+        finally:
+            # the child's output ended (it exited): a supervisor that restarts nodes for hours
+            # must not keep one open log file per restart
+            self.proc.stdout.close()
             if self._log is not None:
-                self._log.write(line)
-            if not self._quiet:
-                sys.stderr.write(f"[{self.name}] {line}")
+                self._log.close()
 
     def terminate(self) -> None:
         """SIGTERM, once: the node then stops cleanly (a second one is ignored by the node)."""

@@ -16,7 +16,8 @@ import uuid
 import pytest
 import trio
 
-from clients.admin import AdminClient, AlterConfigOp, ConfigResource, ConfigResourceType, NewTopic
+from clients.admin import (AdminClient, AlterConfigOp, AlterConfigOpType, ConfigResource,
+                           ConfigResourceType, NewTopic)
 from clients.admin import LATEST
 from clients.cli.main import main
 from clients.cluster import TopicPartition
@@ -153,6 +154,55 @@ async def test_live_throttled_move_copies_at_the_rate_while_clients_produce(live
     assert follower['raftka_replication_throttle_held_back_total{side="follower"}'] > 0
     assert leader['raftka_replication_throttled_bytes_total{side="leader"}'] >= size
     assert leader['raftka_replication_throttle_held_back_total{side="leader"}'] > 0
+
+
+async def test_live_moves_no_topic_throttle_lists_copy_at_the_reassignment_rate(live):
+    """`raftka.reassignment.throttled.rate` bounds a move that no topic throttle lists — as the
+    balancer's and re-replication's are. Set on broker 1 only: a move off it is held back on
+    its leader side, the move back onto it on its follower side."""
+    records = 3000
+    key = "raftka.reassignment.throttled.rate"
+    b1 = ConfigResource(ConfigResourceType.BROKER, "1")
+    async with AdminClient(live.bootstrap) as admin:
+        topic = await _topic(admin, {0: [1]}, records)
+        tp = TopicPartition(topic, 0)
+        bad = await admin.incremental_alter_configs({b1: [AlterConfigOp(key, "0")]})
+        assert bad[b1].error_code == ErrorCode.INVALID_CONFIG
+        assert await admin.incremental_alter_configs({b1: [AlterConfigOp(key, str(RATE))]}) \
+            == {b1: None}
+        try:
+            await _until(lambda: _broker_has(admin, 1, key, str(RATE)), 30, "the rate")
+            size = (await admin.describe_replica_log_dirs([1], [tp]))[1][tp][0]
+            assert size >= records * 1000
+            for target, side in ((2, "leader"), (1, "follower")):
+                held = _metrics(live, 1)[
+                    f'raftka_replication_throttle_held_back_total{{side="{side}"}}']
+                elapsed, partial = await _move(admin, tp, target, size)
+                assert elapsed >= 0.5 * size / RATE, (side, elapsed, size)
+                assert partial, f"{side} side: never seen part-way, no steady progress"
+                # held back on broker 1's side of the copy: an unthrottled move never is
+                assert _metrics(live, 1)[
+                    f'raftka_replication_throttle_held_back_total{{side="{side}"}}'] > held
+            assert (await admin.list_offsets({tp: LATEST}))[tp][0] == records
+        finally:
+            assert await admin.incremental_alter_configs({b1: [
+                AlterConfigOp(key, None, AlterConfigOpType.DELETE)]}) == {b1: None}
+
+
+async def _move(admin, tp, target: int, size: int):
+    """Move `tp` to [target]; (seconds taken, sizes seen part-way on the target)."""
+    started, partial = time.monotonic(), []
+    assert await admin.alter_partition_reassignments({tp: [target]}) == {tp: None}
+
+    async def done():
+        sizes = await admin.describe_replica_log_dirs([target], [tp])
+        got = sizes[target]
+        copied = got.get(tp, (0, 0))[0] if isinstance(got, dict) else 0
+        if 0.1 * size < copied < 0.9 * size:
+            partial.append(copied)
+        return not await admin.list_partition_reassignments([tp])
+    await _until(done, 120, f"the move to {target} to finish")
+    return time.monotonic() - started, partial
 
 
 def _metrics(live, broker: int) -> dict[str, float]:

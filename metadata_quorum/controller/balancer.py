@@ -12,14 +12,16 @@ controller API in the service; recomputing it from what every client can read is
 as the client's Metadata is current (it may lag the controller by a heartbeat, so a status read
 right after a change can show the previous decision).
 
-Load is replica counts and preferred-leader counts only: disk bytes are not balanced (brokers do
-not report log sizes to the controller; a heartbeat field would be needed).
+Load is replica counts, preferred-leader counts and, once those are even, disk bytes per broker
+(balancer_disk.py: swaps that keep the counts; sizes from the leaders' load reports on heartbeats
+on the controller, from DescribeLogDirs in the status command).
 
     disabled  (`raftka.balancer.enable` false, dynamic cluster-wide, default false)
     no usable broker / one usable broker: nothing to balance onto
     waiting   a replica sits on a fenced or unregistered broker: re-replication's job
               (rereplication.py) or the broker comes back; counts would mislead meanwhile
-    balanced  replica counts and preferred-leader counts: max − min ≤ `raftka.balancer.threshold`
+    balanced  replica counts and preferred-leader counts: max − min ≤ `raftka.balancer.threshold`,
+              and disk bytes not skewed (or not known yet: not every usable broker has reported)
     moves in flight  at least `raftka.balancer.max.moves` reassignments in progress (anyone's)
     moving    replica moves: the most loaded broker gives one replica to the least loaded one
               (difference ≥ 2, so every move strictly evens the counts and the loop ends), in
@@ -32,7 +34,10 @@ not report log sizes to the controller; a heartbeat field would be needed).
               partition on the broker preferred most is swapped with an in-sync replica on the
               broker preferred least — a reorder of the same replica set, one record, after which
               the controller's preferred-leader rebalance moves the leadership
-    stuck     skewed, but no move keeps the rules (racks, unhealthy partitions)
+    disk      counts even, disk bytes skewed: a swap (or a single move) between the heaviest and
+              the lightest broker (balancer_disk.py)
+    stuck     skewed, but no move keeps the rules (racks, unhealthy partitions) or, for disk
+              bytes, none narrows the gap
 A broker that a move in progress takes replicas off (a `raftka cluster decommission` drains it)
 is never a destination meanwhile, so the balancer does not fight a drain. (Once the drain's last
 move finishes, a tick that falls before the command unregisters the broker may start a move onto
@@ -46,7 +51,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Hashable
 
-from metadata_quorum.controller import reassignment
+from metadata_quorum.controller import balancer_disk, reassignment
 from metadata_quorum.image import MetadataImage
 
 ENABLE_CONFIG = "raftka.balancer.enable"
@@ -71,6 +76,8 @@ class Settings:
     enabled: bool = False
     max_moves: int = DEFAULT_MAX_MOVES
     threshold: int = DEFAULT_THRESHOLD
+    disk_percent: int = balancer_disk.DEFAULT_DISK_PERCENT
+    disk_min_skew: int = balancer_disk.DEFAULT_DISK_MIN_SKEW
 
     @classmethod
     def from_configs(cls, configs: dict[str, str]) -> "Settings":
@@ -81,7 +88,10 @@ class Settings:
                 return default
         return cls(str(configs.get(ENABLE_CONFIG, "false")).lower() == "true",
                    num(MAX_MOVES_CONFIG, DEFAULT_MAX_MOVES, 1),
-                   num(THRESHOLD_CONFIG, DEFAULT_THRESHOLD, 1))
+                   num(THRESHOLD_CONFIG, DEFAULT_THRESHOLD, 1),
+                   num(balancer_disk.DISK_PERCENT_CONFIG, balancer_disk.DEFAULT_DISK_PERCENT, 1),
+                   num(balancer_disk.DISK_MIN_SKEW_CONFIG, balancer_disk.DEFAULT_DISK_MIN_SKEW,
+                       0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +101,7 @@ class Decision:
     reason: str
     moves: tuple = ()   # ((key, target, why), ...)
     replica_counts: tuple = ()      # ((broker, replicas, preferred leaderships), ...)
+    disk_bytes: tuple = ()          # ((broker, bytes), ...) when sizes are known
 
 
 def counts(brokers, parts: dict[Hashable, Part]) -> tuple[dict, dict]:
@@ -110,8 +121,9 @@ def _spread(c: dict) -> int:
 
 
 def decide(brokers: dict[int, str | None], parts: dict[Hashable, Part],
-           settings: Settings) -> Decision:
-    """The balancer's decision over usable `brokers` ({id: rack}) and every partition."""
+           settings: Settings, sizes: dict | None = None) -> Decision:
+    """The balancer's decision over usable `brokers` ({id: rack}) and every partition;
+    `sizes` {key: bytes} of the partitions, None while not known."""
     rc, pc = counts(brokers, parts)
     table = tuple((b, rc[b], pc[b]) for b in sorted(brokers))
     if not settings.enabled:
@@ -124,32 +136,48 @@ def decide(brokers: dict[int, str | None], parts: dict[Hashable, Part],
         return Decision("waiting", f"replicas on fenced or unregistered broker(s) {away}: "
                         "re-replication or their return comes first", (), table)
     in_flight = sum(p.moving for p in parts.values())
-    if _spread(rc) <= settings.threshold and _spread(pc) <= settings.threshold:
+    by = None if sizes is None else balancer_disk.broker_bytes(brokers, parts, sizes)
+    disk = tuple(sorted(by.items())) if by is not None else ()
+    disk_skewed = by is not None and balancer_disk.skewed(by, settings.disk_percent,
+                                                          settings.disk_min_skew)
+    counts_even = _spread(rc) <= settings.threshold and _spread(pc) <= settings.threshold
+    if counts_even and not disk_skewed:
         why = f"replica counts {min(rc.values())}..{max(rc.values())}, preferred leaders " \
-              f"{min(pc.values())}..{max(pc.values())}: within {settings.threshold}"
+              f"{min(pc.values())}..{max(pc.values())}: within {settings.threshold}; " + \
+              (f"disk bytes {min(by.values())}..{max(by.values())}: not skewed" if by
+               is not None else "disk bytes not known yet (waiting for every broker's report)")
         return Decision("balanced", why + (f" ({in_flight} moves in flight)" if in_flight
-                                           else ""), (), table)
+                                           else ""), (), table, disk)
     room = settings.max_moves - in_flight
     if room <= 0:
         return Decision("moves in flight", f"{in_flight} moves in progress, at most "
-                        f"{settings.max_moves}", (), table)
+                        f"{settings.max_moves}", (), table, disk)
     # a broker that a move in progress takes replicas off (a decommission drains it, or an
     # earlier balancer move) receives none meanwhile: the balancer would fight a drain
     draining = {b for p in parts.values() for b in p.removing}
     if _spread(rc) > settings.threshold:
         moves = _replica_moves(brokers, parts, dict(rc), room, draining)
         state = "moving"
-    else:
+    elif _spread(pc) > settings.threshold:
         moves = _leader_moves(parts, dict(pc), room)
         state = "leaders"
+    else:
+        moves = balancer_disk.step(brokers, parts, sizes, rc, settings.threshold,
+                                   settings.disk_min_skew, room, _healthy, _racks, draining)
+        if not moves:
+            return Decision("stuck", f"disk bytes {min(by.values())}..{max(by.values())} "
+                            "skewed, but no move on a healthy partition narrows the gap "
+                            "(racks, drains and replica counts kept)", (), table, disk)
+        return Decision("disk", f"{len(moves)} move(s), disk bytes spread "
+                        f"{max(by.values()) - min(by.values())}", tuple(moves), table, disk)
     if not moves:
         drained = f" (brokers being drained receive none: {sorted(draining)})" \
             if draining else ""
         return Decision("stuck", f"replica counts spread {_spread(rc)}, preferred leaders "
                         f"{_spread(pc)}, but no move keeps the rack rule on a healthy "
-                        f"partition{drained}", (), table)
+                        f"partition{drained}", (), table, disk)
     return Decision(state, f"{len(moves)} move(s), replica counts spread {_spread(rc)}, "
-                    f"preferred leaders spread {_spread(pc)}", tuple(moves), table)
+                    f"preferred leaders spread {_spread(pc)}", tuple(moves), table, disk)
 
 
 def _healthy(p: Part, brokers) -> bool:
@@ -243,20 +271,22 @@ def image_parts(image: MetadataImage) -> dict:
     return out
 
 
-def decide_image(image: MetadataImage) -> Decision:
+def decide_image(image: MetadataImage, loads=None) -> Decision:
+    """`loads`: the controller's LoadReports (load_reports.py), or None: disk bytes unknown."""
     settings = Settings.from_configs(image.broker_config())
     if not settings.enabled:
         # the tick runs every 5 s on the active controller: a switched-off balancer must not
         # walk every partition (the counts are for the status command, which computes them)
         return Decision("disabled", f"{ENABLE_CONFIG} is not true")
     brokers = {b.broker_id: b.rack for b in image.usable_brokers()}
-    return decide(brokers, image_parts(image), settings)
+    sizes = loads.current(image) if loads is not None and loads.complete_for(brokers) else None
+    return decide(brokers, image_parts(image), settings, sizes)
 
 
-def records(image: MetadataImage) -> tuple[list, Decision]:
+def records(image: MetadataImage, loads=None) -> tuple[list, Decision]:
     """(reassignment records of the decision, the decision), each move computed against the
     image the previous ones leave (as AlterPartitionReassignments does)."""
-    decision = decide_image(image)
+    decision = decide_image(image, loads)
     out = []
     for (topic, partition), target, _why in decision.moves:
         recs, _, _ = reassignment.alter(image, topic, partition, list(target))

@@ -20,8 +20,8 @@ from typing import Any, NamedTuple
 
 from metadata_quorum import records as r
 from metadata_quorum.controller import (acl_control, balancer, cluster_control, config_control,
-                                        feature_control, quota_control, reassignment,
-                                        replication_control, rereplication)
+                                        feature_control, load_reports, quota_control,
+                                        reassignment, replication_control, rereplication)
 from metadata_quorum.image import MetadataImage
 
 PRODUCER_ID_BLOCK = 1000
@@ -54,6 +54,8 @@ class QuorumController:
         # the balancer's last decision (soft state, for tests and the simulation; `raftka
         # cluster balance --status` recomputes it client-side: balancer.py)
         self.balancer_decision: balancer.Decision | None = None
+        # partition sizes from the brokers' heartbeats, for the balancer's disk goal (soft state)
+        self.loads = load_reports.LoadReports()
 
     # -- replay -----------------------------------------------------------------------------------
 
@@ -120,7 +122,7 @@ class QuorumController:
         return records
 
     def _balance(self) -> list:
-        records, self.balancer_decision = balancer.records(self.image)
+        records, self.balancer_decision = balancer.records(self.image, self.loads)
         return records
 
     # -- topics -----------------------------------------------------------------------------------

@@ -191,7 +191,7 @@ def leader_throttle(hctx: HandlerContext, key, hosted, replica_id: int, res: Fet
         return res
     if quota.should_throttle(key[0], key[1], replica_id in hosted.state.isr, now_ms):
         return dataclasses.replace(res, records=[], size=0)
-    quota.record(res.size, now_ms)
+    quota.record(res.size, now_ms, key)
     return res
 
 

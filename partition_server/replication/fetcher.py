@@ -325,7 +325,7 @@ class FetcherManager:
             data = bytes(p.records)
             plog.append_as_follower(data, now)
             if self.quota.is_throttled(hosted.topic, hosted.partition):
-                self.quota.record(len(data), steady_ms())
+                self.quota.record(len(data), steady_ms(), (hosted.topic, hosted.partition))
             for h in iter_batches(data):
                 if h.producer_id >= 0:
                     hosted.producers.update_from_header(h)

@@ -37,7 +37,8 @@ initial burst (an idle throttle starts with full credit, ~ Kafka's (num − 1) w
 from __future__ import annotations
 
 from common.topic_configs import (FOLLOWER_THROTTLED_RATE, FOLLOWER_THROTTLED_REPLICAS,
-                                  LEADER_THROTTLED_RATE, LEADER_THROTTLED_REPLICAS, LONG_MAX)
+                                  LEADER_THROTTLED_RATE, LEADER_THROTTLED_REPLICAS, LONG_MAX,
+                                  MOVES_THROTTLED_RATE)
 from partition_server.quotas import WindowConfig
 
 ALL = "*"       # every partition of the topic is throttled
@@ -106,13 +107,24 @@ class TokenBucket:
 
 
 class ReplicationQuota:
-    """One direction (leader or follower) of one broker's replication throttle."""
+    """One direction (leader or follower) of one broker's replication throttle.
+
+    Two tiers, each with its own bound and bucket: the partitions an operator lists in topic
+    configs (Kafka's throttle), and the reassignment copies no topic config lists, bound by
+    `raftka.reassignment.throttled.rate` (not Kafka's; Redpanda's learner recovery rate is the
+    anchor) — so moves the controller starts by itself (balancer, re-replication) and moves
+    started without `--throttle` do not starve clients either. A partition listed by an
+    operator is metered by the operator's tier only."""
 
     def __init__(self, window: WindowConfig = WindowConfig()):
         self.burst_s = window.num * window.size_ms / 1000.0
         self.bound: float | None = None           # bytes/s; None: unlimited
-        self.throttled: dict = {}                 # topic -> ALL | frozenset(partitions)
+        self.operator: dict = {}                  # topic -> ALL | frozenset(partitions)
         self.bucket: TokenBucket | None = None    # None while unlimited
+        self.move_bound: float | None = None      # the reassignment tier
+        self.moves: dict = {}                     # topic -> frozenset(partitions) being copied
+        self.move_bucket: TokenBucket | None = None
+        self.throttled: dict = {}                 # both tiers (truthy: anything throttled here)
         self.recorded = 0                         # bytes of throttled partitions (metrics, tests)
         self.held_back = 0                        # times a replica was held back (metrics)
 
@@ -121,25 +133,57 @@ class ReplicationQuota:
             # a new bound starts with its own full credit (bytes sent while unlimited owe nothing)
             self.bucket = TokenBucket(bound, self.burst_s) if bound is not None else None
         self.bound = bound
-        self.throttled = throttled
+        self.operator = throttled
+        self._merge()
+
+    def configure_moves(self, bound: float | None, moves: dict) -> None:
+        """The reassignment tier: `moves` {topic: frozenset(partitions)} copied through this
+        side now (those an operator lists stay in the operator's tier)."""
+        if bound != self.move_bound:
+            self.move_bucket = TokenBucket(bound, self.burst_s) if bound is not None else None
+        self.move_bound = bound
+        self.moves = moves if bound is not None else {}
+        self._merge()
+
+    def _merge(self) -> None:
+        if not self.moves:
+            self.throttled = self.operator
+            return
+        merged = dict(self.moves)
+        for topic, parts in self.operator.items():
+            merged[topic] = parts if parts == ALL else parts | merged.get(topic, frozenset())
+        self.throttled = merged
+
+    def _listed(self, topic: str, partition: int) -> bool:
+        parts = self.operator.get(topic)
+        return parts is not None and (parts == ALL or partition in parts)
+
+    def _bucket(self, key) -> TokenBucket | None:
+        if key is None or self._listed(*key):
+            return self.bucket
+        return self.move_bucket
 
     def is_throttled(self, topic: str, partition: int) -> bool:
         parts = self.throttled.get(topic)
         return parts is not None and (parts == ALL or partition in parts)
 
-    def is_quota_exceeded(self, now_ms: float) -> bool:
-        return self.bucket is not None and self.bucket.exceeded(now_ms)
+    def is_quota_exceeded(self, now_ms: float, key=None) -> bool:
+        """Over the bound of `key`'s tier (None: the operator's)."""
+        bucket = self._bucket(key)
+        return bucket is not None and bucket.exceeded(now_ms)
 
-    def record(self, nbytes: int, now_ms: float) -> None:
-        """Bytes of a throttled partition that went over the wire (in sync or not)."""
+    def record(self, nbytes: int, now_ms: float, key=None) -> None:
+        """Bytes of a throttled partition (`key`; None: the operator's tier) that went over
+        the wire (in sync or not)."""
         self.recorded += nbytes
-        if self.bucket is not None:
-            self.bucket.record(nbytes, now_ms)
+        bucket = self._bucket(key)
+        if bucket is not None:
+            bucket.record(nbytes, now_ms)
 
     def would_throttle(self, topic: str, partition: int, in_sync: bool, now_ms: float) -> bool:
         """Kafka's decision, counting nothing (for checks that may run many times)."""
         return not in_sync and self.is_throttled(topic, partition) and \
-            self.is_quota_exceeded(now_ms)
+            self.is_quota_exceeded(now_ms, (topic, partition))
 
     def should_throttle(self, topic: str, partition: int, in_sync: bool, now_ms: float) -> bool:
         """The decision for one fetch (counted in `held_back`)."""
@@ -149,16 +193,29 @@ class ReplicationQuota:
         return held
 
 
+def moves_by_side(moving: dict) -> tuple[dict, dict]:
+    """({topic: partitions} this broker sends as a source of a move, {topic: partitions} it
+    copies in as a new replica) from the replica manager's {(topic, partition): adding here}."""
+    sources: dict = {}
+    targets: dict = {}
+    for (topic, partition), adding in moving.items():
+        side = targets if adding else sources
+        side[topic] = side.get(topic, frozenset()) | {partition}
+    return sources, targets
+
+
 class ReplicationQuotas:
     """A broker's pair, reconfigured from each metadata image whose configs changed."""
 
     def __init__(self, broker_id: int, window: WindowConfig = WindowConfig(),
-                 static_rates: tuple = (None, None)):
+                 static_rates: tuple = (None, None), static_move_rate: float | None = None):
         self.broker_id = broker_id
         self.leader = ReplicationQuota(window)
         self.follower = ReplicationQuota(window)
         self.static_rates = static_rates          # (leader, follower) from the broker's file
+        self.static_move_rate = static_move_rate  # raftka.reassignment.throttled.rate, the file's
         self._configs = None
+        self._moves_seen = None
 
     def update(self, configs: dict, broker_config: dict[str, str], topic_resource: int) -> None:
         """`configs`: the image's {(resource type, name): {key: value}} (compared by identity,
@@ -174,3 +231,15 @@ class ReplicationQuotas:
                  self.static_rates[1])):
             bound = parse_rate(broker_config[rate_key]) if rate_key in broker_config else static
             quota.configure(bound, throttled_partitions(topics, replicas_key, self.broker_id))
+
+    def update_moves(self, moving: dict, version: int, broker_config: dict[str, str]) -> None:
+        """The reassignment tier of both sides from the replica manager's moving partitions
+        (`version` changes whenever they do) and `raftka.reassignment.throttled.rate`."""
+        rate = parse_rate(broker_config[MOVES_THROTTLED_RATE]) \
+            if MOVES_THROTTLED_RATE in broker_config else self.static_move_rate
+        if (version, rate) == self._moves_seen:
+            return
+        self._moves_seen = (version, rate)
+        sources, targets = moves_by_side(moving)
+        self.leader.configure_moves(rate, sources)
+        self.follower.configure_moves(rate, targets)

@@ -10,12 +10,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from wire.codegen.generator import generate
+from wire.codegen.generator import SCHEMAS_DIR, generate
 
 REPO = Path(__file__).resolve().parents[2]
 # Kafka's own message schemas (Apache-2.0 data), vendored with their LICENSE and NOTICE so a
 # clone of this repository regenerates and checks the wire code with nothing beside it
-DEFAULT_SCHEMAS = Path(__file__).resolve().parent / "schemas"
+DEFAULT_SCHEMAS = SCHEMAS_DIR
 OUT_DIR = REPO / "wire" / "messages"
 
 

@@ -74,7 +74,7 @@ class F:
         self.versions = parse_versions(versions)
         self.nullable = parse_versions(nullable)
         self.tagged = parse_versions(tagged)
-        self.tag = tag
+        self.tag = None if tag is None else int(tag)   # schemas spell it "0": sort 2 < 10
         self.ignorable = ignorable
         # a field-level flexibleVersions override (RequestHeader.ClientId keeps classic encoding)
         self.flexible = flexible if flexible == "__inherit__" else parse_versions(flexible)
