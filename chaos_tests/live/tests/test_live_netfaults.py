@@ -26,6 +26,7 @@ import trio
 from chaos_tests.checkers import History, assert_valid
 from chaos_tests.live.admin import create_topic, partitions_meta, wait_for
 from chaos_tests.live.cluster import low_port_cluster
+from chaos_tests.live.faults import FAULTS, nft_table
 from chaos_tests.live.metadata_images import assert_same_images, controller_images
 from chaos_tests.live.workload import Writer, final_read
 from clients.cli.dev import BROKER_IDS, CONTROLLER_IDS
@@ -50,15 +51,16 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture
-def kernel():
-    """nftables, with this test's table gone at the end whatever happens (and tc's root)."""
+def kernel(cluster):
+    """nftables, with this test's tables gone at the end whatever happens (and tc's root)."""
     n, tc = nft.Nft(), Tc()
     try:
         yield n
     finally:
-        n.remove(TABLE)
+        for table in (TABLE, nft_table(cluster)):
+            n.remove(table)
+            assert table not in n.tables()
         tc.remove()
-        assert TABLE not in n.tables()
 
 
 def quorum_leader(cluster, index: int) -> int:
@@ -84,8 +86,7 @@ def test_isolated_active_controller_is_replaced_and_rejoins(cluster, kernel, tmp
     writer = Writer(cluster.bootstrap, topic, 2, history)
     try:
         writer.write_for(1.0)
-        kernel.apply(TABLE, nft.isolate(cluster.layout.controller_host(index),
-                                        others(cluster, name)))
+        FAULTS["isolate"].inject(cluster, name)         # the harness's fault table
         t_cut = time.monotonic()
         rest = [i for i in range(3) if i != index]
         new = wait_for(lambda: next((lid for lid in [quorum_leader(cluster, rest[0])]
@@ -103,8 +104,9 @@ def test_isolated_active_controller_is_replaced_and_rejoins(cluster, kernel, tmp
         writer.write_for(3.0)
         assert writer.flush(60) == 0
         assert writer.acked > acked, "no data write acknowledged while the controller was cut off"
-        assert kernel.dropped(TABLE) > 0, "the isolation dropped nothing"
-        kernel.remove(TABLE)
+        assert kernel.dropped(nft_table(cluster)) > 0, "the isolation dropped nothing"
+        FAULTS["isolate"].heal(cluster, name)
+        assert nft_table(cluster) not in kernel.tables()
         wait_for(lambda: quorum_leader(cluster, index) == new, 60,
                  f"{name} rejoins and follows controller {new}")
         images = controller_images(cluster)
