@@ -7,6 +7,13 @@ concurrency open more connections.
 
 Security is a value per connection (`common.security.ClientSecurity`): `connect()` wraps the
 stream in TLS and logs in with SASL as it says, before ApiVersions.
+
+Source address: a node may pin the local address its outgoing connections leave from
+(`raftka.network.source.address`, set once at start by common/process.py). On loopback the
+kernel otherwise picks 127.0.0.1 for every connection, so a test cluster whose nodes listen at
+their own addresses (127.0.0.11, .12, ...) would still talk *from* one address, and a kernel
+fault by address (chaos_tests/net) could not cut the links a node opens. It is per process, not
+per connection, because it is a property of the node (every link it opens), like its node.id.
 """
 
 from __future__ import annotations
@@ -19,6 +26,25 @@ from wire.messages import api_keys
 from wire.messages.api_keys import ApiKey
 
 RECV_BYTES = 256 * 1024
+
+
+_source_address: str | None = None
+
+
+def set_source_address(host: str | None) -> None:
+    """Every connection this process opens from now on leaves from `host` (None: the kernel
+    chooses)."""
+    global _source_address
+    _source_address = host or None
+
+
+def source_address() -> str | None:
+    return _source_address
+
+
+async def open_tcp_stream(host: str, port: int) -> trio.SocketStream:
+    """trio.open_tcp_stream from this node's source address, when one is set."""
+    return await trio.open_tcp_stream(host, port, local_address=_source_address)
 
 
 class ConnectionClosed(ConnectionError):
@@ -40,7 +66,7 @@ class BrokerConnection:
     async def connect(self, timeout_s: float = 5.0) -> None:
         with trio.fail_after(timeout_s):
             try:
-                self._stream = await trio.open_tcp_stream(self.host, self.port)
+                self._stream = await open_tcp_stream(self.host, self.port)
                 await self._secure()
             except OSError as exc:
                 raise ConnectionClosed(f"cannot reach {self.host}:{self.port}: {exc}") from None

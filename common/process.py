@@ -50,6 +50,30 @@ def install_test_seams(props: dict[str, str], data_dir_key: str) -> None:
         install_offset_file(os.path.join(base, path))
 
 
+SOURCE_ADDRESS_KEY = "raftka.network.source.address"
+
+
+def install_source_address(props: dict[str, str]) -> None:
+    """`raftka.network.source.address`: the local IP address every connection this node opens
+    leaves from (common/connection.py says why); unset, the kernel chooses. Raises ConfigError
+    for an address this machine does not have, so the node stops with one clear line instead of
+    failing each connection later."""
+    host = props.get(SOURCE_ADDRESS_KEY, "").strip()
+    if not host:
+        return
+    import socket
+
+    from common.connection import set_source_address
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family) as probe:
+            probe.bind((host, 0))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{SOURCE_ADDRESS_KEY}={host!r}: not an address of this machine "
+                          f"({exc})") from None
+    set_source_address(host)
+
+
 def run(prog: str, async_fn, *args) -> int:
     """trio.run, turning an OSError from binding a listener into one line and exit code 1."""
     try:

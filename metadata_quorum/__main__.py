@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         props = process.load_config_file(args.config, args.set)
         config = ControllerConfig.from_properties(props)
+        process.install_source_address(props)
     except (OSError, ConfigError) as exc:
         print(f"raftka controller: {exc}", file=sys.stderr)
         return 2

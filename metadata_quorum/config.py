@@ -16,6 +16,7 @@
 | raftka.controller.stream.tail.records | 50000 | committed records kept for the metadata stream; a broker further behind loads a snapshot |
 | raftka.controller.raft.log.compaction.min.entries | 20000 | pysyncobj compacts its Raft log into a snapshot (`raft.dump`) past this many entries... |
 | raftka.controller.raft.log.compaction.min.time.ms | 60000 | ...or this long after the last compaction, whichever comes first |
+| raftka.network.source.address | unset | local IP address this controller's outgoing connections leave from (the Raft port's always leave from the Raft address's host); unset, the kernel chooses |
 | raftka.metrics.listener | unset | host:port of the `/metrics`, `/health/live` and `/health/ready` HTTP endpoint (metadata_quorum/health.py); off when unset. In combined mode the broker serves it and the controller uses `raftka.controller.metrics.listener` |
 | raftka.controller.test.voter.change.pause.ms | 0 | tests only: a voter change waits this long between its PENDING record and the Raft membership entry, so a test can fail the active controller in between |
 """

@@ -29,6 +29,7 @@ import logging
 
 import trio
 
+from common.connection import open_tcp_stream
 from metadata_quorum.controller import voter_control
 from metadata_quorum.image import Voter
 from metadata_quorum.quorum.raft import fail_reason
@@ -89,7 +90,7 @@ async def handle_remove_raft_voter(svc, req):
 async def _listening(host: str, port: int) -> bool:
     with trio.move_on_after(REACH_TIMEOUT_S):
         try:
-            stream = await trio.open_tcp_stream(host, port)
+            stream = await open_tcp_stream(host, port)
         except OSError:
             return False
         await stream.aclose()

@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         if "controller" in config["process.roles"]:
             from metadata_quorum.config import ControllerConfig
             controller_config = ControllerConfig.from_properties(props)
+        process.install_source_address(props)
     except (OSError, ConfigError) as exc:
         print(f"raftka broker: {exc}", file=sys.stderr)
         return 2

@@ -139,6 +139,11 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
               "Tests only: this process's wall clock is shifted by the seconds written in this "
               "file (relative to the log dir; re-read every 100 ms), to simulate a clock jump (fault F15). Unset in "
               "production."),
+    ConfigDef("raftka.network.source.address", "string", None,
+              "Local IP address every connection this broker opens (to controllers, leaders, "
+              "coordinators) leaves from; unset, the kernel chooses. Test clusters whose nodes "
+              "listen at their own loopback addresses set it, so that network faults by address "
+              "cut a node's outgoing links too."),
     ConfigDef("raftka.metrics.listener", "string", None,
               "host:port of the Prometheus /metrics and the /health/live, /health/ready "
               "endpoint (off when unset)."),

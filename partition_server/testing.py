@@ -1,4 +1,5 @@
-"""Test helpers: a real local cluster (3 controllers + 3 brokers as OS processes on 127.0.0.1).
+"""Test helpers: a real local cluster (3 controllers + 3 brokers as OS processes on 127.0.0.1,
+or each at its own loopback address: `node_addresses=True`).
 
 Built on `raftka dev`'s layout so the tests exercise exactly what users run. Ports are picked
 free at start; every child is killed at the end, even when a test fails.
@@ -43,14 +44,25 @@ def free_base_port(broker_ids=BROKER_IDS) -> int:
     raise RuntimeError("no free port range on 127.0.0.1")
 
 
+def node_address_prefix() -> str:
+    """A random "127.a.b" for a cluster whose nodes have their own addresses (127.a.b.11, ...):
+    tests running at once on one machine (other workers, other checkouts) get different
+    addresses, so a kernel fault one installs by address never touches another's nodes."""
+    rng = random.Random(os.getpid() ^ time.time_ns())
+    return f"127.{rng.randrange(100, 255)}.{rng.randrange(0, 256)}"
+
+
 class LiveCluster:
     def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None,
-                 brokers: int = len(BROKER_IDS), spare_brokers: int = 0):
+                 brokers: int = len(BROKER_IDS), spare_brokers: int = 0,
+                 node_addresses: bool = False):
         """`brokers` started (ids 0..brokers-1); ports kept free for `spare_brokers` more ids
-        after them, to join later (`raftka dev --add-broker`)."""
+        after them, to join later (`raftka dev --add-broker`). `node_addresses`: every node
+        listens at, and connects from, its own loopback address (DevLayout.node_prefix)."""
         ids = range(brokers + spare_brokers)
         self.layout = DevLayout(Path(data_dir), free_base_port(ids), overrides or {},
-                                brokers=brokers)
+                                brokers=brokers,
+                                node_prefix=node_address_prefix() if node_addresses else None)
         self.procs: list[ManagedProcess] = []
 
     @property

@@ -44,10 +44,13 @@ def low_base_port() -> int:
     raise RuntimeError("no free port range below the ephemeral ports on 127.0.0.1")
 
 
-def low_port_cluster(data_dir: Path, overrides: dict[str, str] | None = None) -> LiveCluster:
-    """A plain LiveCluster on `low_base_port()`."""
-    c = LiveCluster(data_dir, overrides)
-    c.layout = DevLayout(c.layout.data_dir, low_base_port(), c.layout.overrides)
+def low_port_cluster(data_dir: Path, overrides: dict[str, str] | None = None,
+                     node_addresses: bool = False) -> LiveCluster:
+    """A plain LiveCluster on `low_base_port()`; `node_addresses`: each node at its own
+    loopback address (faults by address: chaos_tests/net)."""
+    c = LiveCluster(data_dir, overrides, node_addresses=node_addresses)
+    c.layout = DevLayout(c.layout.data_dir, low_base_port(), c.layout.overrides,
+                         node_prefix=c.layout.node_prefix)
     return c
 
 

@@ -9,6 +9,7 @@
 | restart    | clean restart: SIGTERM (controlled shutdown for a broker), wait, start | nothing |
 | partition  | cut a broker from the controllers and its peers (ProxiedCluster) | heal every link |
 | fence      | cut a broker from the controllers only (ProxiedCluster)          | heal every link |
+| isolate    | cut any node off every other node in the kernel (nftables; nodes at their own addresses: `low_port_cluster(node_addresses=True)`, root) | drop the rules |
 
 Targets are process names as `LiveCluster` knows them: "broker-<id>" or "controller-<id>".
 """
@@ -54,6 +55,26 @@ def _fence(cluster, target: str) -> None:
     cluster.fence_broker(_broker_id(target))
 
 
+def nft_table(cluster) -> str:
+    """The nftables table holding this cluster's kernel faults (one per cluster)."""
+    return f"raftka_chaos{cluster.layout.base_port}"
+
+
+def _kernel_isolate(cluster, target: str) -> None:
+    from clients.cli.netfaults import nft
+    if cluster.layout.node_prefix is None:
+        raise TypeError("kernel network faults need nodes at their own addresses: "
+                        "low_port_cluster(..., node_addresses=True)")
+    hosts = cluster.layout.node_hosts()
+    nft.Nft().apply(nft_table(cluster), nft.isolate(
+        hosts[target], [h for name, h in hosts.items() if name != target]))
+
+
+def _kernel_heal(cluster, target: str) -> None:
+    from clients.cli.netfaults import nft
+    nft.Nft().remove(nft_table(cluster))
+
+
 def _clean_restart(cluster, target: str) -> None:
     cluster.kill(target, signal.SIGTERM)
     _restart(cluster, target)
@@ -78,4 +99,6 @@ FAULTS: dict[str, Fault] = {f.name: f for f in [
           _partition, lambda c, t: c.heal()),
     Fault("fence", "cut from the controllers only",
           _fence, lambda c, t: c.heal()),
+    Fault("isolate", "cut off every other node by the kernel (nftables)",
+          _kernel_isolate, _kernel_heal),
 ]}

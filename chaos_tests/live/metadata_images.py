@@ -105,7 +105,7 @@ def log_image(host: str, port: int, timeout_s: float = 60) -> MetadataImage | No
 
 
 def controller_addresses(cluster) -> dict[int, tuple[str, int]]:
-    return {cid: ("127.0.0.1", cluster.layout.controller_port(i))
+    return {cid: (cluster.layout.controller_host(i), cluster.layout.controller_port(i))
             for i, cid in enumerate(CONTROLLER_IDS)}
 
 

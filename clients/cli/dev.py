@@ -7,9 +7,10 @@ its own OS process (so a kill -9 of one is a real fault), waits until every brok
 is registered and unfenced, then prints `bootstrap.servers=...` on a line of its own. SIGINT or
 SIGTERM stops the brokers first (so they can hand off leadership) and then the controllers.
 It supervises rather than tears down: a node that exits is reported on one line and the others
-keep serving; `raftka dev status | kill | pause | resume | restart NODE` from another terminal
-talk to it over a Unix socket under the data dir (dev_supervisor.py, dev_control.py,
-dev_status.py). `--demo` also kills a partition leader under load and checks exactly-once
+keep serving; `raftka dev status | kill | pause | resume | restart | isolate NODE` and `raftka
+dev heal` from another terminal talk to it over a Unix socket under the data dir
+(dev_supervisor.py, dev_control.py, dev_status.py, dev_netfaults.py). `--node-addresses` puts
+each node at its own loopback address (what `isolate` needs). `--demo` also kills a partition leader under load and checks exactly-once
 readback (dev_demo.py). Running it again with the same `--data-dir` resumes with the same data:
 the config files are rewritten identically and every process recovers its own state.
 """
@@ -34,6 +35,9 @@ STOP_TIMEOUT_S = 60          # per process at Ctrl-C, before SIGKILL
 # broker ports are base+id and metrics base+1200+id, below the controllers' base+1000
 # (their metrics base+1050, Raft ports base+1100)
 MAX_BROKERS = 1000
+DEV_NODE_PREFIX = "127.0.0"    # --node-addresses: 127.0.0.11.. (Linux routes all of 127/8 to lo)
+FIRST_BROKER_HOST = 21          # --node-addresses: broker N at <prefix>.(21+N)
+MAX_BROKERS_AT_OWN_ADDRESSES = 254 - FIRST_BROKER_HOST
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,34 @@ class DevLayout:
     # --secure: SASL_SSL listeners (SCRAM), a generated CA, ACLs enforced (clients/cli/secure_dev.py)
     secure: bool = False
     brokers: int = len(BROKER_IDS)      # --brokers: ids 0 .. brokers-1
+    # --node-addresses: every node at its own loopback address, "<prefix>.11".. for the
+    # controllers and "<prefix>.21".. for the brokers (prefix e.g. "127.0.0"), each connection a
+    # node opens leaving from its address too, so kernel faults by address (chaos_tests/net) can
+    # cut one node off. None: every node on 127.0.0.1 (what clients' default bootstrap expects)
+    node_prefix: str | None = None
+
+    def controller_host(self, index: int) -> str:
+        return "127.0.0.1" if self.node_prefix is None else f"{self.node_prefix}.{11 + index}"
+
+    def broker_host(self, broker_id: int) -> str:
+        return "127.0.0.1" if self.node_prefix is None else \
+            f"{self.node_prefix}.{FIRST_BROKER_HOST + broker_id}"
+
+    def host_of(self, node: str) -> str:
+        """The address of the node called `node` (broker-N, controller-C)."""
+        kind, _, number = node.partition("-")
+        if kind == "broker":
+            return self.broker_host(int(number))
+        return self.controller_host(CONTROLLER_IDS.index(int(number)))
+
+    def node_hosts(self) -> dict[str, str]:
+        """{node name: address} of every node of the layout."""
+        return {**{f"controller-{c}": self.controller_host(i)
+                   for i, c in enumerate(CONTROLLER_IDS)},
+                **{f"broker-{b}": self.broker_host(b) for b in self.broker_ids}}
+
+    def _source(self, host: str) -> dict[str, str]:
+        return {} if self.node_prefix is None else {"raftka.network.source.address": host}
 
     @property
     def broker_ids(self) -> tuple[int, ...]:
@@ -70,19 +102,20 @@ class DevLayout:
 
     def health_urls(self) -> dict[str, str]:
         """Node name → its /health/ready (`raftka dev status` asks each running node)."""
-        urls = {f"broker-{b}": f"http://127.0.0.1:{self.metrics_port(b)}/health/ready"
-                for b in self.broker_ids}
-        return urls | {f"controller-{c}": f"http://127.0.0.1:{self.controller_metrics_port(i)}"
-                       "/health/ready" for i, c in enumerate(CONTROLLER_IDS)}
+        urls = {f"broker-{b}": f"http://{self.broker_host(b)}:{self.metrics_port(b)}"
+                "/health/ready" for b in self.broker_ids}
+        return urls | {f"controller-{c}": f"http://{self.controller_host(i)}:"
+                       f"{self.controller_metrics_port(i)}/health/ready"
+                       for i, c in enumerate(CONTROLLER_IDS)}
 
     @property
     def voters(self) -> str:
-        return ",".join(f"{cid}@127.0.0.1:{self.controller_port(i)}"
+        return ",".join(f"{cid}@{self.controller_host(i)}:{self.controller_port(i)}"
                         for i, cid in enumerate(CONTROLLER_IDS))
 
     @property
     def bootstrap_servers(self) -> str:
-        return ",".join(f"127.0.0.1:{self.broker_port(b)}" for b in self.broker_ids)
+        return ",".join(f"{self.broker_host(b)}:{self.broker_port(b)}" for b in self.broker_ids)
 
     def _secure(self):
         from clients.cli.secure_dev import SecureDev
@@ -95,9 +128,10 @@ class DevLayout:
             "node.id": str(cid),
             "process.roles": "controller",
             "controller.quorum.voters": self.voters,
-            "listeners": f"CONTROLLER://127.0.0.1:{self.controller_port(index)}",
+            "listeners": f"CONTROLLER://{self.controller_host(index)}:{self.controller_port(index)}",
             "raftka.controller.raft.peers": ",".join(
-                f"{c}@127.0.0.1:{self.raft_port(i)}" for i, c in enumerate(CONTROLLER_IDS)),
+                f"{c}@{self.controller_host(i)}:{self.raft_port(i)}"
+                for i, c in enumerate(CONTROLLER_IDS)),
             "metadata.log.dir": str(self.data_dir / f"controller-{cid}"),
             # random per data dir: a well-known one would let any local user run code on them
             "raftka.controller.raft.password": dev_raft_password(self.data_dir),
@@ -106,8 +140,9 @@ class DevLayout:
             "default.replication.factor": "3",
             "min.insync.replicas": "2",        # the brokers' value (eligible leader replicas)
             # /metrics and /health/* (metadata_quorum/health.py)
-            "raftka.metrics.listener": f"127.0.0.1:{self.controller_metrics_port(index)}",
-        } | {k: v for k, v in self.overrides.items()
+            "raftka.metrics.listener": f"{self.controller_host(index)}:"
+                                       f"{self.controller_metrics_port(index)}",
+        } | self._source(self.controller_host(index)) | {k: v for k, v in self.overrides.items()
              if k in CONTROLLER_DEFAULTS or k.startswith("raftka.controller.")} \
           | (self._secure().controller_properties() if self.secure else {})
 
@@ -116,7 +151,7 @@ class DevLayout:
             "node.id": str(broker_id),
             "process.roles": "broker",
             "controller.quorum.voters": self.voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.broker_port(broker_id)}",
+            "listeners": f"PLAINTEXT://{self.broker_host(broker_id)}:{self.broker_port(broker_id)}",
             "log.dirs": str(self.data_dir / f"broker-{broker_id}"),
             "default.replication.factor": "3",
             "min.insync.replicas": "2",
@@ -128,8 +163,8 @@ class DevLayout:
             "group.initial.rebalance.delay.ms": "300",
             # likewise __transaction_state: 50 partitions x RF 3 on the first transaction is heavy
             "transaction.state.log.num.partitions": "6",
-            "raftka.metrics.listener": f"127.0.0.1:{self.metrics_port(broker_id)}",
-        }
+            "raftka.metrics.listener": f"{self.broker_host(broker_id)}:{self.metrics_port(broker_id)}",
+        } | self._source(self.broker_host(broker_id))
         if self.secure:
             props.update(self._secure().broker_properties(broker_id))
         props.update(self.overrides)
@@ -264,25 +299,33 @@ def stop_cluster(procs: list[ManagedProcess]) -> None:
 
 def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool,
             quiet: bool, ready_timeout_s: float = 60.0, secure: bool = False,
-            brokers: int = len(BROKER_IDS), add_broker: int | None = None) -> int:
+            brokers: int = len(BROKER_IDS), add_broker: int | None = None,
+            node_prefix: str | None = None) -> int:
     if add_broker is not None:
         from clients.cli.dev_add_broker import run_add_broker
         return run_add_broker(data_dir, add_broker, overrides, quiet, ready_timeout_s, secure)
-    if not 1 <= brokers <= MAX_BROKERS:
-        print(f"raftka dev: --brokers must be 1..{MAX_BROKERS}", file=sys.stderr)
+    problem = _refuse_layout(brokers, secure, node_prefix)
+    if problem:
+        print(f"raftka dev: {problem}", file=sys.stderr)
         return 2
     from clients.cli.dev_control import ControlServer
+    from clients.cli.dev_netfaults import DevNetFaults
     from clients.cli.dev_supervisor import Supervisor
-    layout = DevLayout(Path(data_dir).resolve(), base_port, overrides, secure, brokers)
+    layout = DevLayout(Path(data_dir).resolve(), base_port, overrides, secure, brokers,
+                       node_prefix)
     layout.data_dir.mkdir(parents=True, exist_ok=True)
     supervisor = Supervisor([], lambda name: start_node(layout, name, quiet))
+    net = DevNetFaults(layout)
     # the control socket first: it also refuses a second `raftka dev` on the same data dir
-    control = ControlServer(layout.data_dir, supervisor, layout.bootstrap_servers)
+    control = ControlServer(layout.data_dir, supervisor, layout.bootstrap_servers, net)
     control.health_urls = layout.health_urls()
     problem = control.start()
     if problem:
         print(f"raftka dev: {problem}", file=sys.stderr)
         return 1
+    leftover = net.clear_leftovers()
+    if leftover:
+        print(leftover, file=sys.stderr, flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -300,8 +343,23 @@ def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool
         return 0
     finally:
         control.close()
+        net.close()                 # heal: no packet filter rule outlives the cluster
         stop_cluster(supervisor.close())
         print("raftka dev: stopped", file=sys.stderr, flush=True)
+
+
+def _refuse_layout(brokers: int, secure: bool, node_prefix: str | None) -> str | None:
+    if not 1 <= brokers <= MAX_BROKERS:
+        return f"--brokers must be 1..{MAX_BROKERS}"
+    if node_prefix is None:
+        return None
+    if brokers > MAX_BROKERS_AT_OWN_ADDRESSES:
+        return (f"--node-addresses gives broker N the address {node_prefix}.(21+N): at most "
+                f"{MAX_BROKERS_AT_OWN_ADDRESSES} brokers")
+    if secure:
+        # its generated server certificate names 127.0.0.1 and localhost only
+        return "--secure and --node-addresses cannot be combined yet"
+    return None
 
 
 def _announce(layout: DevLayout, demo: bool, supervisor, control) -> None:
@@ -315,8 +373,10 @@ def _announce(layout: DevLayout, demo: bool, supervisor, control) -> None:
     print(f"bootstrap.servers={layout.bootstrap_servers}", flush=True)
     if layout.secure:
         print(f"client.properties={properties}", flush=True)
-    print(f"raftka dev: control with `raftka dev status|kill|pause|resume|restart NODE "
-          f"--data-dir {layout.data_dir}` from another terminal", file=sys.stderr, flush=True)
+    net = "|isolate" if layout.node_prefix is not None else ""
+    print(f"raftka dev: control with `raftka dev status|kill|pause|resume|restart{net} NODE "
+          f"--data-dir {layout.data_dir}` from another terminal"
+          + (" (`raftka dev heal` undoes isolate)" if net else ""), file=sys.stderr, flush=True)
     if demo:
         from clients.cli.demo import run_demo
         from common.security import PLAINTEXT, ClientSecurity
@@ -342,6 +402,16 @@ def _parse_sets(items: list[str]) -> dict[str, str]:
     return overrides
 
 
+def _node_prefix(text: str) -> str:
+    parts = text.split(".")
+    if len(parts) != 3 or parts[0] != "127" or \
+            not all(p.isdigit() and 0 <= int(p) <= 255 for p in parts):
+        import argparse
+        raise argparse.ArgumentTypeError(f"{text!r}: a prefix like 127.0.0 (three numbers, "
+                                         "the first 127: a loopback address)")
+    return text
+
+
 def cmd_dev(args) -> int:
     if args.action:
         from clients.cli.dev_control import run_control
@@ -349,7 +419,8 @@ def cmd_dev(args) -> int:
     if args.node:
         raise SystemExit(f"raftka dev: unexpected argument {args.node!r}")
     return run_dev(args.data_dir, args.base_port, _parse_sets(args.set), args.demo, args.quiet,
-                   secure=args.secure, brokers=args.brokers, add_broker=args.add_broker)
+                   secure=args.secure, brokers=args.brokers, add_broker=args.add_broker,
+                   node_prefix=args.node_addresses)
 
 
 def register(sub) -> None:
@@ -362,10 +433,11 @@ def register(sub) -> None:
                          "Running it again resumes with the same data. --add-broker ID joins "
                          "one more broker to the cluster running from --data-dir.")
     dev.add_argument("action", nargs="?",
-                     choices=["status", "kill", "pause", "resume", "restart", "isolate"],
+                     choices=["status", "kill", "pause", "resume", "restart", "isolate", "heal"],
                      help="control the `raftka dev` running from --data-dir (another terminal): "
-                          "status; kill (SIGKILL), pause (SIGSTOP), resume, restart NODE "
-                          "(isolate: not available, says why)")
+                          "status; kill (SIGKILL), pause (SIGSTOP), resume, restart NODE; "
+                          "isolate NODE (cut it off the other nodes with nftables: needs "
+                          "--node-addresses and root), heal (undo every isolate)")
     dev.add_argument("node", nargs="?", help="broker-N or controller-C (or the bare id)")
     dev.add_argument("--output", choices=["table", "json"], default="table",
                      help="status as a table or as JSON")
@@ -382,6 +454,13 @@ def register(sub) -> None:
     dev.add_argument("--secure", action="store_true",
                      help="SASL_SSL listeners (SCRAM-SHA-512), a generated CA, ACLs enforced, a "
                           "super user; prints client.properties=PATH")
+    dev.add_argument("--node-addresses", nargs="?", const=DEV_NODE_PREFIX, metavar="PREFIX",
+                     type=_node_prefix,
+                     help=f"every node at its own loopback address (PREFIX.11-13 the "
+                          f"controllers, PREFIX.(21+N) broker N; PREFIX {DEV_NODE_PREFIX} "
+                          "unless given, any 127.x.y), connecting from it too, so `raftka dev "
+                          "isolate` can cut one off; the printed bootstrap.servers names "
+                          "those addresses")
     dev.add_argument("--brokers", type=int, default=len(BROKER_IDS),
                      help="partition servers to run, ids 0..N-1 (default 3)")
     dev.add_argument("--add-broker", type=int, metavar="ID",

@@ -22,8 +22,9 @@ from clients.cli.dev import (CONTROLLER_IDS, MAX_BROKERS, STOP_TIMEOUT_S, DevLay
                              start_broker, wait_ready)
 
 
-def _base_port(data_dir: Path) -> int | None:
-    """The running dev cluster's base port: its first controller listens on base+1000."""
+def _base_port(data_dir: Path) -> tuple[int, str | None] | None:
+    """The running dev cluster's base port (its first controller listens on base+1000) and node
+    address prefix (None: every node on 127.0.0.1; else that controller is at <prefix>.11)."""
     path = data_dir / "configs" / f"controller-{CONTROLLER_IDS[0]}.properties"
     try:
         lines = path.read_text().splitlines()
@@ -33,16 +34,18 @@ def _base_port(data_dir: Path) -> int | None:
         key, _, value = line.partition("=")
         if key.strip() == "listeners":
             try:
-                return int(value.rsplit(":", 1)[1]) - 1000
+                host, port = value.split("://", 1)[1].rsplit(":", 1)
+                prefix = None if host == "127.0.0.1" else host.rsplit(".", 1)[0]
+                return int(port) - 1000, prefix
             except (IndexError, ValueError):
                 return None
     return None
 
 
-def _port_free(port: int) -> bool:
+def _port_free(host: str, port: int) -> bool:
     with socket.socket() as s:
         try:
-            s.bind(("127.0.0.1", port))
+            s.bind((host, port))
         except OSError:
             return False
     return True
@@ -51,16 +54,17 @@ def _port_free(port: int) -> bool:
 def run_add_broker(data_dir: str, broker_id: int, overrides: dict[str, str], quiet: bool,
                    ready_timeout_s: float, secure: bool) -> int:
     root = Path(data_dir).resolve()
-    base = _base_port(root)
-    if base is None:
+    found = _base_port(root)
+    if found is None:
         print(f"raftka dev: no `raftka dev` cluster under {root} (no controller config in "
               f"{root / 'configs'})", file=sys.stderr)
         return 2
     if not 0 <= broker_id < MAX_BROKERS:
         print(f"raftka dev: --add-broker must be 0..{MAX_BROKERS - 1}", file=sys.stderr)
         return 2
-    layout = DevLayout(root, base, overrides, secure)
-    if not _port_free(layout.broker_port(broker_id)):
+    base, prefix = found
+    layout = DevLayout(root, base, overrides, secure, node_prefix=prefix)
+    if not _port_free(layout.broker_host(broker_id), layout.broker_port(broker_id)):
         # most likely that broker runs already: a second process on its log directory must
         # not start
         print(f"raftka dev: port {layout.broker_port(broker_id)} of broker {broker_id} is in "
@@ -75,7 +79,8 @@ def run_add_broker(data_dir: str, broker_id: int, overrides: dict[str, str], qui
         if problem:
             print(f"raftka dev: {problem}", file=sys.stderr)
             return 1
-        print(f"broker {broker_id} joined: 127.0.0.1:{layout.broker_port(broker_id)}", flush=True)
+        print(f"broker {broker_id} joined: {layout.broker_host(broker_id)}:"
+              f"{layout.broker_port(broker_id)}", flush=True)
         while not stop.wait(0.5):
             if proc.proc.poll() is not None:
                 print(f"raftka dev: broker-{broker_id} exited", file=sys.stderr)

@@ -1,10 +1,12 @@
 """The control socket of a running `raftka dev` (issue 21 item 1): `raftka dev status | kill |
-pause | resume | restart NODE` in another terminal talk to it.
+pause | resume | restart | isolate NODE` and `raftka dev heal` in another terminal talk to it
+(isolate/heal: dev_netfaults.py).
 
 A Unix socket at `<data-dir>/dev.sock` (only local users with access to the data dir reach it),
 one JSON line per request and one per reply, then the connection closes:
     {"op": "status"}                      -> {"ok": true, "nodes": [...], "bootstrap": "..."}
     {"op": "kill", "node": "broker-1"}    -> {"ok": true, "message": "..."}
+    {"op": "heal"}                        -> {"ok": true, "message": "..."}
     anything refused                      -> {"ok": false, "error": "..."}
 `status` then asks the cluster itself (from the client's process, so a slow cluster never blocks
 the supervisor) for the quorum leader (DescribeQuorum) and each partition's leader and ISR
@@ -20,10 +22,12 @@ import sys
 import threading
 from pathlib import Path
 
+from clients.cli.dev_netfaults import NET_OPS
 from clients.cli.dev_supervisor import ACTIONS, CommandRefused
 
 SOCKET_NAME = "dev.sock"
-OPS = ("status",) + ACTIONS
+OPS = ("status",) + ACTIONS + NET_OPS
+NO_NODE = ("status", "heal")
 MAX_LINE = 4096
 
 
@@ -46,19 +50,26 @@ def decode_request(line: bytes) -> tuple[str, str | None]:
     if not isinstance(req, dict) or req.get("op") not in OPS:
         raise CommandRefused(f"op must be one of {', '.join(OPS)}")
     node = req.get("node")
-    if req["op"] != "status" and not isinstance(node, str):
+    if req["op"] not in NO_NODE and not isinstance(node, str):
         raise CommandRefused(f"{req['op']} needs a node (e.g. broker-1)")
     return req["op"], node
 
 
 def handle(supervisor, bootstrap: str, line: bytes,
-           client_properties: str | None = None, health_urls: dict | None = None) -> dict:
-    """The reply to one request line (a status names each node's /health/ready URL)."""
+           client_properties: str | None = None, health_urls: dict | None = None,
+           net=None) -> dict:
+    """The reply to one request line (a status names each node's /health/ready URL; `net`:
+    the cluster's dev_netfaults.DevNetFaults)."""
     try:
         op, node = decode_request(line)
         if op == "status":
             return {"ok": True, "nodes": supervisor.status(), "bootstrap": bootstrap,
-                    "client_properties": client_properties, "health": health_urls or {}}
+                    "client_properties": client_properties, "health": health_urls or {},
+                    "isolated": sorted(net.isolated) if net is not None else []}
+        if op in NET_OPS:
+            if net is None:
+                raise CommandRefused(f"{op} is not available from this `raftka dev`")
+            return {"ok": True, "message": net.command(op, node)}
         return {"ok": True, "message": supervisor.command(op, node)}
     except CommandRefused as exc:
         return {"ok": False, "error": str(exc)}
@@ -69,8 +80,9 @@ def handle(supervisor, bootstrap: str, line: bytes,
 # -- the server, a thread of `raftka dev` ------------------------------------------------------
 
 class ControlServer:
-    def __init__(self, data_dir: Path, supervisor, bootstrap: str):
+    def __init__(self, data_dir: Path, supervisor, bootstrap: str, net=None):
         self.path = socket_path(data_dir)
+        self._net = net
         self._supervisor = supervisor
         self._bootstrap = bootstrap
         self._sock: socket.socket | None = None
@@ -114,7 +126,8 @@ class ControlServer:
                 try:
                     line = conn.makefile("rb").readline(MAX_LINE)
                     conn.sendall(encode(handle(self._supervisor, self._bootstrap, line,
-                                              self.client_properties, self.health_urls)))
+                                              self.client_properties, self.health_urls,
+                                              self._net)))
                 except OSError:
                     pass                    # the client went away; nothing to answer
 
@@ -152,22 +165,8 @@ def request(data_dir: Path, op: str, node: str | None = None, timeout: float = 3
     return json.loads(reply)
 
 
-# Why no `isolate`: on one loopback interface every node talks from 127.0.0.1 on ephemeral
-# ports, so nothing outside the nodes can tell broker-1's traffic from its peers' without root
-# (iptables/cgroups, which a shared machine must not be changed for) or each node binding its
-# own 127.0.0.x source address (a change to the nodes' network code). Until then the command
-# says so instead of pretending.
-ISOLATE_REFUSED = ("isolate is not available: on loopback, cutting one node off the others needs "
-                   "root (iptables) or per-node source addresses the nodes do not have yet; "
-                   "`pause` (SIGSTOP) is the nearest fault — a node that stops answering while "
-                   "its connections stay open")
-
-
 def run_control(data_dir: str, action: str, node: str | None, output: str) -> int:
-    if action == "isolate":
-        print(f"raftka dev isolate: {ISOLATE_REFUSED}", file=sys.stderr)
-        return 2
-    if action != "status" and not node:
+    if action not in NO_NODE and not node:
         print(f"raftka dev {action}: name a node, e.g. `raftka dev {action} broker-1`",
               file=sys.stderr)
         return 2
@@ -186,6 +185,9 @@ def run_control(data_dir: str, action: str, node: str | None, output: str) -> in
         print(reply["message"])
         return 0
     from clients.cli.dev_status import cluster_view, format_status, health_view
+    for n in reply["nodes"]:
+        if n["name"] in reply.get("isolated", []):
+            n["state"] += ", isolated"
     view = {"nodes": health_view(reply["nodes"], reply.get("health") or {}),
             **cluster_view(reply["nodes"], reply["bootstrap"], reply.get("client_properties"))}
     print(json.dumps(view) if output == "json" else format_status(view))

@@ -58,7 +58,11 @@ def test_add_broker_reads_the_running_clusters_base_port(tmp_path, capsys):
     layout = DevLayout(tmp_path, base)
     write_properties(tmp_path / "configs" / "controller-3000.properties",
                      layout.controller_properties(0))
-    assert _base_port(tmp_path) == base
+    assert _base_port(tmp_path) == (base, None)
+    at_own = DevLayout(tmp_path / "own", base, node_prefix="127.0.0")
+    write_properties(tmp_path / "own" / "configs" / "controller-3000.properties",
+                     at_own.controller_properties(0))
+    assert _base_port(tmp_path / "own") == (base, "127.0.0")
     assert run_add_broker(str(tmp_path), -1, {}, True, 1, False) == 2
     with socket.socket() as busy:                 # broker 1's port taken: refused
         busy.bind(("127.0.0.1", layout.broker_port(1)))

@@ -142,10 +142,11 @@ def test_handle_answers_refusals_as_errors_not_crashes():
     assert json.loads(encode(reply)) == reply
 
 
-def test_isolate_is_refused_with_its_reason_and_no_daemon_needed(tmp_path, capsys):
+def test_control_commands_without_a_node_or_a_daemon_are_refused(tmp_path, capsys):
     from clients.cli.dev_control import run_control
-    assert run_control(str(tmp_path), "isolate", "broker-1", "table") == 2
-    assert "isolate is not available: on loopback" in capsys.readouterr().err
+    assert run_control(str(tmp_path), "isolate", None, "table") == 2   # which node?
+    assert "name a node" in capsys.readouterr().err
+    assert run_control(str(tmp_path), "heal", None, "table") == 3      # needs none; none runs
     assert run_control(str(tmp_path), "kill", None, "table") == 2      # which node?
     assert run_control(str(tmp_path), "status", None, "table") == 3    # nothing runs there
     assert "no `raftka dev` is running on" in capsys.readouterr().err

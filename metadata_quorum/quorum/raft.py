@@ -38,7 +38,7 @@ from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.config import FAIL_REASON
 
 from metadata_quorum.image import MetadataImage
-from metadata_quorum.quorum.raft_port import DropLog, checked_transport
+from metadata_quorum.quorum.raft_port import DropLog, bind_outgoing_raft, checked_transport
 from metadata_quorum.records import MAX_RECORD_BYTES, MetadataRecordError, decode_record, split_batch
 
 log = logging.getLogger(__name__)
@@ -177,6 +177,7 @@ class RaftQuorum:
         self.on_state_change: Callable[[], None] | None = None
         others = [addr for nid, addr in sorted(raft_peers.items()) if nid != node_id]
         self.drops = DropLog()
+        bind_outgoing_raft(raft_peers[node_id].rpartition(":")[0].strip("[]"))
         self.obj = SyncObj(raft_peers[node_id], others, conf, consumers=[self.log],
                            transportClass=checked_transport(self.drops))
 

@@ -22,6 +22,13 @@ the port belongs behind a firewall that only lets the controllers in (nothing is
 
 Without a password pysyncobj unpickles whatever arrives: metadata_quorum/config.py never lets a
 controller start without one.
+
+Outgoing Raft connections leave from the host of this node's own Raft address
+(`bind_outgoing_raft`). pysyncobj lets the kernel choose, which on loopback is 127.0.0.1 for
+every node: controllers at their own addresses (127.0.0.11, .12, ...) would then be told apart
+only by ephemeral ports, and a kernel fault that isolates one address would miss half its links.
+pysyncobj creates the socket inside `TcpConnection.connect` with no hook, so the `socket` module
+that module sees is replaced by one whose `socket()` binds first (one Raft node per process).
 """
 
 from __future__ import annotations
@@ -30,7 +37,11 @@ import logging
 import threading
 import time
 
+import socket as _socket
+import types
+
 from cryptography.fernet import InvalidToken
+from pysyncobj import tcp_connection
 from pysyncobj.transport import TCPTransport
 
 log = logging.getLogger(__name__)
@@ -41,6 +52,7 @@ LOG_EVERY_S = 10.0          # per peer host: one line, then a count of what was 
 PRE_AUTH_TIMEOUT_S = 10.0
 PRE_AUTH_MAX_BYTES = 64 * 1024
 MAX_PRE_AUTH = 64
+IP_BIND_ADDRESS_NO_PORT = getattr(_socket, "IP_BIND_ADDRESS_NO_PORT", 24)   # Linux 4.2+
 MAX_PRE_AUTH_PER_HOST = 8     # controllers have one each at most, for milliseconds
 
 
@@ -196,3 +208,30 @@ def _cap_pre_auth_reads(conn, peer: str, drops: DropLog) -> None:
             return False
         return more
     conn._TcpConnection__processRead = capped_read
+
+
+def bind_outgoing_raft(host: str) -> None:
+    """pysyncobj's outgoing connections leave from `host` (this node's Raft host) from now on;
+    a wildcard host (0.0.0.0, ::, empty) leaves the choice to the kernel."""
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        tcp_connection.socket = _socket
+        return
+
+    def bound_socket(family=_socket.AF_INET, kind=_socket.SOCK_STREAM, *args):
+        sock = _socket.socket(family, kind, *args)
+        try:
+            # the port is chosen at connect(), per destination: no ephemeral-port exhaustion
+            sock.setsockopt(_socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
+        except OSError:
+            pass                     # an older kernel: bind() picks the port, which is fine
+        try:
+            sock.bind((host, 0))
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    shim = types.ModuleType("socket")
+    shim.__dict__.update(_socket.__dict__)
+    shim.socket = bound_socket
+    tcp_connection.socket = shim

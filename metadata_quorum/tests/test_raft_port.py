@@ -79,3 +79,26 @@ def test_closed_during_key_exchange_is_logged_once_per_window(caplog):
         drops.closed_by("to 127.0.0.1:9000")
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2 and "another raftka.controller.raft.password" in lines[0]
+
+
+def test_outgoing_raft_connections_leave_from_the_raft_host():
+    """pysyncobj creates its sockets itself; bind_outgoing_raft makes them bind first."""
+    import socket
+
+    from pysyncobj import tcp_connection
+
+    from metadata_quorum.quorum.raft_port import bind_outgoing_raft
+    server = socket.socket()
+    server.bind(("127.77.1.13", 0))
+    server.listen()
+    try:
+        bind_outgoing_raft("127.77.1.11")
+        sock = tcp_connection.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.connect(server.getsockname())
+        assert server.accept()[1][0] == "127.77.1.11"
+        sock.close()
+        bind_outgoing_raft("0.0.0.0")             # a wildcard Raft host: the kernel chooses
+        assert tcp_connection.socket is socket
+    finally:
+        tcp_connection.socket = socket
+        server.close()
