@@ -106,6 +106,16 @@ def txn_rate_ours(bootstrap: str, topic: str, txns: int, tid: str) -> tuple[floa
     return trio.run(run)
 
 
+def cluster_cpu_s(cluster: LiveCluster) -> float:
+    """User + system CPU seconds used so far by every node process of `cluster` (Linux)."""
+    total = 0
+    for p in cluster.procs:
+        with open(f"/proc/{p.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def start_cluster(tree: str | None, rf: int) -> LiveCluster:
     """A cluster whose nodes run the code of `tree` (`-m` puts the cwd first on the path)."""
     overrides = {"transaction.state.log.num.partitions": "6", **(RF1 if rf == 1 else {})}
@@ -141,33 +151,40 @@ def compare_trees(args) -> None:
             for r in range(args.rounds):
                 order = [(t, c) for t in trees for c in args.client]
                 for tree, client in (order if r % 2 == 0 else order[::-1]):
+                    cpu0 = cluster_cpu_s(clusters[tree])
                     rate, lat = runners[client](clusters[tree].bootstrap, "bench-txn",
                                                 args.txns, f"bench-{client}")
-                    results.setdefault((rf, client, tree), []).append((rate, lat))
+                    cpu = (cluster_cpu_s(clusters[tree]) - cpu0) / args.txns * 1000
+                    results.setdefault((rf, client, tree), []).append((rate, lat, cpu))
                     print(f"RF {rf} {client:9s} {tree or '.'}: {rate:.1f} txn/s, commit p50 "
-                          f"{pct(lat, 0.5) * 1000:.1f} ms, p99 {pct(lat, 0.99) * 1000:.1f} ms "
-                          f"(load {os.getloadavg()[0]:.1f})", flush=True)
+                          f"{pct(lat, 0.5) * 1000:.1f} ms, p99 {pct(lat, 0.99) * 1000:.1f} ms, "
+                          f"cluster CPU {cpu:.1f} ms/txn (load {os.getloadavg()[0]:.1f})",
+                          flush=True)
         finally:
             for c in clusters.values():
                 c.stop()
     load_after = os.getloadavg()
-    print("\nRF | client | tree | txn/s (median of rounds) | commit p50 ms | p99 ms")
+    print("\nRF | client | tree | txn/s (median of rounds) | commit p50 ms | p99 ms | "
+          "cluster CPU ms/txn (median)")
     for (rf, client, tree), runs in results.items():
-        lat = [x for _, ls in runs for x in ls]
-        print(f"{rf} | {client} | {tree or '.'} | {statistics.median(r for r, _ in runs):.1f} | "
-              f"{pct(lat, 0.5) * 1000:.1f} | {pct(lat, 0.99) * 1000:.1f}")
+        lat = [x for _, ls, _ in runs for x in ls]
+        print(f"{rf} | {client} | {tree or '.'} | "
+              f"{statistics.median(r for r, _, _ in runs):.1f} | {pct(lat, 0.5) * 1000:.1f} | "
+              f"{pct(lat, 0.99) * 1000:.1f} | {statistics.median(c for _, _, c in runs):.1f}")
     if len(trees) == 2:
-        print("\nratios last tree / first tree (txn/s; commit p50 first / last):")
+        print("\nratios (txn/s and CPU: last tree / first; commit p50: first / last):")
         for rf in args.rf:
             for client in args.client:
                 a, b = results.get((rf, client, trees[0])), results.get((rf, client, trees[1]))
                 if a and b:
-                    ra = statistics.median(r for r, _ in a)
-                    rb = statistics.median(r for r, _ in b)
-                    pa = pct([x for _, ls in a for x in ls], 0.5)
-                    pb = pct([x for _, ls in b for x in ls], 0.5)
+                    ra = statistics.median(r for r, _, _ in a)
+                    rb = statistics.median(r for r, _, _ in b)
+                    pa = pct([x for _, ls, _ in a for x in ls], 0.5)
+                    pb = pct([x for _, ls, _ in b for x in ls], 0.5)
+                    ca = statistics.median(c for _, _, c in a)
+                    cb = statistics.median(c for _, _, c in b)
                     print(f"RF {rf} {client}: throughput x{rb / ra:.2f}, commit p50 "
-                          f"x{pa / pb:.2f} faster")
+                          f"x{pa / pb:.2f} faster, cluster CPU per txn x{cb / ca:.2f}")
     print(f"load average (1, 5, 15 min) before {load_before[0]:.1f} {load_before[1]:.1f} "
           f"{load_before[2]:.1f}, after {load_after[0]:.1f} {load_after[1]:.1f} "
           f"{load_after[2]:.1f}")
