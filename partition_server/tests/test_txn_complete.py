@@ -71,9 +71,11 @@ class Cluster:
         while True:
             hosted = self.state_log()
             offset = min(hosted.log.log_end_offset, self.follower_limit)
+            hw = hosted.state.high_watermark
             self.replicas.read(TXN_TOPIC, 0, int(offset), 1 << 20, hosted.state.leader_epoch,
                                2, hosted.state.leader_epoch, 0, min_one=True)
-            self.purgatory.notify(TXN_KEY)
+            if hosted.state.high_watermark != hw:
+                self.purgatory.notify(TXN_KEY)          # as the leader's fetch handler does
             await trio.sleep(0.001)
 
 
@@ -94,6 +96,8 @@ async def wait_for(condition, timeout_s: float = 10) -> None:
 async def test_complete_is_not_awaited_and_a_lost_one_is_redone(tmp_path):
     c = Cluster(tmp_path)
     txn = c.txn
+    woken_at = []          # the state log's end at each wake-up of its followers' long polls
+    c.purgatory.watch([TXN_KEY], lambda key: woken_at.append(c.state_log().log.log_end_offset))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(txn.run)
         nursery.start_soon(c.follow)
@@ -112,6 +116,8 @@ async def test_complete_is_not_awaited_and_a_lost_one_is_redone(tmp_path):
         assert hosted.log.log_end_offset == 4 and hosted.state.high_watermark == 3
         assert "tx" not in txn.completing
         assert markers(c.replicas) == [(1, pid)]
+        # nothing follows it: the followers are still woken for it (shortly after)
+        await wait_for(lambda: 4 in woken_at)
 
         # a failover before it replicated: the new leader's log ends with PrepareCommit (as a
         # replica that never got the record), in a new leader epoch; the coordinator reloads

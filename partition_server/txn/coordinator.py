@@ -264,7 +264,8 @@ class TransactionCoordinator:
         res = self.replicas.append_as_coordinator(TXN_TOPIC, p, _record_batch(meta, ts), ts)
         if res.error != ErrorCode.NONE:
             return coordinator_error(res.error)
-        self.purgatory.notify((TXN_TOPIC, p))          # followers' long polls fetch it now
+        # wake the followers' long polls (in a broker the append's on_change does it too)
+        self.purgatory.notify((TXN_TOPIC, p))
         self.txns[tid] = meta
         return ErrorCode.NONE
 
