@@ -1,17 +1,27 @@
-"""Exactly-once benchmark on a local 3-broker cluster (issue #11):
+"""Exactly-once benchmark on a local 3-broker cluster (issues #11 and #23):
 
 - idempotent produce throughput as a ratio to non-idempotent in the same run (goal >= 0.9):
   confluent-kafka, acks=all, 100 B records, RF 3, 6 partitions, alternating rounds so both see
   the same machine noise;
 - transactions/s with 10 records each (begin, 10 produces over 3 partitions, commit), and
-  the commit latency p50/p99 (EndTxn → markers on every partition → Complete).
+  the commit latency p50/p99 (commit_transaction: the records' acks, then EndTxn), one
+  producer, with confluent-kafka and/or our producer (`--client confluent --client ours`).
 
     python3 bench/transactions.py [--rounds 3] [--records 200000] [--txns 300]
+
+Two code trees side by side (issue #23: before/after), transactions only, RF 3 and RF 1: a
+cluster per tree and replication factor is started from that tree (its brokers and
+controllers), and rounds alternate between the trees and clients so all see the same noise.
+
+    git worktree add /tmp/old <base commit>        # then build its C extension
+    python3 bench/transactions.py --txn-only --tree /tmp/old --tree . --rf 3 --rf 1 \
+        --client confluent --client ours --rounds 3 --txns 300
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -24,6 +34,10 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from partition_server.testing import LiveCluster  # noqa: E402
+
+RF1 = {"default.replication.factor": "1", "min.insync.replicas": "1",
+       "offsets.topic.replication.factor": "1", "transaction.state.log.replication.factor": "1",
+       "transaction.state.log.min.isr": "1"}
 
 
 def pct(values, q):
@@ -53,8 +67,9 @@ def produce_rate(bootstrap: str, topic: str, n: int, idempotent: bool) -> float:
     return n / elapsed
 
 
-def txn_rate(bootstrap: str, topic: str, txns: int) -> tuple[float, list[float]]:
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "bench-txn",
+def txn_rate(bootstrap: str, topic: str, txns: int, tid: str = "bench-txn"
+             ) -> tuple[float, list[float]]:
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid,
                   "linger.ms": 1})
     p.init_transactions(60)
     latencies = []
@@ -69,12 +84,130 @@ def txn_rate(bootstrap: str, topic: str, txns: int) -> tuple[float, list[float]]
     return txns / (time.perf_counter() - t0), latencies
 
 
+def txn_rate_ours(bootstrap: str, topic: str, txns: int, tid: str) -> tuple[float, list[float]]:
+    """The same loop with our producer (clients/, trio; EndTxn v5)."""
+    import trio
+
+    from clients.producer import Producer as OurProducer
+
+    async def run():
+        async with OurProducer(bootstrap, {"transactional.id": tid, "linger.ms": 1}) as p:
+            await p.init_transactions(60)
+            latencies = []
+            t0 = time.perf_counter()
+            for _ in range(txns):
+                await p.begin_transaction()
+                for i in range(10):
+                    await p.send(topic, b"y" * 100, partition=i % 3)
+                c0 = time.perf_counter()
+                await p.commit_transaction(60)
+                latencies.append(time.perf_counter() - c0)
+            return txns / (time.perf_counter() - t0), latencies
+    return trio.run(run)
+
+
+def cluster_cpu_s(cluster: LiveCluster) -> float:
+    """User + system CPU seconds used so far by every node process of `cluster` (Linux)."""
+    total = 0
+    for p in cluster.procs:
+        with open(f"/proc/{p.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def start_cluster(tree: str | None, rf: int) -> LiveCluster:
+    """A cluster whose nodes run the code of `tree` (`-m` puts the cwd first on the path)."""
+    overrides = {"transaction.state.log.num.partitions": "6", **(RF1 if rf == 1 else {})}
+    old_cwd, old_pp = os.getcwd(), os.environ.get("PYTHONPATH")
+    if tree:
+        os.chdir(tree)
+        os.environ["PYTHONPATH"] = tree
+    try:
+        return LiveCluster(Path(tempfile.mkdtemp(prefix="bench-txn-")), overrides).start()
+    finally:
+        os.chdir(old_cwd)
+        if old_pp is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old_pp
+
+
+def compare_trees(args) -> None:
+    """Transactions only: every tree x RF x client, rounds alternating (see the docstring)."""
+    trees = [os.path.abspath(t) for t in args.tree] if args.tree else [None]
+    runners = {"confluent": txn_rate, "ours": txn_rate_ours}
+    results: dict = {}
+    load_before = os.getloadavg()
+    for rf in args.rf:
+        clusters = {}
+        try:
+            for tree in trees:
+                clusters[tree] = c = start_cluster(tree, rf)
+                admin = AdminClient({"bootstrap.servers": c.bootstrap})
+                admin.create_topics([NewTopic("bench-txn", 3, rf)])["bench-txn"].result(30)
+                for client in args.client:                              # warm-up
+                    runners[client](c.bootstrap, "bench-txn", 20, f"bench-{client}")
+            for r in range(args.rounds):
+                order = [(t, c) for t in trees for c in args.client]
+                for tree, client in (order if r % 2 == 0 else order[::-1]):
+                    cpu0 = cluster_cpu_s(clusters[tree])
+                    rate, lat = runners[client](clusters[tree].bootstrap, "bench-txn",
+                                                args.txns, f"bench-{client}")
+                    cpu = (cluster_cpu_s(clusters[tree]) - cpu0) / args.txns * 1000
+                    results.setdefault((rf, client, tree), []).append((rate, lat, cpu))
+                    print(f"RF {rf} {client:9s} {tree or '.'}: {rate:.1f} txn/s, commit p50 "
+                          f"{pct(lat, 0.5) * 1000:.1f} ms, p99 {pct(lat, 0.99) * 1000:.1f} ms, "
+                          f"cluster CPU {cpu:.1f} ms/txn (load {os.getloadavg()[0]:.1f})",
+                          flush=True)
+        finally:
+            for c in clusters.values():
+                c.stop()
+    load_after = os.getloadavg()
+    print("\nRF | client | tree | txn/s (median of rounds) | commit p50 ms | p99 ms | "
+          "cluster CPU ms/txn (median)")
+    for (rf, client, tree), runs in results.items():
+        lat = [x for _, ls, _ in runs for x in ls]
+        print(f"{rf} | {client} | {tree or '.'} | "
+              f"{statistics.median(r for r, _, _ in runs):.1f} | {pct(lat, 0.5) * 1000:.1f} | "
+              f"{pct(lat, 0.99) * 1000:.1f} | {statistics.median(c for _, _, c in runs):.1f}")
+    if len(trees) == 2:
+        print("\nratios (txn/s and CPU: last tree / first; commit p50: first / last):")
+        for rf in args.rf:
+            for client in args.client:
+                a, b = results.get((rf, client, trees[0])), results.get((rf, client, trees[1]))
+                if a and b:
+                    ra = statistics.median(r for r, _, _ in a)
+                    rb = statistics.median(r for r, _, _ in b)
+                    pa = pct([x for _, ls, _ in a for x in ls], 0.5)
+                    pb = pct([x for _, ls, _ in b for x in ls], 0.5)
+                    ca = statistics.median(c for _, _, c in a)
+                    cb = statistics.median(c for _, _, c in b)
+                    print(f"RF {rf} {client}: throughput x{rb / ra:.2f}, commit p50 "
+                          f"x{pa / pb:.2f} faster, cluster CPU per txn x{cb / ca:.2f}")
+    print(f"load average (1, 5, 15 min) before {load_before[0]:.1f} {load_before[1]:.1f} "
+          f"{load_before[2]:.1f}, after {load_after[0]:.1f} {load_after[1]:.1f} "
+          f"{load_after[2]:.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--txns", type=int, default=300)
+    ap.add_argument("--txn-only", action="store_true",
+                    help="transactions only (with --tree, --rf, --client)")
+    ap.add_argument("--tree", action="append", help="a code tree to run the cluster from (repeat)")
+    ap.add_argument("--rf", action="append", type=int, choices=(1, 3),
+                    help="replication factor of the transactions' topics (repeat; default 3)")
+    ap.add_argument("--client", action="append", choices=("confluent", "ours"),
+                    help="transactional producer (repeat; default confluent)")
     args = ap.parse_args()
+    args.rf = args.rf or [3]
+    args.client = args.client or ["confluent"]
+    if args.txn_only or args.tree:
+        compare_trees(args)
+        return
     with tempfile.TemporaryDirectory() as d:
         cluster = LiveCluster(Path(d), {"transaction.state.log.num.partitions": "6"}).start()
         try:

@@ -8,8 +8,9 @@ markers, timeouts, failover. Decisions are in the pure `state.py`.
   (msgpack) — appended with acks=all semantics *before* the new state is installed, so a new
   coordinator rebuilds every transaction by replaying the compacted partition.
 - EndTxn logs PrepareCommit/PrepareAbort and answers; a background task then writes the markers
-  (`markers.py`, retried until every partition has one) and logs CompleteCommit/CompleteAbort.
-  Meanwhile the transactional id answers CONCURRENT_TRANSACTIONS (clients retry).
+  (`markers.py`, retried until every partition has one) and logs CompleteCommit/CompleteAbort
+  (appended, not awaited: `_log_complete`). Meanwhile requests of the transactional id wait
+  for the markers (bounded), then answer CONCURRENT_TRANSACTIONS (clients retry).
 - Failover: a coordinator that loads a partition resumes every PrepareCommit/PrepareAbort
   (and PrepareEpochFence: aborted) transaction — the decision was logged, only markers may be
   missing; Ongoing ones go on and abort at their timeout like any other.
@@ -70,6 +71,12 @@ def now_ms() -> int:
 
 def partition_for(transactional_id: str, partitions: int) -> int:
     return (java_string_hash(transactional_id) & 0x7FFFFFFF) % partitions
+
+
+def _record_batch(meta: S.TransactionMetadata, ts: int) -> bytes:
+    """The `__transaction_state` record of `meta` (key [0, id], msgpack value)."""
+    return build_batch([(msgpack.packb([TXN_KEY, meta.transactional_id]),
+                         msgpack.packb(meta.to_record()), [], ts)])
 
 
 class TransactionCoordinator:
@@ -232,13 +239,33 @@ class TransactionCoordinator:
         p = self.partition_of(tid)
         epoch = self.loaded.get(p)
         ts = now_ms()
-        batch = build_batch([(msgpack.packb([TXN_KEY, tid]), msgpack.packb(meta.to_record()),
-                              [], ts)])
-        err = await self._append_and_wait(p, batch, ts, timeout_s)
+        err = await self._append_and_wait(p, _record_batch(meta, ts), ts, timeout_s)
         if err != ErrorCode.NONE:
             return err
         if self.loaded.get(p) != epoch:
             return ErrorCode.NOT_COORDINATOR          # lost (and maybe regained) meanwhile
+        self.txns[tid] = meta
+        return ErrorCode.NONE
+
+    def _log_complete(self, meta: S.TransactionMetadata) -> ErrorCode:
+        """CompleteCommit/CompleteAbort: appended and installed without waiting for the high
+        watermark, so the next request of this id (usually the producer's next
+        AddPartitionsToTxn, already waiting for the markers) goes ahead one replication round
+        sooner — its own record follows in the log, often in the same follower fetch (Kafka
+        waits for this append too). Safe because the outcome was decided by the durable
+        Prepare* record: an answer given from this state (a retried EndTxn) says what that
+        record says, and every later change of the id is a record appended after this one and
+        awaited (acks=all), which commits both. If it is lost in a failover, the next
+        coordinator finds Prepare* and writes the markers again (a partition ignores a marker
+        of a transaction it has already closed)."""
+        tid = meta.transactional_id
+        p = self.partition_of(tid)
+        ts = now_ms()
+        res = self.replicas.append_as_coordinator(TXN_TOPIC, p, _record_batch(meta, ts), ts)
+        if res.error != ErrorCode.NONE:
+            return coordinator_error(res.error)
+        # wake the followers' long polls (in a broker the append's on_change does it too)
+        self.purgatory.notify((TXN_TOPIC, p))
         self.txns[tid] = meta
         return ErrorCode.NONE
 
@@ -405,7 +432,7 @@ class TransactionCoordinator:
                         current = self.txns.get(tid)
                         if current is not meta:
                             continue
-                        err = await self._persist(S.complete(meta, now_ms()))
+                        err = self._log_complete(S.complete(meta, now_ms()))
                     if err == ErrorCode.NONE:
                         return
                 else:
