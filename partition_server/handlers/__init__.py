@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import logging
 
-from partition_server.handlers import (admin, client_quotas, cluster, consumer_group, fetch, group,
+from partition_server.handlers import (admin, client_quotas, cluster, consumer_group,
+                                       describe_configs, fetch, group,
                                        log_dirs, produce, producer_id, security, txn)
 from partition_server.handlers.context import HandlerContext
 from wire.messages.api_keys import ApiKey
@@ -106,7 +107,7 @@ HANDLERS = {
     ApiKey.LIST_TRANSACTIONS: txn.handle_list_transactions,
     ApiKey.DESCRIBE_PRODUCERS: txn.handle_describe_producers,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: fetch.handle_offset_for_leader_epoch,
-    ApiKey.DESCRIBE_CONFIGS: cluster.handle_describe_configs,
+    ApiKey.DESCRIBE_CONFIGS: describe_configs.handle_describe_configs,
     ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
     ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle_describe_log_dirs,
     ApiKey.DESCRIBE_ACLS: security.handle_describe_acls,
