@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (0, 11),                  # v0-2 answered UNSUPPORTED_FOR_MESSAGE_FORMAT: magic v2 only
-    ApiKey.FETCH: (4, 12),                    # v13+ needs topic ids in fetch sessions: not yet
+    ApiKey.FETCH: (4, 17),                    # v13+: topics by id (UNKNOWN_TOPIC_ID); v15: ReplicaState
     ApiKey.LIST_OFFSETS: (1, 8),
     ApiKey.METADATA: (0, 12),
     ApiKey.OFFSET_COMMIT: (0, 9),             # v9: KIP-848 member epochs

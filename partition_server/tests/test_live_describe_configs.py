@@ -2,7 +2,8 @@
 seen through confluent-kafka, kafka-python 3, kafka-python 2.0.2 and aiokafka: every config we
 honour (advertised.listeners included, null when unset), sources per level
 (DYNAMIC_BROKER / DYNAMIC_DEFAULT_BROKER / STATIC_BROKER / DEFAULT), Kafka's config types (never
-UNKNOWN), PASSWORD values redacted, synonyms most specific first.
+UNKNOWN), PASSWORD values redacted, synonyms most specific first. And ApiVersions: kafka-python
+infers Kafka 3.9 (its test is Fetch v17) and reads records through Fetch v17 (topics by id).
 """
 
 import asyncio
@@ -14,6 +15,7 @@ from aiokafka.admin.config_resource import ConfigResource as AioResource
 from aiokafka.admin.config_resource import ConfigResourceType as AioType
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
 from kafka.admin import ConfigResource as KpResource
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient
 
 from clients.cli.main import main as cli_main
@@ -31,7 +33,7 @@ def cluster(tmp_path_factory):
     with LiveCluster(tmp_path_factory.mktemp("describe-configs"), overrides=STATIC,
                      brokers=1) as c:
         admin = AdminClient({"bootstrap.servers": c.bootstrap})
-        for f in admin.create_topics([NewTopic(TOPIC, 1, 1)]).values():
+        for f in admin.create_topics([NewTopic(TOPIC, 1, 1, config={"min.insync.replicas": "1"})]).values():
             f.result(30)
         # one dynamic level each: this broker's own, and the cluster-wide default (a resource
         # name librdkafka and kafka-python refuse to send: our CLI, as kafka-configs.sh)
@@ -137,3 +139,28 @@ def test_aiokafka_sees_sources_and_synonyms(cluster):
     assert [s[2] for s in synonyms] == [2, 3, 5]
     assert by_resource["0"]["ssl.key.password"][1] is None
     assert by_resource[TOPIC]["retention.bytes"][1:4] == ("1000", False, 2)
+
+
+def test_kafka_python_infers_3_9_and_fetches_at_v17(cluster):
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+    try:
+        for i in range(5):
+            producer.send(TOPIC, key=b"k", value=b"v%d" % i)
+        producer.flush(30)
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, enable_auto_commit=False,
+                             consumer_timeout_ms=20000)
+    try:
+        assert consumer.config["api_version"] == (3, 9)         # inferred from ApiVersions
+        tp = TopicPartition(TOPIC, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        values = []
+        for record in consumer:
+            values.append(record.value)
+            if len(values) == 5:
+                break
+    finally:
+        consumer.close()
+    assert values == [b"v%d" % i for i in range(5)]
