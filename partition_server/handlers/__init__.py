@@ -138,4 +138,4 @@ async def _authorized(hctx: HandlerContext, ctx, request):
     # handlers stay unaware of principals
     from partition_server.security.enforce import authorize_and_call
     return await authorize_and_call(hctx.authorizer, ctx, request,
-                                    lambda req: handler(hctx, req))
+                                    lambda req: handler(hctx, req), hctx.image.topic_names)
