@@ -22,7 +22,7 @@ from common.request_metrics import RequestStats, enabled_by_env
 from common.topic_configs import MOVES_THROTTLED_RATE
 from metadata_quorum.image import TOPIC_RESOURCE, MetadataImage
 from partition_server import clean_shutdown, housekeeping
-from partition_server.config import BrokerConfig
+from partition_server.config import BROKER_TO_TOPIC, BrokerConfig
 from partition_server.controller_client import ControllerClient
 from partition_server.load_report import LoadReporter
 from partition_server.fetch_session import FetchSessionCache
@@ -39,17 +39,6 @@ from partition_server.replication.partition import Role
 from partition_server.replication.throttle import ReplicationQuotas, parse_rate
 
 log = logging.getLogger(__name__)
-
-# broker defaults → topic config names, for topics without an override
-BROKER_TO_TOPIC = {
-    "log.segment.bytes": "segment.bytes", "log.roll.ms": "segment.ms",
-    "log.retention.ms": "retention.ms", "log.retention.bytes": "retention.bytes",
-    "log.flush.interval.messages": "flush.messages", "log.flush.interval.ms": "flush.ms",
-    "log.cleanup.policy": "cleanup.policy", "message.max.bytes": "max.message.bytes",
-    "min.insync.replicas": "min.insync.replicas",
-    "unclean.leader.election.enable": "unclean.leader.election.enable",
-}
-
 
 # fewer new partitions than this are opened inline (a thread hop is not worth it)
 OPEN_AHEAD_MIN = 64

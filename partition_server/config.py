@@ -244,6 +244,17 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
 ]}
 
 
+# broker defaults of topic configs: a topic without its own value takes the broker's
+BROKER_TO_TOPIC = {
+    "log.segment.bytes": "segment.bytes", "log.roll.ms": "segment.ms",
+    "log.retention.ms": "retention.ms", "log.retention.bytes": "retention.bytes",
+    "log.flush.interval.messages": "flush.messages", "log.flush.interval.ms": "flush.ms",
+    "log.cleanup.policy": "cleanup.policy", "message.max.bytes": "max.message.bytes",
+    "min.insync.replicas": "min.insync.replicas",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+}
+
+
 def _parse(defn: ConfigDef, raw: str) -> Any:
     raw = raw.strip()
     if defn.type in ("int", "long"):
@@ -332,6 +343,8 @@ class BrokerConfig:
     values: dict[str, Any]
     # {(LISTENER, key): value} from listener.name.<listener>.<key> (see PER_LISTENER_KEYS)
     listener_overrides: dict = dataclasses.field(default_factory=dict)
+    # keys the properties set (DescribeConfigs: STATIC_BROKER_CONFIG rather than DEFAULT_CONFIG)
+    static_keys: frozenset = frozenset()
 
     @classmethod
     def from_properties(cls, props: dict[str, str], *, allow_unknown_prefixes: tuple[str, ...] = (
@@ -386,7 +399,7 @@ class BrokerConfig:
             problems.append("raftka.inter.node.sasl.username and .password go together")
         if problems:
             raise ConfigError("; ".join(problems))
-        return cls(values, overrides)
+        return cls(values, overrides, frozenset(k for k in props if k in BROKER_CONFIG_DEFS))
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]

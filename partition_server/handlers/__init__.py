@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import logging
 
-from partition_server.handlers import (admin, client_quotas, cluster, consumer_group, fetch, group,
+from partition_server.handlers import (admin, client_quotas, cluster, consumer_group,
+                                       describe_configs, fetch, group,
                                        log_dirs, produce, producer_id, security, txn)
 from partition_server.handlers.context import HandlerContext
 from wire.messages.api_keys import ApiKey
@@ -15,7 +16,7 @@ log = logging.getLogger(__name__)
 
 SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (0, 11),                  # v0-2 answered UNSUPPORTED_FOR_MESSAGE_FORMAT: magic v2 only
-    ApiKey.FETCH: (4, 12),                    # v13+ needs topic ids in fetch sessions: not yet
+    ApiKey.FETCH: (4, 17),                    # v13+: topics by id (UNKNOWN_TOPIC_ID); v15: ReplicaState
     ApiKey.LIST_OFFSETS: (1, 8),
     ApiKey.METADATA: (0, 12),
     ApiKey.OFFSET_COMMIT: (0, 9),             # v9: KIP-848 member epochs
@@ -106,7 +107,7 @@ HANDLERS = {
     ApiKey.LIST_TRANSACTIONS: txn.handle_list_transactions,
     ApiKey.DESCRIBE_PRODUCERS: txn.handle_describe_producers,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: fetch.handle_offset_for_leader_epoch,
-    ApiKey.DESCRIBE_CONFIGS: cluster.handle_describe_configs,
+    ApiKey.DESCRIBE_CONFIGS: describe_configs.handle_describe_configs,
     ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
     ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle_describe_log_dirs,
     ApiKey.DESCRIBE_ACLS: security.handle_describe_acls,
@@ -137,4 +138,4 @@ async def _authorized(hctx: HandlerContext, ctx, request):
     # handlers stay unaware of principals
     from partition_server.security.enforce import authorize_and_call
     return await authorize_and_call(hctx.authorizer, ctx, request,
-                                    lambda req: handler(hctx, req))
+                                    lambda req: handler(hctx, req), hctx.image.topic_names)

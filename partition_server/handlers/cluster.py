@@ -1,4 +1,4 @@
-"""ApiVersions, Metadata, DescribeCluster, DescribeConfigs.
+"""ApiVersions, Metadata, DescribeCluster (DescribeConfigs: describe_configs.py).
 
 Metadata: brokers are the unfenced registrations; `controller_id` is a live broker (clients
 never talk to controllers, ARCHITECTURE.md); partitions carry leader epochs; an unknown topic gets
@@ -9,7 +9,7 @@ answer is built once per change of that topic and reused (metadata_cache.py).
 
 from __future__ import annotations
 
-from common.topic_configs import TOPIC_CONFIGS, validate_topic_name
+from common.topic_configs import validate_topic_name
 from partition_server.handlers.context import HandlerContext
 from partition_server.handlers.metadata_cache import MetadataAnswer
 from wire.errors import ErrorCode
@@ -17,8 +17,6 @@ from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
 
 CLUSTER_ID = "raftka"
-TOPIC, BROKER = 2, 4
-SOURCE_DYNAMIC_TOPIC, SOURCE_DYNAMIC_BROKER, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 2, 4, 5
 
 
 async def handle_api_versions(hctx: HandlerContext, req):
@@ -92,62 +90,3 @@ async def handle_describe_cluster(hctx: HandlerContext, req):
             cls.RaftkaFencedBroker(broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
             for b in sorted(hctx.image.brokers.values(), key=lambda b: b.broker_id) if b.fenced]
     return resp
-
-
-def _topic_entries(hctx: HandlerContext, name):
-    overrides = hctx.image.topic_config(name)
-    effective = hctx.topic_config(name)
-    for key, (default, _) in sorted(TOPIC_CONFIGS.items()):
-        if key in overrides:
-            yield key, overrides[key], SOURCE_DYNAMIC_TOPIC, False
-        elif key in effective and effective[key] != default:
-            yield key, effective[key], SOURCE_STATIC_BROKER, False
-        else:
-            yield key, effective.get(key, default), SOURCE_DEFAULT, True
-
-
-def _broker_entries(hctx: HandlerContext):
-    dynamic = hctx.image.broker_config(hctx.broker_id)
-    for key, value in sorted(hctx.config.values.items()):
-        if key in dynamic:
-            yield key, dynamic[key], SOURCE_DYNAMIC_BROKER, False
-        elif value is not None:
-            text = ",".join(value) if isinstance(value, list) else str(value).lower() \
-                if isinstance(value, bool) else str(value)
-            yield key, text, SOURCE_STATIC_BROKER, False
-
-
-async def handle_describe_configs(hctx: HandlerContext, req):
-    """Codes: UNKNOWN_TOPIC_OR_PARTITION (no such topic), INVALID_REQUEST (other broker id or
-    resource type)."""
-    cls = RESPONSES[ApiKey.DESCRIBE_CONFIGS]
-    results = []
-    for res in req.body.resources:
-        out = cls.DescribeConfigsResult(resource_type=res.resource_type,
-                                        resource_name=res.resource_name, error_code=0)
-        if res.resource_type == TOPIC:
-            if res.resource_name not in hctx.image.topics:
-                out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                out.error_message = f"topic '{res.resource_name}' does not exist"
-                results.append(out)
-                continue
-            entries = _topic_entries(hctx, res.resource_name)
-        elif res.resource_type == BROKER and res.resource_name in ("", str(hctx.broker_id)):
-            entries = _broker_entries(hctx)
-        else:
-            out.error_code = ErrorCode.INVALID_REQUEST
-            out.error_message = "describe topics or this broker"
-            results.append(out)
-            continue
-        keys = set(res.configuration_keys) if res.configuration_keys else None
-        for key, value, source, is_default in entries:
-            if keys is not None and key not in keys:
-                continue
-            # passwords never leave the broker (Kafka's PASSWORD type: sensitive, value null)
-            sensitive = key.endswith(".password")
-            out.configs.append(cls.DescribeConfigsResourceResult(
-                name=key, value=None if sensitive else value, read_only=False,
-                is_default=is_default, config_source=source, is_sensitive=sensitive))
-        results.append(out)
-    return cls(results=results)
-

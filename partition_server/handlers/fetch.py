@@ -123,7 +123,7 @@ async def handle_fetch(hctx: HandlerContext, req):
         results = gather()
         if replica_id >= 0:
             _notify_all_parts(hctx, parts)
-    return _response(req, ctx.select(results), ctx.session_id)
+    return _response(req, ctx.select(results), ctx.session_id, hctx.image)
 
 
 def _notify_all_parts(hctx: HandlerContext, parts) -> None:
@@ -133,7 +133,7 @@ def _notify_all_parts(hctx: HandlerContext, parts) -> None:
         hctx.purgatory.notify((topic, p.partition))
 
 
-def _response(req, results, session_id: int):
+def _response(req, results, session_id: int, image=None):
     cls = RESPONSES[ApiKey.FETCH]
     read_committed = req.body.isolation_level == 1
     topics: dict = {}
@@ -162,7 +162,19 @@ def _response(req, results, session_id: int):
             out.append(cls.FetchableTopicResponse(topic=key or "", partitions=ps))
         else:
             out.append(cls.FetchableTopicResponse(topic_id=key, partitions=ps))
-    return cls(error_code=0, session_id=session_id, responses=out)
+    resp = cls(error_code=0, session_id=session_id, responses=out)
+    if req.api_version >= 16 and image is not None:
+        resp.node_endpoints = _leader_endpoints(cls, results, image)
+    return resp
+
+
+def _leader_endpoints(cls, results, image) -> list:
+    """KIP-951 (v16+): where the new leaders named in current_leader listen, so a client can
+    move there without a Metadata round trip."""
+    leaders = {r.leader[0] for _, r in results if r.leader is not None and r.error in (
+        ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)}
+    return [cls.NodeEndpoint(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+            for b in (image.brokers.get(n) for n in sorted(leaders) if n >= 0) if b is not None]
 
 
 def _not_led_here(hctx: HandlerContext, topic: str, partition: int, hosted) -> ErrorCode:

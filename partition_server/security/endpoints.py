@@ -4,7 +4,8 @@ Brokers register every advertised listener (name, host, port, protocol) with the
 registration's plain host:port is the inter-broker listener's, which the brokers' own links use.
 A client connected to listener X must be told the X addresses of every broker — else a client
 on a SASL_PLAINTEXT port would be sent to the SASL_SSL one. `rewrite(image, listener, response)`
-rewrites Metadata, DescribeCluster and FindCoordinator answers in place; a broker that did not
+rewrites Metadata, DescribeCluster, FindCoordinator and Fetch (v16+ leader endpoints) answers in
+place; a broker that did not
 register X keeps its inter-broker address.
 """
 
@@ -33,6 +34,8 @@ def rewrite(image, listener: str, api_key: int, response) -> None:
         nodes = [(c, "node_id") for c in getattr(response, "coordinators", None) or []]
         if getattr(response, "node_id", -1) is not None and getattr(response, "node_id", -1) >= 0:
             nodes.append((response, "node_id"))
+    elif api_key == ApiKey.FETCH:
+        nodes = [(n, "node_id") for n in getattr(response, "node_endpoints", None) or []]
     else:
         return
     for obj, id_field in nodes:

@@ -45,8 +45,10 @@ BROKER_RESOURCE, TOPIC_RESOURCE = 4, 2          # DescribeConfigs resource types
 
 
 class Check:
-    def __init__(self, authorizer: A.Authorizer, ctx):
+    def __init__(self, authorizer: A.Authorizer, ctx, topic_names=None):
         self.az, self.principal, self.host = authorizer, ctx.principal, ctx.host
+        # {topic id: name}: Fetch v13+ names topics by id only, ACLs are by name
+        self.topic_names = topic_names or {}
 
     def __call__(self, op: int, rtype: int, name: str) -> bool:
         return self.az.authorize(self.principal, self.host, op, rtype, name)
@@ -105,10 +107,14 @@ async def _fetch(ok: Check, req, call):
     resp = await call(req)
     if not isinstance(resp, cls):
         return resp
+    by_id = req.api_version >= 13
     for topic in resp.responses:
-        if not ok.topic(A.READ, topic.topic):
+        name = ok.topic_names.get(topic.topic_id) if by_id else topic.topic
+        if not ok.topic(A.READ, name):
+            # empty records, not null: clients (librdkafka) refuse a null record set
             topic.partitions = [cls.PartitionData(partition_index=p.partition_index,
-                                                  error_code=TOPIC_DENIED, high_watermark=-1)
+                                                  error_code=TOPIC_DENIED, high_watermark=-1,
+                                                  records=b"")
                                 for p in topic.partitions]
     return resp
 
@@ -116,8 +122,9 @@ async def _fetch(ok: Check, req, call):
 def _fetch_denied_all(req, code):
     cls = RESPONSES[ApiKey.FETCH]
     return cls(error_code=code, responses=[cls.FetchableTopicResponse(
-        topic=t.topic, partitions=[cls.PartitionData(partition_index=p.partition, error_code=code,
-                                                     high_watermark=-1) for p in t.partitions])
+        topic=t.topic, topic_id=t.topic_id,
+        partitions=[cls.PartitionData(partition_index=p.partition, error_code=code,
+                                      high_watermark=-1, records=b"") for p in t.partitions])
         for t in req.body.topics])
 
 
@@ -543,14 +550,15 @@ RULES = {
 ALWAYS_ALLOWED = {ApiKey.API_VERSIONS}
 
 
-async def authorize_and_call(authorizer: A.Authorizer, ctx, request, call):
-    """`call(request)` runs the real handler; returns the (possibly amended) response."""
+async def authorize_and_call(authorizer: A.Authorizer, ctx, request, call, topic_names=None):
+    """`call(request)` runs the real handler; returns the (possibly amended) response.
+    `topic_names`: {topic id: name} of the metadata image, for requests naming topics by id."""
     if request.api_key in ALWAYS_ALLOWED or ctx.principal in authorizer.super_users:
         return await call(request)
     rule = RULES.get(request.api_key)
     if rule is None:
         return _unknown_denied(request)
-    return await rule(Check(authorizer, ctx), request, call)
+    return await rule(Check(authorizer, ctx, topic_names), request, call)
 
 
 def _unknown_denied(request):
