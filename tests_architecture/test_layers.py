@@ -42,6 +42,9 @@ ALLOWED = {
 # modules that are not in their top-level package's layer
 SPECIAL = {
     "clients.cli": "clients.cli",
+    # the web console is a command too (`raftka console`): it runs the balancer's pure
+    # decision (metadata_quorum.controller.balancer) as `raftka cluster balance --status` does
+    "clients.console": "clients.cli",
     "partition_server.__main__": "entry",
     # Test support that starts 3 controllers + 3 brokers with `raftka dev`'s layout (from
     # clients.cli.dev), so tests run exactly what users run. It stays at this path because ~50

@@ -81,30 +81,37 @@ async def settings(admin: AdminClient, brokers) -> balancer.Settings:
     return balancer.Settings()
 
 
-async def status(admin: AdminClient, args) -> int:
+async def status_dict(admin: AdminClient) -> dict:
+    """The decision and its inputs, as `--output json` prints them (the web console shows the
+    same)."""
     brokers, parts, s = await inputs(admin)
     d = balancer.decide(brokers, parts, s, await leader_sizes(admin, brokers, parts))
     disk = dict(d.disk_bytes)
-    moves = [{"topic": tp.topic, "partition": tp.partition, "target": list(target), "why": why}
-             for tp, target, why in d.moves]
+    return {"state": d.state, "reason": d.reason, "enabled": s.enabled,
+            "max_moves": s.max_moves, "threshold": s.threshold,
+            "disk_threshold_percent": s.disk_percent,
+            "disk_min_skew_bytes": s.disk_min_skew,
+            "moves_in_progress": sum(p.moving for p in parts.values()),
+            "brokers": [{"id": b, "replicas": rc, "preferred_leaders": pc,
+                         "disk_bytes": disk.get(b)}
+                        for b, rc, pc in d.replica_counts],
+            "moves": [{"topic": tp.topic, "partition": tp.partition, "target": list(target),
+                       "why": why} for tp, target, why in d.moves]}
+
+
+async def status(admin: AdminClient, args) -> int:
+    st = await status_dict(admin)
     if args.output == "json":
-        print_json({"state": d.state, "reason": d.reason, "enabled": s.enabled,
-                    "max_moves": s.max_moves, "threshold": s.threshold,
-                    "disk_threshold_percent": s.disk_percent,
-                    "disk_min_skew_bytes": s.disk_min_skew,
-                    "moves_in_progress": sum(p.moving for p in parts.values()),
-                    "brokers": [{"id": b, "replicas": rc, "preferred_leaders": pc,
-                                 "disk_bytes": disk.get(b)}
-                                for b, rc, pc in d.replica_counts],
-                    "moves": moves})
+        print_json(st)
         return EXIT_OK
-    print(f"balancer: {d.state} — {d.reason}")
-    print(f"settings: enable={str(s.enabled).lower()} max.moves={s.max_moves} "
-          f"threshold={s.threshold} disk.threshold.percent={s.disk_percent} "
-          f"disk.min.skew.bytes={s.disk_min_skew}; "
-          f"{sum(p.moving for p in parts.values())} moves in progress")
+    print(f"balancer: {st['state']} — {st['reason']}")
+    print(f"settings: enable={str(st['enabled']).lower()} max.moves={st['max_moves']} "
+          f"threshold={st['threshold']} disk.threshold.percent={st['disk_threshold_percent']} "
+          f"disk.min.skew.bytes={st['disk_min_skew_bytes']}; "
+          f"{st['moves_in_progress']} moves in progress")
     print_table(["BROKER", "REPLICAS", "PREFERRED LEADERS", "DISK BYTES"],
-                [(b, rc, pc, disk.get(b, "-")) for b, rc, pc in d.replica_counts])
-    for m in moves:
+                [(b["id"], b["replicas"], b["preferred_leaders"],
+                  "-" if b["disk_bytes"] is None else b["disk_bytes"]) for b in st["brokers"]])
+    for m in st["moves"]:
         print(f"  {m['topic']}-{m['partition']} -> {m['target']} ({m['why']})")
     return EXIT_OK

@@ -97,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     _register(sub, "transactions")
     _register(sub, "quotas", "reassign")
     _register(sub, "cluster")
+    _register(sub, "console")
     return parser
 
 
