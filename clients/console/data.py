@@ -152,7 +152,9 @@ async def groups(admin: AdminClient, props: dict) -> dict:
         d["member_list"] = await _members(admin, g.group_id)
         d["lag"] = sum(p["lag"] or 0 for p in d["partitions"])
         out.append(d)
-    await _add_lag_seconds(props, [p for g in out for p in g.get("partitions", [])])
+    budget = LAG_SECONDS_PARTITIONS
+    for g in out:              # one read per group: two groups may sit at different offsets
+        budget -= await _add_lag_seconds(props, g.get("partitions", []), budget)
     return {"groups": out}
 
 
@@ -165,23 +167,25 @@ async def _members(admin: AdminClient, group: str) -> list[dict]:
              "assignment": [f"{t}-{p}" for t, p in sorted(m.assignment)]} for m in desc.members]
 
 
-async def _add_lag_seconds(props: dict, rows: list[dict]) -> None:
+async def _add_lag_seconds(props: dict, rows: list[dict], budget: int) -> int:
+    """Sets each row's "lag_seconds" (None: unknown); returns how many partitions it read."""
     wanted = {}
     for row in rows:
         row["lag_seconds"] = 0.0 if row["lag"] == 0 else None
-        if row["lag"] and len(wanted) < LAG_SECONDS_PARTITIONS:
+        if row["lag"] and len(wanted) < budget:
             wanted[TopicPartition(row["topic"], row["partition"])] = row["current_offset"]
     if not wanted:
-        return
+        return 0
     try:
         first = await first_records(props, wanted, timeout_s=5)
     except FAILURES:
-        return                 # ages unknown ("-"), lag in messages still shown
+        return len(wanted)     # ages unknown ("-"), lag in messages still shown
     now_ms = time.time() * 1000
     for row in rows:
         rec = first.get(TopicPartition(row["topic"], row["partition"]))
         if rec is not None and row["lag"]:
             row["lag_seconds"] = round(max(0.0, now_ms - rec.timestamp) / 1000, 3)
+    return len(wanted)
 
 
 # -- records ---------------------------------------------------------------------------------------

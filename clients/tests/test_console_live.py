@@ -30,6 +30,7 @@ pytestmark = pytest.mark.live
 TOPIC = "console-orders"
 EVIL = '<img src=x id=pwned onerror="document.title=1">'
 GROUP = "billing" + EVIL
+BASE_MS = int(time.time() * 1000) - 3_600_000
 STATIC = Path(__file__).resolve().parents[1] / "console" / "static"
 
 
@@ -38,9 +39,9 @@ def _produce_and_commit(bootstrap: str) -> None:
     for f in admin.create_topics([NewTopic(TOPIC, 2, 3)]).values():
         f.result(30)
     p = CKProducer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for i in range(30):
+    for i in range(30):        # partition 0's record at offset k has timestamp BASE + k minutes
         p.produce(TOPIC, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=i % 2,
-                  headers=[("h", b"\x00\xff")])
+                  headers=[("h", b"\x00\xff")], timestamp=BASE_MS + (i // 2) * 60_000)
     p.produce(TOPIC, key=EVIL.encode(), value=EVIL.encode(), partition=0, headers=[(EVIL, b"1")])
     assert p.flush(30) == 0
     # a group (hostile name and client id) that consumed 10 of partition 0 and all of 1
@@ -48,6 +49,10 @@ def _produce_and_commit(bootstrap: str) -> None:
                     "enable.auto.commit": False})
     c.commit(offsets=[CKTopicPartition(TOPIC, 0, 10), CKTopicPartition(TOPIC, 1, 15)],
              asynchronous=False)
+    c.close()
+    c = CKConsumer({"bootstrap.servers": bootstrap, "group.id": "audit",
+                    "enable.auto.commit": False})          # same partition, another offset
+    c.commit(offsets=[CKTopicPartition(TOPIC, 0, 12)], asynchronous=False)
     c.close()
 
 
@@ -100,10 +105,18 @@ def test_every_api_over_http(console):
     assert [(p["log_end_offset"], p["messages"]) for p in parts] == [(16, 16), (15, 15)]
     assert all(sorted(p["isr"]) == [0, 1, 2] and p["size"] > 0 for p in parts)
     assert all(s > 0 for p in parts for s in p["replica_sizes"].values())
-    g = {x["group"]: x for x in api(console, "groups")["groups"]}[GROUP]
-    lag = {p["partition"]: (p["lag"], p["lag_seconds"]) for p in g["partitions"]}
+    before = time.time()
+    groups = {x["group"]: x for x in api(console, "groups")["groups"]}
+    after = time.time()
+    lag = {p["partition"]: (p["lag"], p["lag_seconds"]) for p in groups[GROUP]["partitions"]}
     assert lag[1] == (0, 0.0)
-    assert lag[0][0] == 6 and lag[0][1] is not None and lag[0][1] >= 0
+    # lag in seconds: the age of the record at the committed offset (10 and 12 on partition 0)
+    assert lag[0][0] == 6
+    assert before - BASE_MS / 1000 - 600 - 1 <= lag[0][1] <= after - BASE_MS / 1000 - 600 + 1
+    (audit,) = groups["audit"]["partitions"]
+    assert audit["lag"] == 4
+    assert before - BASE_MS / 1000 - 720 - 1 <= audit["lag_seconds"] <= \
+        after - BASE_MS / 1000 - 720 + 1
     m = api(console, f"messages?topic={TOPIC}&partition=1&offset=5&count=3&format=hex")
     assert [(r["offset"], r["key"], r["headers"]) for r in m["records"]] == \
         [(5, "6b 31 31", [["h", "00 ff"]]), (6, "6b 31 33", [["h", "00 ff"]]),
