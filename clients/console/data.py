@@ -254,7 +254,13 @@ def browse_query(params: dict[str, str]) -> dict:
 def show_bytes(data: bytes | None, fmt: str) -> str | None:
     if data is None:
         return None
-    return data.hex(" ") if fmt == "hex" else data.decode("utf-8", "backslashreplace")
+    if fmt == "hex":
+        return data.hex(" ")
+    # invalid UTF-8 and control characters (NUL, ESC…) shown as \xNN, so nothing is invisible
+    return data.decode("utf-8", "backslashreplace").translate(_CONTROL)
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7f] if chr(c) not in "\n\t"}
 
 
 async def browse(props: dict, q: dict) -> dict:

@@ -138,7 +138,7 @@ def test_browse_query_checks_every_field():
 def test_bytes_as_text_or_hex():
     assert data.show_bytes(None, "text") is None
     assert data.show_bytes(b"caf\xc3\xa9", "text") == "café"
-    assert data.show_bytes(b"\x00\xffA", "text") == "\x00\\xffA"       # not UTF-8: escaped
+    assert data.show_bytes(b"\x00\xffA\x1b\n", "text") == "\\x00\\xffA\\x1b\n"   # visible
     assert data.show_bytes(b"\x00\xffA", "hex") == "00 ff 41"
 
 
