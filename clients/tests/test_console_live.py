@@ -159,6 +159,16 @@ def test_pages_escape_user_data_and_refuse_writes(console):
     assert get(console, "HEAD")[0] == 200
 
 
+def test_a_port_in_use_is_a_clear_error(console):
+    port = console.rstrip("/").rsplit(":", 1)[1]
+    bootstrap = api(console, "overview")["cluster"]["brokers"][0]
+    r = subprocess.run([sys.executable, "-m", "clients.cli.main", "console", "--bootstrap-server",
+                        f"{bootstrap['host']}:{bootstrap['port']}", "--port", port],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stderr.startswith(f"raftka console: cannot listen on "
+                                                     f"127.0.0.1:{port}"), r.stderr
+
+
 def chromium(*args: str, timeout: float = 90) -> str:
     exe = shutil.which("chromium")
     assert exe, "Debian package chromium is not installed (.ci/run installs it)"
