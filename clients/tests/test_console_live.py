@@ -198,3 +198,33 @@ def test_pages_render_in_headless_chromium_without_script_errors(console):
         assert 'id="pwned"' not in dom and "<img" not in dom, path
     dom = chromium("--dump-dom", console + "charts")
     assert int(re.search(r'data-samples="(\d+)"', dom).group(1)) >= 1
+
+
+def test_a_reassignment_in_progress_shows_with_its_copy(console):
+    """Last in this module: it leaves a move held by a 1 byte/s throttle on the cluster."""
+    from clients.admin import (AlterConfigOp, ConfigResource, ConfigResourceType, NewTopic,
+                               SyncAdmin)
+    from clients.cluster import TopicPartition
+    b = api(console, "overview")["cluster"]["brokers"][0]
+    bootstrap = f"{b['host']}:{b['port']}"
+    with SyncAdmin(bootstrap) as admin:
+        admin.create_topics([NewTopic("moving", replica_assignment={0: [0, 1]})])
+        p = CKProducer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        for i in range(200):
+            p.produce("moving", value=b"x" * 1000, partition=0)
+        assert p.flush(30) == 0
+        T, B = ConfigResourceType.TOPIC, ConfigResourceType.BROKER
+        assert admin.incremental_alter_configs({
+            ConfigResource(T, "moving"): [
+                AlterConfigOp("follower.replication.throttled.replicas", "0:2")],
+            ConfigResource(B, "2"): [AlterConfigOp("follower.replication.throttled.rate", "1")]}
+        ) == {ConfigResource(T, "moving"): None, ConfigResource(B, "2"): None}
+        tp = TopicPartition("moving", 0)
+        assert admin.alter_partition_reassignments({tp: [0, 1, 2]}) == {tp: None}
+    moves = api(console, "reassignments")["moves"]["reassignments"]
+    (row,) = [m for m in moves if m["topic"] == "moving"]
+    assert row["adding"] == [2] and row["removing"] == [] and row["replicas"] == [0, 1, 2]
+    assert row["leader_size"] >= 200_000
+    assert row["adding_sizes"]["2"] is None or row["adding_sizes"]["2"] < row["leader_size"]
+    _, _, page = get(console + "reassignments")
+    assert "<td>moving</td><td>0</td><td>0, 1, 2</td><td>2</td>" in page
