@@ -45,8 +45,8 @@ class Console:
         self.props = props
         self.interval_s = interval_s
         self.history = traffic.History()
+        self.admin = AdminClient(config=props)        # a bad property fails here, loop-less
         self._loop = LoopThread("raftka-console")
-        self.admin = AdminClient(config=props)
         try:
             self._loop.run(self.admin.start)
             self._loop.run(self.admin.list_topics)      # fail fast on a wrong address

@@ -193,11 +193,14 @@ def test_history_keeps_the_last_samples_only():
     assert s["t"] == [8.0, 9.0] and s["total"] == [5.0, 5.0]
 
 
-def test_console_command_errors_are_one_line_and_an_exit_code(capsys):
+def test_console_command_errors_are_one_line_and_an_exit_code(capsys, tmp_path):
     from clients.cli.main import main
     assert main(["console", "--bootstrap-server", "127.0.0.1:1", "--port", "0"]) == 3
     assert main(["console", "--command-config", "/no/such/file.properties"]) == 2
     assert main(["console", "--port", "70000"]) == 2
+    (tmp_path / "bad.properties").write_text("default.api.timeout.ms=abc\n")
+    assert main(["console", "--command-config", str(tmp_path / "bad.properties")]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 3 and all(line.startswith("raftka console: ") for line in err), err
+    assert len(err) == 4 and all(line.startswith("raftka console: ") for line in err), err
+    assert "default.api.timeout.ms" in err[3]
     assert "cannot reach the cluster" in err[0] and "/no/such/file.properties" in err[1]
