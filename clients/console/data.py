@@ -16,7 +16,7 @@ import trio
 from clients.admin import EARLIEST, LATEST, AdminClient
 from clients.cluster import TopicPartition
 from clients.errors import ClientError
-from wire.errors import KafkaError
+from wire.errors import ErrorCode, KafkaError
 
 MAX_BROWSE = 200          # records one message-browser request may return
 LAG_SECONDS_PARTITIONS = 64   # partitions whose lag age one groups page reads at most
@@ -263,10 +263,11 @@ def show_bytes(data: bytes | None, fmt: str) -> str | None:
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7f] if chr(c) not in "\n\t"}
 
 
-async def browse(props: dict, q: dict) -> dict:
+async def browse(admin: AdminClient, props: dict, q: dict) -> dict:
     """Up to q["count"] records of one partition from an offset (default: the log start) or
     the first at or after a timestamp; reads stop at the high watermark."""
     from clients.consumer import Consumer
+    await _check_partition(admin, q["topic"], q["partition"])
     tp = TopicPartition(q["topic"], q["partition"])
     out = dict(q, records=[])
     async with Consumer(props["bootstrap.servers"], consumer_props(props)) as c:
@@ -286,6 +287,17 @@ async def browse(props: dict, q: dict) -> dict:
                 out["records"] += [_record(r, q["format"]) for r in await c.poll(500)]
     del out["records"][q["count"]:]
     return out
+
+
+async def _check_partition(admin: AdminClient, topic: str, partition: int) -> None:
+    """Unknown (or forbidden) topics and partitions fail now, from metadata, rather than after
+    the consumer's default.api.timeout.ms of waiting for a leader."""
+    desc = (await admin.describe_topics([topic]))[topic]
+    if isinstance(desc, KafkaError):
+        raise desc
+    if partition not in {p.partition for p in desc.partitions}:
+        raise KafkaError(f"topic {topic!r} has no partition {partition} (it has "
+                         f"{len(desc.partitions)})", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
 
 def _record(r, fmt: str) -> dict:

@@ -78,7 +78,8 @@ class Console:
         if name == "traffic":
             return self.history.series()
         if name == "messages":
-            return self.call(data.browse, self.props, data.browse_query(params))
+            return self.call(data.browse, self.admin, self.props,
+                             data.browse_query(params))
         if name == "reassignments":
             return self.call(data.reassign_page, self.admin)
         raise ValueError(f"no API {name!r}")
@@ -100,7 +101,7 @@ class Console:
         except data.BadRequest as exc:
             return views.messages_page(params, None, str(exc))
         try:
-            return views.messages_page(q, self.call(data.browse, self.props, q))
+            return views.messages_page(q, self.call(data.browse, self.admin, self.props, q))
         except data.FAILURES as exc:
             return views.messages_page(q, None, data.failure(exc)["error"])
 

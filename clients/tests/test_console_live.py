@@ -151,6 +151,10 @@ def test_pages_escape_user_data_and_refuse_writes(console):
     assert get(console + "api/messages?topic=x&count=abc")[0] == 400
     status, _, body = get(console + "messages?topic=no-such-topic")
     assert status == 200 and 'class="error"' in body
+    status, _, body = get(console + f"messages?topic={TOPIC}&partition=99")
+    assert status == 200 and 'class="error"' in body
+    status, body = get(console + f"api/messages?topic={TOPIC}&partition=99")[::2]
+    assert status == 502 and "has no partition 99 (it has 2)" in body, body
     assert get(console + "nope")[0] == 404 and get(console + "api/nope")[0] == 404
     assert get(console + "static/../data.py")[0] == 404
     for method in ("POST", "PUT", "DELETE", "PATCH"):
