@@ -22,14 +22,15 @@ UNDEFINED = (-1, -1)
 
 
 class LeaderEpochCache:
-    def __init__(self, path: str):
+    def __init__(self, path: str, deferred: bool = False):
         self.path = path
         self.epochs: list[int] = []
         self.start_offsets: list[int] = []
         # True while the log's directory does not exist yet (a lazily created log, see
-        # partition_log.py): changes stay in memory until `write_deferred`
-        self.deferred = False
-        self._load()
+        # partition_log.py): nothing to read, changes stay in memory until `write_deferred`
+        self.deferred = deferred
+        if not deferred:
+            self._load()
 
     def _load(self) -> None:
         """Read the checkpoint; anything torn or inconsistent is ignored (the log then rebuilds

@@ -87,8 +87,8 @@ class PartitionLog:
             os.makedirs(directory, exist_ok=True)
         self.segments: list[LogSegment] = []
         self._append_time_floor: int | None = None     # see append_as_leader
-        self.epoch_cache = LeaderEpochCache(os.path.join(directory, "leader-epoch-checkpoint"))
-        self.epoch_cache.deferred = not self.materialized
+        self.epoch_cache = LeaderEpochCache(os.path.join(directory, "leader-epoch-checkpoint"),
+                                            deferred=not self.materialized)
         self.log_start_offset = self._read_offset_file("log-start-offset", 0)
         self.recovery_point = self._read_offset_file("recovery-point", 0)
         self.first_dirty_offset = self._read_offset_file(CLEANER_CHECKPOINT, 0)   # compaction
