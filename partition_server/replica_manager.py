@@ -199,7 +199,8 @@ class ReplicaManager:
             if hosted.state.become_leader(leader_epoch, partition_epoch, replicas, isr, now_ms):
                 hosted.log.assign_epoch_start(leader_epoch, hosted.log.log_end_offset,
                                               fsync=not self._defer_epoch_sync)
-                self._epochs_unsynced |= self._defer_epoch_sync
+                # (a lazily created log writes its epochs with its first record, unsynced)
+                self._epochs_unsynced |= self._defer_epoch_sync and hosted.log.materialized
             if adding_replicas:
                 hosted.state.restart_followers(adding_replicas, now_ms)
         else:

@@ -82,7 +82,10 @@ class LogConfig:
     @classmethod
     def from_kafka(cls, props: dict[str, str], base: "LogConfig | None" = None) -> "LogConfig":
         """Build from Kafka topic config names; unknown names are ignored (not log settings)."""
-        values = dataclasses.asdict(base or cls())
+        # a shallow copy (every field is immutable): `asdict` deep-copies, which cost ~0.25 ms
+        # per log, seconds when a broker opens 10,000 new logs
+        base = base or cls()
+        values = {f.name: getattr(base, f.name) for f in dataclasses.fields(cls)}
         for key, raw in props.items():
             if key not in cls.KAFKA_NAMES:
                 continue
