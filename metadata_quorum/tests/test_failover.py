@@ -27,17 +27,19 @@ ROUNDS = 20 if os.environ.get("RAFTKA_SOAK") == "1" else 3
 
 
 class Quorum:
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, extra_properties: dict | None = None):
         self.layout = DevLayout(tmp_path, free_base_port())
         self.procs: dict[int, ManagedProcess] = {}
+        self.extra_properties = dict(extra_properties or {})
 
     def start(self, index: int) -> None:
         cid = CONTROLLER_IDS[index]
         path = self.layout.data_dir / "configs" / f"controller-{cid}.properties"
-        write_properties(path, self.layout.controller_properties(index))
+        write_properties(path, {**self.layout.controller_properties(index),
+                                **self.extra_properties})
         self.procs[index] = ManagedProcess(
             f"controller-{cid}", [sys.executable, "-m", "metadata_quorum", "--config", str(path)],
-            "listening on", True)
+            "listening on", True, self.layout.log_path(f"controller-{cid}"))
 
     def start_all(self) -> None:
         for i in range(3):
