@@ -3,8 +3,10 @@ disk was wiped is a new member, not the voter it replaced (KIP-853's directory i
 
 Held sends. While the journal has entries (or a truncation) not yet fsynced, every message this
 node sends is held, in order, and sent after the next `flush_held` (one fsync for all of them):
-a follower's ack then means "on my disk", a leader's AppendEntries carries only entries on its
-disk, and a vote leaves after the term and vote it reflects (those are synced at once anyway).
+a follower's ack then means "on my disk". The exception is the leader's AppendEntries: it leaves
+at once, so followers write while the leader writes (two fsyncs in parallel, not in a row); the
+leader counts its own log toward a commit only at the start of a tick, right after `flush_held`
+synced it (RaftQuorum), so every count is of entries on disk.
 
 Directory ids. Each controller's metadata directory gets a random id when it is created
 (journal.py); every Raft message carries the sender's. Each controller pins a peer's id, durably,
@@ -161,6 +163,10 @@ def durable_transport(base: type, journal, guard: DirectoryGuard) -> type:
         def send(self, node, message):
             guard.stamp(message)
             held = self.__dict__.setdefault("_raftka_held", [])
+            if message.get("type") == "append_entries":
+                # the leader writes its disk while followers write theirs (as Kafka and etcd
+                # do): it counts itself toward a commit only after the tick's first sync
+                return super().send(node, message)
             if journal.needs_sync or held:
                 held.append((node, message))
                 return True     # pysyncobj reads connection loss from its own node set

@@ -11,11 +11,11 @@ Files in the controller's metadata directory:
 Ordering (what counts toward a commit is on disk first):
 - `add` only writes (page cache) and marks the journal dirty; `sync` fsyncs once for every
   entry added since the last one: group commit. Raft never sees an entry as durable before
-  `sync`: the Raft port holds every outgoing message while the journal is dirty (an ack, the
-  leader's AppendEntries, a vote) and sends them after the next `sync` (RaftQuorum syncs at the
-  start of every pysyncobj tick and right before it waits for the network). A follower's ack
-  therefore means "on my disk", and a leader's entry reaches followers only once on its disk,
-  so no majority can count an entry that is not on a majority of disks.
+  `sync`: the Raft port holds outgoing acks and votes while the journal is dirty and sends them
+  after the next `sync` (RaftQuorum syncs at the start of every pysyncobj tick and right before
+  it waits for the network), and the leader counts itself toward a commit only at the start of
+  a tick, after that sync (quorum/durable_port.py). So no majority can count an entry that is
+  not on a majority of disks.
 - Term and vote (`setCurrentTerm`) are written and fsynced (file and directory) before the call
   returns: pysyncobj sends the vote right after.
 - The commit index is saved at most once a second, after the entries it covers are synced, and

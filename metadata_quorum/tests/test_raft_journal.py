@@ -99,6 +99,19 @@ def test_an_ack_leaves_only_after_the_entries_it_covers_are_fsynced(tmp_path):
     assert log[-1] == ("send", "leader", "append_entries")
 
 
+def test_the_leaders_append_entries_leave_before_its_own_fsync(tmp_path):
+    """Followers write while the leader writes; the leader counts itself only after the sync
+    at the start of its next tick (RaftQuorum's DurableSyncObj), so nothing counts unsynced."""
+    disk = PowerLossDisk()
+    j, _, port, log = make_port(tmp_path, disk)
+    j.add(b"\x00e1", 1, 1)
+    port.send("follower", {"type": "apply_command_response"})   # held: the journal is dirty
+    port.send("follower", {"type": "append_entries", "entries": [(b"\x00e1", 1, 1)]})
+    assert [e[2] for e in log] == ["append_entries"]
+    port.flush_held()
+    assert [e[2] for e in log] == ["append_entries", "apply_command_response"]
+
+
 def test_every_message_carries_this_directory_id(tmp_path):
     disk = PowerLossDisk()
     j, _, port, _ = make_port(tmp_path, disk)
