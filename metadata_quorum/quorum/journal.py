@@ -301,6 +301,26 @@ class DurableJournal(_pysyncobj_journal.Journal):
         self._store_meta()
 
 
+def import_pysyncobj_journal(old_path: str, journal: DurableJournal) -> int:
+    """A metadata directory from before this journal: copy pysyncobj's own (unsynced) journal
+    and its term and vote into `journal`, durably, then set the old one aside. Returns the
+    number of entries copied (0: nothing to import)."""
+    if len(journal) or not os.path.exists(old_path):
+        return 0
+    old = _pysyncobj_journal.FileJournal(old_path)
+    for command, idx, term in [old[i] for i in range(len(old))]:
+        journal.add(command, idx, term)
+    journal.setRaftCommitIndex(old.getRaftCommitIndex())
+    journal.setCurrentTerm(old.getCurrentTerm(), old.getVotedForNodeId())   # syncs the meta
+    journal.sync()
+    count = len(old)
+    old._destroy()
+    os.replace(old_path, old_path + ".imported")
+    log.warning("imported %d Raft entries from pysyncobj's journal %s (kept as %s.imported)",
+                count, old_path, old_path)
+    return count
+
+
 _installed = False
 
 

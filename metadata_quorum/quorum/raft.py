@@ -177,6 +177,8 @@ class RaftQuorum:
             os.path.join(data_dir, "raft.log"),
             durable_journal.Disk() if fsync else durable_journal.NoSyncDisk(),
             on_synced=record_synced_length if sync_record else None)
+        durable_journal.import_pysyncobj_journal(os.path.join(data_dir, "raft.journal"),
+                                                 self.journal)
         conf = SyncObjConf(
             journalFile=self.journal,
             fullDumpFile=os.path.join(data_dir, "raft.dump"),

@@ -8,7 +8,8 @@ import pytest
 
 from metadata_quorum.quorum.durable_port import (DIRECTORY_KEY, NO_OP, READMIT_MARK,
                                                  DirectoryGuard, durable_transport)
-from metadata_quorum.quorum.journal import HEADER, DurableJournal, durable_replace
+from metadata_quorum.quorum.journal import (HEADER, DurableJournal, durable_replace,
+                                            import_pysyncobj_journal)
 from metadata_quorum.testing_disk import PowerLossDisk
 
 
@@ -277,3 +278,20 @@ def test_a_journal_of_another_format_is_refused(tmp_path):
     with pytest.raises(ValueError, match="not a raftka Raft journal"):
         open_journal(tmp_path, PowerLossDisk())
     assert HEADER.startswith(b"RAFTKA")
+
+
+def test_a_directory_from_before_imports_pysyncobjs_journal(tmp_path):
+    from pysyncobj.journal import FileJournal
+    old = FileJournal(str(tmp_path / "raft.journal"))
+    for i in range(1, 6):
+        old.add(b"\x00old%d" % i, i, 2)
+    old.setCurrentTerm(3, "127.0.0.1:9001")
+    old._destroy()
+    disk = PowerLossDisk()
+    j = open_journal(tmp_path, disk)
+    assert import_pysyncobj_journal(str(tmp_path / "raft.journal"), j) == 5
+    disk.power_loss(str(tmp_path))              # the import is durable
+    again = open_journal(tmp_path, disk)
+    assert entries(again) == [(b"\x00old%d" % i, i, 2) for i in range(1, 6)]
+    assert (again.getCurrentTerm(), again.getVotedForNodeId()) == (3, "127.0.0.1:9001")
+    assert import_pysyncobj_journal(str(tmp_path / "raft.journal"), again) == 0
