@@ -20,8 +20,9 @@ Ordering (what counts toward a commit is on disk first):
   returns: pysyncobj sends the vote right after.
 - The commit index is saved at most once a second, after the entries it covers are synced, and
   is clamped to the journal on load.
-- Truncation of a suffix (a follower overwritten by a new leader) is an ftruncate, synced with
-  the next `sync`; compaction (`deleteEntriesTo`, after pysyncobj wrote its snapshot) and
+- Truncation of a suffix happens only where a new entry differs from the one on disk (a
+  follower overwritten by a new leader: an ftruncate, synced with the next `sync`), not where
+  pysyncobj merely drops entries a leader is resending (`deleteEntriesFrom`); compaction (`deleteEntriesTo`, after pysyncobj wrote its snapshot) and
   `clear` (a snapshot installed from the leader) rewrite the kept entries into a new file,
   fsync it and rename it over, syncing the directory.
 - A torn tail (power loss mid-write: short record or bad CRC) is cut off at load.
@@ -157,6 +158,7 @@ class DurableJournal(_pysyncobj_journal.Journal):
         if not data.startswith(HEADER):
             raise ValueError(f"{self.path}: not a raftka Raft journal (version {VERSION})")
         self._entries, self._offsets, valid = read_entries(data)
+        self._len = len(self._entries)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         if valid < len(data):
             log.warning("%s: cut a torn tail of %d bytes at %d (a write the power loss or crash "
@@ -190,6 +192,7 @@ class DurableJournal(_pysyncobj_journal.Journal):
         os.close(self._fd)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         self._entries, self._offsets, self._size = list(entries), offsets, pos
+        self._len = len(entries)
         self._dirty = False
         self._report_synced()
 
@@ -213,42 +216,62 @@ class DurableJournal(_pysyncobj_journal.Journal):
     # -- pysyncobj's Journal -------------------------------------------------------------------
 
     def add(self, command, idx, term):
-        data = encode_entry(command, idx, term)
-        os.write(self._fd, data)
         entry = (to_bytes(command), idx, term)
+        pos = self._len
+        if pos < len(self._entries):
+            if self._entries[pos] == entry:
+                self._len += 1              # the entry a resend carries is already on disk
+                return
+            self._truncate_file(pos)        # a real conflict: the old suffix goes
+        data = encode_entry(*entry)
+        os.write(self._fd, data)
         self._entries.append(entry)
         self._offsets.append(self._size)
         self._size += len(data)
+        self._len += 1
         self._dirty = True
         if self.on_add is not None:
             self.on_add(*entry)
+
+    def _truncate_file(self, pos: int) -> None:
+        self._size = self._offsets[pos]
+        os.ftruncate(self._fd, self._size)
+        del self._entries[pos:]
+        del self._offsets[pos:]
+        self._dirty = True
 
     def clear(self):
         # a snapshot from the leader replaces everything (pysyncobj adds its two entries next)
         self._rewrite([])
 
     def deleteEntriesFrom(self, entryFrom):
-        if entryFrom >= len(self._entries):
-            return
-        self._size = self._offsets[entryFrom]
-        os.ftruncate(self._fd, self._size)
-        del self._entries[entryFrom:]
-        del self._offsets[entryFrom:]
-        self._dirty = True
+        """pysyncobj drops everything after a follower's prevLogIdx, even entries the leader is
+        only resending (pipelined acks move its next index back): truncating those would take
+        acknowledged entries off the disk until they are written again. Raft only truncates at
+        a conflict, so the suffix stays on disk, hidden from pysyncobj; `add` re-adopts what
+        comes back identical and truncates at the first entry that differs. A restart shows
+        the hidden suffix again: extra entries a follower may hold, which a leader overwrites."""
+        self._len = min(self._len, max(entryFrom, 0))
 
     def deleteEntriesTo(self, entryTo):
         # after pysyncobj's snapshot is on disk (durable_replace in its writer): drop what it covers
         self.sync()
-        self._rewrite(self._entries[entryTo:])
+        self._rewrite(self._entries[entryTo:self._len])
 
     def __iter__(self):
-        return iter(list(self._entries))
+        return iter(self._entries[:self._len])
 
     def __getitem__(self, item):
+        if isinstance(item, slice):
+            return self._entries[slice(*item.indices(self._len))]
+        if item < 0:
+            item += self._len
+        if not 0 <= item < self._len:
+            raise IndexError(item)
         return self._entries[item]
 
     def __len__(self):
-        return len(self._entries)
+        return self._len
 
     def _destroy(self):
         self.sync()
@@ -266,7 +289,7 @@ class DurableJournal(_pysyncobj_journal.Journal):
 
     def getRaftCommitIndex(self):
         stored = self.meta.get("commit_index", 1)
-        return min(stored, self._entries[-1][1]) if self._entries else stored
+        return min(stored, self[-1][1]) if self._len else stored
 
     def setCurrentTerm(self, term, votedForNodeId):
         # Raft: term and vote on disk before any message reflecting them leaves this node

@@ -142,9 +142,27 @@ def test_commit_index_is_stored_after_its_entries_and_clamped_on_load(tmp_path):
     disk.power_loss(str(tmp_path))
     again = open_journal(tmp_path, disk)
     assert again.getRaftCommitIndex() == 5 and len(again) == 5
-    again.deleteEntriesFrom(2)                 # a file shorter than the stored commit index
+    again.deleteEntriesFrom(2)                 # overwritten from index 3 by a new leader:
+    again.add(b"\x00other", 3, 2)              # a file shorter than the stored commit index
     again.sync()
-    assert open_journal(tmp_path, disk).getRaftCommitIndex() == 2
+    assert open_journal(tmp_path, disk).getRaftCommitIndex() == 3
+
+
+def test_a_resend_never_takes_acknowledged_entries_off_the_disk(tmp_path):
+    """pysyncobj drops a follower's entries after prevLogIdx whenever a leader resends (its
+    pipelined acks move the next index back); Raft truncates only at a conflict."""
+    disk = PowerLossDisk()
+    j = open_journal(tmp_path, disk)
+    for i in range(1, 11):
+        j.add(b"\x00r%d" % i, i, 1)
+    j.sync()                                   # 1-10 acknowledged
+    j.deleteEntriesFrom(5)                     # a resend from index 6...
+    assert len(j) == 5 and j[-1][1] == 5
+    for i in range(6, 9):                      # ...carrying 6-8 again
+        j.add(b"\x00r%d" % i, i, 1)
+    assert not j.needs_sync and len(j) == 8
+    disk.power_loss(str(tmp_path))             # 9 and 10 are still on disk
+    assert [i for _, i, _ in open_journal(tmp_path, disk)] == list(range(1, 11))
 
 
 def test_a_torn_tail_is_cut_at_load(tmp_path):
