@@ -23,10 +23,11 @@
   of recent encoded records. Everything set before `SyncObjConsumer.__init__` (the listener, the
   lock) is local and not serialised.
 - Durability (quorum/journal.py, quorum/durable_port.py): our own fsynced journal replaces
-  pysyncobj's unsynced one; nothing leaves the Raft port while the journal has unsynced entries,
-  and the journal is synced at the start of every pysyncobj tick and before it waits for the
-  network, so one fsync covers every entry of a tick (group commit) and no entry counts toward a
-  commit before it is on the disk of each node counting it. Term and vote are fsynced before
+  pysyncobj's unsynced one; acks and votes wait at the Raft port until the journal is synced
+  (the leader's AppendEntries leave at once: followers write while it writes), and the journal
+  is synced at the start of every pysyncobj tick, where the leader counts itself, and before it
+  waits for the network, so one fsync covers every entry of a tick (group commit) and no entry
+  counts toward a commit before it is on the disk of each node counting it. Term and vote are fsynced before
   pysyncobj sends anything reflecting them; snapshots are fsynced with their directory before
   the entries they replace are dropped. A controller whose directory was wiped gets a new
   directory id and is kept out of votes and commit counts until a leader re-admits it.
