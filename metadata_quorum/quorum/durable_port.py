@@ -24,8 +24,11 @@ forgot its log, its term and its vote, so
   and the stranger had all of it: from then on it is an ordinary voter that may lag. A controller
   that learns the entry only through a snapshot keeps ignoring the stranger until a later
   leader's re-admission reaches it (safe: it costs availability only).
-What this cannot see: a peer wiped before this controller ever heard from it is pinned with its
-new id (trust on first use; a cluster's first seconds).
+Pins are learned first-hand (trust on first use) and through the log: a leader writes each
+peer's id as an entry once per term (the same entry as a re-admission), and every controller
+pins what is committed. What this cannot see: a peer wiped before any leader heard from it and
+wrote its id (a cluster's first seconds), or before a controller that learns the log only
+through a snapshot heard it (the entries a snapshot replaced are not replayed).
 """
 
 from __future__ import annotations
@@ -80,8 +83,9 @@ class DirectoryGuard:
         pinned = self.pins.get(address)
         if pinned is None:
             self.pin(address, directory)
-            return message
+            pinned = directory
         if pinned == directory:
+            self._maybe_announce(address, directory)
             return message
         kind = message.get("type")
         if kind == "response_vote":
@@ -103,6 +107,15 @@ class DirectoryGuard:
     def pin(self, address: str, directory: str) -> None:
         self.journal.pin_peer_directory(address, directory)
         self.pins[address] = directory
+
+    def _maybe_announce(self, address: str, directory: str) -> None:
+        """A leader writes each peer's id into the log once per term: followers do not talk to
+        each other, so without it a follower would first hear a peer's id when it campaigns —
+        after a wipe, the new id (and it would take a wiped peer for the one it replaced)."""
+        is_leader, term, _ = self.raft_state()
+        if is_leader and self.proposed.get(address) != (directory, term):
+            self.proposed[address] = (directory, term)
+            self.propose_noop(READMIT_MARK + json.dumps([address, directory]).encode())
 
     def _maybe_readmit(self, address: str, directory: str, match_index: int) -> None:
         """A stranger that has every committed entry: propose its re-admission, once per term."""
@@ -137,11 +150,13 @@ class DirectoryGuard:
             pos = idx - first
             if 0 <= pos < len(self.journal) and self.journal[pos] == (command, idx, term):
                 address, directory = json.loads(command[1 + len(READMIT_MARK):])
-                if self.pins.get(address) != directory:
+                before = self.pins.get(address)
+                if before != directory:
                     self.pin(address, directory)
-                    log.warning("Raft: the controller at %s rejoined with a new metadata "
-                                "directory (id %s): it caught up and counts as a voter again",
-                                address, directory)
+                    if before is not None:
+                        log.warning("Raft: the controller at %s rejoined with a new metadata "
+                                    "directory (id %s, was %s): it caught up and counts as a "
+                                    "voter again", address, directory, before)
         self.pending = keep
 
     def _warn(self, address: str, directory: str, what: str) -> None:

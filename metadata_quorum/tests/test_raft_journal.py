@@ -241,6 +241,11 @@ def test_a_peer_with_a_new_directory_neither_votes_nor_counts_until_readmitted(t
     port._onMessageReceived(peer, msg("response_vote", "old-id", term=5))   # first seen: pinned
     assert log.pop()[0] == "deliver"
     assert open_journal(tmp_path, disk).peer_directories() == {peer.address: "old-id"}
+    # the leader writes the id it pinned into the log, once per term
+    assert proposals == [READMIT_MARK + b'["127.0.0.1:9002", "old-id"]']
+    port._onMessageReceived(peer, msg("next_node_idx", "old-id", next_node_idx=2, success=True))
+    assert log.pop()[2]["success"] is True and len(proposals) == 1
+    proposals.clear()
     # the peer's disk is wiped: it comes back with another id
     port._onMessageReceived(peer, msg("response_vote", "new-id", term=5))
     assert log == []                                                       # a vote: dropped
@@ -313,3 +318,18 @@ def test_a_directory_from_before_imports_pysyncobjs_journal(tmp_path):
     assert entries(again) == [(b"\x00old%d" % i, i, 2) for i in range(1, 6)]
     assert (again.getCurrentTerm(), again.getVotedForNodeId()) == (3, "127.0.0.1:9001")
     assert import_pysyncobj_journal(str(tmp_path / "raft.journal"), again) == 0
+
+
+def test_a_follower_learns_a_peers_id_from_the_log_not_only_first_hand(tmp_path):
+    """Followers never talk to each other: a follower that first hears a peer when that peer
+    campaigns after a wipe must already know the old id, from the leader's committed entry."""
+    disk = PowerLossDisk()
+    state = {"commit": 0}
+    j, guard, port, log = make_port(tmp_path, disk, lambda: (False, 4, state["commit"]))
+    j.add(b"\x00x", 1, 4)
+    j.add(NO_OP + READMIT_MARK + b'["127.0.0.1:9004", "old-id"]', 2, 4)
+    state["commit"] = 2
+    port.flush_held()
+    assert guard.pins == {"127.0.0.1:9004": "old-id"}
+    port._onMessageReceived(Node("127.0.0.1:9004"), msg("response_vote", "new-id", term=5))
+    assert log == []                                   # the wiped peer's vote does not count
