@@ -150,6 +150,8 @@ class DirectoryGuard:
             pos = idx - first
             if 0 <= pos < len(self.journal) and self.journal[pos] == (command, idx, term):
                 address, directory = json.loads(command[1 + len(READMIT_MARK):])
+                if directory == self.journal.directory_id:
+                    continue                        # this controller itself
                 before = self.pins.get(address)
                 if before != directory:
                     self.pin(address, directory)
