@@ -6,20 +6,24 @@ Produce answer names each offending record by its index in the batch (`record_er
     CreateTime timestamp too old    INVALID_TIMESTAMP (now - ts > message.timestamp.before.max.ms)
     CreateTime timestamp too new    INVALID_TIMESTAMP (ts - now > message.timestamp.after.max.ms)
 
+    batch marked LogAppendTime       INVALID_TIMESTAMP (only the broker stamps that; accepted on a
+                                     CreateTime topic when its records carry timestamps, as Kafka)
+
 Both limits fall back to the deprecated message.timestamp.difference.max.ms while left at their
 default (Long.MAX_VALUE), as in Kafka 3.6-3.9; records without a timestamp (-1) and topics with
-message.timestamp.type=LogAppendTime are not checked. The messages are Kafka's own, so tools that
-match on them keep working.
+message.timestamp.type=LogAppendTime are not range-checked. The messages are Kafka's own, so
+tools that match on them keep working.
 
-Cost: nothing unless the topic is compacted or sets a limit; with only an `after` limit the
-batch header's max timestamp settles it; otherwise the batch is decoded (C decoder).
+Cost: nothing unless the topic is compacted, sets a limit or the batch claims LogAppendTime;
+with only an `after` limit the batch header's max timestamp settles it; otherwise the batch is
+decoded (C decoder).
 """
 
 from __future__ import annotations
 
 from partition_server.log.config import NEVER, LogConfig
 from wire.errors import DecodeError, ErrorCode, KafkaError
-from wire.records.batch import decode_batch
+from wire.records.batch import TimestampType, decode_batch
 
 NO_TIMESTAMP = -1
 
@@ -57,36 +61,45 @@ def validate_records(data, headers, config: LogConfig, topic_partition: str,
     record the topic refuses; control batches are the coordinators' and not checked here."""
     compacted = "compact" in config.cleanup_policy
     limits = _limits(config)
-    if not compacted and limits is None:
-        return
+    create_time = config.message_timestamp_type == "CreateTime"
     for h in headers:
         if h.is_control:
             continue
-        if not compacted and limits[0] == NEVER and h.max_timestamp - now_ms <= limits[1]:
-            continue                    # only a future limit, and the newest record is within it
-        errors = _record_errors(data, h, compacted, limits, topic_partition, now_ms)
+        stamped = h.timestamp_type == TimestampType.LOG_APPEND_TIME
+        if not compacted and not stamped and (
+                limits is None or limits[0] == NEVER and h.max_timestamp - now_ms <= limits[1]):
+            continue            # no rule applies, or only a future limit the newest record meets
+        errors = _record_errors(data, h, compacted, create_time, limits, topic_partition, now_ms)
         if errors:
             raise _batch_error(errors)
 
 
-def _record_errors(data, h, compacted: bool, limits, topic_partition: str,
+def _record_errors(data, h, compacted: bool, create_time: bool, limits, topic_partition: str,
                    now_ms: int) -> list[tuple[ErrorCode, int, str]]:
     try:
         records = decode_batch(data, h.pos, verify_crc=False).records
     except DecodeError as exc:
         raise KafkaError.from_code(ErrorCode.CORRUPT_MESSAGE, f"invalid record batch: {exc}") \
             from None
+    stamped = h.timestamp_type == TimestampType.LOG_APPEND_TIME
     errors = []
     for index, r in enumerate(records):
         if compacted and r.key is None:
             errors.append((ErrorCode.INVALID_RECORD, index, "Compacted topic cannot accept "
                            f"message without key in topic partition {topic_partition}"))
-        elif limits is not None and r.timestamp != NO_TIMESTAMP and \
-                (now_ms - r.timestamp > limits[0] or r.timestamp - now_ms > limits[1]):
+        elif create_time and r.timestamp != NO_TIMESTAMP:
+            if limits is not None and (now_ms - r.timestamp > limits[0] or
+                                       r.timestamp - now_ms > limits[1]):
+                errors.append((ErrorCode.INVALID_TIMESTAMP, index,
+                               f"Timestamp {r.timestamp} of message with offset {r.offset} is out "
+                               f"of range. The timestamp should be within "
+                               f"[{_long(now_ms - limits[0])}, {_long(now_ms + limits[1])}]"))
+        elif stamped:
             errors.append((ErrorCode.INVALID_TIMESTAMP, index,
-                           f"Timestamp {r.timestamp} of message with offset {r.offset} is out of "
-                           f"range. The timestamp should be within [{_long(now_ms - limits[0])}"
-                           f", {_long(now_ms + limits[1])}]"))
+                           f"Invalid timestamp type in message DefaultRecord(offset={r.offset}, "
+                           f"timestamp={r.timestamp}, key={len(r.key or b'')} bytes, "
+                           f"value={len(r.value or b'')} bytes). Producer should not set "
+                           "timestamp type to LogAppendTime."))
     return errors
 
 

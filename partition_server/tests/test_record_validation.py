@@ -142,3 +142,20 @@ async def test_produce_response_carries_record_errors(tmp_path):
     assert again.record_errors[0].batch_index == 0 and again.error_message == p.error_message
     assert cls.decode(resp.encode(7), 7).responses[0].partition_responses[0].error_code == \
         ErrorCode.INVALID_RECORD
+
+
+def test_a_client_batch_marked_log_append_time(tmp_path):
+    from wire.records.batch import TimestampType
+    lat = dict(timestamp_type=TimestampType.LOG_APPEND_TIME)
+    # a LogAppendTime topic refuses it for every record: only the broker stamps
+    plog = _log(tmp_path, message_timestamp_type="LogAppendTime")
+    with pytest.raises(RecordValidationError) as exc:
+        plog.append_as_leader(build_batch([(b"k", b"vv", None, NOW), (None, b"v", None, NOW)],
+                                          **lat), 0, NOW)
+    assert exc.value.code == ErrorCode.INVALID_TIMESTAMP
+    assert exc.value.record_errors[0] == (0, (
+        f"Invalid timestamp type in message DefaultRecord(offset=0, timestamp={NOW}, key=1 "
+        "bytes, value=2 bytes). Producer should not set timestamp type to LogAppendTime."))
+    assert [i for i, _m in exc.value.record_errors] == [0, 1] and plog.log_end_offset == 0
+    # a CreateTime topic takes it when its records carry timestamps (Kafka's order of checks)
+    _log(tmp_path / "c").append_as_leader(build_batch([(b"k", b"v", None, NOW)], **lat), 0, NOW)
