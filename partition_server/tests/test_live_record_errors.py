@@ -1,4 +1,4 @@
-"""KIP-467 per-record errors, live, with confluent-kafka, kafka-python and our producer: a record
+"""KIP-467 per-record errors, live, with confluent-kafka, kafka-python, aiokafka and our producer: a record
 with a null key on a compacted topic is refused with INVALID_RECORD, one whose CreateTime
 timestamp is outside message.timestamp.before/after.max.ms with INVALID_TIMESTAMP; the batch is
 not appended (the log end offset counts only the records accepted), and the clients surface the
@@ -106,3 +106,28 @@ def test_our_producer_names_the_record_and_why(cluster):
     assert late is not None and late.code == ErrorCode.INVALID_TIMESTAMP
     assert "is out of range. The timestamp should be within" in str(late)
     assert _end_offset(cluster.bootstrap, cluster.compacted) == before
+
+
+def test_aiokafka_sees_the_refusal(cluster):
+    """aiokafka 0.14 has no class for INVALID_RECORD (87): it raises its UnknownError, as it
+    would against Kafka; INVALID_TIMESTAMP it knows."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import InvalidTimestampError, UnknownError
+
+    async def run():
+        p = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+        await p.start()
+        try:
+            with pytest.raises(UnknownError):
+                await p.send_and_wait(cluster.compacted, b"v", key=None, partition=0)
+            with pytest.raises(InvalidTimestampError):
+                await p.send_and_wait(cluster.timed, b"v", key=b"k", partition=0,
+                                      timestamp_ms=int(time.time() * 1000) - 2 * HOUR)
+            return await p.send_and_wait(cluster.compacted, b"v", key=b"k", partition=0)
+        finally:
+            await p.stop()
+    before = _end_offset(cluster.bootstrap, cluster.compacted)
+    ok = asyncio.run(run())
+    assert ok.offset == before and _end_offset(cluster.bootstrap, cluster.compacted) == before + 1
