@@ -1,8 +1,8 @@
-"""KIP-467 per-record errors, live, with confluent-kafka, kafka-python, aiokafka and our
-producer: a record with a null key on a compacted topic is refused with INVALID_RECORD, one whose CreateTime
-timestamp is outside message.timestamp.before/after.max.ms with INVALID_TIMESTAMP; the batch is
-not appended (the log end offset counts only the records accepted), and the clients surface the
-broker's per-record message."""
+"""KIP-467 per-record errors, live, with confluent-kafka, kafka-python, aiokafka and our producer:
+a record with a null key on a compacted topic is refused with INVALID_RECORD, one whose
+CreateTime timestamp is outside message.timestamp.before/after.max.ms with INVALID_TIMESTAMP;
+the batch is not appended (the log end offset counts only the records accepted), and the clients
+surface the broker's per-record message."""
 
 from __future__ import annotations
 
