@@ -66,6 +66,7 @@ class ProduceResult:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    record_errors: list = dataclasses.field(default_factory=list)  # KIP-467 [(index, message)]
 
 
 @dataclasses.dataclass
@@ -366,7 +367,9 @@ class ReplicaManager:
             self.check_storage()
             info = hosted.log.append_as_leader(records, state.leader_epoch, now_ms)
         except KafkaError as exc:
-            return ProduceResult(ErrorCode(exc.code), message=str(exc))
+            return ProduceResult(ErrorCode(exc.code), message=str(exc),
+                                 log_start_offset=hosted.log.log_start_offset,
+                                 record_errors=getattr(exc, "record_errors", []))
         except OSError as exc:
             log.error("append to %s-%d failed: %s; replica goes offline", topic, partition, exc)
             self.storage_failed(hosted, exc)

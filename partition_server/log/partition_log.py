@@ -28,6 +28,7 @@ from partition_server.log.config import NEVER, LogConfig
 from partition_server.log.epoch_cache import LeaderEpochCache
 from partition_server.log.file_cache import OpenFileCache
 from partition_server.log.fsync import fsync_dir
+from partition_server.log.record_validation import validate_records
 from partition_server.log.recovery import (CLEAN_SHUTDOWN, finish_interrupted_operations,
                                            open_segments)
 from partition_server.log.retention import segments_past_retention
@@ -207,6 +208,9 @@ class PartitionLog:
         "client" (Produce) may not write control batches, "coordinator" (transaction markers,
         group/txn coordinators) may."""
         data, headers = self._validate(records, leader=True, origin=origin)
+        if origin == "client":          # the topic's per-record rules (KIP-467 record errors)
+            validate_records(data, headers, self.config, os.path.basename(self.directory),
+                             now_ms)
         offset = self.log_end_offset
         log_append = self.config.message_timestamp_type == "LogAppendTime"
         if log_append:
