@@ -131,3 +131,20 @@ def test_aiokafka_sees_the_refusal(cluster):
     before = _end_offset(cluster.bootstrap, cluster.compacted)
     ok = asyncio.run(run())
     assert ok.offset == before and _end_offset(cluster.bootstrap, cluster.compacted) == before + 1
+
+
+def test_a_topic_made_compacted_by_alter_configs_refuses_null_keys_at_once(cluster):
+    """The rules follow a topic config changed on a running cluster: the open logs take the
+    new config (replica_manager._reconfigure), no restart needed."""
+    from confluent_kafka.admin import AdminClient as CAdmin, ConfigResource, NewTopic
+    topic = f"alt-{uuid.uuid4().hex[:6]}"
+    admin = CAdmin({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+    assert _confluent(cluster.bootstrap, topic, None) is None       # delete policy: allowed
+    res = ConfigResource("topic", topic, set_config={"cleanup.policy": "compact"})
+    admin.alter_configs([res])[res].result(30)
+    deadline = time.monotonic() + 30
+    while (err := _confluent(cluster.bootstrap, topic, None)) is None:
+        assert time.monotonic() < deadline, "a null key is still accepted after the change"
+        time.sleep(0.2)
+    assert err.code() == ErrorCode.INVALID_RECORD
