@@ -7,6 +7,9 @@ became O(changed) (issue 17), side by side in one run, in-process.
 Per size N, with nothing changing between ticks (an idle cluster):
 - lag refresh: one group caught up on N partitions led here (group/lag.py): the full refresh
   (every group x partition, kept below) against the incremental one;
+- lag refresh, remote: one group caught up on N partitions led by another broker (answered by
+  an in-process fake leader): every one asked each refresh (`remote_per_refresh=N`, what the
+  monitor did before) against the default bound (1,000 a refresh, the rest in turn);
 - offsets expiry: N committed offsets over N/100 empty groups, none old enough to expire
   (`state.expired_offsets` over all of them against `OffsetExpiry`, group/offset_expiry.py);
 - transaction timeouts: N idle transactional ids, none near expiry (the full scan against the
@@ -34,6 +37,8 @@ from partition_server.replication.partition import Role  # noqa: E402
 from partition_server.txn import state as S  # noqa: E402
 from partition_server.txn.timeouts import TxnTable, timeout_actions  # noqa: E402
 from wire.errors import ErrorCode  # noqa: E402
+from wire.messages.api_keys import ApiKey  # noqa: E402
+from wire.messages.index_generated import RESPONSES  # noqa: E402
 
 
 async def full_refresh(mon: LagMonitor) -> None:
@@ -72,6 +77,26 @@ def lag_monitor(n: int) -> LagMonitor:
     return mon
 
 
+def remote_lag_monitor(n: int, per_refresh: int) -> LagMonitor:
+    lo = RESPONSES[ApiKey.LIST_OFFSETS]
+
+    async def answer(req, timeout):          # the leader: every high watermark is 100
+        return lo(topics=[lo.ListOffsetsTopicResponse(name=t.name, partitions=[
+            lo.ListOffsetsPartitionResponse(partition_index=p.partition_index, offset=100)
+            for p in t.partitions]) for t in req.topics])
+
+    async def get(leader):
+        return types.SimpleNamespace(request=answer)
+    offsets = {"g": {("t", p): (100, 0, "", 0) for p in range(n)}}
+    groups = types.SimpleNamespace(offsets=offsets, owns=lambda gid: ErrorCode.NONE, loaded={0})
+    replicas = types.SimpleNamespace(get=lambda t, p: None, watchers=[], log_dir_failed=False)
+    image = types.SimpleNamespace(topics={}, partition=lambda t, p: types.SimpleNamespace(leader=1))
+    mon = LagMonitor(groups, replicas, lambda: image, types.SimpleNamespace(get=get), 5,
+                     remote_per_refresh=per_refresh)
+    mon.touch("g")
+    return mon
+
+
 def timed(fn, runs: int) -> float:
     times = []
     for _ in range(runs):
@@ -89,6 +114,12 @@ def measure(n: int, runs: int) -> dict:
     assert old_mon.table == new_mon.table
     out["lag"] = (timed(lambda: trio.run(full_refresh, old_mon), runs),
                   timed(lambda: trio.run(new_mon.refresh), runs))
+    every, bounded = remote_lag_monitor(n, n), remote_lag_monitor(n, 1000)
+    trio.run(every.refresh)
+    trio.run(bounded.refresh)
+    assert every.table == bounded.table and len(every.table) == n
+    out["lag rem"] = (timed(lambda: trio.run(every.refresh), runs),
+                      timed(lambda: trio.run(bounded.refresh), runs))
 
     now, retention = 10_000_000, 7 * 86_400_000
     offsets = {f"g{i}": {("t", p): (1, 0, "", now) for p in range(100)}

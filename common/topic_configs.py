@@ -106,6 +106,11 @@ TOPIC_CONFIGS = {
     # deprecated since Kafka 3.0: accepted, shown and ignored (every log is message format v2),
     # as Kafka 3.x does; Kafka 4.0 drops it
     "message.format.version": ("3.0-IV1", message_format_version),
+    # per-record limits checked on produce (partition_server/log/record_validation.py);
+    # difference.max.ms is deprecated and stands for both while they keep their default
+    "message.timestamp.after.max.ms": (str(LONG_MAX), _int(0)),
+    "message.timestamp.before.max.ms": (str(LONG_MAX), _int(0)),
+    "message.timestamp.difference.max.ms": (str(LONG_MAX), _int(0)),
     "message.timestamp.type": ("CreateTime", _choice("CreateTime", "LogAppendTime")),
     "min.cleanable.dirty.ratio": ("0.5", _ratio),
     "min.compaction.lag.ms": ("0", _int(0)),

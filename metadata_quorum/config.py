@@ -18,6 +18,8 @@
 | raftka.controller.raft.log.compaction.min.time.ms | 60000 | ...or this long after the last compaction, whichever comes first |
 | raftka.network.source.address | unset | local IP address this controller's outgoing connections leave from (the Raft port's always leave from the Raft address's host); unset, the kernel chooses |
 | raftka.metrics.listener | unset | host:port of the `/metrics`, `/health/live` and `/health/ready` HTTP endpoint (metadata_quorum/health.py); off when unset. In combined mode the broker serves it and the controller uses `raftka.controller.metrics.listener` |
+| raftka.controller.raft.fsync | true | fsync the Raft journal before an entry counts toward a commit (group commit: one fsync per pysyncobj tick). `false` only to measure what fsync costs (bench/metadata_quorum.py): a power loss of a majority of controllers can then lose committed metadata |
+| raftka.controller.test.raft.sync.record | false | tests only: after each fsync the journal's synced length is written to `raft.log.synced`, so a test can cut the journal back to it after a SIGKILL (a simulated power loss) |
 | raftka.controller.test.voter.change.pause.ms | 0 | tests only: a voter change waits this long between its PENDING record and the Raft membership entry, so a test can fail the active controller in between |
 """
 
@@ -31,10 +33,22 @@ from common.properties import ConfigError, parse_endpoint, parse_voters
 
 
 PASSWORD_KEY = "raftka.controller.raft.password"
+FSYNC_KEY = "raftka.controller.raft.fsync"
+SYNC_RECORD_KEY = "raftka.controller.test.raft.sync.record"
 # used when the key is absent: acceptable only while the Raft port is on loopback
 DEV_PASSWORD = "raftka-dev-only-password"
 # what the shipped examples used to carry; a copied file must not go live with one of these
 PLACEHOLDER_MARKERS = ("change-me", "changeme", "change_me")
+
+
+def _flag(props: dict, key: str, default: bool) -> bool:
+    value = props.get(key)
+    return default if value is None else value.strip().lower() == "true"
+
+
+def _flag_problems(props: dict) -> list[str]:
+    return [f"{key}={props[key]!r}: must be true or false" for key in (FSYNC_KEY, SYNC_RECORD_KEY)
+            if props.get(key, "true").strip().lower() not in ("true", "false")]
 
 
 def is_loopback(host: str) -> bool:
@@ -96,6 +110,14 @@ class ControllerConfig:
     props: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @property
+    def raft_fsync(self) -> bool:
+        return _flag(self.props, FSYNC_KEY, True)
+
+    @property
+    def raft_sync_record(self) -> bool:
+        return _flag(self.props, SYNC_RECORD_KEY, False)
+
+    @property
     def joining(self) -> bool:
         """Not one of the configured voters: this controller joins a running quorum."""
         return self.node_id not in self.voters
@@ -143,6 +165,7 @@ class ControllerConfig:
             problem = raft_password_problem(peers[node_id][0], props.get(PASSWORD_KEY))
             if problem:
                 problems.append(problem)
+        problems.extend(_flag_problems(props))
         if sys.flags.optimize:
             # pysyncobj checks each message's session key and timestamp with `assert`: under -O
             # a captured message could be replayed to the Raft port and accepted

@@ -74,7 +74,8 @@ class ControllerService:
         self.quorum = RaftQuorum(config.node_id, peers, config.metadata_dir, config.password,
                                  compaction_min_entries=config.raft_compaction_min_entries,
                                  compaction_min_time_s=config.raft_compaction_min_time_ms / 1000,
-                                 joining=config.joining)
+                                 joining=config.joining, fsync=config.raft_fsync,
+                                 sync_record=config.raft_sync_record)
         if config.password == DEV_PASSWORD:      # config.py refuses it beyond loopback
             log.warning("the Raft port uses the built-in development password: any local user "
                         "could run code on this controller through it; set "

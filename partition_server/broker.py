@@ -189,8 +189,10 @@ class Broker:
 
     def _open_log(self, topic: str, partition: int, topic_config: dict) -> PartitionLog:
         directory = os.path.join(self.log_dir, f"{topic}-{partition}")
+        # lazy: a new partition's directory and files appear with its first record (a
+        # CreateTopics of 10,000 partitions no longer makes 20,000 directories and files)
         return PartitionLog(directory, LogConfig.from_kafka(topic_config), now_ms(),
-                            files=self.segment_files)
+                            files=self.segment_files, lazy=True)
 
     # -- metadata -------------------------------------------------------------------------------
 

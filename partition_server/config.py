@@ -83,6 +83,12 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("log.flush.interval.messages", "long", 2**63 - 1, "fsync after this many messages."),
     ConfigDef("log.flush.interval.ms", "long", None, "fsync a partition at least this often (ms)."),
     ConfigDef("log.cleanup.policy", "list", ["delete"], "delete, compact or both."),
+    ConfigDef("log.message.timestamp.before.max.ms", "long", 2**63 - 1,
+              "Refuse a produced CreateTime record older than now minus this (ms).", _at_least(0)),
+    ConfigDef("log.message.timestamp.after.max.ms", "long", 2**63 - 1,
+              "Refuse a produced CreateTime record newer than now plus this (ms).", _at_least(0)),
+    ConfigDef("log.message.timestamp.difference.max.ms", "long", 2**63 - 1,
+              "Deprecated: both limits above while they keep their default (ms).", _at_least(0)),
     ConfigDef("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets.", _at_least(1)),
     ConfigDef("offsets.topic.replication.factor", "int", 3, "Replication factor of __consumer_offsets.",
               _at_least(1)),
@@ -252,6 +258,9 @@ BROKER_TO_TOPIC = {
     "log.cleanup.policy": "cleanup.policy", "message.max.bytes": "max.message.bytes",
     "min.insync.replicas": "min.insync.replicas",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "log.message.timestamp.before.max.ms": "message.timestamp.before.max.ms",
+    "log.message.timestamp.after.max.ms": "message.timestamp.after.max.ms",
+    "log.message.timestamp.difference.max.ms": "message.timestamp.difference.max.ms",
 }
 
 

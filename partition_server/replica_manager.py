@@ -25,7 +25,7 @@ import os
 from typing import Iterable
 
 from partition_server.log import LogCleaner, PartitionLog
-from partition_server.log.config import NEVER
+from partition_server.log.config import NEVER, LogConfig, LogConfigError
 from partition_server.replication.partition import PartitionState, Role
 from partition_server.txn import snapshot as producer_snapshot
 from partition_server.txn.producer_state import ProducerStateManager
@@ -66,6 +66,7 @@ class ProduceResult:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    record_errors: list = dataclasses.field(default_factory=list)  # KIP-467 [(index, message)]
 
 
 @dataclasses.dataclass
@@ -191,6 +192,8 @@ class ReplicaManager:
                 self.timed_flush.add(key)
             if "compact" in plog.config.cleanup_policy:
                 self.compacted.add(key)
+        else:
+            self._reconfigure(key, hosted, topic_config)
         hosted.min_insync_replicas = min_insync_replicas
         # the controller judges the ELR by the same figure (replication_control.min_insync)
         rf = len(replicas) if replication_factor is None else replication_factor
@@ -199,7 +202,8 @@ class ReplicaManager:
             if hosted.state.become_leader(leader_epoch, partition_epoch, replicas, isr, now_ms):
                 hosted.log.assign_epoch_start(leader_epoch, hosted.log.log_end_offset,
                                               fsync=not self._defer_epoch_sync)
-                self._epochs_unsynced |= self._defer_epoch_sync
+                # (a lazily created log writes its epochs with its first record, unsynced)
+                self._epochs_unsynced |= self._defer_epoch_sync and hosted.log.materialized
             if adding_replicas:
                 hosted.state.restart_followers(adding_replicas, now_ms)
         else:
@@ -212,6 +216,21 @@ class ReplicaManager:
         for watcher in self.watchers:
             watcher.add(key)
         return hosted.state.role
+
+    def _reconfigure(self, key: TopicPartition, hosted: HostedPartition, topic_config) -> None:
+        """A hosted log takes its topic's current config (an AlterConfigs of retention.ms,
+        cleanup.policy, max.message.bytes…) at once, as Kafka's LogManager.updateTopicConfig
+        does; before, an open log kept the config it was opened with until a restart."""
+        try:
+            new = LogConfig.from_kafka(topic_config)
+        except LogConfigError as exc:       # the controller validates; never fail an apply
+            log.warning("%s-%d keeps its log config: %s", key[0], key[1], exc)
+            return
+        if new == hosted.log.config:
+            return
+        hosted.log.config = new
+        (self.timed_flush.add if new.flush_ms != NEVER else self.timed_flush.discard)(key)
+        (self.compacted.add if "compact" in new.cleanup_policy else self.compacted.discard)(key)
 
     def _note_move(self, key: TopicPartition, adding_here: bool | None) -> None:
         """Keep `moving` ({partition being reassigned: this replica is a new one}) current;
@@ -365,7 +384,9 @@ class ReplicaManager:
             self.check_storage()
             info = hosted.log.append_as_leader(records, state.leader_epoch, now_ms)
         except KafkaError as exc:
-            return ProduceResult(ErrorCode(exc.code), message=str(exc))
+            return ProduceResult(ErrorCode(exc.code), message=str(exc),
+                                 log_start_offset=hosted.log.log_start_offset,
+                                 record_errors=getattr(exc, "record_errors", []))
         except OSError as exc:
             log.error("append to %s-%d failed: %s; replica goes offline", topic, partition, exc)
             self.storage_failed(hosted, exc)

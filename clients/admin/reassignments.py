@@ -4,7 +4,7 @@ metadata (a broker, which forwards them to the active controller)."""
 
 from __future__ import annotations
 
-from clients.admin.types import PartitionReassignment
+from clients.admin.types import LogDirDescription, PartitionReassignment, ReplicaInfo
 from clients.cluster import TopicPartition
 from clients.errors import ClientError, check, error
 from wire.errors import ErrorCode, KafkaError
@@ -59,13 +59,13 @@ class ReassignmentCalls:
             tuple(p.replicas), tuple(p.adding_replicas), tuple(p.removing_replicas))
             for t in resp.topics for p in t.partitions}
 
-    async def describe_replica_log_dirs(
+    async def describe_log_dirs(
             self, brokers: list[int], partitions: list[TopicPartition] | None = None
-    ) -> dict[int, dict[TopicPartition, tuple[int, int]] | KafkaError]:
-        """DescribeLogDirs asked of each broker: {broker: {tp: (size in bytes, offset lag)}}
-        for the replicas it hosts among `partitions` (None: all), or the error that broker gave
-        (unreachable, storage failed). How reassignment progress is measured: the size of an
-        adding replica's log against the leader's."""
+    ) -> dict[int, list[LogDirDescription] | KafkaError]:
+        """DescribeLogDirs asked of each broker (Kafka's Admin.describeLogDirs): per broker its
+        log directories with the replicas each holds among `partitions` (None: all), or the
+        error that kept the broker from answering (unreachable, not authorized). A failed
+        directory is listed with its error and no replicas."""
         dl = REQUESTS[ApiKey.DESCRIBE_LOG_DIRS]
         topics = None
         if partitions is not None:
@@ -81,15 +81,33 @@ class ReassignmentCalls:
                 out[broker] = exc if isinstance(exc, KafkaError) else \
                     KafkaError(f"broker {broker}: {exc}")
                 continue
-            replicas: dict[TopicPartition, tuple[int, int]] = {}
-            for result in resp.results:
-                if result.error_code:
-                    out[broker] = error(result.error_code, None, f"broker {broker} log dir")
-                    break
-                for t in result.topics:
-                    for p in t.partitions:
-                        replicas[TopicPartition(t.name, p.partition_index)] = \
-                            (p.partition_size, p.offset_lag)
-            else:
-                out[broker] = replicas
+            if resp.error_code:                 # v3+: the whole request refused
+                out[broker] = error(resp.error_code, None, f"broker {broker}")
+                continue
+            out[broker] = [LogDirDescription(
+                path=r.log_dir,
+                error=error(r.error_code, None, f"broker {broker} log dir {r.log_dir}")
+                if r.error_code else None,
+                replicas={TopicPartition(t.name, p.partition_index):
+                          ReplicaInfo(p.partition_size, p.offset_lag, p.is_future_key)
+                          for t in r.topics for p in t.partitions},
+                total_bytes=getattr(r, "total_bytes", -1),
+                usable_bytes=getattr(r, "usable_bytes", -1)) for r in resp.results]
+        return out
+
+    async def describe_replica_log_dirs(
+            self, brokers: list[int], partitions: list[TopicPartition] | None = None
+    ) -> dict[int, dict[TopicPartition, tuple[int, int]] | KafkaError]:
+        """{broker: {tp: (size in bytes, offset lag)}} over all its log directories, or the
+        error that broker gave (unreachable, a log directory failed). How reassignment progress
+        is measured: the size of an adding replica's log against the leader's."""
+        out: dict = {}
+        for broker, dirs in (await self.describe_log_dirs(brokers, partitions)).items():
+            if isinstance(dirs, KafkaError):
+                out[broker] = dirs
+                continue
+            failed = [d.error for d in dirs if d.error is not None]
+            out[broker] = failed[0] if failed else {
+                tp: (info.size, info.offset_lag) for d in dirs for tp, info in d.replicas.items()
+                if not info.is_future}
         return out

@@ -8,6 +8,7 @@ import dataclasses
 import enum
 
 from clients.cluster import TopicPartition
+from wire.errors import KafkaError
 # the one ACL shape and Kafka's ACL enums, shared with the controller and the authorizer
 from common.acl import (AclBinding, AclBindingFilter, AclOperation,  # noqa: F401 - re-exported
                         AclPermissionType, PatternType, ResourceType)
@@ -120,6 +121,28 @@ class OffsetAndMetadata:
     offset: int
     metadata: str = ""
     leader_epoch: int = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaInfo:
+    """One replica in a log directory (Kafka's ReplicaInfo): bytes on disk, how far its log end
+    is behind the high watermark (a follower still copying), and whether it is the future copy
+    of an AlterReplicaLogDirs move."""
+    size: int
+    offset_lag: int
+    is_future: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class LogDirDescription:
+    """One log directory of a broker (Kafka's LogDirDescription): its path, the error it
+    reports (None when healthy: KAFKA_STORAGE_ERROR once it failed), the replicas in it and the
+    volume's total and usable bytes (-1 when the broker does not say: DescribeLogDirs < v4)."""
+    path: str
+    error: KafkaError | None
+    replicas: dict[TopicPartition, ReplicaInfo]
+    total_bytes: int = -1
+    usable_bytes: int = -1
 
 
 @dataclasses.dataclass(frozen=True)

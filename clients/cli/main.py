@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     _register(sub, "produce")
     _register(sub, "transactions")
     _register(sub, "quotas", "reassign")
-    _register(sub, "cluster")
+    _register(sub, "cluster", "log_dirs")
     _register(sub, "console")
     return parser
 

@@ -89,19 +89,19 @@ class DeliveryFuture:
         if not b.done:
             raise RuntimeError("delivery not complete yet")
         if b.exc is not None:
-            raise b.exc
+            raise b.exc_for(i)
         return b.metadata(i)
 
     def exception(self) -> BaseException | None:
-        b = self._where()[0]
-        return b.exc if b.done else None
+        b, i = self._where()
+        return b.exc_for(i) if b.done else None
 
     def add_callback(self, fn: Callable) -> None:
         """`fn(meta, exc)`; called at once if already done. Callbacks of one partition run in
         record order."""
         b, i = self._where()
         if b.done:
-            fn(self._meta(), b.exc)
+            fn(self._meta(), b.exc_for(i))
         else:
             b.add_callback(i, fn)
 
@@ -149,7 +149,7 @@ class ProducerBatch:
                  "attempts", "retry_at", "data", "sealed", "record_count", "last_error",
                  "base_ts", "max_ts", "size", "order", "producer_id", "producer_epoch",
                  "base_sequence", "n_callbacks", "done", "base_offset", "log_append_time", "exc",
-                 "event", "split_into")
+                 "event", "split_into", "record_excs")
 
     def __init__(self, tp: TopicPartition, compression: int, created: float, alloc: int,
                  order: tuple = (0,)):
@@ -181,6 +181,9 @@ class ProducerBatch:
         self.base_offset = -1
         self.log_append_time = -1
         self.exc: BaseException | None = None
+        # KIP-467: the broker named these records (by index) as why it refused the batch;
+        # they fail with their own error, the rest of the batch with `exc`
+        self.record_excs: dict[int, BaseException] | None = None
         self.event: trio.Event | None = None    # made by the first waiter
 
     def complete(self, base_offset: int, log_append_time: int | None,
@@ -207,17 +210,24 @@ class ProducerBatch:
             if exc is None:
                 meta = new(rm, (topic, partition, base_offset + i if base_offset >= 0 else -1,
                                 timestamps[i] if lat < 0 else lat))
+            rexc = exc if self.record_excs is None else self.record_excs.get(i, exc)
             if cbs.__class__ is list:
                 for fn in cbs:
                     try:
-                        fn(meta, exc)
+                        fn(meta, rexc)
                     except Exception:  # noqa: BLE001 - a user callback must not kill the sender
                         pass
             else:
                 try:
-                    cbs(meta, exc)
+                    cbs(meta, rexc)
                 except Exception:  # noqa: BLE001 - a user callback must not kill the sender
                     pass
+
+    def exc_for(self, i: int) -> BaseException | None:
+        """Record `i`'s error: its own when the broker named it (KIP-467), else the batch's."""
+        if self.record_excs is None or self.exc is None:
+            return self.exc
+        return self.record_excs.get(i, self.exc)
 
     def metadata(self, i: int) -> RecordMetadata:
         """Record `i`'s metadata once the batch is acknowledged: the broker's log-append time

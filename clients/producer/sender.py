@@ -270,6 +270,8 @@ class Sender:
                                         force=True)
                 else:
                     err = error(p.error_code, p.error_message or None)
+                    if getattr(p, "record_errors", None):    # v8+ (KIP-467)
+                        _name_bad_records(b, p)
                     if p.error_code == ErrorCode.MESSAGE_TOO_LARGE:
                         err = error(p.error_code, f"{b.tp.topic}-{b.tp.partition}: a single "
                                     f"record of {len(b.data) - BATCH_HEADER_SIZE} bytes (in a "
@@ -417,3 +419,13 @@ class Sender:
         finally:
             self._adding_partitions = False
             self.wake()
+
+
+def _name_bad_records(b: ProducerBatch, p) -> None:
+    """KIP-467: the records the broker named fail with their own message (which record, and
+    why: e.g. a null key on a compacted topic); the others with the batch's error, as in
+    Kafka's producer. INVALID_RECORD / INVALID_TIMESTAMP are never retried."""
+    where = f"{b.tp.topic}-{b.tp.partition}"
+    b.record_excs = {e.batch_index: error(p.error_code, e.batch_index_error_message or None,
+                                          f"{where} record {e.batch_index}")
+                     for e in p.record_errors}

@@ -6,7 +6,7 @@
   among the configured voters, empty directory) knows the current voters but stays out of
   elections until a leader reaches it, i.e. until it has been added: campaigning alone would
   only raise its term, and the first leader heartbeat it then rejects would cost the quorum an
-  election. `journalFile` and `fullDumpFile` under the
+  election. The journal (`raft.log`, quorum/journal.py) and `fullDumpFile` under the
   controller's metadata directory; election timeouts 400–800 ms with heartbeats every 100 ms
   (20 encrypted heartbeats a second per follower were a third of an idle controller's cost),
   leader fallback 1 s, `appendEntriesUseBatch=False`.
@@ -22,9 +22,15 @@
 - Replicated state is what `SyncObjConsumer` serialises: `next_offset`, `image`, a bounded `tail`
   of recent encoded records. Everything set before `SyncObjConsumer.__init__` (the listener, the
   lock) is local and not serialised.
-- Durability: pysyncobj writes its journal without fsync. A committed entry survives a process
-  kill (the page cache keeps it) and the loss of one node's disk (the other voters have it), but
-  a power loss of a majority at once can lose the newest entries.
+- Durability (quorum/journal.py, quorum/durable_port.py): our own fsynced journal replaces
+  pysyncobj's unsynced one; acks and votes wait at the Raft port until the journal is synced
+  (the leader's AppendEntries leave at once: followers write while it writes), and the journal
+  is synced at the start of every pysyncobj tick, where the leader counts itself, and before it
+  waits for the network, so one fsync covers every entry of a tick (group commit) and no entry
+  counts toward a commit before it is on the disk of each node counting it. Term and vote are fsynced before
+  pysyncobj sends anything reflecting them; snapshots are fsynced with their directory before
+  the entries they replace are dropped. A controller whose directory was wiped gets a new
+  directory id and is kept out of votes and commit counts until a leader re-admits it.
 """
 
 from __future__ import annotations
@@ -36,8 +42,11 @@ from typing import Callable, NamedTuple
 
 from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.config import FAIL_REASON
+from pysyncobj.syncobj import _COMMAND_TYPE
 
 from metadata_quorum.image import MetadataImage
+from metadata_quorum.quorum import journal as durable_journal
+from metadata_quorum.quorum.durable_port import DirectoryGuard, durable_transport
 from metadata_quorum.quorum.raft_port import DropLog, bind_outgoing_raft, checked_transport
 from metadata_quorum.records import MAX_RECORD_BYTES, MetadataRecordError, decode_record, split_batch
 
@@ -128,13 +137,28 @@ class MetadataLog(SyncObjConsumer):
             return Reset(self.image, self.next_offset, self.tail_start, list(self.tail))
 
 
+class DurableSyncObj(SyncObj):
+    """pysyncobj's SyncObj, syncing its journal (and sending what waited for it) at the start
+    of every tick: before the leader counts its own log toward a commit."""
+
+    def _onTick(self, timeToWait=0.0):
+        self.flush_durable()
+        super()._onTick(timeToWait)
+
+    def flush_durable(self) -> None:
+        transport = self.__dict__.get("_SyncObj__transport")
+        if transport is not None:
+            transport.flush_held()
+
+
 class RaftQuorum:
     def __init__(self, node_id: int, raft_peers: dict[int, str], data_dir: str, password: str,
                  election_timeout_s: tuple[float, float] = (0.4, 0.8),
                  compaction_min_entries: int = 20_000, compaction_min_time_s: float = 60,
-                 joining: bool = False):
+                 joining: bool = False, fsync: bool = True, sync_record: bool = False):
         """`raft_peers`: {node_id: "host:port"} of every voter's Raft port, this node included
-        (a joining node: the current voters and itself)."""
+        (a joining node: the current voters and itself). `fsync=False` only for benchmarks;
+        `sync_record` (tests) writes each synced journal length to `raft.log.synced`."""
         if not password:
             raise ValueError("the Raft port needs a password: without one pysyncobj unpickles "
                              "whatever a peer sends")
@@ -149,8 +173,15 @@ class RaftQuorum:
         self.node_id = node_id
         self.peers = dict(raft_peers)
         self.address_to_id = {addr: nid for nid, addr in raft_peers.items()}
+        durable_journal.install()
+        self.journal = durable_journal.DurableJournal(
+            os.path.join(data_dir, "raft.log"),
+            durable_journal.Disk() if fsync else durable_journal.NoSyncDisk(),
+            on_synced=record_synced_length if sync_record else None)
+        durable_journal.import_pysyncobj_journal(os.path.join(data_dir, "raft.journal"),
+                                                 self.journal)
         conf = SyncObjConf(
-            journalFile=os.path.join(data_dir, "raft.journal"),
+            journalFile=self.journal,
             fullDumpFile=os.path.join(data_dir, "raft.dump"),
             appendEntriesUseBatch=False,
             raftMinTimeout=election_timeout_s[0],
@@ -178,8 +209,23 @@ class RaftQuorum:
         others = [addr for nid, addr in sorted(raft_peers.items()) if nid != node_id]
         self.drops = DropLog()
         bind_outgoing_raft(raft_peers[node_id].rpartition(":")[0].strip("[]"))
-        self.obj = SyncObj(raft_peers[node_id], others, conf, consumers=[self.log],
-                           transportClass=checked_transport(self.drops))
+        self.directories = DirectoryGuard(self.journal, self._raft_state, self._propose_noop)
+        transport = durable_transport(checked_transport(self.drops), self.journal,
+                                      self.directories)
+        self.obj = DurableSyncObj(raft_peers[node_id], others, conf, consumers=[self.log],
+                                  transportClass=transport)
+        # the second sync point: after the tick's own appends, before pysyncobj waits
+        self.obj.addOnTickCallback(self.obj.flush_durable)
+
+    def _propose_noop(self, payload: bytes) -> None:
+        # pysyncobj's own no-op command type (what a new leader appends): skipped on apply
+        self.obj._applyCommand(payload, None, _COMMAND_TYPE.NO_OP)
+
+    def _raft_state(self) -> tuple[bool, int, int]:
+        obj = self.__dict__.get("obj")
+        if obj is None:
+            return False, 0, 0
+        return obj._isLeader(), obj._getTerm(), obj.__dict__.get("_SyncObj__raftCommitIndex", 0)
 
     def _state_changed(self) -> None:
         callback = self.on_state_change
@@ -213,7 +259,8 @@ class RaftQuorum:
                 match[self.address_to_id.get(key[len("match_idx_server_"):], -1)] = value
         return {"term": st.get("raft_term", 0), "commit_index": st.get("commit_idx", 0),
                 "last_applied": st.get("last_applied", 0), "leader_id": self.leader_id,
-                "match_index": match, "log_len": st.get("log_len", 0)}
+                "match_index": match, "log_len": st.get("log_len", 0),
+                "directory_id": self.journal.directory_id}
 
     # -- membership (pysyncobj's dynamic membership) ------------------------------------------
 
@@ -292,6 +339,16 @@ class RaftQuorum:
 
     def destroy(self) -> None:
         self.obj.destroy()
+
+
+def record_synced_length(path: str, length: int) -> None:
+    """Tests' power-loss record: the journal's length on disk after its latest fsync (written
+    after the fsync returned, to the page cache, which a SIGKILL keeps)."""
+    fd = os.open(path + ".synced", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, b"%20d\n" % length, 0)
+    finally:
+        os.close(fd)
 
 
 def fail_reason(code: int) -> str:

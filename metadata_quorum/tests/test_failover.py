@@ -27,17 +27,19 @@ ROUNDS = 20 if os.environ.get("RAFTKA_SOAK") == "1" else 3
 
 
 class Quorum:
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, extra_properties: dict | None = None):
         self.layout = DevLayout(tmp_path, free_base_port())
         self.procs: dict[int, ManagedProcess] = {}
+        self.extra_properties = dict(extra_properties or {})
 
     def start(self, index: int) -> None:
         cid = CONTROLLER_IDS[index]
         path = self.layout.data_dir / "configs" / f"controller-{cid}.properties"
-        write_properties(path, self.layout.controller_properties(index))
+        write_properties(path, {**self.layout.controller_properties(index),
+                                **self.extra_properties})
         self.procs[index] = ManagedProcess(
             f"controller-{cid}", [sys.executable, "-m", "metadata_quorum", "--config", str(path)],
-            "listening on", True)
+            "listening on", True, self.layout.log_path(f"controller-{cid}"))
 
     def start_all(self) -> None:
         for i in range(3):
@@ -285,9 +287,9 @@ def test_wiped_controller_recovers_and_nothing_committed_is_lost(tmp_path):
     """Fault F10 (chaos_tests/README.md): one controller's disk is wiped (a follower, then the active one) and it
     restarts empty. The others hold every committed entry (a majority had each), the wiped node
     copies them back from the leader, and once it has, it can be part of the majority that
-    carries on after another node dies — with every topic written before still there.
-    Not covered (as in Kafka before KIP-853's directory ids): a wipe that coincides with a
-    second fault during an election — the emptied node has forgotten its vote of that term."""
+    carries on after another node dies — with every topic written before still there (it
+    counts again once its re-admission, under its new directory id, is committed). A wipe that
+    coincides with a second fault: test_live_durable_metadata.py."""
     import shutil
     q = Quorum(tmp_path)
     q.start_all()

@@ -14,7 +14,9 @@ metrics endpoint (`partition_server/metrics.py`) exposes.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import itertools
 import logging
 import time
 from typing import TYPE_CHECKING, Callable
@@ -84,13 +86,19 @@ class LagMonitor:
     hosting changed (the replica manager's `watchers`), those of touched groups and those with
     some lag (their lag in seconds moves with the clock) are measured again — the others' lag
     is 0 messages, 0 s, as before. A change of which groups we coordinate or a failed log
-    directory rebuilds everything. Partitions led elsewhere are asked for again on every
-    refresh (one ListOffsets per leader), as before: their high watermark is only known there.
+    directory rebuilds everything. Partitions led elsewhere (their high watermark is only known
+    there: one ListOffsets per leader) are asked for when they change here (newly wanted, a
+    group's offset moved, leadership moved away) and otherwise in turn, at most
+    `remote_per_refresh` of them per refresh: with 10,000 such partitions a refresh no longer
+    asks about all of them, each is re-read every ceil(n / remote_per_refresh) refreshes.
+    The table is updated in place, only at the rows measured (no copy per refresh).
     """
 
     def __init__(self, groups: GroupCoordinator, replicas: ReplicaManager,
-                 image: Callable[[], MetadataImage], peers: PeerConnections, interval_s: float):
+                 image: Callable[[], MetadataImage], peers: PeerConnections, interval_s: float,
+                 remote_per_refresh: int = 1000):
         self.groups = groups
+        self.remote_per_refresh = max(1, remote_per_refresh)
         self.replicas = replicas
         self._image = image
         self.interval_s = interval_s
@@ -101,12 +109,14 @@ class LagMonitor:
         # refresh are dropped.
         self._timestamps: dict[tuple[str, int, int], int | None] = {}
         self._used: dict[tuple[str, int, int], int | None] = {}
+        self._ts_keys: dict[tuple[str, int], set] = {}      # partition → its _timestamps keys
         self.peers = peers
         self._wanted: dict[tuple[str, int], dict[str, int]] = {}    # partition → group → offset
         self._by_group: dict[str, set[tuple[str, int]]] = {}
         self._entries: dict[tuple[str, int], list[str]] = {}        # partition → groups in table
         self._lagging: set[tuple[str, int]] = set()     # led here, some group behind
-        self._remote: set[tuple[str, int]] = set()      # wanted, not led here
+        # wanted, not led here; in the order they are asked for (least recently first)
+        self._remote: dict[tuple[str, int], None] = collections.OrderedDict()
         self._touched: set[str] = set()
         self._changed: set[tuple[str, int]] = set()
         replicas.watchers.append(self._changed)
@@ -166,21 +176,32 @@ class LagMonitor:
             changed |= self._index(gid)
         return changed | self._lagging
 
+    def _in_turn(self, measure: set) -> list[tuple[str, int]]:
+        """The next `remote_per_refresh` partitions led elsewhere (not in `measure`, which
+        are asked anyway), moved to the back of the turn."""
+        turn = list(itertools.islice((tp for tp in self._remote if tp not in measure),
+                                     self.remote_per_refresh))
+        for tp in turn:
+            self._remote.move_to_end(tp)
+        return turn
+
     async def refresh(self) -> None:
         measure = self._to_measure()
-        table = dict(self.table)
-        for tp in measure | self._remote:
-            for gid in self._entries.pop(tp, ()):
-                table.pop((gid, *tp), None)
+        in_turn = self._in_turn(measure)
+        gone = [(gid, *tp) for tp in itertools.chain(measure, in_turn)
+                for gid in self._entries.pop(tp, ())]
+        table: dict = {}                # the rows measured now, put into self.table at the end
         now = int(time.time() * 1000)
         self._used = {}
         remote: dict[int, list] = {}
+        asked = []
         for tp in measure:
             self._lagging.discard(tp)
-            self._remote.discard(tp)
+            self._remote.pop(tp, None)
             if tp in self._wanted and not self._measure_here(tp, table, now):
-                self._remote.add(tp)
-        for tp in self._remote:
+                self._remote[tp] = None
+                asked.append(tp)
+        for tp in itertools.chain(asked, in_turn):
             p = self._image().partition(*tp)
             if p is not None and p.leader >= 0:
                 remote.setdefault(p.leader, []).append((*tp, list(self._wanted[tp].items())))
@@ -194,8 +215,23 @@ class LagMonitor:
             for topic, partition, users in items:
                 self._entries[(topic, partition)] = [g for g, _ in users
                                                      if (g, topic, partition) in table]
-        self.table = table
-        self._timestamps = self._used
+        # no await from here on: readers see the table before or after this refresh
+        for key in gone:
+            if key not in table:
+                self.table.pop(key, None)
+        self.table.update(table)
+        self._keep_timestamps(itertools.chain(measure, in_turn))
+
+    def _keep_timestamps(self, refreshed) -> None:
+        """Of the partitions measured now, keep the timestamps this refresh used; the others'
+        stay for their next turn."""
+        for tp in refreshed:
+            for key in self._ts_keys.pop(tp, ()):
+                if key not in self._used:
+                    del self._timestamps[key]
+        for key, ts in self._used.items():
+            self._timestamps[key] = ts
+            self._ts_keys.setdefault(key[:2], set()).add(key)
 
     def _measure_here(self, tp: tuple[str, int], table: dict, now: int) -> bool:
         """Lag of every group at a partition led here; False when it is not led here."""

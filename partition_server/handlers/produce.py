@@ -5,6 +5,8 @@ leader here), INVALID_REQUIRED_ACKS (acks not in 0/1/-1), UNSUPPORTED_FOR_MESSAG
 only magic v2 is stored), NOT_ENOUGH_REPLICAS (acks=all with ISR < min.insync.replicas, checked
 before append), NOT_ENOUGH_REPLICAS_AFTER_APPEND (ISR shrank below it while waiting),
 REQUEST_TIMED_OUT (acks=all not replicated within timeout_ms), CORRUPT_MESSAGE / INVALID_RECORD /
+INVALID_TIMESTAMP (a record the topic refuses: the batch is not appended and v8+ names each such
+record in record_errors, log/record_validation.py) /
 MESSAGE_TOO_LARGE / RECORD_LIST_TOO_LARGE (the log's validation), KAFKA_STORAGE_ERROR;
 transactional writes the coordinator does not confirm (KIP-890, txn/verify.py): INVALID_TXN_STATE,
 INVALID_PRODUCER_EPOCH, or NOT_ENOUGH_REPLICAS while it cannot be asked.
@@ -77,6 +79,9 @@ async def handle_produce(hctx: HandlerContext, req):
         topics.setdefault(topic, []).append(cls.PartitionProduceResponse(
             index=partition, error_code=r.error, base_offset=r.base_offset if ok else -1,
             log_append_time_ms=r.log_append_time_ms if ok else -1,
-            log_start_offset=r.log_start_offset, error_message=r.message))
+            log_start_offset=r.log_start_offset, error_message=r.message,
+            record_errors=[cls.BatchIndexAndErrorMessage(batch_index=i,
+                                                         batch_index_error_message=m)
+                           for i, m in r.record_errors]))
     return cls(responses=[cls.TopicProduceResponse(name=t, partition_responses=ps)
                           for t, ps in topics.items()])

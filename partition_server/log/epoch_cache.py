@@ -22,11 +22,15 @@ UNDEFINED = (-1, -1)
 
 
 class LeaderEpochCache:
-    def __init__(self, path: str):
+    def __init__(self, path: str, deferred: bool = False):
         self.path = path
         self.epochs: list[int] = []
         self.start_offsets: list[int] = []
-        self._load()
+        # True while the log's directory does not exist yet (a lazily created log, see
+        # partition_log.py): nothing to read, changes stay in memory until `write_deferred`
+        self.deferred = deferred
+        if not deferred:
+            self._load()
 
     def _load(self) -> None:
         """Read the checkpoint; anything torn or inconsistent is ignored (the log then rebuilds
@@ -47,7 +51,16 @@ class LeaderEpochCache:
         for epoch, start in pairs:
             self._assign(epoch, start)
 
+    def write_deferred(self) -> None:
+        """The directory exists now: write what was kept in memory (unsynced: if it is lost,
+        the log rebuilds the cache from its batches' leader epochs on open)."""
+        self.deferred = False
+        if self.epochs:
+            self._save(fsync=False)
+
     def _save(self, fsync: bool = True) -> None:
+        if self.deferred:
+            return
         body = "0\n%d\n%s" % (len(self.epochs), "".join(
             f"{e} {s}\n" for e, s in zip(self.epochs, self.start_offsets)))
         tmp = self.path + ".tmp"

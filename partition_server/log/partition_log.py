@@ -28,6 +28,7 @@ from partition_server.log.config import NEVER, LogConfig
 from partition_server.log.epoch_cache import LeaderEpochCache
 from partition_server.log.file_cache import OpenFileCache
 from partition_server.log.fsync import fsync_dir
+from partition_server.log.record_validation import validate_records
 from partition_server.log.recovery import (CLEAN_SHUTDOWN, finish_interrupted_operations,
                                            open_segments)
 from partition_server.log.retention import segments_past_retention
@@ -75,16 +76,20 @@ def _error(code: ErrorCode, message: str) -> KafkaError:
 
 class PartitionLog:
     def __init__(self, directory: str, config: LogConfig | None = None, now_ms: int = 0,
-                 files: OpenFileCache | None = None):
+                 files: OpenFileCache | None = None, lazy: bool = False):
         """`files`: the broker's bound on open segment files (file_cache.py); None shares a
-        process-wide default."""
+        process-wide default. `lazy`: if the directory does not exist, create it and the first
+        segment's file only on the first write (README.md, "Lazily created logs")."""
         self.directory = directory
         self.config = config or LogConfig()
         self.files = files
-        os.makedirs(directory, exist_ok=True)
+        self.materialized = not lazy or os.path.isdir(directory)
+        if self.materialized:
+            os.makedirs(directory, exist_ok=True)
         self.segments: list[LogSegment] = []
         self._append_time_floor: int | None = None     # see append_as_leader
-        self.epoch_cache = LeaderEpochCache(os.path.join(directory, "leader-epoch-checkpoint"))
+        self.epoch_cache = LeaderEpochCache(os.path.join(directory, "leader-epoch-checkpoint"),
+                                            deferred=not self.materialized)
         self.log_start_offset = self._read_offset_file("log-start-offset", 0)
         self.recovery_point = self._read_offset_file("recovery-point", 0)
         self.first_dirty_offset = self._read_offset_file(CLEANER_CHECKPOINT, 0)   # compaction
@@ -98,6 +103,8 @@ class PartitionLog:
     # -- opening and recovery ---------------------------------------------------------------------
 
     def _read_offset_file(self, name: str, default: int) -> int:
+        if not self.materialized:
+            return default
         try:
             with open(os.path.join(self.directory, name)) as f:
                 return int(f.read().strip())
@@ -114,6 +121,11 @@ class PartitionLog:
         os.replace(path + ".tmp", path)
 
     def _open(self, now_ms: int) -> None:
+        if not self.materialized:        # a new, empty log: nothing on disk to open
+            self.segments = [LogSegment(self.directory, 0, self.config.index_interval_bytes,
+                                        self.files, lazy=True)]
+            self.snapshot_offsets_at_open = []
+            return
         # one directory listing serves the whole open (a broker opens thousands of logs at start)
         names = finish_interrupted_operations(self.directory)
         clean = CLEAN_SHUTDOWN in names
@@ -132,6 +144,15 @@ class PartitionLog:
         self.recovery_point = min(self.recovery_point, leo) if not clean else leo
         # for the producer-state rebuild that follows (txn/snapshot.py), saving it a listing
         self.snapshot_offsets_at_open = drop_producer_snapshots_after(self.directory, leo, names)
+
+    def _materialize(self) -> None:
+        """A lazy log's first write: its directory, first segment's file, epochs so far."""
+        if self.materialized:
+            return
+        os.makedirs(self.directory, exist_ok=True)
+        self.active.create_file()
+        self.materialized = True
+        self.epoch_cache.write_deferred()
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         return LogSegment(self.directory, base_offset, self.config.index_interval_bytes, self.files)
@@ -187,6 +208,9 @@ class PartitionLog:
         "client" (Produce) may not write control batches, "coordinator" (transaction markers,
         group/txn coordinators) may."""
         data, headers = self._validate(records, leader=True, origin=origin)
+        if origin == "client":          # the topic's per-record rules (KIP-467 record errors)
+            validate_records(data, headers, self.config, os.path.basename(self.directory),
+                             now_ms)
         offset = self.log_end_offset
         log_append = self.config.message_timestamp_type == "LogAppendTime"
         if log_append:
@@ -233,6 +257,7 @@ class PartitionLog:
                           sum(h.records_count for h in headers))
 
     def _append(self, data: bytearray, headers: list[RecordBatchHeader], now_ms: int) -> None:
+        self._materialize()
         self._maybe_roll(len(data), headers[0].base_offset, headers[-1].last_offset, now_ms)
         self.active.append(data, headers, now_ms)
         if self.active.unflushed_messages >= self.config.flush_messages:
@@ -394,6 +419,7 @@ class PartitionLog:
         self._write_offset_file("recovery-point", self.recovery_point)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
+        self._materialize()
         self.generation += 1
         for seg in self.segments:
             self._delete_segment(seg, now_ms=None)
@@ -471,6 +497,8 @@ class PartitionLog:
     def flush(self) -> None:
         """fsync everything appended so far (data and indexes) and checkpoint the recovery
         point, so a restart after a crash scans only what follows."""
+        if not self.materialized:
+            return                   # nothing was ever written
         for seg in self.segments:
             if seg.unflushed_messages or seg is self.active:
                 seg.flush(fsync=True)
@@ -501,6 +529,10 @@ class PartitionLog:
         if self.closed:
             return
         self.closed = True
+        if not self.materialized:
+            # never written: nothing to keep (its epochs come again with the next image)
+            self.active.close()
+            return
         if sync:
             self.flush()
         else:
@@ -520,6 +552,8 @@ class PartitionLog:
     def mark_clean(self) -> None:
         """The clean-shutdown marker: the next open trusts the files as they are. Only once
         everything written is durable (after close(), or close(sync=False) and a sync)."""
+        if not self.materialized:
+            return
         with open(os.path.join(self.directory, CLEAN_SHUTDOWN), "w"):
             pass
 
@@ -551,7 +585,6 @@ def drop_producer_snapshots_after(directory: str, offset: int,
             else:
                 kept.append(int(stem))
     return sorted(kept)
-
 
 
 _DAY_MS = 86_400_000

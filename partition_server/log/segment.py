@@ -73,7 +73,8 @@ class FileRange:
 
 class LogSegment:
     def __init__(self, directory: str, base_offset: int, index_interval_bytes: int = 4096,
-                 files: OpenFileCache | None = None):
+                 files: OpenFileCache | None = None, lazy: bool = False):
+        """`lazy`: an empty segment whose file is not created yet (`create_file` does it)."""
         self.directory = directory
         self.base_offset = base_offset
         stem = os.path.join(directory, segment_name(base_offset))
@@ -85,8 +86,8 @@ class LogSegment:
         self.files = files if files is not None else file_cache.DEFAULT
         self._file: SegmentFile | None = None      # owned by `files` (under its lock)
         self.gone = False             # closed, deleted or replaced: never reopen by path
-        self.size = os.fstat(self.files.acquire(self, create=True).fd).st_size
-        if self.size == 0:
+        self.size = 0 if lazy else os.fstat(self.files.acquire(self, create=True).fd).st_size
+        if self.size == 0 and not lazy:
             self.txn_index.truncate_to(base_offset)     # a leftover of a deleted namesake
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -107,6 +108,10 @@ class LogSegment:
         self._tail: list[tuple[int, int, int, int]] = []
 
     # -- the file ---------------------------------------------------------------------------------
+
+    def create_file(self) -> None:
+        """Create the file of a `lazy` segment (its directory exists now)."""
+        self.files.acquire(self, create=True)
 
     def open_file(self) -> SegmentFile:
         """The `.log`'s open file (reopened if it was evicted): hold it while using its fd."""

@@ -24,3 +24,60 @@ def test_replay_moves_forward_only():
     # a gap is refused, the image stays where it was
     assert c._replay(batch(10, ["z"])) is None
     assert c.image.offset == 3 and "z" not in c.image.topics
+
+
+async def test_waiters_wake_once_the_broker_has_applied_the_image():
+    """Handlers answering CreateTopics wait (admin._await_metadata, 5 s bound) until the
+    broker's own image shows the topics; the broker sets it at the end of on_image, after
+    opening the new logs off the event loop. The wake-up must come after that too, not only
+    when the records were replayed (then every big CreateTopics waited out its 5 s)."""
+    import types
+
+    import trio
+    import trio.testing
+
+    from partition_server.handlers.admin import _await_metadata
+    from wire.messages.api_keys import ApiKey
+    from wire.messages.index_generated import REQUESTS, RESPONSES
+
+    c = ControllerClient(0, {3000: ("127.0.0.1", 1)}, "127.0.0.1", 9092, None)
+    fr = RESPONSES[ApiKey.FETCH]
+    sent = []
+
+    async def request(req, version, timeout_s):
+        if sent:
+            await trio.sleep_forever()
+        sent.append(req)
+        return fr(responses=[fr.FetchableTopicResponse(topic="__cluster_metadata", partitions=[
+            fr.PartitionData(partition_index=0, high_watermark=1, records=batch(0, ["a"]))])])
+
+    async def conn(voter, pool=None):
+        return types.SimpleNamespace(request=request)
+    c._conn = conn
+    broker = types.SimpleNamespace(image=c.image)
+    logs_opened = trio.Event()
+
+    async def on_image(image):
+        await logs_opened.wait()          # opening thousands of logs in threads
+        broker.image = image
+
+    class Context:                        # what handlers see: the broker's image
+        client = c
+        image = property(lambda self: broker.image)
+    hctx = Context()
+    answered = []
+    created = RESPONSES[ApiKey.CREATE_TOPICS]
+    resp = created(topics=[created.CreatableTopicResult(name="a", error_code=0)])
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(c.follow_metadata, on_image)
+
+        async def handler():
+            await _await_metadata(hctx, ApiKey.CREATE_TOPICS, None, resp, timeout_s=3600)
+            answered.append(True)
+        nursery.start_soon(handler)
+        await trio.testing.wait_all_tasks_blocked()
+        assert "a" in c.image.topics and "a" not in broker.image.topics and not answered
+        logs_opened.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert answered                   # at once, not at the 3,600 s bound
+        nursery.cancel_scope.cancel()

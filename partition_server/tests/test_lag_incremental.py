@@ -185,3 +185,48 @@ def test_an_idle_refresh_measures_nothing_here():
     w.hosted[("t", 2)].state.high_watermark = 7              # one partition moves
     w.changed(2)
     assert mon._to_measure() == {("t", 2)}
+
+
+def test_partitions_led_elsewhere_are_asked_in_turn_at_most_the_bound_per_refresh():
+    w = World()
+    asked = []
+    answer = w.answer
+
+    async def counting(req, timeout):
+        if req.API_KEY == ApiKey.LIST_OFFSETS:
+            asked.append(sorted(p.partition_index for t in req.topics for p in t.partitions))
+        return await answer(req, timeout)
+    w.peers = types.SimpleNamespace(get=lambda leader: _conn(counting), drop=None)
+    for p in range(PARTS):
+        w.hosted[("t", p)].state.role = Role.FOLLOWER      # all led by broker 1
+        w.offsets.setdefault("g0", {})[("t", p)] = (0, None)
+    mon = LagMonitor(w.groups, w.replicas, lambda: w.image, w.peers, 5, remote_per_refresh=1)
+    ref = Reference(w.groups, w.replicas, lambda: w.image, w.peers, 5)
+    mon.touch("g0")
+    trio.run(mon.refresh)
+    assert asked == [[0, 1, 2, 3]]                  # new: every one asked at once
+    assert {k: v.high_watermark for k, v in mon.table.items()} == {
+        ("g0", "t", p): 0 for p in range(PARTS)}
+    for p in range(PARTS):
+        w.remote_hw[p] = 10 + p
+    asked.clear()
+    for _ in range(PARTS):
+        trio.run(mon.refresh)
+    assert sorted(asked) == [[0], [1], [2], [3]]    # one a refresh, each once per round
+    trio.run(ref.refresh)
+    def rows(table):             # lag in seconds moves with the clock between the two refreshes
+        return {k: (v.committed, v.high_watermark, v.messages) for k, v in table.items()}
+    assert rows(mon.table) == rows(ref.table) and mon.table.keys() == ref.table.keys()
+    # a group committing on a partition: asked for at once, besides the one in turn
+    w.offsets["g1"] = {("t", 2): (5, None)}
+    mon.touch("g1")
+    asked.clear()
+    trio.run(mon.refresh)
+    assert len(asked) == 1 and 2 in asked[0] and len(asked[0]) == 2
+    assert mon.table[("g1", "t", 2)].committed == 5
+
+
+def _conn(request):
+    async def get():
+        return types.SimpleNamespace(request=request)
+    return get()
