@@ -18,7 +18,6 @@ CRC, as Kafka does. Reads return `FileRange`s of whole batches from one segment.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import shutil
@@ -29,6 +28,7 @@ from partition_server.log.epoch_cache import LeaderEpochCache
 from partition_server.log.file_cache import OpenFileCache
 from partition_server.log.fsync import fsync_dir
 from partition_server.log.record_validation import validate_records
+from partition_server.log.results import AppendInfo, FetchDataInfo  # noqa: F401 (re-exported)
 from partition_server.log.recovery import (CLEAN_SHUTDOWN, finish_interrupted_operations,
                                            open_segments)
 from partition_server.log.retention import segments_past_retention
@@ -47,27 +47,6 @@ PRODUCER_SNAPSHOT_SUFFIX = ".producer-snapshot"
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
-
-
-@dataclasses.dataclass
-class AppendInfo:
-    first_offset: int
-    last_offset: int
-    max_timestamp: int
-    log_append_time: int            # -1 unless message.timestamp.type=LogAppendTime
-    batches: int
-    records: int
-
-
-@dataclasses.dataclass
-class FetchDataInfo:
-    ranges: list                    # FileRange chunks (at most one today)
-    size: int
-    first_offset: int
-    next_offset: int = -1           # offset after the last batch returned (first_offset if none)
-
-    def read_bytes(self) -> bytes:
-        return b"".join(r.read() for r in self.ranges)
 
 
 def _error(code: ErrorCode, message: str) -> KafkaError:
