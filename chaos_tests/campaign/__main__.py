@@ -110,6 +110,7 @@ def main(argv=None) -> int:
     j, h = report_mod.write(report, out)
     for r in args.results:                 # the raw histories, for post-mortems
         r.history.dump(out / f"round-{r.round}.history.jsonl")
+        r.txn_history.dump(out / f"round-{r.round}.txn-history.jsonl")
         (out / f"round-{r.round}.ops.jsonl").write_text(r.log.dumps())
     print(f"{report['summary']}\nreport: {j}\n        {h}")
     return 1 if any(not r["ok"] for r in report["rounds"]) else 0

@@ -37,11 +37,11 @@ def timeline(log, t0: float, bucket_s: float = BUCKET_S) -> dict:
     return {"bucket_s": bucket_s, "series": series}
 
 
-def ops_involved(error: str, history, limit: int = 5) -> list[dict]:
+def ops_involved(error: str, *histories, limit: int = 5) -> list[dict]:
     """The recorded operations an anomaly's message names (by the values it quotes)."""
     values = set(_QUOTED.findall(error))
     out = []
-    for op in history.ops:
+    for op in (op for h in histories for op in h.ops):
         if op.value in values:
             row = {k: getattr(op, k) for k in ("kind", "value", "partition", "process", "time")}
             row.update({k: getattr(op, k) for k in ("outcome", "offset", "error", "final", "epoch")
@@ -63,9 +63,9 @@ def round_record(r) -> dict:
                      for s in r.schedule],
         "windows": [{"start": round(a, 3), "end": round(b, 3), "label": label}
                     for a, b, label in r.windows],
-        "operations": counts, "history_ops": len(r.history),
+        "operations": counts, "history_ops": len(r.history) + len(r.txn_history),
         "checkers": [{"name": c.name, "ok": c.ok,
-                      "anomalies": [{"message": e, "ops": ops_involved(e, r.history)}
+                      "anomalies": [{"message": e, "ops": ops_involved(e, r.history, r.txn_history)}
                                     for e in c.errors[:20]],
                       "anomaly_count": len(c.errors)} for c in r.checks],
         "notes": r.notes, "timeline": timeline(r.log, r.started),

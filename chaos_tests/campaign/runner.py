@@ -16,12 +16,15 @@ import time
 from chaos_tests.campaign.schedule import FaultStep
 from chaos_tests.campaign.workloads import (CONFIG, EpochReader, KeyedProducer, MetadataWorker,
                                             final_read_with_epochs)
-from chaos_tests.checkers import History, check_all
+from chaos_tests.campaign.txn_workload import TxnWorker
+from chaos_tests.checkers import History, check_all, check_transactions
 from chaos_tests.checkers.checks import CheckResult
+from chaos_tests.checkers.elle import check_cycles, final_log_of
 from chaos_tests.checkers.linear import check_linearizable
 from chaos_tests.checkers.logs import key_order, offsets_dense
 from chaos_tests.checkers.ops import OpLog
 from chaos_tests.live.admin import create_topic, full_isr, wait_for
+from chaos_tests.live.workload import final_read_committed
 from clients.cli.dev import CONTROLLER_IDS
 
 PARTITIONS = 3
@@ -35,6 +38,7 @@ class RoundResult:
     checks: list[CheckResult]
     history: History
     log: OpLog
+    txn_history: History                    # the transactional topic's reads
     started: float                          # monotonic time the workload began
     windows: list[tuple[float, float, str]]  # fault windows as they really ran (relative s)
     notes: list[str] = dataclasses.field(default_factory=list)
@@ -138,18 +142,21 @@ def _sleep_until(when: float) -> None:
 def run_round(cluster, round_no: int, seed: int, schedule: list[FaultStep],
               round_s: float) -> RoundResult:
     topic, config_topic = f"camp-{round_no}-{seed}", f"camp-cfg-{round_no}-{seed}"
-    for t in (topic, config_topic):
+    txn_topic = f"camp-txn-{round_no}-{seed}"
+    for t in (topic, config_topic, txn_topic):
         wait_for(lambda t=t: create_topic(cluster.bootstrap, t, PARTITIONS) or True, 60,
                  f"topic {t} created")
     wait_for(lambda: full_isr(cluster.bootstrap, topic, PARTITIONS), 60, "a full ISR")
-    history, log, notes = History(), OpLog(), []
+    history, log, notes, txn_history = History(), OpLog(), [], History()
     names = [f"camp-meta-{round_no}-{seed}-{i}" for i in range(3)]
     producer = KeyedProducer(cluster.bootstrap, topic, history, log)
     reader = EpochReader(cluster.bootstrap, topic, PARTITIONS, history)
     admin = MetadataWorker(cluster.bootstrap, names, config_topic, log, seed)
+    txn = TxnWorker(cluster.bootstrap, txn_topic, PARTITIONS, log, seed)
+    txn_reader = EpochReader(cluster.bootstrap, txn_topic, PARTITIONS, txn_history)
     nemesis = Nemesis(cluster)
     t0 = time.monotonic()
-    for w in (producer, reader, admin):
+    for w in (producer, reader, admin, txn, txn_reader):
         w.start()
     try:
         windows = run_schedule(nemesis, schedule, t0, notes)
@@ -157,16 +164,30 @@ def run_round(cluster, round_no: int, seed: int, schedule: list[FaultStep],
     finally:
         nemesis.heal_all()
     admin.stop()
+    txn.stop()
     wait_for(lambda: full_isr(cluster.bootstrap, topic, PARTITIONS), 90,
              "every partition's ISR whole after the heal")
     left = producer.stop()
     if left:
         notes.append(f"{left} produce(s) never answered (recorded as in doubt)")
     reader.stop()
+    txn_reader.stop()
     final_read_with_epochs(cluster.bootstrap, topic, PARTITIONS, history)
+    final_read_committed(cluster.bootstrap, txn_topic, PARTITIONS, txn_history)
     admin.final_reads()
-    return RoundResult(round_no, seed, schedule, run_checkers(history, log, config_topic),
-                       history, log, t0, windows, notes)
+    notes += txn.notes[:5]
+    checks = run_checkers(history, log, config_topic) + txn_checkers(txn, txn_history)
+    return RoundResult(round_no, seed, schedule, checks, history, log, txn_history, t0, windows,
+                       notes)
+
+
+def txn_checkers(txn: TxnWorker, txn_history: History) -> list[CheckResult]:
+    final = final_log_of(txn_history)
+    values = {v for vs in final.values() for v in vs}
+    results = check_transactions(txn.txns, txn_history)
+    for r in results:
+        r.name = f"txn-{r.name}"        # apart from the data-plane checkers of the same name
+    return results + [check_cycles(txn.elle_txns(values), final)]
 
 
 def run_checkers(history: History, log: OpLog, config_topic: str) -> list[CheckResult]:

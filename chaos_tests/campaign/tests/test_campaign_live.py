@@ -17,7 +17,9 @@ from chaos_tests.campaign.schedule import FAULT_CLASSES
 pytestmark = pytest.mark.live
 EXPECTED = {"lost-write", "inconsistent-offsets", "nonmonotonic-send", "order", "truncated-read",
             "failed-write-read", "nonmonotonic-poll", "duplicate", "sequence-order",
-            "offsets-dense", "key-order", "linearizable-topics", "linearizable-configs"}
+            "offsets-dense", "key-order", "linearizable-topics", "linearizable-configs",
+            "txn-aborted-read", "txn-lost-committed-txn", "txn-partial-txn", "txn-duplicate",
+            "txn-phantom-read", "txn-truncated-read", "txn-cycles"}
 
 
 def run(out, *args, timeout_s):
@@ -36,6 +38,7 @@ def test_short_campaign_writes_a_report_with_every_checker(tmp_path):
         assert {c["name"] for c in r["checkers"]} == EXPECTED
         assert r["operations"].get("produce:ok", 0) > 100, r["operations"]
         assert r["operations"].get("read:ok") == 4          # the final metadata reads
+        assert r["operations"].get("txn:ok", 0) > 0, r["operations"]   # committed transactions
         assert len(r["windows"]) == len(r["schedule"]) >= 1
         injected |= {s["fault"] for s in r["schedule"]}
         assert any(s["throughput"] > 0 for s in r["timeline"]["series"])

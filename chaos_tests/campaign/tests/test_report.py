@@ -21,7 +21,8 @@ def a_round():
         if n != 13:                                  # w-13 acknowledged, then lost
             history.consume(f"w-{n}", 0, n, final=True)
     steps = [FaultStep("kill", ("broker-1",), 1.0, 1.0), FaultStep("isolate", ("broker-2",), 2.5, 1.0)]
-    return RoundResult(0, 99, steps, check_all(history, idempotent=True), history, log, t0,
+    return RoundResult(0, 99, steps, check_all(history, idempotent=True), history, log,
+                       History(), t0,
                        [(1.0, 2.1, steps[0].label()), (2.5, 3.4, steps[1].label())])
 
 
