@@ -31,6 +31,9 @@ from chaos_tests.checkers.ops import OpLog
 
 KEYS = 10
 CONFIG = "retention.ms"
+# librdkafka logs every refused connection while a node is down: thousands of lines per round
+# that say nothing the history does not; critical messages only
+QUIET = {"log_level": 2}
 
 
 class KeyedProducer:
@@ -41,7 +44,7 @@ class KeyedProducer:
         self._stop = threading.Event()
         self.p = Producer({"bootstrap.servers": bootstrap, "acks": "all",
                            "enable.idempotence": True, "linger.ms": 2,
-                           "message.timeout.ms": 60000})
+                           "message.timeout.ms": 60000, **QUIET})
         self._thread = threading.Thread(target=self._run, daemon=True, name="campaign-producer")
 
     def start(self) -> "KeyedProducer":
@@ -94,7 +97,8 @@ class EpochReader:
     def __init__(self, bootstrap: str, topic: str, partitions: int, history: History):
         self.history = history
         self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}",
-                           "enable.auto.commit": False, "isolation.level": "read_committed"})
+                           "enable.auto.commit": False, "isolation.level": "read_committed",
+                           **QUIET})
         self.c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="campaign-reader")
@@ -121,7 +125,7 @@ class EpochReader:
 def final_read_with_epochs(bootstrap: str, topic: str, partitions: int, history: History,
                            timeout_s: float = 60) -> int:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"final-{topic}",
-                  "enable.auto.commit": False})
+                  "enable.auto.commit": False, **QUIET})
     total = 0
     try:
         for p in range(partitions):
@@ -177,7 +181,7 @@ class MetadataWorker:
         self.names, self.config_topic, self.log = names, config_topic, log
         self.process = process
         self.rng = random.Random(seed)
-        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
         self.count = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="campaign-admin")
@@ -243,7 +247,7 @@ class MetadataWorker:
         return [f"{b.host}:{b.port}" for b in md.brokers.values()]
 
     def _view(self, broker: str):
-        admin = AdminClient({"bootstrap.servers": broker})
+        admin = AdminClient({"bootstrap.servers": broker, **QUIET})
         topics = set(admin.list_topics(timeout=10).topics)
         res = ConfigResource(ConfigResource.Type.TOPIC, self.config_topic)
         entries = admin.describe_configs([res])[res].result(timeout=10)
