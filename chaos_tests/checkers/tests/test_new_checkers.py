@@ -258,3 +258,13 @@ def test_op_log_pairs_events_and_round_trips():
     again = OpLog.loads(log.dumps())
     assert [(o.f, o.type, o.result) for o in again.operations()] == \
         [("create", INFO, None), ("read", "ok", True)]
+
+
+def test_concurrent_commits_are_not_ordered_but_later_ones_are():
+    # the older member's answer arrived late (t=5) though the coordinator took it first
+    concurrent = [GroupCommit("g", 1, "m1", 0, 50, time=5, start=1),
+                  GroupCommit("g", 2, "m2", 0, 120, time=3, start=2)]
+    assert check_groups([], concurrent)[0].ok
+    after = concurrent + [GroupCommit("g", 0, "?", 0, 50, time=7, start=6, fetched=True)]
+    r = check_groups([], after)[0]
+    assert not r.ok and "50 fetched at t=6.000..7.000 after 120" in r.errors[0]
