@@ -16,10 +16,12 @@ import time
 from chaos_tests.campaign.schedule import FaultStep
 from chaos_tests.campaign.workloads import (CONFIG, EpochReader, KeyedProducer, MetadataWorker,
                                             final_read_with_epochs)
+from chaos_tests.campaign.group_workload import GroupWorker
 from chaos_tests.campaign.txn_workload import TxnWorker
 from chaos_tests.checkers import History, check_all, check_transactions
 from chaos_tests.checkers.checks import CheckResult
 from chaos_tests.checkers.elle import check_cycles, final_log_of
+from chaos_tests.checkers.groups import check_groups
 from chaos_tests.checkers.linear import check_linearizable
 from chaos_tests.checkers.logs import key_order, offsets_dense
 from chaos_tests.checkers.ops import OpLog
@@ -154,9 +156,10 @@ def run_round(cluster, round_no: int, seed: int, schedule: list[FaultStep],
     admin = MetadataWorker(cluster.bootstrap, names, config_topic, log, seed)
     txn = TxnWorker(cluster.bootstrap, txn_topic, PARTITIONS, log, seed)
     txn_reader = EpochReader(cluster.bootstrap, txn_topic, PARTITIONS, txn_history)
+    group = GroupWorker(cluster.bootstrap, topic, f"camp-g-{round_no}-{seed}")
     nemesis = Nemesis(cluster)
     t0 = time.monotonic()
-    for w in (producer, reader, admin, txn, txn_reader):
+    for w in (producer, reader, admin, txn, txn_reader, group):
         w.start()
     try:
         windows = run_schedule(nemesis, schedule, t0, notes)
@@ -172,11 +175,13 @@ def run_round(cluster, round_no: int, seed: int, schedule: list[FaultStep],
         notes.append(f"{left} produce(s) never answered (recorded as in doubt)")
     reader.stop()
     txn_reader.stop()
+    group.stop(PARTITIONS)
     final_read_with_epochs(cluster.bootstrap, topic, PARTITIONS, history)
     final_read_committed(cluster.bootstrap, txn_topic, PARTITIONS, txn_history)
     admin.final_reads()
-    notes += txn.notes[:5]
-    checks = run_checkers(history, log, config_topic) + txn_checkers(txn, txn_history)
+    notes += txn.notes[:5] + group.notes
+    checks = run_checkers(history, log, config_topic) + txn_checkers(txn, txn_history) + \
+        check_groups(group.reads, group.commits)
     return RoundResult(round_no, seed, schedule, checks, history, log, txn_history, t0, windows,
                        notes)
 

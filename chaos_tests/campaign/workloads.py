@@ -157,7 +157,8 @@ def _high_watermark(c: Consumer, tp: TopicPartition, timeout_s: float) -> int:
             if time.monotonic() > deadline:
                 raise
             if exc.args[0].code() not in (KafkaError.NOT_LEADER_FOR_PARTITION,
-                                          KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TIMED_OUT):
+                                          KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TIMED_OUT,
+                                          KafkaError.OFFSET_NOT_AVAILABLE):
                 raise
             time.sleep(0.5)
 

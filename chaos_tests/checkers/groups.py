@@ -89,16 +89,25 @@ def single_member_per_generation(reads: list[GroupRead]) -> CheckResult:
 
 
 def stale_commits(commits: list[GroupCommit]) -> CheckResult:
+    """A commit invoked after a commit of a newer generation completed carries a stale
+    generation: the coordinator must refuse it (ILLEGAL_GENERATION)."""
     result = CheckResult("stale-commit-accepted")
-    newest: dict[str, int] = {}
-    for c in sorted(commits, key=lambda c: c.time):
-        if c.outcome != "ok" or c.fetched:
-            continue
-        top = newest.get(c.group, c.generation)
-        if c.generation < top:
-            result.add(f"group {c.group}: {c.member}'s commit of {c.partition}/{c.offset} for "
-                       f"generation {c.generation} accepted after generation {top} committed")
-        newest[c.group] = max(top, c.generation)
+    per = defaultdict(list)
+    for c in commits:
+        if c.outcome == "ok" and not c.fetched:
+            per[c.group].append(c)
+    for group, cs in per.items():
+        by_end = sorted(cs, key=lambda c: c.time)
+        i, top = 0, None
+        for c in sorted(cs, key=lambda c: c.begun):
+            while i < len(by_end) and by_end[i].time < c.begun:
+                if top is None or by_end[i].generation > top.generation:
+                    top = by_end[i]
+                i += 1
+            if top is not None and c.generation < top.generation:
+                result.add(f"group {group}: {c.member}'s commit of {c.partition}/{c.offset} for "
+                           f"generation {c.generation} accepted after generation "
+                           f"{top.generation} committed")
     return result
 
 

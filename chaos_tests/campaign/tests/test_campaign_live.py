@@ -19,7 +19,8 @@ EXPECTED = {"lost-write", "inconsistent-offsets", "nonmonotonic-send", "order", 
             "failed-write-read", "nonmonotonic-poll", "duplicate", "sequence-order",
             "offsets-dense", "key-order", "linearizable-topics", "linearizable-configs",
             "txn-aborted-read", "txn-lost-committed-txn", "txn-partial-txn", "txn-duplicate",
-            "txn-phantom-read", "txn-truncated-read", "txn-cycles"}
+            "txn-phantom-read", "txn-truncated-read", "txn-cycles",
+            "committed-offset-regress", "double-processing", "stale-commit-accepted"}
 
 
 def run(out, *args, timeout_s):
