@@ -13,6 +13,7 @@ and writes DIR/report.json and DIR/report.html. Exit status 1 when a round found
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -88,6 +89,11 @@ def run_campaign(args) -> dict:
         shrunk = _shrink(cluster, failed, args) if failed and args.shrink_runs > 0 else None
     finally:
         cluster.stop()
+        # the nodes' data and logs stay for a post-mortem when something failed
+        if rounds and all(r.ok for r in rounds) and len(rounds) == args.rounds:
+            shutil.rmtree(data, ignore_errors=True)
+        else:
+            print(f"cluster data and logs kept in {data}", flush=True)
     records = [report_mod.round_record(r) for r in rounds]
     args.results = rounds
     bad = [r for r in records if not r["ok"]]

@@ -57,6 +57,7 @@ def round_record(r) -> dict:
     counts: dict[str, int] = {}
     for op in ops:
         counts[f"{op.f}:{op.type}"] = counts.get(f"{op.f}:{op.type}", 0) + 1
+    counts.update(r.counts)
     return {
         "round": r.round, "seed": r.seed, "ok": r.ok,
         "schedule": [dict(fault=s.fault, targets=list(s.targets), at=s.at, duration=s.duration)

@@ -44,6 +44,7 @@ class RoundResult:
     started: float                          # monotonic time the workload began
     windows: list[tuple[float, float, str]]  # fault windows as they really ran (relative s)
     notes: list[str] = dataclasses.field(default_factory=list)
+    counts: dict = dataclasses.field(default_factory=dict)   # operations outside the OpLog
 
     @property
     def ok(self) -> bool:
@@ -182,8 +183,11 @@ def run_round(cluster, round_no: int, seed: int, schedule: list[FaultStep],
     notes += txn.notes[:5] + group.notes
     checks = run_checkers(history, log, config_topic) + txn_checkers(txn, txn_history) + \
         check_groups(group.reads, group.commits)
+    counts = {"group-read": len(group.reads), **{
+        f"group-commit:{o}": sum(c.outcome == o and not c.fetched for c in group.commits)
+        for o in ("ok", "fail", "unknown")}}
     return RoundResult(round_no, seed, schedule, checks, history, log, txn_history, t0, windows,
-                       notes)
+                       notes, counts)
 
 
 def txn_checkers(txn: TxnWorker, txn_history: History) -> list[CheckResult]:

@@ -40,6 +40,7 @@ def test_short_campaign_writes_a_report_with_every_checker(tmp_path):
         assert r["operations"].get("produce:ok", 0) > 100, r["operations"]
         assert r["operations"].get("read:ok") == 4          # the final metadata reads
         assert r["operations"].get("txn:ok", 0) > 0, r["operations"]   # committed transactions
+        assert r["operations"]["group-read"] > 0 and r["operations"]["group-commit:ok"] > 0
         assert len(r["windows"]) == len(r["schedule"]) >= 1
         injected |= {s["fault"] for s in r["schedule"]}
         assert any(s["throughput"] > 0 for s in r["timeline"]["series"])
