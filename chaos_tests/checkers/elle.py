@@ -147,7 +147,7 @@ def _cycle_in(comp: set, edges) -> tuple[str, list[str]]:
             back = _path(b, a, comp, adj, {WW, WR})
             if back:
                 return "G-single", [a] + back
-            back = back or _path(b, a, comp, adj, {WW, WR, RW})
+            back = _path(b, a, comp, adj, {WW, WR, RW})
             if back and best is None:
                 best = [a] + back
     return "G2", best or sorted(comp)
