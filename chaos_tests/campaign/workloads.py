@@ -163,9 +163,14 @@ def _high_watermark(c: Consumer, tp: TopicPartition, timeout_s: float) -> int:
             time.sleep(0.5)
 
 
+# librdkafka's names where they differ from Kafka's (the checkers speak Kafka's)
+_KAFKA_NAMES = {"UNKNOWN_TOPIC_OR_PART": "UNKNOWN_TOPIC_OR_PARTITION"}
+
+
 def _error_name(exc: BaseException) -> str:
     if isinstance(exc, KafkaException) and exc.args and hasattr(exc.args[0], "name"):
-        return exc.args[0].name()
+        name = exc.args[0].name()
+        return _KAFKA_NAMES.get(name, name)
     return type(exc).__name__
 
 

@@ -46,6 +46,9 @@ def test_short_campaign_writes_a_report_with_every_checker(tmp_path):
         assert any(s["throughput"] > 0 for s in r["timeline"]["series"])
         assert (out / f"round-{r['round']}.history.jsonl").stat().st_size > 0
     assert injected <= {"kill", "pause", "isolate", "split"} and injected
+    # answers that tell the linearizability checker what the controller held
+    assert sum(r["operations"].get("create:fail", 0) + r["operations"].get("delete:fail", 0)
+               for r in report["rounds"]) > 0
     page = (out / "report.html").read_text()
     assert page.count("<svg") == 3 and 'class="fault"' in page
     bad = [(r["round"], c["name"], c["anomalies"][:2]) for r in report["rounds"]
