@@ -36,6 +36,7 @@ class Produce:
     process: str = "p0"               # which producer; order is checked per producer
     time: float = 0.0                 # completion time (wall or virtual clock)
     error: str | None = None          # the error name for FAIL / UNKNOWN
+    key: str | None = None            # the record key (per-key order is judged by it)
     kind: str = "produce"
 
     def __post_init__(self):
@@ -55,6 +56,8 @@ class Consume:
     process: str = "c0"
     time: float = 0.0
     final: bool = False
+    key: str | None = None
+    epoch: int | None = None          # the batch's partition leader epoch, when the reader knew it
     kind: str = "consume"
 
 

@@ -351,7 +351,7 @@ class Reader:
 
 
 _LEADER_MOVING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                  KafkaError._TIMED_OUT}
+                  KafkaError._TIMED_OUT, KafkaError.OFFSET_NOT_AVAILABLE}
 
 
 def _high_watermark(c: Consumer, tp: TopicPartition, timeout_s: float) -> int:

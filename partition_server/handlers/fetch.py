@@ -191,7 +191,9 @@ def _not_led_here(hctx: HandlerContext, topic: str, partition: int, hosted) -> E
 
 async def handle_list_offsets(hctx: HandlerContext, req):
     """Earliest (-2), latest (-1), max timestamp (-3), or the first offset at/after a timestamp.
-    Codes: NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION."""
+    Codes: NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION,
+    OFFSET_NOT_AVAILABLE (a new leader whose high watermark has not reached its epoch start).
+    """
     cls = RESPONSES[ApiKey.LIST_OFFSETS]
     topics = []
     for t in req.body.topics:
@@ -203,6 +205,8 @@ async def handle_list_offsets(hctx: HandlerContext, req):
                 out.error_code = code
             elif (code := check_leader_epoch(hosted.state, p.current_leader_epoch)) != ErrorCode.NONE:
                 out.error_code = code
+            elif req.body.replica_id < 0 and not hosted.state.offsets_available():
+                out.error_code = ErrorCode.OFFSET_NOT_AVAILABLE     # retriable: a new leader
             else:
                 # read_committed (v2+): "latest" is the last stable offset, as in Kafka
                 committed = req.api_version >= 2 and req.body.isolation_level == 1

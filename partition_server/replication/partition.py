@@ -127,6 +127,14 @@ class PartitionState:
         the ISR meanwhile): applying it would bring back an old ISR."""
         return (leader_epoch, partition_epoch) < (self.leader_epoch, self.partition_epoch)
 
+    def offsets_available(self) -> bool:
+        """Whether a client may be told offsets by this leader (Kafka's OFFSET_NOT_AVAILABLE
+        check in fetchOffsetForTimestamp). Right after a leader change our high watermark lags
+        the previous leader's until every ISR member has fetched in this epoch: answering
+        "the log ends at the high watermark" then would show a client the end of the log going
+        back, past records that were acknowledged and read."""
+        return self.role is not Role.LEADER or self.high_watermark >= self.epoch_start_offset
+
     def become_leader(self, leader_epoch: int, partition_epoch: int, replicas: list[int],
                       isr: list[int], now_ms: int) -> bool:
         """Apply a metadata change naming this broker leader; False if it is stale or already

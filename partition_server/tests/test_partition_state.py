@@ -207,3 +207,20 @@ def test_session_fetches_keep_an_idle_caught_up_follower_in_the_isr():
     clock1.alive = True
     p.follower_left_session(1)
     assert p.caught_up_ms(1) == 9_600
+
+
+def test_offsets_not_available_until_the_new_leaders_hw_reaches_its_epoch_start():
+    # found by the campaign (seed 11, round 2): right after a leader change ListOffsets
+    # answered the lagging high watermark, so an acknowledged, already-read record at the end
+    # of the log seemed gone to the final read
+    p, log = leader(leo=10)
+    assert p.epoch_start_offset == 10 and not p.offsets_available()
+    p.update_follower_fetch(1, 10, now_ms=1)
+    p.update_follower_fetch(2, 8, now_ms=1)
+    assert p.high_watermark == 8 and not p.offsets_available()
+    p.update_follower_fetch(2, 10, now_ms=2)
+    assert p.offsets_available()
+    log.log_end_offset = 15                      # later appends do not take it back
+    assert p.offsets_available()
+    follower = PartitionState("t", 0, 1, FakeLog(3))
+    assert follower.offsets_available()          # not the leader: the caller says so instead
