@@ -73,7 +73,7 @@ def broker_levels(hctx: HandlerContext, key: str) -> list[tuple[str, str | None,
         value = configs.get((BROKER, resource), {}).get(key)
         if value is not None:
             out.append((key, value, source))
-    name = "node.id" if key == "broker.id" else key        # broker.id: Kafka's older name
+    name = "node.id" if key == "broker.id" else key        # Kafka's older name of node.id
     defn = BROKER_CONFIG_DEFS[name]
     value = hctx.config.values.get(name)
     if name in hctx.config.static_keys or value != defn.default:
