@@ -48,23 +48,28 @@ def txn_producer(cluster, tid, **extra):
     return p
 
 
-def read_all(cluster, topic, isolation, partitions=3, idle_s=3.0, timeout_s=30):
-    """Every (partition, value) readable now, with the given isolation level."""
+def read_all(cluster, topic, isolation, partitions=3, idle_s=None, timeout_s=60):
+    """Every (partition, value) readable now, with the given isolation level: read until every
+    partition has reported its end (librdkafka's partition EOF: the high watermark, or the last
+    stable offset under read_committed) after its last record. (`idle_s` is accepted for the
+    callers and unused: an idle window was a fixed-time wait that a loaded machine could miss.)"""
     c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"r-{uuid.uuid4()}",
                   "isolation.level": isolation, "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest"})
+                  "auto.offset.reset": "earliest", "enable.partition.eof": True})
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out, last, end = [], time.time(), time.time() + timeout_s
-    while time.time() - last < idle_s and time.time() < end:
+    out, at_end, end = [], set(), time.time() + timeout_s
+    while len(at_end) < partitions:
+        assert time.time() < end, f"{topic}: partitions {sorted(at_end)} of {partitions} read"
         m = c.poll(0.2)
         if m is None:
             continue
         if m.error():
             if m.error().code() != KafkaError._PARTITION_EOF:
                 raise KafkaException(m.error())
+            at_end.add(m.partition())
             continue
+        at_end.discard(m.partition())
         out.append((m.partition(), m.value().decode()))
-        last = time.time()
     c.close()
     return out
 
