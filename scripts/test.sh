@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs Raftka with its test dependencies and runs the default test suite (< ~20 min).
+# Installs Raftka with its test dependencies and runs the default test suite (~35 min on 2 cores).
 # Long soaks: RAFTKA_SOAK=1 bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
