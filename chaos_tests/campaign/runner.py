@@ -14,7 +14,7 @@ import signal
 import time
 
 from chaos_tests.campaign.schedule import FaultStep
-from chaos_tests.campaign.workloads import (CONFIG, EpochReader, KeyedProducer, MetadataWorker,
+from chaos_tests.campaign.workloads import (CONFIG, epoch_reader, KeyedProducer, MetadataWorker,
                                             final_read_with_epochs)
 from chaos_tests.campaign.group_workload import GroupWorker
 from chaos_tests.campaign.txn_workload import TxnWorker
@@ -153,10 +153,10 @@ def run_round(cluster, round_no: int, seed: int, schedule: list[FaultStep],
     history, log, notes, txn_history = History(), OpLog(), [], History()
     names = [f"camp-meta-{round_no}-{seed}-{i}" for i in range(3)]
     producer = KeyedProducer(cluster.bootstrap, topic, history, log)
-    reader = EpochReader(cluster.bootstrap, topic, PARTITIONS, history)
+    reader = epoch_reader(cluster.bootstrap, topic, PARTITIONS, history)
     admin = MetadataWorker(cluster.bootstrap, names, config_topic, log, seed)
     txn = TxnWorker(cluster.bootstrap, txn_topic, PARTITIONS, log, seed)
-    txn_reader = EpochReader(cluster.bootstrap, txn_topic, PARTITIONS, txn_history)
+    txn_reader = epoch_reader(cluster.bootstrap, txn_topic, PARTITIONS, txn_history)
     group = GroupWorker(cluster.bootstrap, topic, f"camp-g-{round_no}-{seed}")
     nemesis = Nemesis(cluster)
     t0 = time.monotonic()

@@ -4,7 +4,7 @@ times: the linearizability checker and the throughput/latency timeline read it).
 
 - `KeyedProducer`: idempotent acks=all confluent-kafka producer; values `w-<n>` (sequenced:
   `sequence-order` applies), keys `k0..k9` (the key picks the partition: `key-order`).
-- `EpochReader`: reads every partition from offset 0 as records come (read_committed),
+- `epoch_reader`: reads every partition from offset 0 as records come (read_committed),
   recording each record's key and partition leader epoch.
 - `MetadataWorker`: CreateTopics / DeleteTopics on a few topic names and config writes
   (IncrementalAlterConfigs of retention.ms on one topic). These are decided by the active
@@ -28,6 +28,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from chaos_tests.checkers import OK, UNKNOWN, History
 from chaos_tests.checkers import ops as oplog_mod
 from chaos_tests.checkers.ops import OpLog
+from chaos_tests.live.workload import Reader, leader_epoch
 
 KEYS = 10
 CONFIG = "retention.ms"
@@ -88,38 +89,9 @@ class KeyedProducer:
         return left
 
 
-def _epoch(m) -> int | None:
-    e = m.leader_epoch()
-    return e if e is not None and e >= 0 else None
-
-
-class EpochReader:
-    def __init__(self, bootstrap: str, topic: str, partitions: int, history: History):
-        self.history = history
-        self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}",
-                           "enable.auto.commit": False, "isolation.level": "read_committed",
-                           **QUIET})
-        self.c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="campaign-reader")
-
-    def start(self) -> "EpochReader":
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            m = self.c.poll(0.2)
-            if m is None or m.error():
-                continue
-            self.history.consume(m.value().decode(), m.partition(), m.offset(),
-                                 process=f"r-{m.partition()}", time=time.monotonic(),
-                                 key=m.key().decode() if m.key() else None, epoch=_epoch(m))
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        self.c.close()
+def epoch_reader(bootstrap: str, topic: str, partitions: int, history: History) -> Reader:
+    """The live harness's Reader (it records keys and leader epochs), quiet."""
+    return Reader(bootstrap, topic, partitions, history, name="r", extra_config=QUIET)
 
 
 def final_read_with_epochs(bootstrap: str, topic: str, partitions: int, history: History,
@@ -138,7 +110,7 @@ def final_read_with_epochs(bootstrap: str, topic: str, partitions: int, history:
                 if m is None or m.error():
                     continue
                 history.consume(m.value().decode(), p, m.offset(), final=True, process="final",
-                                time=time.monotonic(), epoch=_epoch(m),
+                                time=time.monotonic(), epoch=leader_epoch(m),
                                 key=m.key().decode() if m.key() else None)
                 seen, total = m.offset() + 1, total + 1
             if seen < high:

@@ -315,17 +315,25 @@ class OwnWriter:
             return self.n - self.acked - self.failed
 
 
+def leader_epoch(m) -> int | None:
+    """A consumed message's partition leader epoch, None when librdkafka does not know it."""
+    e = m.leader_epoch()
+    return e if e is not None and e >= 0 else None
+
+
 class Reader:
-    """Reads committed records from offset 0 of each partition on a thread, recording them."""
+    """Reads committed records from offset 0 of each partition on a thread, recording each
+    with its key and partition leader epoch (the campaign's checkers read those)."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, history: History,
-                 name: str = "reader", isolation_level: str = "read_committed"):
+                 name: str = "reader", isolation_level: str = "read_committed",
+                 extra_config: dict | None = None):
         self.history = history
         self.name = name
         # read_committed is librdkafka's default too; said here because F16 depends on it
         self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{name}-{topic}",
                            "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                           "isolation.level": isolation_level})
+                           "isolation.level": isolation_level, **(extra_config or {})})
         self.c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=name)
@@ -342,7 +350,9 @@ class Reader:
                 continue
             self.count += 1
             self.history.consume(m.value().decode(), m.partition(), m.offset(),
-                                 process=f"{self.name}-{m.partition()}", time=time.monotonic())
+                                 process=f"{self.name}-{m.partition()}", time=time.monotonic(),
+                                 key=m.key().decode() if m.key() else None,
+                                 epoch=leader_epoch(m))
 
     def stop(self) -> None:
         self._stop.set()

@@ -188,8 +188,7 @@ class PartitionLog:
         group/txn coordinators) may."""
         data, headers = self._validate(records, leader=True, origin=origin)
         if origin == "client":          # the topic's per-record rules (KIP-467 record errors)
-            validate_records(data, headers, self.config, os.path.basename(self.directory),
-                             now_ms)
+            validate_records(data, headers, self.config, self.directory, now_ms)
         offset = self.log_end_offset
         log_append = self.config.message_timestamp_type == "LogAppendTime"
         if log_append:

@@ -21,6 +21,8 @@ decoded (C decoder).
 
 from __future__ import annotations
 
+import os
+
 from partition_server.log.config import NEVER, LogConfig
 from wire.errors import DecodeError, ErrorCode, KafkaError
 from wire.records.batch import TimestampType, decode_batch
@@ -55,10 +57,11 @@ def _limits(config: LogConfig) -> tuple[int, int] | None:
     return None if before == NEVER and after == NEVER else (before, after)
 
 
-def validate_records(data, headers, config: LogConfig, topic_partition: str,
-                     now_ms: int) -> None:
+def validate_records(data, headers, config: LogConfig, log_dir: str, now_ms: int) -> None:
     """Raise RecordValidationError for the first batch of `headers` (in `data`) holding a
-    record the topic refuses; control batches are the coordinators' and not checked here."""
+    record the topic refuses; control batches are the coordinators' and not checked here.
+    `log_dir` names the partition (its basename, taken only for a message: this runs on every
+    client append)."""
     compacted = "compact" in config.cleanup_policy
     limits = _limits(config)
     create_time = config.message_timestamp_type == "CreateTime"
@@ -69,7 +72,8 @@ def validate_records(data, headers, config: LogConfig, topic_partition: str,
         if not compacted and not stamped and (
                 limits is None or limits[0] == NEVER and h.max_timestamp - now_ms <= limits[1]):
             continue            # no rule applies, or only a future limit the newest record meets
-        errors = _record_errors(data, h, compacted, create_time, limits, topic_partition, now_ms)
+        errors = _record_errors(data, h, compacted, create_time, limits,
+                                os.path.basename(log_dir), now_ms)
         if errors:
             raise _batch_error(errors)
 
