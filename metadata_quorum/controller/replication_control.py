@@ -256,7 +256,8 @@ def unclean_shutdown_changes(image: MetadataImage, broker_id: int) -> list:
             if elr != p.elr or isr != p.isr:
                 others = tuple(x for x in p.last_known_elr if x != broker_id)
                 # the former last ISR member first: it held the most when the ISR emptied
-                last_known = (broker_id,) + others if not isr else others + (broker_id,)
+                last_known = (broker_id,) + others if p.isr == (broker_id,) \
+                    else others + (broker_id,)
                 records.append(r.PartitionChangeRecord(
                     topic.topic_id, p.partition_id, isr=isr if isr != p.isr else None,
                     leader=NO_LEADER if p.leader == broker_id and not isr else None,
