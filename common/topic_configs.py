@@ -90,7 +90,7 @@ MOVES_THROTTLED_RATE = "raftka.reassignment.throttled.rate"
 DEFAULT_MOVES_THROTTLED_RATE = 100 << 20
 
 
-# KIP-966's values of unclean.recovery.strategy; Balanced is Kafka 4's default
+# KIP-966's values of unclean.recovery.strategy; Balanced is the KIP's default
 UNCLEAN_RECOVERY_STRATEGIES = ("None", "Balanced", "Aggressive")
 UNCLEAN_RECOVERY_TIMEOUT_MS = 300_000
 

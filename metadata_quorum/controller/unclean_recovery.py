@@ -20,7 +20,7 @@ every report again within one heartbeat interval):
         last-known ELR emptied. The others truncate to it by the usual follower path.
     any partition change ──▶ older reports no longer count (partition epoch moved).
 
-Strategies (`unclean.recovery.strategy`, per topic or cluster-wide dynamic; Kafka 4's default
+Strategies (`unclean.recovery.strategy`, per topic or cluster-wide dynamic; the KIP's default
 Balanced):
     None        today's behaviour (replication_control._elect_with): once every last-known ELR
                 member is back, the first of them (the former last ISR member) leads.

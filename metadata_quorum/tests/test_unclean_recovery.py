@@ -65,7 +65,7 @@ def test_stale_reports_do_not_count():
 def test_balanced_waits_for_every_last_known_elr_member():
     image = _image([0, 1, 2, 3, 4], [0, 1])
     infos = ur.ReplicaLogInfos()
-    assert ur.strategy(image, "t") == "Balanced"  # Kafka 4's default
+    assert ur.strategy(image, "t") == "Balanced"  # KIP-966's default
     _answer(infos, 0, 2, 250)
     _answer(infos, 3, 2, 100)
     assert ur.elections(image, infos, 0) == []    # 1 is a last copy and has not answered
