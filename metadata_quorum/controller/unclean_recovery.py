@@ -109,10 +109,12 @@ class ReplicaLogInfos:
 
     def answers(self, image: MetadataImage, key, p) -> dict[int, ReplicaLogInfo]:
         """Reports that still hold: from a usable replica's current registration, about the
-        partition's current state."""
+        partition's current state. A reassignment's new replica (adding) never was in sync —
+        the move ends when it joins the ISR — so it is not a candidate: its log may be empty."""
         usable = {b.broker_id: b.broker_epoch for b in image.usable_brokers()}
         return {b: info for b, info in self.reports.get(key, {}).items()
-                if b in p.replicas and usable.get(b) == info.broker_epoch
+                if b in p.replicas and b not in p.adding_replicas
+                and usable.get(b) == info.broker_epoch
                 and info.partition_epoch == p.partition_epoch}
 
     def forget_except(self, keys: set) -> None:

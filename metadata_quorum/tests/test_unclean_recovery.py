@@ -62,6 +62,16 @@ def test_stale_reports_do_not_count():
     assert _leader(ur.elections(image, infos, 0)) == 0
 
 
+def test_a_reassignment_target_that_never_was_in_sync_is_no_candidate():
+    image = _image([0, 1, 2, 3], [0], strategy="Aggressive")
+    image = image.apply(image.offset + 1, r.PartitionChangeRecord(TID, 0, adding_replicas=(3,)))
+    infos = ur.ReplicaLogInfos()
+    _answer(infos, 3, 2, 0, partition_epoch=9)    # the new replica: nothing copied yet
+    assert ur.elections(image, infos, 0) == []
+    _answer(infos, 1, 1, 40, partition_epoch=9)
+    assert _leader(ur.elections(image, infos, 0)) == 1
+
+
 def test_balanced_waits_for_every_last_known_elr_member():
     image = _image([0, 1, 2, 3, 4], [0, 1])
     infos = ur.ReplicaLogInfos()
