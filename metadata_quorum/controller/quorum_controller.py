@@ -10,7 +10,8 @@ Every command returns a `ControllerResult(records, response)` — a named tuple,
 placement, elections, AlterPartition; KIP-497/KIP-841), `config_control` (typed config table),
 `acl_control`, `feature_control` (features KIP-584, SCRAM KIP-554), `reassignment` (partition
 reassignment, KIP-455), `rereplication` (replicas of lost brokers re-placed; issue 19), `balancer` (replica and
-preferred-leader counts evened; issue 19).
+preferred-leader counts evened; issue 19), `unclean_recovery` (the longest log leads a partition
+whose every last copy came back untrusted; KIP-966).
 """
 
 from __future__ import annotations
