@@ -25,6 +25,7 @@ from partition_server import clean_shutdown, housekeeping
 from partition_server.config import BROKER_TO_TOPIC, BrokerConfig
 from partition_server.controller_client import ControllerClient
 from partition_server.load_report import LoadReporter
+from partition_server.replica_log_info import ReplicaLogInfoReporter
 from partition_server.fetch_session import FetchSessionCache
 from partition_server.image_delta import config_changed_topics, diff_images
 from partition_server.log import LogConfig, PartitionLog
@@ -75,9 +76,7 @@ class Broker:
         self.client = ControllerClient(self.broker_id, config.voters, self.host, self.port,
                                        config["broker.rack"], config["broker.heartbeat.interval.ms"],
                                        security=self.controller_security)
-        # the balancer's disk goal: sizes of the partitions led here ride on heartbeats
-        self.client.led_sizes = self._led_sizes
-        self.client.load_reporter = LoadReporter(config["raftka.load.report.interval.ms"])
+        self._attach_heartbeat_reports(config)
         # KIP-966: tell the controller whether our logs came through the last stop intact
         self.boot_id_file = config["raftka.boot.id.file"]
         if self.boot_id_file:
@@ -153,6 +152,15 @@ class Broker:
         if config["raftka.storage.fault.file"]:
             self.replicas.storage_fault_file = os.path.join(self.log_dir,
                                                             config["raftka.storage.fault.file"])
+
+    def _attach_heartbeat_reports(self, config: BrokerConfig) -> None:
+        # the balancer's disk goal: sizes of the partitions led here ride on heartbeats
+        self.client.led_sizes = self._led_sizes
+        self.client.load_reporter = LoadReporter(config["raftka.load.report.interval.ms"])
+        # KIP-966 unclean recovery: log ends of leaderless replicas ride on heartbeats too
+        log_infos = ReplicaLogInfoReporter(self.broker_id)
+        self.client.replica_log_infos = lambda: log_infos.report(self.image,
+                                                                 self.replicas.partitions)
 
     def _led_sizes(self) -> dict:
         """{(topic, partition): bytes on disk} of the partitions this broker leads."""

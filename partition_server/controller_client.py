@@ -26,6 +26,7 @@ from common.security import PLAINTEXT, ClientSecurity
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.records import MetadataRecordError, decode_record
 from partition_server.load_report import LoadReporter, by_topic
+from partition_server.replica_log_info import by_topic as log_info_by_topic
 from wire.errors import DecodeError, ErrorCode
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
@@ -78,6 +79,10 @@ class ControllerClient:
         # the broker; None sends no report
         self.led_sizes: Callable[[], dict] | None = None
         self.load_reporter = LoadReporter()
+        # KIP-966 unclean recovery (replica_log_info.py): log ends of our leaderless replicas,
+        # [(topic_id, partition, partition_epoch, last_leader_epoch, log_end_offset)], set by
+        # the broker; sent on every heartbeat while there are any
+        self.replica_log_infos: Callable[[], list] | None = None
 
     # -- connections ----------------------------------------------------------------------------
 
@@ -185,6 +190,7 @@ class ControllerClient:
                           current_metadata_offset=self.image.offset,
                           want_fence=False, want_shut_down=self.want_shutdown)
             report = self._load_report(req)
+            self._log_info_report(req)
             try:
                 resp = await self.call_active(req, timeout_s=self.heartbeat_interval_s * 2,
                                               error_of=lambda r: r.error_code,
@@ -235,6 +241,16 @@ class ControllerClient:
                 req.RaftkaPartitionSize(partition_index=p, size_bytes=size) for p, size in ps])
             for topic, ps in by_topic(sent).items()]
         return full, sent
+
+    def _log_info_report(self, req) -> None:
+        infos = self.replica_log_infos() if self.replica_log_infos is not None else None
+        if infos:
+            req.raftka_replica_log_info = [
+                req.RaftkaTopicLogInfo(topic_id=topic_id, partitions=[
+                    req.RaftkaPartitionLogInfo(partition_index=p, partition_epoch=pe,
+                                               last_written_leader_epoch=le, log_end_offset=leo)
+                    for p, pe, le, leo in parts])
+                for topic_id, parts in log_info_by_topic(infos).items()]
 
     async def _was_unregistered(self, wait_s: float = 5.0) -> bool:
         """Our registration, once in our image, left it (an UnregisterBrokerRecord): waits a

@@ -47,7 +47,7 @@ TOPIC_TYPES = {
     "min.cleanable.dirty.ratio": DOUBLE,
     "min.compaction.lag.ms": LONG, "min.insync.replicas": INT, "retention.bytes": LONG,
     "retention.ms": LONG, "segment.bytes": INT, "segment.index.bytes": INT, "segment.ms": LONG,
-    "unclean.leader.election.enable": BOOLEAN,
+    "unclean.leader.election.enable": BOOLEAN, "unclean.recovery.strategy": STRING,
 }
 TOPIC_TO_BROKER = {topic_key: broker_key for broker_key, topic_key in BROKER_TO_TOPIC.items()}
 
