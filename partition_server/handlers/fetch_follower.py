@@ -13,6 +13,12 @@ The partitions not read are still fetched, as far as the follower's ISR membersh
 session's `FetchClock` (replication/partition.py) moves on every fetch, and a follower whose last
 fetch offset is the leader's log end counts as caught up as of that fetch.
 
+Under produce load the answer serves many appends at once: a fetch woken by an append waits,
+a scheduler pass at a time, while the appends under way keep marking partitions (`_coalesce`),
+and a partition whose high watermark this very fetch moved is not marked again in its own
+session (the answer holds that high watermark already). librdkafka sends one partition per
+Produce request, so otherwise each request paid a replication cycle of its own.
+
 As a safety net against a change that nothing notified, a session reads all its partitions again
 every `FULL_SCAN_MS` (bounded: once a minute per follower session).
 """
