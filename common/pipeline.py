@@ -10,7 +10,7 @@ over 6 partitions, whose requests are large). Here, as Redpanda does, a Produce 
    request only once this stage is over, so appends happen in request order (idempotent
    sequences, transactional order: exactly as before);
 2. *replication*: the acks=all wait for the high watermark. Up to MAX_IN_FLIGHT of these
-   overlap, holding up to MAX_IN_FLIGHT_BYTES of requests (one request is always let in): 32
+   overlap, holding up to MAX_IN_FLIGHT_BYTES of requests (one request is always let in): 1,000
    requests of up to `socket.request.max.bytes` each could otherwise pin gigabytes.
 
 MAX_IN_FLIGHT is 1,000 (it was 32): librdkafka sends one partition per request, so requests in
