@@ -155,7 +155,14 @@ class TreeCluster:
                  clients: tuple[str, ...] = ("confluent",)):
         self.tree = tree
         os.environ["PYTHONPATH"] = str(tree)        # inherited by the cluster's processes
-        self.cluster = LiveCluster(data_dir).start(120)
+        # ... and started from the tree: `python -m` puts the working directory first on
+        # sys.path, ahead of PYTHONPATH, so every cluster ran the bench's working tree
+        cwd = os.getcwd()
+        os.chdir(tree)
+        try:
+            self.cluster = LiveCluster(data_dir).start(120)
+        finally:
+            os.chdir(cwd)
         wide_topics = {f"wide-{i:03d}": TOPIC_PARTITIONS
                        for i in range((wide + TOPIC_PARTITIONS - 1) // TOPIC_PARTITIONS)}
         create(self.cluster.bootstrap, wide_topics | {"narrow": narrow})

@@ -13,6 +13,12 @@ The partitions not read are still fetched, as far as the follower's ISR membersh
 session's `FetchClock` (replication/partition.py) moves on every fetch, and a follower whose last
 fetch offset is the leader's log end counts as caught up as of that fetch.
 
+Under produce load the answer serves many appends at once: a fetch woken by an append waits,
+a scheduler pass at a time, while the appends under way keep marking partitions (`_coalesce`),
+and a partition whose high watermark this very fetch moved is not marked again in its own
+session (the answer holds that high watermark already). librdkafka sends one partition per
+Produce request, so otherwise each request paid a replication cycle of its own.
+
 As a safety net against a change that nothing notified, a session reads all its partitions again
 every `FULL_SCAN_MS` (bounded: once a minute per follower session).
 """
@@ -32,6 +38,8 @@ from partition_server.replication.partition import FetchClock
 from wire.errors import ErrorCode, KafkaError
 
 FULL_SCAN_MS = 60_000
+COALESCE_QUIET_PASSES = 3     # scheduler passes with no new dirty partition before answering
+COALESCE_MAX_PASSES = 64      # a bound on the wait whatever keeps arriving
 
 
 class SessionWatch:
@@ -118,6 +126,12 @@ async def fetch_in_session(hctx: HandlerContext, req, ctx: FetchContext, replica
             results[key] = res = _read_one(hctx, key, cached.request, replica_id, now_ms,
                                            budget[0], budget[0] == body.max_bytes, w.clock)
             budget[0] -= res.size
+            # This read's own notify (our fetch moved the high watermark) marked the key again
+            # in this session; the result already holds that high watermark, so reading it
+            # again would only repeat it (one more read and follower apply per batch).
+            session.dirty.discard(key)
+        if not session.dirty and not session.all_dirty and session.edge is w:
+            w.event = trio.Event()                # nothing pending: no wake-up owed
 
     keys = _take_dirty(session, w, now_ms)
     read(dict.fromkeys([*ctx.requested, *keys]) if ctx.incremental else keys)
@@ -126,6 +140,7 @@ async def fetch_in_session(hctx: HandlerContext, req, ctx: FetchContext, replica
     while body.max_wait_ms > 0 and not _ready(results, body.min_bytes):
         with trio.move_on_at(deadline):
             await w.event.wait()
+            await _coalesce(session)
         w.event = trio.Event()
         if session.edge is not w:
             break                                 # the session was closed meanwhile
@@ -142,6 +157,30 @@ async def fetch_in_session(hctx: HandlerContext, req, ctx: FetchContext, replica
         session.dirty.update(k for k, res in results.items()
                              if res.size == 0 and _held(hctx, k, replica_id))
     return respond(ctx.select(list(results.items())), ctx.session_id)
+
+
+async def _coalesce(session: FetchSession) -> None:
+    """Woken by the first append: let the appends already under way land before answering.
+
+    A Produce over many partitions (librdkafka sends one partition per request) reaches its
+    append a scheduler pass or two after the one before it on the same connection, so a fetch
+    answered at the first wake carried one or two partitions, and every acks=all request paid a
+    whole replication cycle of its own (answer, follower append, next fetch, high watermark).
+    Here the answer waits while partitions keep turning dirty, a scheduler pass at a time (no
+    clock: on an idle broker a pass is immediate), until COALESCE_QUIET_PASSES passes bring
+    nothing new, or COALESCE_MAX_PASSES."""
+    seen, quiet = len(session.dirty), 0
+    for _ in range(COALESCE_MAX_PASSES):
+        if session.all_dirty:
+            return
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        n = len(session.dirty)
+        if n == seen:
+            quiet += 1
+            if quiet >= COALESCE_QUIET_PASSES:
+                return
+        else:
+            seen, quiet = n, 0
 
 
 def _held(hctx: HandlerContext, key, replica_id: int) -> bool:

@@ -49,10 +49,9 @@ async def handle_produce(hctx: HandlerContext, req):
             elif key in refused:
                 results[key] = ProduceResult(refused[key])
             else:
-                res = hctx.replicas.append_records(t.name, p.index, p.records, acks, now)
-                results[key] = res
-                if res.error == ErrorCode.NONE:
-                    hctx.purgatory.notify(key)         # wake long-polling fetchers
+                # a successful append wakes long-polling fetchers itself (on_change)
+                results[key] = hctx.replicas.append_records(t.name, p.index, p.records, acks,
+                                                            now)
     # appended in request order: the connection may read its next Produce while this one
     # waits for replication (two-stage produce, common/pipeline.py)
     first_stage_done()

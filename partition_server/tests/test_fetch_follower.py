@@ -1,6 +1,7 @@
 """A follower's Fetch in an incremental session, leader side (handlers/fetch_follower.py): after
 the full fetch, an idle incremental fetch reads no partition and answers none; an append wakes
-a waiting fetch that then reads only that partition; registrations follow the session."""
+a waiting fetch that then reads only that partition (and, once woken, the partitions appended
+in the next scheduler passes, within a bound); registrations follow the session."""
 
 import types
 
@@ -9,7 +10,7 @@ import trio.testing
 
 from partition_server.fetch_session import FetchSessionCache
 from partition_server.handlers.fetch import handle_fetch
-from partition_server.handlers.fetch_follower import close_session
+from partition_server.handlers.fetch_follower import COALESCE_MAX_PASSES, close_session
 from partition_server.log import LogConfig, PartitionLog
 from partition_server.purgatory import Purgatory
 from partition_server.replica_manager import ReplicaManager
@@ -102,6 +103,46 @@ async def test_append_wakes_the_session_and_only_that_partition_is_read(tmp_path
     resp = await handle_fetch(b, fetch(sid, 2, {7: 1}))
     assert b.reads == [7] and answered(resp) == [7]
     assert b.replicas.get("t", 7).state.high_watermark == 1
+    # that answer carried the high watermark its own fetch moved: the session does not read
+    # partition 7 again for it
+    b.reads.clear()
+    resp = await handle_fetch(b, fetch(sid, 3))
+    assert b.reads == [] and answered(resp) == []
+
+
+async def _woken_fetch_with_appends(b, sid, partitions) -> list:
+    """A follower fetch long-polls; then one append per scheduler pass (as Produce requests
+    of one partition each reach their appends); the partitions its answer carries."""
+    out = []
+
+    async def follower_fetch():
+        out.append(await handle_fetch(b, fetch(sid, 1, max_wait_ms=5_000)))
+
+    async def producer():
+        for p in partitions:
+            assert b.replicas.append_records("t", p, build_batch([(None, b"x", [], T0)]), 1,
+                                             T0).error == 0
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as n:
+        n.start_soon(follower_fetch)
+        await trio.testing.wait_all_tasks_blocked()
+        n.start_soon(producer)
+    return answered(out[0])
+
+
+async def test_a_woken_fetch_gathers_the_appends_under_way(tmp_path, autojump_clock):
+    b = FakeBroker(tmp_path)
+    sid = (await handle_fetch(b, fetch(0, 0, {p: 0 for p in range(N)}))).session_id
+    assert await _woken_fetch_with_appends(b, sid, [3, 4, 5, 6]) == [3, 4, 5, 6]
+
+
+async def test_a_woken_fetch_does_not_wait_for_appends_without_end(tmp_path, autojump_clock):
+    b = FakeBroker(tmp_path)
+    sid = (await handle_fetch(b, fetch(0, 0, {p: 0 for p in range(N)}))).session_id
+    got = await _woken_fetch_with_appends(b, sid, range(N))
+    # the append that woke it, one per pass while it waits, one in the pass it reads in
+    assert 1 < len(got) <= COALESCE_MAX_PASSES + 2 < N
 
 
 async def test_registrations_follow_the_session(tmp_path, autojump_clock):
