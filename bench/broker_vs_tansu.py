@@ -1,6 +1,11 @@
 """Side-by-side produce/consume benchmark: Raftka vs Tansu, alternating runs, one machine.
 
     python3 bench/broker_vs_tansu.py [--rounds 3] [--small 1000000] [--large 200000]
+    python3 bench/broker_vs_tansu.py --tree /tmp/old --tree . --load 100B   # before/after
+
+`--tree` runs the Raftka cluster from a code tree (e.g. `git archive <base> | tar -x -C /tmp/old`,
+then build its C extension there): two trees and Tansu alternate in every round, so all three see
+the same noise.
 
 Both brokers get the same load from confluent-kafka (`clients/cli/perf.py`): RF=1, 6 partitions,
 acks=1, no compression; 1M × 100 B and 200k × 1 KiB records. Raftka runs its normal local cluster
@@ -102,51 +107,95 @@ def run_load(bootstrap: str, pids: list[int], topic: str, n: int, size: int, raf
             "consume_client_cpu_us_per_msg": per_msg(c1, c2, client)}
 
 
+KEYS = ("produce_rps", "consume_rps", "produce_cpu_us_per_msg", "consume_cpu_us_per_msg",
+        "produce_broker_cpu_us_per_msg", "consume_broker_cpu_us_per_msg",
+        "consume_client_cpu_us_per_msg", "p50_ms", "p99_ms")
+
+
+def start_raftka(tree: str | None, data_dir: Path) -> LiveCluster:
+    """A cluster whose nodes run the code of `tree` (None: this one; `-m` puts the cwd first
+    on the path, so the nodes import that tree's packages)."""
+    old_cwd, old_pp = os.getcwd(), os.environ.get("PYTHONPATH")
+    if tree:
+        os.chdir(tree)
+        os.environ["PYTHONPATH"] = tree
+    try:
+        return LiveCluster(data_dir).start()
+    finally:
+        os.chdir(old_cwd)
+        if old_pp is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old_pp
+
+
+def run_system(system: str, tree: str | None, tansu: str, work: str, name: str, n: int,
+               size: int) -> dict:
+    topic = f"bench-{name}"
+    if system != "tansu":
+        cluster = start_raftka(tree, Path(work) / f"raftka-{name}")
+        pids = [cluster.proc("broker-0").proc.pid] + [
+            p.proc.pid for p in cluster.procs if p.name != "broker-0"]
+        try:
+            return run_load(cluster.bootstrap.split(",")[0], pids, topic, n, size, True)
+        finally:
+            cluster.stop()
+    port = 39092
+    proc = subprocess.Popen(
+        [tansu, "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
+         "--advertised-listener-url", f"tcp://127.0.0.1:{port}",
+         "--storage-engine", "memory://tansu/"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.5)
+    try:
+        return run_load(f"127.0.0.1:{port}", [proc.pid], topic, n, size, False)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def report(results: dict, systems: list, loads: list) -> None:
+    print("\nmedians (ratio = raftka / tansu; CPU ratio < 1 means Raftka uses less CPU)")
+    for label in loads:
+        for key in KEYS:
+            b = statistics.median(x[key] for x in results["tansu"][label])
+            cells = []
+            for system in systems[1:]:
+                a = statistics.median(x[key] for x in results[system][label])
+                cells.append(f"{system} {a:>10} ({a / b if b else float('nan'):.2f})")
+            print(f"  {label:>5} {key:>30}: tansu {b:>10} | " + " | ".join(cells))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--small", type=int, default=1_000_000)
     ap.add_argument("--large", type=int, default=200_000)
+    ap.add_argument("--load", action="append", choices=("100B", "1KiB"),
+                    help="only this load (repeat; default both)")
+    ap.add_argument("--tree", action="append",
+                    help="a Raftka code tree to run the cluster from (repeat: before/after "
+                         "side by side; default this one)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="raftka-bench-")
     tansu = tansu_binary(work)
-    results: dict = {"raftka": {}, "tansu": {}}
+    trees = {f"raftka{i}" if len(args.tree or ()) > 1 else "raftka": os.path.abspath(t)
+             for i, t in enumerate(args.tree)} if args.tree else {"raftka": None}
+    systems = ["tansu", *trees]
+    loads = [(label, n, size) for label, n, size in
+             (("100B", args.small, 100), ("1KiB", args.large, 1024))
+             if not args.load or label in args.load]
+    results: dict = {system: {} for system in systems}
     for rnd in range(args.rounds):
-        for system in ("raftka", "tansu"):
-            for label, n, size in (("100B", args.small, 100), ("1KiB", args.large, 1024)):
-                topic = f"bench-{label}-{rnd}"
-                if system == "raftka":
-                    cluster = LiveCluster(Path(work) / f"raftka-{rnd}-{label}")
-                    cluster.start()
-                    pids = [cluster.proc("broker-0").proc.pid] + [
-                        p.proc.pid for p in cluster.procs if p.name != "broker-0"]
-                    try:
-                        r = run_load(cluster.bootstrap.split(",")[0], pids, topic, n, size, True)
-                    finally:
-                        cluster.stop()
-                else:
-                    port = 39092
-                    proc = subprocess.Popen(
-                        [tansu, "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
-                         "--advertised-listener-url", f"tcp://127.0.0.1:{port}",
-                         "--storage-engine", "memory://tansu/"],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                    time.sleep(1.5)
-                    try:
-                        r = run_load(f"127.0.0.1:{port}", [proc.pid], topic, n, size, False)
-                    finally:
-                        proc.terminate()
-                        proc.wait(10)
+        # alternate the order so that no system always runs first (or after a given one)
+        for system in (systems if rnd % 2 == 0 else systems[::-1]):
+            for label, n, size in loads:
+                r = run_system(system, trees.get(system), tansu, work, f"{label}-{rnd}-{system}",
+                               n, size)
                 results[system].setdefault(label, []).append(r)
-                print(json.dumps({"round": rnd, "system": system, "load": label, **r}), flush=True)
-    print("\nmedians (ratio = raftka / tansu; CPU ratio < 1 means Raftka uses less CPU)")
-    for label in ("100B", "1KiB"):
-        for key in ("produce_rps", "consume_rps", "produce_cpu_us_per_msg", "consume_cpu_us_per_msg",
-                    "produce_broker_cpu_us_per_msg", "consume_broker_cpu_us_per_msg",
-                    "consume_client_cpu_us_per_msg", "p50_ms", "p99_ms"):
-            a = statistics.median(x[key] for x in results["raftka"][label])
-            b = statistics.median(x[key] for x in results["tansu"][label])
-            print(f"  {label:>5} {key:>24}: raftka {a:>12} tansu {b:>12} ratio {a / b if b else float('nan'):.2f}")
+                print(json.dumps({"round": rnd, "system": system, "tree": trees.get(system),
+                                  "load": label, **r}), flush=True)
+    report(results, systems, [label for label, _, _ in loads])
 
 
 if __name__ == "__main__":
