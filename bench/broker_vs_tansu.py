@@ -28,6 +28,7 @@ import glob
 import json
 import os
 import resource
+import socket
 import statistics
 import subprocess
 import sys
@@ -129,6 +130,20 @@ def start_raftka(tree: str | None, data_dir: Path) -> LiveCluster:
             os.environ["PYTHONPATH"] = old_pp
 
 
+def wait_listening(port: int, proc: subprocess.Popen, timeout_s: float = 60) -> None:
+    """Until Tansu accepts connections: on a loaded machine it took more than the 1.5 s this
+    script used to sleep, and the load failed with a transport error."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"tansu is not listening on {port}") from None
+            time.sleep(0.1)
+
+
 def run_system(system: str, tree: str | None, tansu: str, work: str, name: str, n: int,
                size: int) -> dict:
     topic = f"bench-{name}"
@@ -146,8 +161,8 @@ def run_system(system: str, tree: str | None, tansu: str, work: str, name: str, 
          "--advertised-listener-url", f"tcp://127.0.0.1:{port}",
          "--storage-engine", "memory://tansu/"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.5)
     try:
+        wait_listening(port, proc)
         return run_load(f"127.0.0.1:{port}", [proc.pid], topic, n, size, False)
     finally:
         proc.terminate()
