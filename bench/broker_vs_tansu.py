@@ -130,6 +130,14 @@ def start_raftka(tree: str | None, data_dir: Path) -> LiveCluster:
             os.environ["PYTHONPATH"] = old_pp
 
 
+def free_port() -> int:
+    """A port nothing listens on now: a fixed one collided with another session's run of this
+    script (Tansu then exits at once, unable to bind)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def wait_listening(port: int, proc: subprocess.Popen, timeout_s: float = 60) -> None:
     """Until Tansu accepts connections: on a loaded machine it took more than the 1.5 s this
     script used to sleep, and the load failed with a transport error."""
@@ -155,7 +163,7 @@ def run_system(system: str, tree: str | None, tansu: str, work: str, name: str, 
             return run_load(cluster.bootstrap.split(",")[0], pids, topic, n, size, True)
         finally:
             cluster.stop()
-    port = 39092
+    port = free_port()
     proc = subprocess.Popen(
         [tansu, "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
          "--advertised-listener-url", f"tcp://127.0.0.1:{port}",
