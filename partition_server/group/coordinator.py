@@ -48,12 +48,11 @@ from partition_server.group.consumer_group import (ConsumerGroupCoordinatorState
 from partition_server.group.lag import LagMonitor
 from partition_server.group.offset_expiry import OffsetExpiry
 from partition_server.group.state import (GroupConfig, GroupCoordinatorState, GroupState,
-                                          StoreGroup, group_record,
-                                          restore_group)
+                                          StoreGroup, group_record, restore_group,
+                                          subscribed_topics)
 from partition_server.replication.partition import Role
 from wire.errors import ErrorCode
 from wire.messages.api_keys import ApiKey
-from wire.messages.consumer_protocol_subscription_generated import ConsumerProtocolSubscription
 from wire.messages.index_generated import REQUESTS
 from wire.records.batch import build_batch, decode_batch, iter_batches
 
@@ -71,8 +70,8 @@ OFFSET_KEY = 1
 GROUP_KEY = 2
 CONSUMER_GROUP_KEY = 3          # KIP-848 groups
 
-
 GROUP_STORE_TIMEOUT_S = 5.0    # Kafka's offsets.commit.timeout.ms
+IDLE_TICK_S = 1.0              # the tick loop's longest wait without groups (see _ticks)
 
 
 def java_string_hash(s: str) -> int:
@@ -126,6 +125,7 @@ class GroupCoordinator:
         self._last_logged: dict[tuple, tuple] = {}    # (kind, group) → what was last logged
         self._dirty: set[str] = set()                 # changed classic groups to persist/log
         self._dirty_consumer: set[str] = set()        # changed KIP-848 groups
+        self._wake = trio.Event()                      # see _ticks
 
     # -- ownership --------------------------------------------------------------------------------
 
@@ -233,6 +233,7 @@ class GroupCoordinator:
                 continue
             self._persisted[("consumer", gid)] = value
         self.loaded.add(pid)
+        self.wake()
         log.info("loaded %d records (%d groups) from %s-%d", n,
                  sum(v is not None for v in groups.values()) +
                  sum(v is not None for v in consumer_groups.values()), OFFSETS_TOPIC, pid)
@@ -276,6 +277,7 @@ class GroupCoordinator:
 
     def deliver(self, effects: list) -> None:
         from partition_server.group.state import JoinResult
+        self.wake()                     # handlers deliver after each change, a first join too
         for e in effects:
             if isinstance(e, StoreGroup):
                 self._nursery.start_soon(self._store_group, e.group_id, e.generation_id)
@@ -299,12 +301,22 @@ class GroupCoordinator:
             self._nursery = nursery               # generation stores run here (see deliver)
             await self._ticks()
 
+    def wake(self) -> None:
+        self._wake.set()                # a group may have appeared: see _ticks
+
     async def _ticks(self) -> None:
-        """Every 100 ms: timers that are due, then the groups changed since the last tick are
-        logged and persisted. Its cost follows what happened, not how many groups there are
-        (the offsets expiry below, every offsets.retention.check.interval.ms, too)."""
+        """Every 100 ms while there are groups: due timers, then the groups changed since the
+        last tick are logged and persisted (the offsets expiry every
+        offsets.retention.check.interval.ms). Without groups it waits for `wake` (a join, a
+        KIP-848 heartbeat, groups loaded) or IDLE_TICK_S: ten wake-ups a second of every idle
+        broker were a visible share of an idle cluster's CPU (issue #23)."""
         next_expiry = now_ms() + self.retention_check_ms
         while True:
+            if not (self.state.groups or self.consumer.groups or self._dirty or
+                    self._dirty_consumer or self.state.changed or self.consumer.changed):
+                self._wake = trio.Event()
+                with trio.move_on_after(IDLE_TICK_S):
+                    await self._wake.wait()
             await trio.sleep(0.1)
             now = steady_ms()            # sessions: a wall-clock jump must not expire them all
             self.deliver(self.state.tick(now))
@@ -426,6 +438,7 @@ class GroupCoordinator:
         tick may have written it a moment ago)."""
         key = ("consumer", gid)
         g = self.consumer.groups.get(gid)
+        self.wake()
         if g is not None:
             rec = consumer_group_record(g)
             if rec != self._persisted.get(key):
@@ -556,23 +569,7 @@ class GroupCoordinator:
 
     def subscribed_topics(self, group_id: str) -> set[str] | None:
         """Topics the group's consumers subscribe to; None means "can't tell, assume all"."""
-        g = self.state.groups.get(group_id)
-        if g is None or not g.members:
-            return set()
-        if g.protocol_type != "consumer":
-            return None
-        topics: set[str] = set()
-        for m in g.members.values():
-            meta = dict(m.protocols).get(g.protocol_name) if g.protocol_name else None
-            if meta is None:
-                meta = m.protocols[0][1] if m.protocols else b""
-            try:
-                version = min(int.from_bytes(meta[:2], "big", signed=True), 3)
-                sub = ConsumerProtocolSubscription.decode(memoryview(meta)[2:], version, strict=False)
-            except Exception:  # noqa: BLE001 - foreign metadata: be conservative
-                return None
-            topics.update(sub.topics)
-        return topics
+        return subscribed_topics(self.state.groups.get(group_id))
 
     async def delete_offsets(self, group_id: str, parts: list[tuple[str, int]],
                              timeout_s: float = 5.0) -> tuple[ErrorCode, dict]:

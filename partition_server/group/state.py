@@ -36,6 +36,7 @@ import uuid
 
 from partition_server.group.timers import INF, DeadlineHeap
 from wire.errors import ErrorCode
+from wire.messages.consumer_protocol_subscription_generated import ConsumerProtocolSubscription
 
 
 class GroupState(enum.Enum):
@@ -503,3 +504,24 @@ def expired_offsets(offsets: dict, groups: dict, now_ms: int, retention_ms: int,
         if gone:
             out[gid] = gone
     return out
+
+
+def subscribed_topics(g: Group | None) -> set[str] | None:
+    """Topics a classic group's consumers subscribe to (their ConsumerProtocolSubscription);
+    None means "can't tell, assume all"."""
+    if g is None or not g.members:
+        return set()
+    if g.protocol_type != "consumer":
+        return None
+    topics: set[str] = set()
+    for m in g.members.values():
+        meta = dict(m.protocols).get(g.protocol_name) if g.protocol_name else None
+        if meta is None:
+            meta = m.protocols[0][1] if m.protocols else b""
+        try:
+            version = min(int.from_bytes(meta[:2], "big", signed=True), 3)
+            sub = ConsumerProtocolSubscription.decode(memoryview(meta)[2:], version, strict=False)
+        except Exception:  # noqa: BLE001 - foreign metadata: be conservative
+            return None
+        topics.update(sub.topics)
+    return topics
