@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 METADATA_TOPIC = "__cluster_metadata"
 VERSIONS = {1: 12, 19: 7, 20: 6, 30: 3, 31: 3, 33: 2, 37: 3, 43: 2, 44: 1, 55: 2, 56: 3, 59: 1, 62: 4, 63: 1,
-            67: 0, 51: 0}
+            67: 0, 51: 0, 73: 0}
 
 
 class ControllerUnavailable(Exception):
@@ -77,6 +77,10 @@ class ControllerClient:
         # the broker; None sends no report
         self.led_sizes: Callable[[], dict] | None = None
         self.load_reporter = LoadReporter()
+        # KIP-858: ids of this broker's log directories (registration) and of the offline ones
+        # (heartbeats), set by the broker
+        self.log_dir_ids: Callable[[], list] = lambda: []
+        self.offline_log_dir_ids: Callable[[], list] = lambda: []
 
     # -- connections ----------------------------------------------------------------------------
 
@@ -136,7 +140,7 @@ class ControllerClient:
                       incarnation_id=self.incarnation_id,
                       listeners=[req_cls.Listener(name=n, host=h, port=p, security_protocol=sp)
                                  for n, h, p, sp in self.listeners],
-                      rack=self.rack,
+                      rack=self.rack, log_dirs=self.log_dir_ids(),
                       # registering again in the same process: our logs lost nothing
                       previous_broker_epoch=self.broker_epoch if self.broker_epoch >= 0
                       else self.previous_broker_epoch)
@@ -161,7 +165,8 @@ class ControllerClient:
         while True:
             req = req_cls(broker_id=self.broker_id, broker_epoch=self.broker_epoch,
                           current_metadata_offset=self.image.offset,
-                          want_fence=False, want_shut_down=self.want_shutdown)
+                          want_fence=False, want_shut_down=self.want_shutdown,
+                          offline_log_dirs=self.offline_log_dir_ids())
             report = self._load_report(req)
             try:
                 resp = await self.call_active(req, timeout_s=self.heartbeat_interval_s * 2,

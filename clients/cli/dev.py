@@ -54,6 +54,8 @@ class DevLayout:
     # node opens leaving from its address too, so kernel faults by address (chaos_tests/net) can
     # cut one node off. None: every node on 127.0.0.1 (what clients' default bootstrap expects)
     node_prefix: str | None = None
+    # log directories per broker (JBOD): broker-N, then broker-N-d1, broker-N-d2, ...
+    log_dirs: int = 1
 
     def controller_host(self, index: int) -> str:
         return "127.0.0.1" if self.node_prefix is None else f"{self.node_prefix}.{11 + index}"
@@ -152,7 +154,8 @@ class DevLayout:
             "process.roles": "broker",
             "controller.quorum.voters": self.voters,
             "listeners": f"PLAINTEXT://{self.broker_host(broker_id)}:{self.broker_port(broker_id)}",
-            "log.dirs": str(self.data_dir / f"broker-{broker_id}"),
+            "log.dirs": ",".join([str(self.data_dir / f"broker-{broker_id}")] + [
+                str(self.data_dir / f"broker-{broker_id}-d{i}") for i in range(1, self.log_dirs)]),
             "default.replication.factor": "3",
             "min.insync.replicas": "2",
             "offsets.topic.replication.factor": "3",

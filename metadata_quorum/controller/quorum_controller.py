@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from metadata_quorum import records as r
 from metadata_quorum.controller import (acl_control, balancer, cluster_control, config_control,
-                                        feature_control, load_reports, quota_control,
+                                        feature_control, load_reports, log_dirs, quota_control,
                                         reassignment, replication_control, rereplication)
 from metadata_quorum.image import MetadataImage
 
@@ -56,6 +56,8 @@ class QuorumController:
         self.balancer_decision: balancer.Decision | None = None
         # partition sizes from the brokers' heartbeats, for the balancer's disk goal (soft state)
         self.loads = load_reports.LoadReports()
+        # offline log directories per broker, from heartbeats (soft state, log_dirs.py)
+        self.offline_log_dirs = log_dirs.OfflineLogDirs()
 
     # -- replay -----------------------------------------------------------------------------------
 
@@ -84,6 +86,13 @@ class QuorumController:
         return cluster_control.broker_heartbeat(self.image, self.heartbeats, broker_id,
                                                 broker_epoch, metadata_offset, want_fence,
                                                 want_shutdown, now_ms, self.default_min_isr)
+
+    @_result
+    def assign_replicas_to_dirs(self, broker_id: int, broker_epoch: int, directories: dict):
+        """KIP-858 AssignReplicasToDirs: replicas of an offline directory leave leadership and
+        ISRs (controller/log_dirs.py)."""
+        return log_dirs.assign_replicas_to_dirs(self.image, self.offline_log_dirs, broker_id,
+                                                broker_epoch, directories, self.default_min_isr)
 
     @_result
     def controlled_shutdown(self, broker_id, broker_epoch, now_ms):
