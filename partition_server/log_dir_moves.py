@@ -197,10 +197,6 @@ class ReplicaMover:
         """Put the caught-up future log in the current one's place (no await: no append can
         come between the last copy and the swap)."""
         key, current, future = move.key, hosted.log, move.future
-        cache = current.epoch_cache
-        for epoch, start in zip(cache.epochs, cache.start_offsets):
-            if epoch > future.latest_epoch:         # epochs with no batch yet
-                future.assign_epoch_start(epoch, start)
         future.close(sync=True)
         future.mark_clean()
         current.close(sync=False)
@@ -212,6 +208,10 @@ class ReplicaMover:
         os.rename(future.directory, final)
         fsync_dir(move.dest.path)
         new = PartitionLog(final, current.config, _now_ms(), files=self.files)
+        cache = current.epoch_cache
+        for epoch, start in zip(cache.epochs, cache.start_offsets):
+            if epoch > new.latest_epoch:            # an epoch with no batch yet (a new leader's)
+                new.assign_epoch_start(epoch, start)
         hosted.log = hosted.state.log = new
         hosted.cleaner = None
         hosted.producers = producer_snapshot.rebuild(new)

@@ -47,6 +47,9 @@ _LOG_NAME = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 _MOVE_NAME = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.[0-9a-f]{32}(?P<kind>-future|-delete)$")
 
 TopicPartition = tuple[str, int]
+# Kafka's reserved directory id (DirectoryId.LOST) for a directory whose own id is unknown: one
+# that could not be read at start is reported offline under it
+LOST_DIRECTORY_ID = uuid.UUID(int=1)
 
 
 class LogDirError(Exception):
@@ -106,6 +109,7 @@ class LogDirs:
             except OSError as exc:
                 log.error("log directory %s is offline at start: %s", d.path, exc)
                 d.online, d.error = False, str(exc)
+                d.dir_id = d.dir_id or LOST_DIRECTORY_ID
         self.offline_at_start = [d for d in self.dirs if not d.online]
         self.placement: dict[TopicPartition, LogDir] = {}      # current logs
         self.futures: dict[TopicPartition, LogDir] = {}        # future logs (moves)
