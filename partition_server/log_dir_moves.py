@@ -98,7 +98,7 @@ class ReplicaMover:
             self.replicas.storage_failed(None, exc, d)
             return ErrorCode.KAFKA_STORAGE_ERROR
         self.moves[key] = Move(key, d, future)
-        self.log_dirs.futures[key] = d
+        self.log_dirs.set_future(key, d)
         self._wake.set()
         log.info("moving %s-%d to %s", key[0], key[1], d.path)
         return ErrorCode.NONE
@@ -108,7 +108,7 @@ class ReplicaMover:
         move = self.moves.pop(key, None)
         if move is None:
             return
-        self.log_dirs.futures.pop(key, None)
+        self.log_dirs.drop_future(key)
         try:
             move.future.delete()
         except OSError as exc:
@@ -121,7 +121,7 @@ class ReplicaMover:
             hosted = self.replicas.partitions.get(key)
             if move.dest is d or hosted is None or hosted.offline:
                 self.moves.pop(key, None)
-                self.log_dirs.futures.pop(key, None)
+                self.log_dirs.drop_future(key)
                 try:
                     move.future.close(sync=False)
                 except OSError:
@@ -216,8 +216,8 @@ class ReplicaMover:
         hosted.cleaner = None
         hosted.producers = producer_snapshot.rebuild(new)
         self.moves.pop(key, None)
-        self.log_dirs.futures.pop(key, None)
-        self.log_dirs.placement[key] = move.dest
+        self.log_dirs.drop_future(key)
+        self.log_dirs.set_placement(key, move.dest)
         self.swapped += 1
         self.replicas.on_change(key)
         log.info("%s-%d now in %s", key[0], key[1], move.dest.path)

@@ -34,6 +34,7 @@ import logging
 import os
 import re
 import shutil
+import threading
 import uuid
 
 from partition_server.log.fsync import fsync_dir
@@ -62,6 +63,7 @@ class LogDir:
     dir_id: uuid.UUID | None = None
     online: bool = True
     error: str | None = None
+    logs: int = 0               # current and future logs placed here (kept by LogDirs)
 
 
 def read_meta(path: str) -> dict[str, str]:
@@ -115,6 +117,7 @@ class LogDirs:
         self.futures: dict[TopicPartition, LogDir] = {}        # future logs (moves)
         self.preferred: dict[TopicPartition, LogDir] = {}      # AlterReplicaLogDirs before hosting
         self.on_all_failed = None           # the broker shuts down (Kafka's rule)
+        self._lock = threading.Lock()       # `place` runs in the log-open threads too
         self._scan()
 
     # -- lookups ----------------------------------------------------------------------------------
@@ -138,8 +141,35 @@ class LogDirs:
         return [d.dir_id for d in self.dirs if not d.online and d.dir_id is not None]
 
     def count(self, d: LogDir) -> int:
-        return sum(1 for x in self.placement.values() if x is d) + \
-            sum(1 for x in self.futures.values() if x is d)
+        return d.logs
+
+    # -- bookkeeping (each log directory counts its logs: placing 10,000 partitions stays linear)
+
+    @staticmethod
+    def _put(table: dict, key: TopicPartition, d: LogDir) -> None:
+        old = table.get(key)
+        if old is not None:
+            old.logs -= 1
+        table[key] = d
+        d.logs += 1
+
+    @staticmethod
+    def _drop(table: dict, key: TopicPartition) -> None:
+        old = table.pop(key, None)
+        if old is not None:
+            old.logs -= 1
+
+    def set_placement(self, key: TopicPartition, d: LogDir) -> None:
+        with self._lock:
+            self._put(self.placement, key, d)
+
+    def set_future(self, key: TopicPartition, d: LogDir) -> None:
+        with self._lock:
+            self._put(self.futures, key, d)
+
+    def drop_future(self, key: TopicPartition) -> None:
+        with self._lock:
+            self._drop(self.futures, key)
 
     # -- start ------------------------------------------------------------------------------------
 
@@ -164,7 +194,7 @@ class LogDirs:
                             "manually deleting one of the two directories for this partition. "
                             "It is recommended to delete the partition in the log directory "
                             "that is known to have failed recently.")
-                    self.placement[key] = d
+                    self._put(self.placement, key, d)
                     continue
                 m = _MOVE_NAME.match(name)
                 if m is None:
@@ -184,36 +214,37 @@ class LogDirs:
                 log.info("promoting future log %s to %s (an interrupted swap)", full, target)
                 os.rename(full, target)
                 fsync_dir(d.path)
-                self.placement[key] = d
+                self._put(self.placement, key, d)
 
     # -- placement --------------------------------------------------------------------------------
 
     def place(self, topic: str, partition: int) -> LogDir:
         """The directory of a partition's current log: where it is, else where it goes."""
         key = (topic, partition)
-        d = self.placement.get(key)
-        if d is not None:
+        with self._lock:
+            d = self.placement.get(key)
+            if d is not None:
+                return d
+            if self.offline_at_start:
+                d = self.offline_at_start[0]    # it may live there: never recreate it empty
+            else:
+                wanted = self.preferred.pop(key, None)
+                d = wanted if wanted is not None and wanted.online else self.least_loaded()
+            self._put(self.placement, key, d)
             return d
-        if self.offline_at_start:
-            d = self.offline_at_start[0]        # it may live there: never recreate it empty
-        else:
-            wanted = self.preferred.pop(key, None)
-            d = wanted if wanted is not None and wanted.online else self.least_loaded()
-        self.placement[key] = d
-        return d
 
     def least_loaded(self, exclude: LogDir | None = None) -> LogDir:
         """Kafka's choice for a new log: the online directory with the fewest logs."""
         candidates = [d for d in self.online() if d is not exclude]
         if not candidates:
             raise OSError("every log directory is offline")
-        counts = {id(d): self.count(d) for d in candidates}
-        return min(candidates, key=lambda d: counts[id(d)])
+        return min(candidates, key=lambda d: d.logs)
 
     def forget(self, topic: str, partition: int) -> None:
         """The partition is no longer hosted (deleted or moved off this broker)."""
-        self.placement.pop((topic, partition), None)
-        self.futures.pop((topic, partition), None)
+        with self._lock:
+            self._drop(self.placement, (topic, partition))
+            self._drop(self.futures, (topic, partition))
 
     # -- failure ----------------------------------------------------------------------------------
 

@@ -39,12 +39,15 @@ def test_new_logs_go_to_the_directory_with_fewest_and_found_logs_stay(tmp_path):
     # d2 holds one already: d0, d1 first, then round the three
     assert placed[:2] == paths[:2] and sorted(placed[2:]) == sorted(paths)
     assert dirs.place("t", 0).path == paths[0]                      # stable
-    dirs.futures[("x", 0)] = dirs.dirs[0]                           # a future log counts too
+    dirs.set_future(("x", 0), dirs.dirs[0])                         # a future log counts too
     assert dirs.least_loaded() is not dirs.dirs[0]
     dirs.preferred[("new", 0)] = dirs.dirs[2]                       # AlterReplicaLogDirs before
     assert dirs.place("new", 0) is dirs.dirs[2]
+    counts = [d.logs for d in dirs.dirs]
     dirs.forget("t", 0)
     assert ("t", 0) not in dirs.placement
+    assert [d.logs for d in dirs.dirs] == [counts[0] - 1] + counts[1:]
+    assert sum(counts) == len(dirs.placement) + len(dirs.futures) + 1
 
 
 def test_a_partition_in_two_directories_is_kafkas_fatal_error(tmp_path):
