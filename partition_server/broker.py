@@ -159,13 +159,13 @@ class Broker:
         self.replicas = ReplicaManager(self.broker_id, self._open_log)
         self.replicas.log_dirs = self.log_dirs
         self.replicas.on_log_dir_failure = self._on_log_dir_failure
-        # every online directory holds the whole checkpoint (read from the first that has one)
+        # each directory checkpoints the high watermarks of its own logs (Kafka's layout): an
+        # entry counts only from the directory holding the log, never a stale one elsewhere
         self.hw_checkpoint_path = os.path.join(self.log_dir, HIGH_WATERMARK_FILE)
         for d in self.log_dirs.online():
-            path = os.path.join(d.path, HIGH_WATERMARK_FILE)
-            if os.path.exists(path):
-                self.replicas.high_watermarks = read_checkpoint(path)
-                break
+            self.replicas.high_watermarks.update(
+                (key, hw) for key, hw in read_checkpoint(os.path.join(d.path, HIGH_WATERMARK_FILE)).items()
+                if self.log_dirs.placement.get(key) is d)
         self.replicas.storage_fault_file = config["raftka.storage.fault.file"] or None
         from partition_server.log_dir_moves import ReplicaMover
         self.replicas.dir_moves = ReplicaMover(self.replicas, self.log_dirs, self.segment_files)
@@ -313,11 +313,12 @@ class Broker:
         offsets = self.replicas.high_watermarks_to_checkpoint(only_if_changed=not force)
         if offsets is None:
             return
+        placement = self.log_dirs.placement
         for d in self.log_dirs.online():
             path = os.path.join(d.path, HIGH_WATERMARK_FILE)
             try:
                 self.replicas.check_storage(log_dir=d)
-                write_checkpoint(path, offsets)
+                write_checkpoint(path, {k: v for k, v in offsets.items() if placement.get(k) is d})
             except OSError as exc:
                 log.error("writing %s failed: %s", path, exc)
                 self.replicas.storage_failed(None, exc, d)

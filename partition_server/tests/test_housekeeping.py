@@ -38,7 +38,7 @@ def test_high_watermark_checkpoint_is_written_only_when_one_changed(tmp_path):
     rm = _manager(tmp_path, 3)
     path = str(tmp_path / "replication-offset-checkpoint")
     from partition_server.log_dirs import LogDirs
-    # one log directory: each online directory holds the whole checkpoint
+    # one log directory: it checkpoints its own logs
     fake = types.SimpleNamespace(replicas=rm, hw_checkpoint_path=path,
                                  log_dirs=LogDirs([str(tmp_path)], 1))
     Broker.checkpoint_high_watermarks(fake, force=False)
