@@ -90,6 +90,21 @@ MOVES_THROTTLED_RATE = "raftka.reassignment.throttled.rate"
 DEFAULT_MOVES_THROTTLED_RATE = 100 << 20
 
 
+# KIP-966's values of unclean.recovery.strategy; Balanced is the KIP's default
+UNCLEAN_RECOVERY_STRATEGIES = ("None", "Balanced", "Aggressive")
+UNCLEAN_RECOVERY_TIMEOUT_MS = 300_000
+
+
+def unclean_recovery_strategy(topic_config: dict, cluster_config: dict) -> str:
+    """The strategy in force for a topic: its own setting, else the cluster-wide dynamic one,
+    else Balanced. Read by the controller (which elects) and by brokers (which report their
+    log ends only where a recovery may use them)."""
+    value = topic_config.get("unclean.recovery.strategy")
+    if value is None:
+        value = cluster_config.get("unclean.recovery.strategy", "Balanced")
+    return value if value in UNCLEAN_RECOVERY_STRATEGIES else "Balanced"
+
+
 # name → (default, check). Defaults match Kafka's.
 TOPIC_CONFIGS = {
     "cleanup.policy": ("delete", _choice("delete", "compact", multi=True)),
@@ -121,11 +136,17 @@ TOPIC_CONFIGS = {
     "segment.index.bytes": ("10485760", _int(8)),
     "segment.ms": ("604800000", _int(1)),
     "unclean.leader.election.enable": ("false", _bool),
+    # KIP-966 unclean recovery: how a partition whose ISR and ELR are both empty gets a leader
+    # (metadata_quorum/controller/unclean_recovery.py)
+    "unclean.recovery.strategy": ("Balanced", _choice(*UNCLEAN_RECOVERY_STRATEGIES)),
 }
 
 DYNAMIC_BROKER_CONFIGS = {
     "min.insync.replicas": _int(1),
     "unclean.leader.election.enable": _bool,
+    "unclean.recovery.strategy": _choice(*UNCLEAN_RECOVERY_STRATEGIES),
+    # how long a Balanced recovery waits for the replicas it wants to hear from (KIP-966)
+    "unclean.recovery.timeout.ms": _int(0),
     "log.retention.ms": _int(-1),
     "log.retention.bytes": _int(-1),
     "log.cleanup.policy": _choice("delete", "compact", multi=True),

@@ -99,6 +99,11 @@ async def handle_broker_heartbeat(svc, req):
         svc.controller.loads.record(b.broker_id, b.raftka_load_report_full, {
             (t.name, p.partition_index): p.size_bytes
             for t in b.raftka_partition_sizes for p in t.partitions})
+    if result.error == ErrorCode.NONE and b.raftka_replica_log_info is not None:
+        # KIP-966 unclean recovery: replicas' log ends (controller/unclean_recovery.py)
+        svc.controller.log_infos.record(b.broker_id, b.broker_epoch, [
+            (t.topic_id, p.partition_index, p.partition_epoch, p.last_written_leader_epoch,
+             p.log_end_offset) for t in b.raftka_replica_log_info for p in t.partitions])
     return _resp(ApiKey.BROKER_HEARTBEAT, error_code=result.error, is_caught_up=result.is_caught_up,
                  is_fenced=result.is_fenced, should_shut_down=result.should_shut_down)
 

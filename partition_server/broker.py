@@ -25,6 +25,7 @@ from partition_server import clean_shutdown, housekeeping
 from partition_server.config import BROKER_TO_TOPIC, BrokerConfig
 from partition_server.controller_client import ControllerClient
 from partition_server.load_report import LoadReporter
+from partition_server.replica_log_info import ReplicaLogInfoReporter
 from partition_server.fetch_session import FetchSessionCache
 from partition_server.image_delta import config_changed_topics, diff_images
 from partition_server.log import LogConfig, PartitionLog
@@ -114,10 +115,15 @@ class Broker:
         self.handler_context = HandlerContext.of(self)
 
     def _wire_client(self, config: BrokerConfig) -> None:
-        """What the controller link reports: load, log directories, clean-shutdown state."""
+        """What the controller link reports: load, replicas' log ends, log directories,
+        clean-shutdown state."""
         # the balancer's disk goal: sizes of the partitions led here ride on heartbeats
         self.client.led_sizes = self._led_sizes
         self.client.load_reporter = LoadReporter(config["raftka.load.report.interval.ms"])
+        # KIP-966 unclean recovery: log ends of leaderless replicas ride on heartbeats too
+        log_infos = ReplicaLogInfoReporter(self.broker_id)
+        self.client.replica_log_infos = lambda: log_infos.report(self.image,
+                                                                 self.replicas.partitions)
         self.client.log_dir_ids = lambda: [d.dir_id for d in self.log_dirs.dirs if d.dir_id]
         self.client.offline_log_dir_ids = self.log_dirs.offline_ids
         # KIP-966: tell the controller whether our logs came through the last stop intact
@@ -182,7 +188,8 @@ class Broker:
         it held, so the controller moves their leadership and ISR membership away; the other
         directories keep serving. A restart brings the replicas back once the disk is fixed;
         when every directory failed, the broker shuts down (LogDirs.on_all_failed)."""
-        self.dir_failed.set()           # the report loop tells the controller now
+        self.client.heartbeat_soon()    # OfflineLogDirs now, not after the interval
+        self.dir_failed.set()           # then the report loop names the replicas
 
     # -- configuration ----------------------------------------------------------------------------
 

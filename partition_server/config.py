@@ -180,6 +180,19 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("raftka.rereplication.timeout.ms", "long", -1,
               "Replicas of a broker unreachable this long are re-placed on live brokers by the "
               "controller; -1 never. Dynamic cluster-wide only.", _at_least(-1)),
+    # KIP-966 unclean recovery (metadata_quorum/controller/unclean_recovery.py): read by the
+    # active controller from topic configs and the dynamic cluster-wide value only
+    ConfigDef("unclean.recovery.strategy", "string", "Balanced",
+              "Default for topics: how a partition whose ISR and ELR are both empty gets a "
+              "leader. None: the former last ISR member, once every last copy is back; "
+              "Balanced: the longest log once every last copy (or a majority of replicas) "
+              "reported it, or unclean.recovery.timeout.ms passed; Aggressive: the longest log "
+              "among the replicas that reported, at once. Dynamic cluster-wide or per topic.",
+              _one_of("None", "Balanced", "Aggressive")),
+    ConfigDef("unclean.recovery.timeout.ms", "long", 300_000,
+              "How long a Balanced unclean recovery waits for the replicas it wants to hear "
+              "from before electing among those it heard. Dynamic cluster-wide only.",
+              _at_least(0)),
     ConfigDef("raftka.balancer.enable", "bool", False,
               "The controller evens replica and preferred-leader counts per broker. Dynamic "
               "cluster-wide only."),
@@ -260,6 +273,7 @@ BROKER_TO_TOPIC = {
     "log.cleanup.policy": "cleanup.policy", "message.max.bytes": "max.message.bytes",
     "min.insync.replicas": "min.insync.replicas",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "unclean.recovery.strategy": "unclean.recovery.strategy",
     "log.message.timestamp.before.max.ms": "message.timestamp.before.max.ms",
     "log.message.timestamp.after.max.ms": "message.timestamp.after.max.ms",
     "log.message.timestamp.difference.max.ms": "message.timestamp.difference.max.ms",

@@ -55,10 +55,13 @@ async def report_loop(client, replicas, image_of, dir_failed: trio.Event,
     """From the first directory failure on: report until the image shows nothing pending."""
     from partition_server.controller_client import ControllerUnavailable
     await dir_failed.wait()
+    wait_s = min(interval_s, 0.5)
     while True:
-        # first a heartbeat names the directory offline (the controller reads the replicas
-        # assigned to it as offline only then), then the assignment
-        await trio.sleep(interval_s)
+        # first a heartbeat names the directory offline (the broker sends one at once; the
+        # controller reads the replicas assigned to it as offline only then), then the
+        # assignment; again every interval while some are still pending
+        await trio.sleep(wait_s)
+        wait_s = interval_s
         dirs = pending(replicas, image_of(), client.broker_id)
         if dirs:
             req = assignment_request(client.broker_id, client.broker_epoch, dirs)

@@ -18,6 +18,7 @@ import os
 import types
 
 from metadata_quorum.image import MetadataImage
+from partition_server.replica_log_info import ReplicaLogInfoReporter
 from partition_server.replica_manager import FetchResult, ReplicaManager
 from partition_server.replication.fetcher import FetcherManager
 from partition_server.replication.isr import NOT_APPLIED
@@ -81,6 +82,7 @@ class SimBroker:
         self.up, self.paused = True, False
         self.incarnation += 1
         self.replicas = ReplicaManager(self.broker_id, self._open_log)
+        self.log_infos = ReplicaLogInfoReporter(self.broker_id)
         self.replicas.high_watermarks = dict(self.disk.hw_checkpoint)
         self.purgatory = _Purgatory(self)
         self.dirty: set = set()
@@ -228,8 +230,10 @@ class SimBroker:
     def _heartbeat(self) -> None:
         if self.registered:
             self.heartbeat_req = self._next_req()
+            # as the broker's heartbeat: log ends of leaderless replicas (KIP-966 recovery)
+            infos = self.log_infos.report(self.image, self.replicas.partitions)
             self._send("controller", ("heartbeat", self.broker_id, self.broker_epoch,
-                                      self.image.offset, self.heartbeat_req))
+                                      self.image.offset, self.heartbeat_req, infos))
 
     def _on_heartbeat(self, req, error, _fenced, image) -> None:
         if req != getattr(self, "heartbeat_req", None) or not self.registered:

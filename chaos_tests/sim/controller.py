@@ -65,9 +65,11 @@ class SimController:
             self.sim.net.send(self.name, src, ("registered", req_id, res.error, res.broker_epoch,
                                                self.qc.image))
         elif kind == "heartbeat":
-            _, broker_id, broker_epoch, offset, req_id = msg
+            _, broker_id, broker_epoch, offset, req_id, log_infos = msg
             records, res = self.qc.broker_heartbeat(broker_id, broker_epoch, offset, False, False,
                                                     now)
+            if res.error == ErrorCode.NONE and log_infos:   # as controller_handlers does
+                self.qc.log_infos.record(broker_id, broker_epoch, log_infos)
             self.commit(records)
             self.sim.net.send(self.name, src, ("heartbeat_ok", req_id, res.error, res.is_fenced,
                                                self.qc.image))

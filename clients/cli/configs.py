@@ -73,6 +73,14 @@ async def _run(args) -> int:
         return await _alter(admin, res, args)
 
 
+def _entity_words(res: ConfigResource) -> str:
+    """How kafka-configs.sh names the entity: `topic t`, `broker 1`, or the brokers' default
+    (resource name "") as `brokers in the cluster (default)`."""
+    if res.type == ConfigResourceType.TOPIC:
+        return f"topic {res.name}"
+    return f"broker {res.name}" if res.name else "brokers in the cluster (default)"
+
+
 # like kafka-configs.sh: without --all, only what was set dynamically for this entity
 OVERRIDE_SOURCES = {ConfigResourceType.TOPIC: {"DYNAMIC_TOPIC_CONFIG"},
                     ConfigResourceType.BROKER: {"DYNAMIC_BROKER_CONFIG",
@@ -96,9 +104,8 @@ async def _describe(admin: AdminClient, res: ConfigResource, args) -> int:
             {"name": e.name, "value": None if e.sensitive else e.value, "source": e.source,
              "read_only": e.read_only, "sensitive": e.sensitive} for e in entries]})
         return EXIT_OK
-    kind = "topic" if res.type == ConfigResourceType.TOPIC else "broker"
-    print(f"Configs for {kind} {res.name}" + ("" if args.all else " (overrides only; --all "
-                                                                  "for every config)") + ":")
+    print(f"Configs for {_entity_words(res)}" + ("" if args.all else " (overrides only; --all "
+                                                                    "for every config)") + ":")
     print_table(["Name", "Value", "Source"],
                 [[e.name, "<sensitive>" if e.sensitive else e.value, e.source] for e in entries])
     return EXIT_OK
@@ -128,7 +135,6 @@ async def _alter(admin: AdminClient, res: ConfigResource, args) -> int:
         error_line(f"{PROG} alter", str(err))
         return EXIT_FAILED
     if args.output != "json":
-        kind = "topic" if res.type == ConfigResourceType.TOPIC else "broker"
         verb = "Validated" if args.validate_only else "Completed"
-        print(f"{verb} updating config for {kind} {res.name}.")
+        print(f"{verb} updating config for {_entity_words(res)}.")
     return EXIT_OK

@@ -307,7 +307,7 @@ def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool
     if add_broker is not None:
         from clients.cli.dev_add_broker import run_add_broker
         return run_add_broker(data_dir, add_broker, overrides, quiet, ready_timeout_s, secure)
-    problem = _refuse_layout(brokers, secure, node_prefix)
+    problem = _refuse_layout(brokers, node_prefix)
     if problem:
         print(f"raftka dev: {problem}", file=sys.stderr)
         return 2
@@ -351,7 +351,7 @@ def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool
         print("raftka dev: stopped", file=sys.stderr, flush=True)
 
 
-def _refuse_layout(brokers: int, secure: bool, node_prefix: str | None) -> str | None:
+def _refuse_layout(brokers: int, node_prefix: str | None) -> str | None:
     if not 1 <= brokers <= MAX_BROKERS:
         return f"--brokers must be 1..{MAX_BROKERS}"
     if node_prefix is None:
@@ -359,9 +359,6 @@ def _refuse_layout(brokers: int, secure: bool, node_prefix: str | None) -> str |
     if brokers > MAX_BROKERS_AT_OWN_ADDRESSES:
         return (f"--node-addresses gives broker N the address {node_prefix}.(21+N): at most "
                 f"{MAX_BROKERS_AT_OWN_ADDRESSES} brokers")
-    if secure:
-        # its generated server certificate names 127.0.0.1 and localhost only
-        return "--secure and --node-addresses cannot be combined yet"
     return None
 
 

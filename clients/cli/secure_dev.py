@@ -1,7 +1,8 @@
 """`raftka dev --secure`: the local cluster with SASL_SSL everywhere.
 
-- A throwaway CA and one server certificate for 127.0.0.1/localhost (`<data-dir>/secure/`),
-  generated on the first start and reused after.
+- A throwaway CA and one server certificate for 127.0.0.1/localhost and every node's address
+  (`<data-dir>/secure/`), generated on the first start and reused after (made anew when the
+  nodes' addresses change).
 - Client listeners SASL_SSL (SCRAM-SHA-512, also SCRAM-SHA-256 and PLAIN); the controllers'
   listener SASL_SSL too, open only to the inter-node user; the Raft port gets a random password
   (as without --secure: dev_raft_password).
@@ -60,9 +61,16 @@ class SecureDev:
     def _ensure(self) -> dict[str, str]:
         self.dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)
-        if not (self.dir / "server.pem").exists():
+        # the server certificate names every address a node listens at (--node-addresses puts
+        # each node at its own); a data dir first started with other addresses gets a new one
+        hosts = sorted({"127.0.0.1", "localhost", *self.layout.node_hosts().values()})
+        hosts_file = self.dir / "server.hosts"
+        named = hosts_file.read_text().split() if hosts_file.exists() else \
+            ["127.0.0.1", "localhost"]
+        if not (self.dir / "server.pem").exists() or not set(hosts) <= set(named):
             from common.tls import generate_dev_ca
-            generate_dev_ca(self.dir)
+            generate_dev_ca(self.dir, hosts=hosts)
+            hosts_file.write_text(" ".join(hosts) + "\n")
         path = self.dir / "secrets.properties"
         if not path.exists():
             values = {k: secrets.token_urlsafe(24) for k in
@@ -90,7 +98,8 @@ class SecureDev:
 
     def broker_properties(self, broker_id: int) -> dict[str, str]:
         return self._common() | {
-            "listeners": f"SASL_SSL://127.0.0.1:{self.layout.broker_port(broker_id)}",
+            "listeners": f"SASL_SSL://{self.layout.broker_host(broker_id)}:"
+                         f"{self.layout.broker_port(broker_id)}",
             "raftka.controller.security.protocol": "SASL_SSL",
             "authorizer.class.name": AUTHORIZER,
             "allow.everyone.if.no.acl.found": "false",

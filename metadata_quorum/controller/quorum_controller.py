@@ -10,7 +10,8 @@ Every command returns a `ControllerResult(records, response)` — a named tuple,
 placement, elections, AlterPartition; KIP-497/KIP-841), `config_control` (typed config table),
 `acl_control`, `feature_control` (features KIP-584, SCRAM KIP-554), `reassignment` (partition
 reassignment, KIP-455), `rereplication` (replicas of lost brokers re-placed; issue 19), `balancer` (replica and
-preferred-leader counts evened; issue 19).
+preferred-leader counts evened; issue 19), `unclean_recovery` (the longest log leads a partition
+whose every last copy came back untrusted; KIP-966).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from typing import Any, NamedTuple
 from metadata_quorum import records as r
 from metadata_quorum.controller import (acl_control, balancer, cluster_control, config_control,
                                         feature_control, load_reports, log_dirs, quota_control,
-                                        reassignment, replication_control, rereplication)
+                                        reassignment, replication_control, rereplication,
+                                        unclean_recovery)
 from metadata_quorum.image import MetadataImage
 
 PRODUCER_ID_BLOCK = 1000
@@ -58,6 +60,8 @@ class QuorumController:
         self.loads = load_reports.LoadReports()
         # offline log directories per broker, from heartbeats (soft state, log_dirs.py)
         self.offline_log_dirs = log_dirs.OfflineLogDirs()
+        # replicas' log ends from their heartbeats, for KIP-966 unclean recovery (soft state)
+        self.log_infos = unclean_recovery.ReplicaLogInfos()
 
     # -- replay -----------------------------------------------------------------------------------
 
@@ -70,6 +74,7 @@ class QuorumController:
     def become_active(self, now_ms: int) -> None:
         """A newly elected controller gives every broker a full session before fencing anyone."""
         self.heartbeats.reset_sessions(self.image.brokers, now_ms)
+        self.log_infos = unclean_recovery.ReplicaLogInfos()   # recovery waits start afresh
 
     # -- cluster ----------------------------------------------------------------------------------
 
@@ -114,11 +119,14 @@ class QuorumController:
 
     def tick(self, now_ms: int, rebalance: bool = False) -> list:
         """Fence lapsed brokers; elect out-of-sync leaders where unclean election was just
-        allowed; with `rebalance`, also restore preferred leaders."""
+        allowed, then the longest logs where unclean recovery may (KIP-966); with `rebalance`,
+        also restore preferred leaders."""
         records = cluster_control.fence_expired(self.image, self.heartbeats, now_ms,
                                                 self.default_min_isr)
         if not records:
             records = replication_control.unclean_recoveries(self.image)
+        if not records:
+            records = unclean_recovery.elections(self.image, self.log_infos, now_ms)
         if rebalance and not records:
             # first a move that can finish (normally AlterPartition finished it: see
             # reassignment.py), so that it is not taken for an unbalanced leadership; then

@@ -25,9 +25,10 @@ loss) neither loses committed records nor leaves the partition without a safe le
     one we know) leaves every ELR, and the ISR where it was the last member: its log may have
     lost what it had acknowledged. An empty ISR then waits for an ELR member (or an operator's
     unclean election) instead of electing a replica that may have lost committed data.
-    Last resort: such replicas are remembered (last known ELR); when the ISR and ELR are empty
-    and every one of them is back, the first of them (the former last ISR member) leads. Kafka
-    picks the longest log among them instead; we do not ask replicas for their log ends.
+    Last resort: such replicas are remembered (last known ELR). With the ISR and ELR empty,
+    unclean_recovery.py elects the replica with the longest log (KIP-966 unclean recovery,
+    `unclean.recovery.strategy` Balanced or Aggressive); with strategy None, once every one of
+    them is back the first of them (the former last ISR member) leads.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import uuid
 
 from common.topic_configs import validate_topic_name
 from metadata_quorum import records as r
-from metadata_quorum.controller import placement
+from metadata_quorum.controller import placement, unclean_recovery
 from metadata_quorum.image import MetadataImage
 from wire.errors import ErrorCode
 
@@ -234,8 +235,9 @@ def _elect_with(image, topic, p, isr, gone, back) -> tuple[int, str | None]:
     for replica in p.replicas:
         if replica in p.elr and replica in usable:
             return replica, "elr"
-    if not isr and not p.elr and p.last_known_elr and set(p.last_known_elr) <= usable:
-        return p.last_known_elr[0], "recovery"
+    if not isr and not p.elr and p.last_known_elr and set(p.last_known_elr) <= usable \
+            and unclean_recovery.strategy(image, topic) == "None":
+        return p.last_known_elr[0], "recovery"    # else unclean_recovery.py picks the longest log
     if unclean_allowed(image, topic):
         for replica in p.replicas:
             if replica in usable:
@@ -257,7 +259,8 @@ def unclean_shutdown_changes(image: MetadataImage, broker_id: int) -> list:
             if elr != p.elr or isr != p.isr:
                 others = tuple(x for x in p.last_known_elr if x != broker_id)
                 # the former last ISR member first: it held the most when the ISR emptied
-                last_known = (broker_id,) + others if not isr else others + (broker_id,)
+                last_known = (broker_id,) + others if p.isr == (broker_id,) \
+                    else others + (broker_id,)
                 records.append(r.PartitionChangeRecord(
                     topic.topic_id, p.partition_id, isr=isr if isr != p.isr else None,
                     leader=NO_LEADER if p.leader == broker_id and not isr else None,

@@ -128,9 +128,12 @@ def test_unclean_election_forgets_the_elr():
 
 
 def test_every_copy_back_from_unclean_shutdowns_the_former_last_isr_member_leads():
-    """A power loss everywhere: no replica is known intact. Once all the last known copies are
-    back the former last ISR member leads (the best guess without asking for log ends)."""
+    """A power loss everywhere: no replica is known intact. With unclean.recovery.strategy None,
+    once all the last known copies are back the former last ISR member leads (the best guess
+    without asking for log ends; test_unclean_recovery.py covers Balanced and Aggressive)."""
     h, epochs = _cluster()
+    assert h.run(h.c.incremental_alter_configs(
+        [(2, "t", [("unclean.recovery.strategy", 0, "None")])])) == [(ErrorCode.NONE, None)]
     a, b, c = _p(h).replicas
     _fence(h, epochs, {c}, 1500)
     _fence(h, epochs, {b, c}, 3000)

@@ -47,7 +47,7 @@ TOPIC_TYPES = {
     "min.cleanable.dirty.ratio": DOUBLE,
     "min.compaction.lag.ms": LONG, "min.insync.replicas": INT, "retention.bytes": LONG,
     "retention.ms": LONG, "segment.bytes": INT, "segment.index.bytes": INT, "segment.ms": LONG,
-    "unclean.leader.election.enable": BOOLEAN,
+    "unclean.leader.election.enable": BOOLEAN, "unclean.recovery.strategy": STRING,
 }
 TOPIC_TO_BROKER = {topic_key: broker_key for broker_key, topic_key in BROKER_TO_TOPIC.items()}
 
@@ -65,11 +65,15 @@ def as_text(value) -> str | None:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def broker_levels(hctx: HandlerContext, key: str) -> list[tuple[str, str | None, int]]:
-    """(key, value, source) of each level that sets broker config `key`, most specific first."""
+def broker_levels(hctx: HandlerContext, key: str,
+                  per_broker: bool = True) -> list[tuple[str, str | None, int]]:
+    """(key, value, source) of each level that sets broker config `key`, most specific first;
+    without `per_broker` (the cluster-wide default resource) the broker's own dynamic level is
+    left out, as Kafka does."""
     configs = hctx.image.configs
     out = []
-    for resource, source in ((str(hctx.broker_id), DYNAMIC_BROKER), ("", DYNAMIC_DEFAULT_BROKER)):
+    levels = ((str(hctx.broker_id), DYNAMIC_BROKER), ("", DYNAMIC_DEFAULT_BROKER))
+    for resource, source in levels if per_broker else levels[1:]:
         value = configs.get((BROKER, resource), {}).get(key)
         if value is not None:
             out.append((key, value, source))
@@ -105,11 +109,15 @@ def _entry(cls, req, key: str, levels, config_type: int, read_only: bool, doc: s
         documentation=doc if req.include_documentation else None)
 
 
-def broker_entries(cls, req, hctx: HandlerContext, keys):
-    for key in sorted(set(BROKER_CONFIG_DEFS) | {"broker.id"}):
+def broker_entries(cls, req, hctx: HandlerContext, keys, per_broker: bool = True):
+    """Every config of this broker; for the cluster-wide default resource (name ""), only the
+    configs set at that level, as Kafka answers (its currentDynamicDefaultConfigs)."""
+    names = set(BROKER_CONFIG_DEFS) | {"broker.id"} if per_broker else \
+        set(hctx.image.configs.get((BROKER, ""), {})) & set(BROKER_CONFIG_DEFS)
+    for key in sorted(names):
         if keys is None or key in keys:
             doc = BROKER_CONFIG_DEFS["node.id" if key == "broker.id" else key].doc
-            yield _entry(cls, req, key, broker_levels(hctx, key), broker_type(key),
+            yield _entry(cls, req, key, broker_levels(hctx, key, per_broker), broker_type(key),
                          key not in DYNAMIC_BROKER_CONFIGS, doc)
 
 
@@ -135,7 +143,8 @@ async def handle_describe_configs(hctx: HandlerContext, req):
             out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             out.error_message = f"topic '{res.resource_name}' does not exist"
         elif res.resource_type == BROKER and res.resource_name in ("", str(hctx.broker_id)):
-            out.configs = list(broker_entries(cls, req.body, hctx, keys))
+            out.configs = list(broker_entries(cls, req.body, hctx, keys,
+                                              per_broker=res.resource_name != ""))
         else:
             out.error_code = ErrorCode.INVALID_REQUEST
             out.error_message = "describe topics or this broker"

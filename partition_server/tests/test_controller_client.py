@@ -81,3 +81,42 @@ async def test_waiters_wake_once_the_broker_has_applied_the_image():
         await trio.testing.wait_all_tasks_blocked()
         assert answered                   # at once, not at the 3,600 s bound
         nursery.cancel_scope.cancel()
+
+
+def test_controlled_shutdown_heartbeats_at_once_not_after_the_interval():
+    """Kafka's broker sends its controlled-shutdown heartbeat at once; ours waited out the 2 s
+    interval twice (enter controlled shutdown, then be told to stop): every stop took ~4 s.
+    Virtual time (MockClock): both heartbeats come well inside one interval."""
+    import trio
+    import trio.testing
+
+    from wire.messages.index_generated import RESPONSES
+    from wire.messages.api_keys import ApiKey
+
+    c = ControllerClient(0, {3000: ("127.0.0.1", 1)}, "127.0.0.1", 9092, None,
+                         heartbeat_interval_ms=60_000)
+    c.fenced = False
+    sent: list[tuple[float, bool]] = []
+
+    async def call_active(req, **_):
+        sent.append((trio.current_time(), req.want_shut_down))
+        # the controller's answers: the first shutdown heartbeat enters controlled shutdown,
+        # the next one (no leaderships left) is told to stop
+        told_to_stop = sum(1 for _, want in sent if want) >= 2
+        return RESPONSES[ApiKey.BROKER_HEARTBEAT](error_code=0, is_caught_up=True,
+                                                  is_fenced=False, should_shut_down=told_to_stop)
+    c.call_active = call_active
+
+    async def main():
+        async with trio.open_nursery() as n:
+            n.start_soon(c.heartbeat_loop, lambda: None)
+            await trio.sleep(1)                     # the first, ordinary heartbeat went out
+            c.want_shutdown = True
+            with trio.fail_after(5):                # far less than the 60 s interval
+                while not c.should_shut_down:
+                    await trio.sleep(0.01)
+            n.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert [want for _, want in sent][:1] == [False] and sent[-1][1] is True
+    assert sent[-1][0] < 5

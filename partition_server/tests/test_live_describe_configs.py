@@ -7,6 +7,7 @@ infers Kafka 3.9 (its test is Fetch v17) and reads records through Fetch v17 (to
 """
 
 import asyncio
+import json
 import subprocess
 
 import pytest
@@ -164,3 +165,14 @@ def test_kafka_python_infers_3_9_and_fetches_at_v17(cluster):
     finally:
         consumer.close()
     assert values == [b"v%d" % i for i in range(5)]
+
+
+def test_cluster_default_resource_lists_only_what_is_set_there(cluster, capsys):
+    """BROKER "" (kafka-configs.sh --entity-default) answers the cluster-wide dynamic defaults
+    alone, as Kafka's broker does, not every config of the answering broker."""
+    capsys.readouterr()
+    assert cli_main(["configs", "describe", "--entity-type", "brokers", "--entity-default",
+                     "--all", "--output", "json", "--bootstrap-server", cluster.bootstrap]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert [(c["name"], c["value"], c["source"]) for c in got["configs"]] == [
+        ("log.retention.bytes", "2000", "DYNAMIC_DEFAULT_BROKER_CONFIG")]

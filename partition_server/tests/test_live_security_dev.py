@@ -13,13 +13,19 @@ from partition_server.tests.test_live_security import _confluent_produce
 pytestmark = pytest.mark.live
 
 
-def test_dev_secure_prints_usable_client_properties(tmp_path):
+@pytest.mark.parametrize("own_addresses", [False, True], ids=["127.0.0.1", "node-addresses"])
+def test_dev_secure_prints_usable_client_properties(tmp_path, own_addresses):
+    """With --node-addresses too, the generated certificate names every node's own address
+    (the two options used to be refused together)."""
     import signal
     import subprocess
     import sys
-    from partition_server.testing import free_base_port
+    from partition_server.testing import free_base_port, node_address_prefix
+    prefix = node_address_prefix()
+    extra = ["--node-addresses", prefix] if own_addresses else []
     proc = subprocess.Popen([sys.executable, "-m", "clients.cli.main", "dev", "--secure", "--quiet",
-                             "--data-dir", str(tmp_path / "dev"), "--base-port", str(free_base_port())],
+                             "--data-dir", str(tmp_path / "dev"), "--base-port", str(free_base_port()),
+                             *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         lines = {}
@@ -31,6 +37,8 @@ def test_dev_secure_prints_usable_client_properties(tmp_path):
             key, _, value = line.strip().partition("=")
             lines[key] = value
         assert "bootstrap.servers" in lines and "client.properties" in lines, lines
+        if own_addresses:
+            assert all(b.startswith(prefix + ".") for b in lines["bootstrap.servers"].split(","))
         from common.properties import parse_properties as load_properties
         props = load_properties(open(lines["client.properties"]).read())
         assert props["security.protocol"] == "SASL_SSL" and props["sasl.mechanism"] == "SCRAM-SHA-512"

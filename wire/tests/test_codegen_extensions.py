@@ -3,11 +3,14 @@ tagged fields with Raftka's tag numbers are accepted, and a reader built from Ka
 alone (what any Kafka implementation has) still reads the message, skipping them."""
 
 import json
+import uuid
 
 import pytest
 
 from wire.codegen.generator import SCHEMAS_DIR, load_extensions, render_module
 from wire.messages.index_generated import REQUESTS
+
+TOPIC_ID = uuid.UUID(int=0xABC)
 
 
 def test_only_raftka_numbered_tagged_fields_are_accepted(tmp_path):
@@ -28,7 +31,11 @@ def test_a_kafka_only_reader_skips_the_extension():
     msg = ours(broker_id=4, broker_epoch=7, current_metadata_offset=99, want_fence=False,
                want_shut_down=True, raftka_load_report_full=True,
                raftka_partition_sizes=[ours.RaftkaTopicSizes(name="t", partitions=[
-                   ours.RaftkaPartitionSize(partition_index=1, size_bytes=123)])])
+                   ours.RaftkaPartitionSize(partition_index=1, size_bytes=123)])],
+               raftka_replica_log_info=[ours.RaftkaTopicLogInfo(topic_id=TOPIC_ID, partitions=[
+                   ours.RaftkaPartitionLogInfo(partition_index=2, partition_epoch=9,
+                                               last_written_leader_epoch=3,
+                                               log_end_offset=1 << 40)])])
     _, text, _ = render_module(SCHEMAS_DIR / "BrokerHeartbeatRequest.json", {})
     assert "raftka" not in text
     namespace: dict = {}
@@ -41,3 +48,7 @@ def test_a_kafka_only_reader_skips_the_extension():
         # and back: unknown tags are kept and written again, so nothing is lost in between
         again = ours.decode(got.encode(version), version)
         assert again.raftka_partition_sizes[0].partitions[0].size_bytes == 123
+        info = again.raftka_replica_log_info[0]
+        assert info.topic_id == TOPIC_ID and (
+            info.partitions[0].partition_epoch, info.partitions[0].last_written_leader_epoch,
+            info.partitions[0].log_end_offset) == (9, 3, 1 << 40)
