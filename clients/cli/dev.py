@@ -303,7 +303,7 @@ def stop_cluster(procs: list[ManagedProcess]) -> None:
 def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool,
             quiet: bool, ready_timeout_s: float = 60.0, secure: bool = False,
             brokers: int = len(BROKER_IDS), add_broker: int | None = None,
-            node_prefix: str | None = None) -> int:
+            node_prefix: str | None = None, log_dirs: int = 1) -> int:
     if add_broker is not None:
         from clients.cli.dev_add_broker import run_add_broker
         return run_add_broker(data_dir, add_broker, overrides, quiet, ready_timeout_s, secure)
@@ -314,8 +314,11 @@ def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool
     from clients.cli.dev_control import ControlServer
     from clients.cli.dev_netfaults import DevNetFaults
     from clients.cli.dev_supervisor import Supervisor
+    if not 1 <= log_dirs <= 16:
+        print("raftka dev: --log-dirs must be 1 to 16", file=sys.stderr)
+        return 2
     layout = DevLayout(Path(data_dir).resolve(), base_port, overrides, secure, brokers,
-                       node_prefix)
+                       node_prefix, log_dirs=log_dirs)
     layout.data_dir.mkdir(parents=True, exist_ok=True)
     supervisor = Supervisor([], lambda name: start_node(layout, name, quiet))
     net = DevNetFaults(layout)
@@ -420,7 +423,7 @@ def cmd_dev(args) -> int:
         raise SystemExit(f"raftka dev: unexpected argument {args.node!r}")
     return run_dev(args.data_dir, args.base_port, _parse_sets(args.set), args.demo, args.quiet,
                    secure=args.secure, brokers=args.brokers, add_broker=args.add_broker,
-                   node_prefix=args.node_addresses)
+                   node_prefix=args.node_addresses, log_dirs=args.log_dirs)
 
 
 def register(sub) -> None:
@@ -463,6 +466,9 @@ def register(sub) -> None:
                           "those addresses")
     dev.add_argument("--brokers", type=int, default=len(BROKER_IDS),
                      help="partition servers to run, ids 0..N-1 (default 3)")
+    dev.add_argument("--log-dirs", type=int, default=1, metavar="N",
+                     help="log directories per broker (JBOD): broker-ID, broker-ID-d1, ... "
+                          "under --data-dir (default 1)")
     dev.add_argument("--add-broker", type=int, metavar="ID",
                      help="start one more broker with this id, joining the dev cluster running "
                           "from --data-dir (its base port is read from the configs there)")
