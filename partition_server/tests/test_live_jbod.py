@@ -221,6 +221,30 @@ def test_alter_replica_log_dirs_refusals_are_kafkas(cluster, capsys):
     assert "LOG_DIR_NOT_FOUND" in capsys.readouterr().err
 
 
+def test_reassign_plan_log_dirs_place_new_and_move_existing_replicas(cluster, tmp_path):
+    """kafka-reassign-partitions' `log_dirs`: a replica added by the plan is created in the
+    named directory, a kept replica is moved to its named directory."""
+    topic = f"plan-{uuid.uuid4().hex[:6]}"
+    cluster.admin.create_topics([NewTopic(topic, replica_assignments={0: [0, 1]})])
+    _until(lambda: _layout(cluster, topic).get(0, (-1,))[0] >= 0, 30, "topic ready")
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(300):
+        p.produce(topic, b"%d-p" % i, partition=0)
+    assert p.flush(30) == 0
+    here0 = _where(cluster, topic)[(0, 0)][0][0]
+    there0 = next(d for d in _dirs(cluster, 0) if d != here0)
+    new2 = _dirs(cluster, 2)[1]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [0, 2], "log_dirs": [there0, new2]}]}))
+    assert cli(["reassign", "execute", "--reassignment-json-file", str(plan),
+                "--bootstrap-server", cluster.bootstrap]) == 0
+    _until(lambda: _where(cluster, topic).get((2, 0)) == [(new2, False)] and
+           _where(cluster, topic).get((0, 0)) == [(there0, False)], 60,
+           "replica 2 created in its named directory, replica 0 moved to its own")
+    _until(lambda: _layout(cluster, topic)[0][1] == {0, 2}, 60, "reassignment finished")
+
+
 def test_restart_finds_logs_in_their_directories(cluster):
     topic = f"restart-{uuid.uuid4().hex[:6]}"
     _create(cluster, topic, 4)
