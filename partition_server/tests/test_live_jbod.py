@@ -29,7 +29,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kafka import TopicPartitionReplica
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaStorageError, LogDirNotFoundError, NoError, ReplicaNotAvailableError
@@ -127,8 +127,14 @@ def _read_back(c, topic: str, partitions: int, acked: dict) -> None:
                          "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     got, ends = {}, {}
+
+    def end_of(p):          # leadership may be moving (a restarted broker gets its own back)
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] + 1
+        except KafkaException:
+            return None
     for p in range(partitions):
-        ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+        ends[p] = _until(lambda: end_of(p), 30, "the partition's end offset") - 1
     deadline = time.monotonic() + 60
     while sum(1 for k in got) < sum(ends.values()) and time.monotonic() < deadline:
         m = consumer.poll(0.5)
