@@ -19,16 +19,21 @@ the partition then has no leader, as Kafka's offline partition).
 
 Codes: STALE_BROKER_EPOCH / BROKER_ID_NOT_REGISTERED (top level); per partition NONE,
 UNKNOWN_TOPIC_ID, NOT_LEADER_OR_FOLLOWER (the broker is not a replica of it).
-Known limit: the controller does not remember offline replicas beyond these changes, so a later
-election (another broker fenced) may pick this broker for a partition whose only ISR member it
-is; it then reports the replica again and loses the leadership again.
+
+An offline replica is never elected afterwards (Kafka's isAcceptableLeader): the replicas
+reported offline are soft state too, and every command's records pass `without_offline_leaders`,
+which turns an election of such a replica into "no leader" (a preferred-leader rebalance, a
+fencing elsewhere that would hand a partition to its last ISR member, ...). After a controller
+failover the set starts empty; a broker elected for an offline replica reports it again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
-from metadata_quorum.controller.replication_control import leadership_changes
+from metadata_quorum import records as r
+from metadata_quorum.controller.replication_control import NO_LEADER, leadership_changes
 from metadata_quorum.image import MetadataImage
 from wire.errors import ErrorCode
 
@@ -38,13 +43,15 @@ class OfflineLogDirs:
 
     def __init__(self):
         self.by_broker: dict[int, frozenset] = {}
+        self.replicas: dict[int, set] = {}      # broker → {(topic id, partition)} offline
 
     def heartbeat(self, broker_id: int, offline_dir_ids) -> None:
         ids = frozenset(offline_dir_ids or ())
         if ids:
             self.by_broker[broker_id] = ids
-        else:
+        else:               # every directory online again (a restart): so are its replicas
             self.by_broker.pop(broker_id, None)
+            self.replicas.pop(broker_id, None)
 
     def offline(self, broker_id: int, dir_id: uuid.UUID) -> bool:
         return dir_id in self.by_broker.get(broker_id, ())
@@ -75,6 +82,28 @@ def assign_replicas_to_dirs(image: MetadataImage, offline: OfflineLogDirs, broke
                     out[partition] = ErrorCode.NONE
                     if offline.offline(broker_id, dir_id):
                         gone.add((t.name, partition))
+                        offline.replicas.setdefault(broker_id, set()).add((t.topic_id, partition))
     records = leadership_changes(image, {broker_id}, default_min_isr=default_min_isr,
                                  only=gone) if gone else []
     return records, (ErrorCode.NONE, errors)
+
+
+def without_offline_leaders(image: MetadataImage, offline: OfflineLogDirs, records: list) -> list:
+    """`records` with every election of an offline replica made "no leader" instead (a change
+    left with nothing to do is dropped)."""
+    if not offline.replicas:
+        return records
+    out = []
+    for rec in records:
+        if isinstance(rec, r.PartitionChangeRecord) and rec.leader is not None and \
+                (rec.topic_id, rec.partition_id) in offline.replicas.get(rec.leader, ()):
+            t = image.topic_by_id(rec.topic_id)
+            p = t.partitions.get(rec.partition_id) if t is not None else None
+            rec = dataclasses.replace(rec, leader=NO_LEADER)
+            if p is not None and p.leader == NO_LEADER:
+                rec = dataclasses.replace(rec, leader=None)
+                if all(getattr(rec, f.name) is None for f in dataclasses.fields(rec)
+                       if f.name not in ("topic_id", "partition_id")):
+                    continue
+        out.append(rec)
+    return out

@@ -39,7 +39,9 @@ def _result(method):
     @functools.wraps(method)
     def wrapper(*args, **kwargs):
         records, response = method(*args, **kwargs)
-        return ControllerResult(list(records), response)
+        ctl = args[0]       # an offline replica is never elected (controller/log_dirs.py)
+        records = log_dirs.without_offline_leaders(ctl.image, ctl.offline_log_dirs, list(records))
+        return ControllerResult(records, response)
     return wrapper
 
 
@@ -136,7 +138,7 @@ class QuorumController:
                        or rereplication.records(self.image, self.heartbeats.last_seen, now_ms)
                        or self._balance()
                        or replication_control.preferred_rebalance(self.image))
-        return records
+        return log_dirs.without_offline_leaders(self.image, self.offline_log_dirs, records)
 
     def _balance(self) -> list:
         records, self.balancer_decision = balancer.records(self.image, self.loads)

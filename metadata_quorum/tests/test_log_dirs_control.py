@@ -109,3 +109,27 @@ def test_not_controller_is_answered_top_level():
 
 def test_assign_replicas_to_dirs_is_on_the_controller_listener():
     assert ch.SUPPORTED[ApiKey.ASSIGN_REPLICAS_TO_DIRS] == (0, 0)
+
+
+def test_an_offline_replica_is_never_elected_until_its_directory_is_back():
+    svc = _cluster()
+    c = svc.controller
+    _heartbeat(svc, [BAD])
+    _assign(svc, {BAD: {"solo": [0], "t": [0]}})
+    solo = c.image.topics["solo"].partitions[0]
+    assert solo.leader == -1 and solo.isr == (0,)
+    # the periodic preferred-leader rebalance would hand "solo" back to broker 0, its last ISR
+    # member and preferred replica, and t-0 too: neither happens while the replica is offline
+    committed = len(svc.committed)
+    svc.run(lambda now: (c.tick(now, rebalance=True), None))
+    for _ in range(2):
+        records = c.tick(0, rebalance=True)
+        assert not any(getattr(x, "leader", None) == 0 for x in records), records
+    assert c.image.topics["solo"].partitions[0].leader == -1
+    assert c.image.topics["t"].partitions[0].leader != 0
+    # restarted with the directory fixed: its heartbeats name no offline directory
+    _heartbeat(svc, [])
+    records = c.tick(0, rebalance=True)
+    assert {(x.partition_id, x.leader) for x in records if getattr(x, "leader", None) == 0} >= \
+        {(0, 0)}
+    assert len(svc.committed) >= committed
