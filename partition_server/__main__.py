@@ -40,7 +40,7 @@ async def _serve(config: BrokerConfig, controller_config=None) -> None:
         if controller is not None:
             controller.close()
     if broker.replicas.log_dir_failed:
-        print(f"raftka broker: every log directory failed", file=sys.stderr, flush=True)
+        print("raftka broker: every log directory failed", file=sys.stderr, flush=True)
         raise SystemExit(1)
 
 
