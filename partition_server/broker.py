@@ -393,7 +393,8 @@ class Broker:
                                 self.groups, lambda: getattr(self, "client_quotas", None),
                                 self.segment_files, self.replication_quotas,
                                 image=lambda: self.image, requests=self.request_stats,
-                                txns=self.txn.txns, log_dir=self.log_dir)
+                                txns=self.txn.txns,
+                                log_dir=[d.path for d in self.log_dirs.dirs])
 
         def ready():
             return health_answer(*health.readiness(self._health(health.BrokerHealth)),

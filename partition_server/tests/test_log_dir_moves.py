@@ -142,6 +142,12 @@ def test_one_failed_directory_takes_only_its_replicas_offline(tmp_path):
         r.TopicRecord("t", TID)] + [r.PartitionRecord(TID, p, (0, 1), (0, 1), 0, 1, 1)
                                     for p in range(4)])
     assert pending(rm, image, 0) == {bad.dir_id: {TID: sorted(offline)}}
+    # metrics: every directory's file system, and Kafka's OfflineLogDirectoryCount
+    from partition_server.broker_metrics import log_families
+    fams = {name: samples for name, _, _, samples in log_families(rm, [d.path for d in dirs.dirs])}
+    assert fams["raftka_offline_log_directory_count"] == [("", 1)]
+    assert [lbl for lbl, _ in fams["raftka_log_dir_free_bytes"]] == [
+        f'{{dir="{d.path}"}}' for d in dirs.dirs]
 
 
 def _describe(rm, dirs):
