@@ -152,6 +152,11 @@ DYNAMIC_BROKER_CONFIGS = {
     "log.cleanup.policy": _choice("delete", "compact", multi=True),
     "message.max.bytes": _int(0),
     "auto.create.topics.enable": _bool,
+    # KIP-937 limits on a CreateTime record's distance from the broker's clock (Kafka: dynamic,
+    # per broker and cluster default); open logs take them at once (replica_manager._reconfigure)
+    "log.message.timestamp.before.max.ms": _int(0),
+    "log.message.timestamp.after.max.ms": _int(0),
+    "log.message.timestamp.difference.max.ms": _int(0),
     # replication throttles (bytes/s; Kafka's default Long.MAX_VALUE is "unthrottled")
     LEADER_THROTTLED_RATE: _int(0, LONG_MAX),
     FOLLOWER_THROTTLED_RATE: _int(0, LONG_MAX),

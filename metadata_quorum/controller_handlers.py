@@ -45,6 +45,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.ADD_RAFT_VOTER: (0, 0),            # KIP-853: voter_handlers.py
     ApiKey.REMOVE_RAFT_VOTER: (0, 0),
     ApiKey.UNREGISTER_BROKER: (0, 0),         # forwarded by brokers (KIP-631)
+    ApiKey.ASSIGN_REPLICAS_TO_DIRS: (0, 0),   # KIP-858: replicas of offline log dirs
 }
 
 
@@ -91,6 +92,8 @@ async def handle_broker_heartbeat(svc, req):
         b.broker_id, b.broker_epoch, b.current_metadata_offset, b.want_fence, b.want_shut_down, now))
     if err:
         return _resp(ApiKey.BROKER_HEARTBEAT, error_code=err, is_fenced=True)
+    if result.error == ErrorCode.NONE and req.api_version >= 1:     # KIP-858 OfflineLogDirs
+        svc.controller.offline_log_dirs.heartbeat(b.broker_id, b.offline_log_dirs)
     if result.error == ErrorCode.NONE and b.raftka_partition_sizes is not None:
         # Raftka's tagged fields: the balancer's disk goal (controller/load_reports.py)
         svc.controller.loads.record(b.broker_id, b.raftka_load_report_full, {
@@ -103,6 +106,22 @@ async def handle_broker_heartbeat(svc, req):
              p.log_end_offset) for t in b.raftka_replica_log_info for p in t.partitions])
     return _resp(ApiKey.BROKER_HEARTBEAT, error_code=result.error, is_caught_up=result.is_caught_up,
                  is_fenced=result.is_fenced, should_shut_down=result.should_shut_down)
+
+
+async def handle_assign_replicas_to_dirs(svc, req):
+    b = req.body
+    dirs = {d.id: {t.topic_id: [p.partition_index for p in t.partitions] for t in d.topics}
+            for d in b.directories}
+    cls = RESPONSES[ApiKey.ASSIGN_REPLICAS_TO_DIRS]
+    result, err = await _mutate(svc, lambda now: svc.controller.assign_replicas_to_dirs(
+        b.broker_id, b.broker_epoch, dirs))
+    if err:
+        return cls(error_code=err)
+    code, errors = result
+    return cls(error_code=code, directories=[cls.DirectoryData(id=d, topics=[
+        cls.TopicData(topic_id=tid, partitions=[
+            cls.PartitionData(partition_index=p, error_code=e) for p, e in ps.items()])
+        for tid, ps in topics.items()]) for d, topics in errors.items()])
 
 
 async def handle_create_topics(svc, req):
@@ -467,6 +486,7 @@ HANDLERS = {
     ApiKey.ADD_RAFT_VOTER: handle_add_raft_voter,
     ApiKey.REMOVE_RAFT_VOTER: handle_remove_raft_voter,
     ApiKey.UNREGISTER_BROKER: handle_unregister_broker,
+    ApiKey.ASSIGN_REPLICAS_TO_DIRS: handle_assign_replicas_to_dirs,
 }
 assert set(HANDLERS) == set(SUPPORTED)
 assert all(REQUESTS[k].VALID_VERSIONS[0] <= lo and hi <= REQUESTS[k].VALID_VERSIONS[1]

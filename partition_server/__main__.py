@@ -15,7 +15,13 @@ from partition_server.config import BrokerConfig
 async def _serve(config: BrokerConfig, controller_config=None) -> None:
     from partition_server.broker import Broker
     stop = process.install_stop_signals()
-    broker = Broker(config)
+    from partition_server.log_dirs import LogDirError
+    try:
+        broker = Broker(config)
+    except LogDirError as exc:
+        print(f"raftka broker: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+    broker.log_dirs.on_all_failed = stop.set     # Kafka: no log directory left, shut down
     controller = None
     try:
         async with trio.open_nursery() as nursery:
@@ -33,6 +39,9 @@ async def _serve(config: BrokerConfig, controller_config=None) -> None:
         broker.close()
         if controller is not None:
             controller.close()
+    if broker.replicas.log_dir_failed:
+        print("raftka broker: every log directory failed", file=sys.stderr, flush=True)
+        raise SystemExit(1)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,6 +31,7 @@ from partition_server.image_delta import config_changed_topics, diff_images
 from partition_server.log import LogConfig, PartitionLog
 from partition_server.log.file_cache import OpenFileCache, default_max_open_files
 from partition_server.log.offset_checkpoint import HIGH_WATERMARK_FILE, read_checkpoint, write_checkpoint
+from partition_server.log_dirs import LogDirs
 from common.network import serve_listener
 from partition_server.purgatory import Purgatory
 from partition_server.quotas import WindowConfig
@@ -53,8 +54,10 @@ class Broker:
     def __init__(self, config: BrokerConfig):
         self.config = config
         self.broker_id = config.node_id
-        self.log_dir = os.path.abspath(config["log.dirs"][0])
-        os.makedirs(self.log_dir, exist_ok=True)
+        # every `log.dirs` entry (JBOD, log_dirs.py); the broker's own files (clean-shutdown
+        # record, session, boot id) live in the first one online at start
+        self.log_dirs = LogDirs(config["log.dirs"], self.broker_id)
+        self.log_dir = (self.log_dirs.online() or self.log_dirs.dirs)[0].path
         from common.listeners import resolve
         self.listener_set = resolve(config["listeners"], config["advertised.listeners"],
                                     config["listener.security.protocol.map"],
@@ -76,15 +79,7 @@ class Broker:
         self.client = ControllerClient(self.broker_id, config.voters, self.host, self.port,
                                        config["broker.rack"], config["broker.heartbeat.interval.ms"],
                                        security=self.controller_security)
-        self._attach_heartbeat_reports(config)
-        # KIP-966: tell the controller whether our logs came through the last stop intact
-        self.boot_id_file = config["raftka.boot.id.file"]
-        if self.boot_id_file:
-            self.boot_id_file = os.path.join(self.log_dir, self.boot_id_file)
-        self.client.previous_broker_epoch = clean_shutdown.previous_epoch(self.log_dir,
-                                                                          self.boot_id_file)
-        self.client.on_registered = lambda epoch: clean_shutdown.registered(
-            self.log_dir, epoch, self.boot_id_file)
+        self._wire_client(config)
         from partition_server.security.endpoints import SECURITY_PROTOCOL_IDS
         self.client.listeners = [(x.name, x.host, x.port, SECURITY_PROTOCOL_IDS[x.protocol])
                                  for x in sorted(self.listener_set.advertised,
@@ -108,6 +103,7 @@ class Broker:
                 config["raftka.inter.node.sasl.username"], config["raftka.inter.node.sasl.password"]))
         self.authorizer = security.build_authorizer(self.image, config.values.get)
         self.unfenced_once = trio.Event()
+        self.dir_failed = trio.Event()
         # Like Kafka's broker, requests wait until the first metadata catch-up: before it the
         # image is empty, and a Metadata answer naming no brokers (or a NOT_LEADER for a
         # partition we will lead in a moment) sends clients astray.
@@ -117,6 +113,27 @@ class Broker:
         # what request handlers may touch (handlers/context.py), instead of this whole object
         from partition_server.handlers.context import HandlerContext
         self.handler_context = HandlerContext.of(self)
+
+    def _wire_client(self, config: BrokerConfig) -> None:
+        """What the controller link reports: load, replicas' log ends, log directories,
+        clean-shutdown state."""
+        # the balancer's disk goal: sizes of the partitions led here ride on heartbeats
+        self.client.led_sizes = self._led_sizes
+        self.client.load_reporter = LoadReporter(config["raftka.load.report.interval.ms"])
+        # KIP-966 unclean recovery: log ends of leaderless replicas ride on heartbeats too
+        log_infos = ReplicaLogInfoReporter(self.broker_id)
+        self.client.replica_log_infos = lambda: log_infos.report(self.image,
+                                                                 self.replicas.partitions)
+        self.client.log_dir_ids = lambda: [d.dir_id for d in self.log_dirs.dirs if d.dir_id]
+        self.client.offline_log_dir_ids = self.log_dirs.offline_ids
+        # KIP-966: tell the controller whether our logs came through the last stop intact
+        self.boot_id_file = config["raftka.boot.id.file"]
+        if self.boot_id_file:
+            self.boot_id_file = os.path.join(self.log_dir, self.boot_id_file)
+        self.client.previous_broker_epoch = clean_shutdown.previous_epoch(self.log_dir,
+                                                                          self.boot_id_file)
+        self.client.on_registered = lambda epoch: clean_shutdown.registered(
+            self.log_dir, epoch, self.boot_id_file)
 
     def _build_components(self) -> None:
         """The follower fetchers, producer ids, group and transaction coordinators. Each gets
@@ -146,21 +163,18 @@ class Broker:
         self.segment_files = OpenFileCache(default_max_open_files(config["raftka.log.max.open.files"]))
         log.info("keeping at most %d segment files open", self.segment_files.max_open)
         self.replicas = ReplicaManager(self.broker_id, self._open_log)
+        self.replicas.log_dirs = self.log_dirs
         self.replicas.on_log_dir_failure = self._on_log_dir_failure
+        # each directory checkpoints the high watermarks of its own logs (Kafka's layout): an
+        # entry counts only from the directory holding the log, never a stale one elsewhere
         self.hw_checkpoint_path = os.path.join(self.log_dir, HIGH_WATERMARK_FILE)
-        self.replicas.high_watermarks = read_checkpoint(self.hw_checkpoint_path)
-        if config["raftka.storage.fault.file"]:
-            self.replicas.storage_fault_file = os.path.join(self.log_dir,
-                                                            config["raftka.storage.fault.file"])
-
-    def _attach_heartbeat_reports(self, config: BrokerConfig) -> None:
-        # the balancer's disk goal: sizes of the partitions led here ride on heartbeats
-        self.client.led_sizes = self._led_sizes
-        self.client.load_reporter = LoadReporter(config["raftka.load.report.interval.ms"])
-        # KIP-966 unclean recovery: log ends of leaderless replicas ride on heartbeats too
-        log_infos = ReplicaLogInfoReporter(self.broker_id)
-        self.client.replica_log_infos = lambda: log_infos.report(self.image,
-                                                                 self.replicas.partitions)
+        for d in self.log_dirs.online():
+            self.replicas.high_watermarks.update(
+                (key, hw) for key, hw in read_checkpoint(os.path.join(d.path, HIGH_WATERMARK_FILE)).items()
+                if self.log_dirs.placement.get(key) is d)
+        self.replicas.storage_fault_file = config["raftka.storage.fault.file"] or None
+        from partition_server.log_dir_moves import ReplicaMover
+        self.replicas.dir_moves = ReplicaMover(self.replicas, self.log_dirs, self.segment_files)
 
     def _led_sizes(self) -> dict:
         """{(topic, partition): bytes on disk} of the partitions this broker leads."""
@@ -168,14 +182,14 @@ class Broker:
         return {tp: parts[tp].log.size_in_bytes for tp in self.replicas.led
                 if tp in parts and not parts[tp].offline}
 
-    def _on_log_dir_failure(self) -> None:
-        """Our only log directory failed: stay up (serving metadata and errors), but ask the
-        controller — through the controlled-shutdown path — to move every leadership and ISR
-        membership away, as Kafka does for an offline log directory. A restart is needed to
-        bring the replicas back once the disk is fixed."""
-        log.error("log directory %s is offline: leaving leadership and the ISR of every partition",
-                  self.log_dir)
-        self.client.want_shutdown = True
+    def _on_log_dir_failure(self, log_dir) -> None:
+        """A log directory failed: its replicas are offline already. The heartbeats name it
+        (OfflineLogDirs) and `offline_replicas.report_loop` tells the controller which replicas
+        it held, so the controller moves their leadership and ISR membership away; the other
+        directories keep serving. A restart brings the replicas back once the disk is fixed;
+        when every directory failed, the broker shuts down (LogDirs.on_all_failed)."""
+        self.client.heartbeat_soon()    # OfflineLogDirs now, not after the interval
+        self.dir_failed.set()           # then the report loop names the replicas
 
     # -- configuration ----------------------------------------------------------------------------
 
@@ -196,7 +210,7 @@ class Broker:
         return merged
 
     def _open_log(self, topic: str, partition: int, topic_config: dict) -> PartitionLog:
-        directory = os.path.join(self.log_dir, f"{topic}-{partition}")
+        directory = os.path.join(self.log_dirs.place(topic, partition).path, f"{topic}-{partition}")
         # lazy: a new partition's directory and files appear with its first record (a
         # CreateTopics of 10,000 partitions no longer makes 20,000 directories and files)
         return PartitionLog(directory, LogConfig.from_kafka(topic_config), now_ms(),
@@ -306,12 +320,15 @@ class Broker:
         offsets = self.replicas.high_watermarks_to_checkpoint(only_if_changed=not force)
         if offsets is None:
             return
-        try:
-            self.replicas.check_storage()
-            write_checkpoint(self.hw_checkpoint_path, offsets)
-        except OSError as exc:
-            log.error("writing %s failed: %s", self.hw_checkpoint_path, exc)
-            self.replicas.storage_failed(None, exc)
+        placement = self.log_dirs.placement
+        for d in self.log_dirs.online():
+            path = os.path.join(d.path, HIGH_WATERMARK_FILE)
+            try:
+                self.replicas.check_storage(log_dir=d)
+                write_checkpoint(path, {k: v for k, v in offsets.items() if placement.get(k) is d})
+            except OSError as exc:
+                log.error("writing %s failed: %s", path, exc)
+                self.replicas.storage_failed(None, exc, d)
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -359,6 +376,12 @@ class Broker:
             nursery.start_soon(self.txn.run)
             nursery.start_soon(self.groups.lag.run)
             nursery.start_soon(self._delete_stray_logs)
+            nursery.start_soon(self.replicas.dir_moves.run)         # AlterReplicaLogDirs copies
+            from partition_server.offline_replicas import report_loop
+            if self.log_dirs.offline_at_start:
+                self.dir_failed.set()
+            nursery.start_soon(report_loop, self.client, self.replicas, self._current_image,
+                               self.dir_failed, self.client.heartbeat_interval_s)
             task_status.started()
 
     async def _serve_metrics(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -370,7 +393,8 @@ class Broker:
                                 self.groups, lambda: getattr(self, "client_quotas", None),
                                 self.segment_files, self.replication_quotas,
                                 image=lambda: self.image, requests=self.request_stats,
-                                txns=self.txn.txns, log_dir=self.log_dir)
+                                txns=self.txn.txns,
+                                log_dir=[d.path for d in self.log_dirs.dirs])
 
         def ready():
             return health_answer(*health.readiness(self._health(health.BrokerHealth)),
@@ -401,8 +425,9 @@ class Broker:
         replayed = self.client.image.offset
         while self.image.offset < replayed:
             await trio.sleep(0.1)
-        await delete_stray_logs(self.log_dir, self.image, self.broker_id,
-                                set(self.replicas.partitions))
+        for d in self.log_dirs.online():
+            await delete_stray_logs(d.path, self.image, self.broker_id,
+                                    set(self.replicas.partitions))
 
     async def controlled_shutdown(self, timeout_s: float = 10.0) -> None:
         """Ask the controller to move our leaderships away, wait until told to stop (an
@@ -415,5 +440,6 @@ class Broker:
     def close(self) -> None:
         self.replicas.close_all()
         self.checkpoint_high_watermarks()
-        if not self.replicas.log_dir_failed:
+        home = self.log_dirs.by_path(self.log_dir)
+        if home is not None and home.online:
             clean_shutdown.record_clean(self.log_dir, self.client.broker_epoch)

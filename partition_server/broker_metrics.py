@@ -64,7 +64,7 @@ def coordinator_families(groups, txns) -> list:
     return fams
 
 
-def log_families(replicas, log_dir: str | None) -> list:
+def log_families(replicas, log_dir: str | list | None) -> list:
     segments = size = 0
     for key in replicas.hosted_keys():
         hosted = replicas.get(*key)
@@ -80,16 +80,26 @@ def log_families(replicas, log_dir: str | None) -> list:
         ("raftka_log_size_bytes", "gauge", "Bytes of the logs hosted here (Size).",
          [("", size)]),
     ]
-    if log_dir:
+    # every log directory (JBOD: `log_dir` may list several), plus Kafka's OfflineLogDirectoryCount
+    dirs = [log_dir] if isinstance(log_dir, str) else list(log_dir or ())
+    total, free = [], []
+    for d in dirs:
         try:
-            st = os.statvfs(log_dir)
+            st = os.statvfs(d)
         except OSError:
-            return fams
+            continue
+        total.append((labels(dir=d), st.f_blocks * st.f_frsize))
+        free.append((labels(dir=d), st.f_bavail * st.f_frsize))
+    if total:
         fams += [
             ("raftka_log_dir_total_bytes", "gauge", "Size of the log directory's file system.",
-             [(labels(dir=log_dir), st.f_blocks * st.f_frsize)]),
+             total),
             ("raftka_log_dir_free_bytes", "gauge",
-             "Bytes available to the broker on the log directory's file system.",
-             [(labels(dir=log_dir), st.f_bavail * st.f_frsize)]),
+             "Bytes available to the broker on the log directory's file system.", free),
         ]
+    log_dirs = getattr(replicas, "log_dirs", None)
+    if log_dirs is not None:
+        fams.append(("raftka_offline_log_directory_count", "gauge",
+                     "Log directories offline after an I/O error (OfflineLogDirectoryCount).",
+                     [("", len(log_dirs.dirs) - len(log_dirs.online()))]))
     return fams

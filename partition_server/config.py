@@ -43,7 +43,9 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
               "Listeners published in metadata (default: listeners)."),
     ConfigDef("controller.quorum.voters", "list", None,
               "The controller quorum as id@host:port,... (the controllers' Kafka-protocol listeners)."),
-    ConfigDef("log.dirs", "list", ["./raftka-data/broker"], "Directories holding partition logs."),
+    ConfigDef("log.dirs", "list", ["./raftka-data/broker"],
+              "Directories holding partition logs (JBOD: new replicas go to the one with the "
+              "fewest; a failed one takes only its replicas offline; see log_dirs.py)."),
     ConfigDef("broker.rack", "string", None, "Rack id used by rack-aware replica placement."),
     ConfigDef("num.partitions", "int", 1, "Partitions for auto-created topics.", _at_least(1)),
     ConfigDef("default.replication.factor", "int", 1, "Replication factor of auto-created topics.",

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 METADATA_TOPIC = "__cluster_metadata"
 VERSIONS = {1: 12, 19: 7, 20: 6, 30: 3, 31: 3, 33: 2, 37: 3, 43: 2, 44: 1, 55: 2, 56: 3, 59: 1, 62: 4, 63: 1,
-            67: 0, 51: 0}
+            67: 0, 51: 0, 73: 0}
 
 
 class ControllerUnavailable(Exception):
@@ -79,6 +79,10 @@ class ControllerClient:
         # the broker; None sends no report
         self.led_sizes: Callable[[], dict] | None = None
         self.load_reporter = LoadReporter()
+        # KIP-858: ids of this broker's log directories (registration) and of the offline ones
+        # (heartbeats), set by the broker
+        self.log_dir_ids: Callable[[], list] = lambda: []
+        self.offline_log_dir_ids: Callable[[], list] = lambda: []
         # KIP-966 unclean recovery (replica_log_info.py): log ends of our leaderless replicas,
         # [(topic_id, partition, partition_epoch, last_leader_epoch, log_end_offset)], set by
         # the broker; sent on every heartbeat while there are any
@@ -142,7 +146,7 @@ class ControllerClient:
                       incarnation_id=self.incarnation_id,
                       listeners=[req_cls.Listener(name=n, host=h, port=p, security_protocol=sp)
                                  for n, h, p, sp in self.listeners],
-                      rack=self.rack,
+                      rack=self.rack, log_dirs=self.log_dir_ids(),
                       # registering again in the same process: our logs lost nothing
                       previous_broker_epoch=self.broker_epoch if self.broker_epoch >= 0
                       else self.previous_broker_epoch)
@@ -175,6 +179,10 @@ class ControllerClient:
             self._heartbeat_now.set()
         self._want_shutdown = value
 
+    def heartbeat_soon(self) -> None:
+        """Send the next heartbeat now (a log directory went offline: OfflineLogDirs)."""
+        self._heartbeat_now.set()
+
     async def _sleep_between_heartbeats(self) -> None:
         # fast while fenced (unfencing need not wait a whole interval) and while shutting down
         fast = self.fenced or (self._want_shutdown and not self.should_shut_down)
@@ -188,7 +196,8 @@ class ControllerClient:
         while True:
             req = req_cls(broker_id=self.broker_id, broker_epoch=self.broker_epoch,
                           current_metadata_offset=self.image.offset,
-                          want_fence=False, want_shut_down=self.want_shutdown)
+                          want_fence=False, want_shut_down=self.want_shutdown,
+                          offline_log_dirs=self.offline_log_dir_ids())
             report = self._load_report(req)
             self._log_info_report(req)
             try:

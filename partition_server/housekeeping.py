@@ -129,7 +129,7 @@ def _guarded(replicas: ReplicaManager, key, job) -> None:
     if hosted is None or hosted.offline:
         return
     try:
-        replicas.check_storage()
+        replicas.check_storage(hosted)
         job(hosted)
     except OSError as exc:
         log.error("housekeeping of %s-%d failed: %s", hosted.topic, hosted.partition, exc)

@@ -50,7 +50,7 @@ class MetricSources:
     image: Callable[[], object] | None = None          # the broker's applied metadata image
     requests: object | None = None                     # common.request_metrics.RequestStats
     txns: dict | None = None                           # transactional id → TransactionMetadata
-    log_dir: str | None = None
+    log_dir: str | list | None = None            # the log directories (JBOD: several)
 
 
 def render(sources: MetricSources) -> str:

@@ -97,11 +97,14 @@ class ReplicaManager:
         self.broker_id = broker_id
         self._open_log = log_opener
         self.partitions: dict[TopicPartition, HostedPartition] = {}
-        # One log directory per broker: the first I/O error takes every replica offline and
-        # `on_log_dir_failure` (the broker) asks the controller to move leadership and ISR away.
-        self.log_dir_failed = False
+        # The broker's log directories (log_dirs.py; None: one unnamed directory, in tests). An
+        # I/O error takes that directory's replicas offline and `on_log_dir_failure(dir)` (the
+        # broker) tells the controller, which moves their leadership and ISR membership away.
+        self.log_dirs = None
+        self._all_failed = False            # without `log_dirs`: the one directory failed
         self.on_log_dir_failure = None
         self.storage_fault_file = None       # fault-injection shim, see `check_storage`
+        self.dir_moves = None                # AlterReplicaLogDirs (log_dir_moves.py), set by the broker
         # `on_change((topic, partition))`: a log grew or its start moved (the broker wakes the
         # fetch purgatory and the fetch sessions holding the partition). Callers of the append
         # paths may notify as well; a duplicate wake is harmless.
@@ -135,25 +138,61 @@ class ReplicaManager:
         # logs opened ahead by `preopen` (threads), taken by `apply_partition`
         self._preopened: dict[TopicPartition, tuple[PartitionLog, object]] = {}
 
-    def check_storage(self) -> None:
-        """Raise the error a full disk gives while the fault-injection file exists (only when
-        `raftka.storage.fault.file` is configured: tests make a log directory "fill up")."""
-        if self.storage_fault_file is not None and os.path.exists(self.storage_fault_file):
-            raise OSError(errno.ENOSPC, "No space left on device (injected)", self.storage_fault_file)
+    @property
+    def log_dir_failed(self) -> bool:
+        """Every log directory failed (with one directory: it did)."""
+        if self.log_dirs is None:
+            return self._all_failed
+        return not self.log_dirs.online()
 
-    def storage_failed(self, hosted: "HostedPartition | None", exc: OSError) -> None:
+    @log_dir_failed.setter
+    def log_dir_failed(self, failed: bool) -> None:     # without `log_dirs` only (tests)
+        self._all_failed = failed
+
+    def dir_of(self, directory: str):
+        """The LogDir holding a partition log's `directory` (None without `log_dirs`)."""
+        return None if self.log_dirs is None else self.log_dirs.of_log(directory)
+
+    def _dir_offline(self, directory: str) -> bool:
+        d = self.dir_of(directory)
+        return self._all_failed if d is None else not d.online
+
+    def check_storage(self, hosted: "HostedPartition | None" = None, log_dir=None) -> None:
+        """Raise the error a full disk gives while the fault-injection file (a name, only when
+        `raftka.storage.fault.file` is configured) exists in the log directory concerned
+        (`hosted`'s, else `log_dir`, else the first): tests make one directory "fill up"."""
+        if self.storage_fault_file is None:
+            return
+        d = self.dir_of(hosted.log.directory) if hosted is not None else log_dir
+        base = d.path if d is not None else self.log_dirs.first.path if self.log_dirs else ""
+        path = os.path.join(base, self.storage_fault_file)
+        if os.path.exists(path):
+            raise OSError(errno.ENOSPC, "No space left on device (injected)", path)
+
+    def storage_failed(self, hosted: "HostedPartition | None", exc: OSError, log_dir=None) -> None:
+        """An I/O error on `hosted`'s log (or on `log_dir`, a LogDir): that directory goes
+        offline with every replica in it (Kafka's LogDirFailureChannel)."""
         if hosted is not None:
             hosted.offline = True
             self.on_change((hosted.topic, hosted.partition))
-        if self.log_dir_failed:
+            log_dir = self.dir_of(hosted.log.directory)
+        if log_dir is None and self.log_dirs is not None:
+            log_dir = self.log_dirs.first
+        if log_dir is None:
+            if self._all_failed:
+                return
+            self._all_failed = True
+        elif not self.log_dirs.fail(log_dir, exc):
             return
-        self.log_dir_failed = True
-        log.error("log directory failed (%s): every replica goes offline", exc)
+        log.error("log directory failed (%s): its replicas go offline", exc)
         for other in self.partitions.values():
-            other.offline = True
-            self.on_change((other.topic, other.partition))
+            if log_dir is None or self.dir_of(other.log.directory) is log_dir:
+                other.offline = True
+                self.on_change((other.topic, other.partition))
+        if self.dir_moves is not None:
+            self.dir_moves.on_dir_failed(log_dir)
         if self.on_log_dir_failure is not None:
-            self.on_log_dir_failure()
+            self.on_log_dir_failure(log_dir)
 
     def get(self, topic: str, partition: int) -> HostedPartition | None:
         return self.partitions.get((topic, partition))
@@ -184,7 +223,7 @@ class ReplicaManager:
             hosted = HostedPartition(topic, partition, topic_id, plog,
                                      PartitionState(topic, partition, self.broker_id, plog,
                                                     self.high_watermarks.get(key, 0)), producers=producers)
-            hosted.offline = self.log_dir_failed
+            hosted.offline = self._dir_offline(plog.directory)
             self.partitions[key] = hosted
             hosted.state.on_high_watermark_change = lambda: self._hw_changed(key)
             self._hw_dirty.add(key)
@@ -313,6 +352,10 @@ class ReplicaManager:
         hosted = self.partitions.pop((topic, partition), None)
         if hosted is None:
             return None
+        if self.dir_moves is not None:
+            self.dir_moves.cancel((topic, partition))
+        if delete and self.log_dirs is not None:
+            self.log_dirs.forget(topic, partition)
         for index in (self.led, self.timed_flush, self.compacted, self.isr_candidates):
             index.discard((topic, partition))
         self._note_move((topic, partition), None)
@@ -381,7 +424,7 @@ class ReplicaManager:
             if verdict.error != ErrorCode.NONE:
                 return ProduceResult(verdict.error, log_start_offset=hosted.log.log_start_offset)
         try:
-            self.check_storage()
+            self.check_storage(hosted)
             info = hosted.log.append_as_leader(records, state.leader_epoch, now_ms)
         except KafkaError as exc:
             return ProduceResult(ErrorCode(exc.code), message=str(exc),
@@ -419,7 +462,7 @@ class ReplicaManager:
         if hosted.offline:
             return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR)
         try:
-            self.check_storage()
+            self.check_storage(hosted)
             info = hosted.log.append_as_leader(batch, hosted.state.leader_epoch, now_ms,
                                                origin="coordinator")
         except KafkaError as exc:

@@ -55,14 +55,15 @@ def node_address_prefix() -> str:
 class LiveCluster:
     def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None,
                  brokers: int = len(BROKER_IDS), spare_brokers: int = 0,
-                 node_addresses: bool = False):
+                 node_addresses: bool = False, log_dirs: int = 1):
         """`brokers` started (ids 0..brokers-1); ports kept free for `spare_brokers` more ids
         after them, to join later (`raftka dev --add-broker`). `node_addresses`: every node
         listens at, and connects from, its own loopback address (DevLayout.node_prefix)."""
         ids = range(brokers + spare_brokers)
         self.layout = DevLayout(Path(data_dir), free_base_port(ids), overrides or {},
                                 brokers=brokers,
-                                node_prefix=node_address_prefix() if node_addresses else None)
+                                node_prefix=node_address_prefix() if node_addresses else None,
+                                log_dirs=log_dirs)
         self.procs: list[ManagedProcess] = []
 
     @property

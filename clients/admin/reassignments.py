@@ -95,6 +95,39 @@ class ReassignmentCalls:
                 usable_bytes=getattr(r, "usable_bytes", -1)) for r in resp.results]
         return out
 
+    async def alter_replica_log_dirs(
+            self, assignments: dict[tuple[TopicPartition, int], str]
+    ) -> dict[tuple[TopicPartition, int], KafkaError | None]:
+        """Move replicas between the log directories of their brokers (Kafka's
+        Admin.alterReplicaLogDirs): {(partition, broker id): absolute log dir path}. Returns per
+        replica None (moving, or already there) or the broker's error: LOG_DIR_NOT_FOUND,
+        KAFKA_STORAGE_ERROR, REPLICA_NOT_AVAILABLE (not hosted there yet: the directory is
+        used when it is), or why the broker could not be asked."""
+        ar = REQUESTS[ApiKey.ALTER_REPLICA_LOG_DIRS]
+        by_broker: dict[int, dict[str, dict[str, list[int]]]] = {}
+        for (tp, broker), path in assignments.items():
+            by_broker.setdefault(broker, {}).setdefault(path, {}).setdefault(
+                tp.topic, []).append(tp.partition)
+        out: dict = {}
+        for broker, dirs in by_broker.items():
+            req = ar(dirs=[ar.AlterReplicaLogDir(path=path, topics=[
+                ar.AlterReplicaLogDirTopic(name=t, partitions=ps) for t, ps in topics.items()])
+                for path, topics in dirs.items()])
+            try:
+                resp = await self.cluster.call(broker, req)
+            except (KafkaError, ClientError, OSError) as exc:
+                failure = exc if isinstance(exc, KafkaError) else KafkaError(f"broker {broker}: {exc}")
+                for (tp, b) in assignments:
+                    if b == broker:
+                        out[(tp, b)] = failure
+                continue
+            for t in resp.results:
+                for p in t.partitions:
+                    out[(TopicPartition(t.topic_name, p.partition_index), broker)] = error(
+                        p.error_code, None, f"{t.topic_name}-{p.partition_index} on broker "
+                        f"{broker}") if p.error_code else None
+        return out
+
     async def describe_replica_log_dirs(
             self, brokers: list[int], partitions: list[TopicPartition] | None = None
     ) -> dict[int, dict[TopicPartition, tuple[int, int]] | KafkaError]:
@@ -106,8 +139,9 @@ class ReassignmentCalls:
             if isinstance(dirs, KafkaError):
                 out[broker] = dirs
                 continue
+            # JBOD: a failed directory's replicas are offline, the others still count
             failed = [d.error for d in dirs if d.error is not None]
-            out[broker] = failed[0] if failed else {
+            out[broker] = failed[0] if len(failed) == len(dirs) and failed else {
                 tp: (info.size, info.offset_lag) for d in dirs for tp, info in d.replicas.items()
                 if not info.is_future}
         return out

@@ -54,6 +54,8 @@ class DevLayout:
     # node opens leaving from its address too, so kernel faults by address (chaos_tests/net) can
     # cut one node off. None: every node on 127.0.0.1 (what clients' default bootstrap expects)
     node_prefix: str | None = None
+    # log directories per broker (JBOD): broker-N, then broker-N-d1, broker-N-d2, ...
+    log_dirs: int = 1
 
     def controller_host(self, index: int) -> str:
         return "127.0.0.1" if self.node_prefix is None else f"{self.node_prefix}.{11 + index}"
@@ -152,7 +154,8 @@ class DevLayout:
             "process.roles": "broker",
             "controller.quorum.voters": self.voters,
             "listeners": f"PLAINTEXT://{self.broker_host(broker_id)}:{self.broker_port(broker_id)}",
-            "log.dirs": str(self.data_dir / f"broker-{broker_id}"),
+            "log.dirs": ",".join([str(self.data_dir / f"broker-{broker_id}")] + [
+                str(self.data_dir / f"broker-{broker_id}-d{i}") for i in range(1, self.log_dirs)]),
             "default.replication.factor": "3",
             "min.insync.replicas": "2",
             "offsets.topic.replication.factor": "3",
@@ -300,7 +303,7 @@ def stop_cluster(procs: list[ManagedProcess]) -> None:
 def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool,
             quiet: bool, ready_timeout_s: float = 60.0, secure: bool = False,
             brokers: int = len(BROKER_IDS), add_broker: int | None = None,
-            node_prefix: str | None = None) -> int:
+            node_prefix: str | None = None, log_dirs: int = 1) -> int:
     if add_broker is not None:
         from clients.cli.dev_add_broker import run_add_broker
         return run_add_broker(data_dir, add_broker, overrides, quiet, ready_timeout_s, secure)
@@ -311,8 +314,11 @@ def run_dev(data_dir: str, base_port: int, overrides: dict[str, str], demo: bool
     from clients.cli.dev_control import ControlServer
     from clients.cli.dev_netfaults import DevNetFaults
     from clients.cli.dev_supervisor import Supervisor
+    if not 1 <= log_dirs <= 16:
+        print("raftka dev: --log-dirs must be 1 to 16", file=sys.stderr)
+        return 2
     layout = DevLayout(Path(data_dir).resolve(), base_port, overrides, secure, brokers,
-                       node_prefix)
+                       node_prefix, log_dirs=log_dirs)
     layout.data_dir.mkdir(parents=True, exist_ok=True)
     supervisor = Supervisor([], lambda name: start_node(layout, name, quiet))
     net = DevNetFaults(layout)
@@ -417,7 +423,7 @@ def cmd_dev(args) -> int:
         raise SystemExit(f"raftka dev: unexpected argument {args.node!r}")
     return run_dev(args.data_dir, args.base_port, _parse_sets(args.set), args.demo, args.quiet,
                    secure=args.secure, brokers=args.brokers, add_broker=args.add_broker,
-                   node_prefix=args.node_addresses)
+                   node_prefix=args.node_addresses, log_dirs=args.log_dirs)
 
 
 def register(sub) -> None:
@@ -460,6 +466,9 @@ def register(sub) -> None:
                           "those addresses")
     dev.add_argument("--brokers", type=int, default=len(BROKER_IDS),
                      help="partition servers to run, ids 0..N-1 (default 3)")
+    dev.add_argument("--log-dirs", type=int, default=1, metavar="N",
+                     help="log directories per broker (JBOD): broker-ID, broker-ID-d1, ... "
+                          "under --data-dir (default 1)")
     dev.add_argument("--add-broker", type=int, metavar="ID",
                      help="start one more broker with this id, joining the dev cluster running "
                           "from --data-dir (its base port is read from the configs there)")

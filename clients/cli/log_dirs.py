@@ -14,14 +14,25 @@ Kafka's `kafka-log-dirs.sh --describe` (DescribeLogDirs).
 
 A broker id that is not registered is refused before anything is asked (Kafka's message); a
 broker that does not answer is reported and the others are still shown, with exit code 1.
+
+`raftka log-dirs move TOPIC-PARTITION --broker B --to PATH [--wait S]`: move broker B's replica
+into another of its log directories while it serves (AlterReplicaLogDirs, what
+kafka-reassign-partitions.sh does for a `log_dirs` entry): a future log is copied, then swapped
+in. `--wait S` waits up to S seconds until the replica is in PATH with no future left. Refusals
+are the broker's: LOG_DIR_NOT_FOUND (PATH is not one of its log.dirs), KAFKA_STORAGE_ERROR,
+REPLICA_NOT_AVAILABLE (exit 1).
 """
 
 from __future__ import annotations
 
 import argparse
+import time
+
+import trio
 
 from clients.admin import AdminClient
 from clients.admin.types import LogDirDescription
+from clients.cluster import TopicPartition
 from clients.cli.output import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError,
                                 add_connection_args, client_config, error_line, print_json,
                                 print_table, run)
@@ -36,16 +47,23 @@ _JAVA_ERRORS = {ErrorCode.KAFKA_STORAGE_ERROR: "org.apache.kafka.common.errors.K
 
 
 def register(sub) -> None:
-    p = sub.add_parser("log-dirs", help="brokers' log directories: describe",
+    p = sub.add_parser("log-dirs", help="brokers' log directories: describe, move",
                        description="Log directories of the brokers and the replicas in them "
                        "(like kafka-log-dirs.sh).")
-    ls = p.add_subparsers(dest="log_dirs_command", metavar="describe")
+    ls = p.add_subparsers(dest="log_dirs_command", metavar="describe|move")
     d = ls.add_parser("describe", help="log directories, their replicas, sizes and offset lag")
     d.add_argument("--broker-list", metavar="0,1,2", default="",
                    help="brokers to ask (default: every registered broker)")
     d.add_argument("--topic-list", metavar="a,b", default="",
                    help="only these topics (default: all)")
     add_connection_args(d)
+    m = ls.add_parser("move", help="move a replica to another log directory of its broker")
+    m.add_argument("partition", metavar="TOPIC-PARTITION")
+    m.add_argument("--broker", type=int, required=True, help="the broker holding the replica")
+    m.add_argument("--to", required=True, metavar="PATH", help="one of that broker's log.dirs")
+    m.add_argument("--wait", type=float, default=0, metavar="S",
+                   help="wait up to S seconds for the move to finish")
+    add_connection_args(m)
     p.set_defaults(func=main, _parser=p)
 
 
@@ -54,12 +72,48 @@ def main(args: argparse.Namespace) -> int:
         args._parser.print_help()
         return EXIT_USAGE
     prog = f"{PROG} {args.log_dirs_command}"
+    if args.log_dirs_command == "move":
+        topic, sep, number = args.partition.rpartition("-")
+        if not sep or not number.isdigit() or validate_topic_name(topic):
+            error_line(prog, f"{args.partition!r} is not TOPIC-PARTITION (e.g. orders-0)")
+            return EXIT_USAGE
+        return run(prog, args, _move, args, TopicPartition(topic, int(number)))
     try:
         brokers, topics = parse_broker_list(args.broker_list), parse_topic_list(args.topic_list)
     except CommandError as exc:
         error_line(prog, str(exc))
         return exc.code
     return run(prog, args, _describe, args, brokers, topics)
+
+
+async def _move(args, tp: TopicPartition) -> int:
+    async with AdminClient(config=client_config(args)) as admin:
+        key = (tp, args.broker)
+        err = (await admin.alter_replica_log_dirs({key: args.to}))[key]
+        if err is not None:
+            raise CommandError(f"{tp.topic}-{tp.partition} on broker {args.broker}: {err}")
+        deadline = time.monotonic() + args.wait
+        while True:
+            dirs = (await admin.describe_log_dirs([args.broker], [tp]))[args.broker]
+            where = [] if isinstance(dirs, KafkaError) else [
+                (d.path, info.is_future) for d in dirs for t, info in d.replicas.items() if t == tp]
+            done = where == [(_norm(args.to), False)]
+            if done or time.monotonic() >= deadline:
+                break
+            await trio.sleep(0.2)
+    if args.output == "json":
+        print_json({"partition": f"{tp.topic}-{tp.partition}", "broker": args.broker,
+                    "logDir": args.to, "done": done})
+    elif done:
+        print(f"{tp.topic}-{tp.partition} on broker {args.broker} is in {args.to}")
+    else:
+        print(f"{tp.topic}-{tp.partition} on broker {args.broker} is moving to {args.to}")
+    return EXIT_OK if done or not args.wait else EXIT_FAILED
+
+
+def _norm(path: str) -> str:
+    import os
+    return os.path.abspath(path)
 
 
 def parse_broker_list(text: str) -> list[int]:

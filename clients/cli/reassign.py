@@ -39,6 +39,7 @@ from clients.cli import reassign_plan as plan_mod
 from clients.cli.output import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError,
                                 add_connection_args, client_config, print_json, run)
 from clients.cluster import TopicPartition
+from wire.errors import ErrorCode
 
 PROG = "raftka reassign"
 RATE_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
@@ -189,9 +190,11 @@ async def _execute(args) -> int:
                 print("Warning: You must run --verify periodically, until the reassignment "
                       "completes, to ensure the throttle is removed.")
                 print(f"The inter-broker throttle limit was set to {args.throttle} B/s")
+        # log_dirs first, as Kafka's tool: a replica to be added is placed there when created
+        failed = await _alter_log_dirs(admin, args)
         results = await admin.alter_partition_reassignments(
             {TopicPartition(t, p): target for (t, p), target in plan.items()})
-        failed = {f"{tp.topic}-{tp.partition}": str(e) for tp, e in results.items() if e}
+        failed.update({f"{tp.topic}-{tp.partition}": str(e) for tp, e in results.items() if e})
         started = [k for k in plan if not failed.get(f"{k[0]}-{k[1]}")]
         if table:
             if started:
@@ -207,6 +210,19 @@ async def _execute(args) -> int:
             if table:
                 print("Moves finished: run verify to check them and remove the throttles.")
     return EXIT_FAILED if failed else EXIT_OK
+
+
+async def _alter_log_dirs(admin: AdminClient, args) -> dict:
+    """The plan's `log_dirs` paths (AlterReplicaLogDirs); {"topic-p": error} of refusals.
+    REPLICA_NOT_AVAILABLE is no refusal here: the replica is new and goes there when made."""
+    dirs = plan_mod.parse_log_dirs(_read(args.reassignment_json_file))
+    if not dirs:
+        return {}
+    results = await admin.alter_replica_log_dirs(
+        {(TopicPartition(t, p), b): d for (t, p, b), d in dirs.items()})
+    return {f"{tp.topic}-{tp.partition}": f"log dir on broker {b}: {e}"
+            for (tp, b), e in results.items()
+            if e is not None and getattr(e, "code", None) != ErrorCode.REPLICA_NOT_AVAILABLE}
 
 
 def _check_brokers(plan: dict, brokers) -> None:

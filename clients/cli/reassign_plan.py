@@ -6,7 +6,9 @@ Formats (Kafka's):
   topics to move      {"version": 1, "topics": [{"topic": "foo"}, ...]}
   reassignment plan   {"version": 1, "partitions": [{"topic": "foo", "partition": 0,
                         "replicas": [1, 2, 3], "log_dirs": ["any", "any", "any"]}, ...]}
-`log_dirs` is optional; a broker here has one log directory, so only "any" is accepted.
+`log_dirs` is optional: per replica "any" or an absolute path, one of that broker's log.dirs
+(JBOD): `execute` then asks the broker to put (or move) the replica there (AlterReplicaLogDirs,
+as kafka-reassign-partitions.sh does).
 Every problem is a `PlanError` whose text names the entry at fault.
 """
 
@@ -82,13 +84,24 @@ def parse_reassignment(text: str) -> Assignment:
         if log_dirs is not None:
             if not isinstance(log_dirs, list) or len(log_dirs) != len(replicas):
                 raise PlanError(f'{where}: "log_dirs" must list one entry per replica')
-            if any(d != "any" for d in log_dirs):
-                raise PlanError(f'{where}: log_dirs other than "any" are not supported '
-                                "(a broker has one log directory)")
+            if any(not isinstance(d, str) or (d != "any" and not d.startswith("/"))
+                   for d in log_dirs):
+                raise PlanError(f'{where}: each of "log_dirs" is "any" or an absolute path')
         if (topic, partition) in plan:
             raise PlanError(f"{where} is listed twice")
         plan[(topic, partition)] = list(replicas)
     return plan
+
+
+def parse_log_dirs(text: str) -> dict:
+    """{(topic, partition, broker): log dir} of the plan's replicas placed in a named directory
+    (call after `parse_reassignment` accepted the same text)."""
+    out = {}
+    for entry in _load(text, "the reassignment file")["partitions"]:
+        for broker, d in zip(entry["replicas"], entry.get("log_dirs") or ()):
+            if d != "any":
+                out[(entry["topic"], entry["partition"], broker)] = d
+    return out
 
 
 def check_brokers(plan: Assignment, brokers) -> None:

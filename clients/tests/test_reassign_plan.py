@@ -43,13 +43,23 @@ def test_a_plan_round_trips_in_kafkas_format():
     (plan_text(("t", 0, [1]), ("t", 0, [2])), "t-0 is listed twice"),
     ('{"partitions":[{"topic":"t","partition":0,"replicas":[1,2],"log_dirs":["any"]}]}',
      "one entry per replica"),
-    ('{"partitions":[{"topic":"t","partition":0,"replicas":[1],"log_dirs":["/d"]}]}',
-     'other than "any"'),
+    ('{"partitions":[{"topic":"t","partition":0,"replicas":[1],"log_dirs":["d"]}]}',
+     '"any" or an absolute path'),
+    ('{"partitions":[{"topic":"t","partition":0,"replicas":[1],"log_dirs":[7]}]}',
+     '"any" or an absolute path'),
 ])
 def test_bad_plans_are_refused_naming_the_entry(text, message):
     with pytest.raises(rp.PlanError) as err:
         rp.parse_reassignment(text)
     assert message in str(err.value)
+
+
+def test_log_dirs_name_a_directory_per_replica():
+    """JBOD: a path places (or moves) that broker's replica there; "any" leaves it."""
+    text = ('{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2],'
+            '"log_dirs":["/data/b1-d2","any"]},{"topic":"t","partition":1,"replicas":[2]}]}')
+    assert rp.parse_reassignment(text) == {("t", 0): [1, 2], ("t", 1): [2]}
+    assert rp.parse_log_dirs(text) == {("t", 0, 1): "/data/b1-d2"}
 
 
 def test_bad_topics_files_and_broker_lists():

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from metadata_quorum import records as r
 from metadata_quorum.controller import (acl_control, balancer, cluster_control, config_control,
-                                        feature_control, load_reports, quota_control,
+                                        feature_control, load_reports, log_dirs, quota_control,
                                         reassignment, replication_control, rereplication,
                                         unclean_recovery)
 from metadata_quorum.image import MetadataImage
@@ -39,7 +39,9 @@ def _result(method):
     @functools.wraps(method)
     def wrapper(*args, **kwargs):
         records, response = method(*args, **kwargs)
-        return ControllerResult(list(records), response)
+        ctl = args[0]       # an offline replica is never elected (controller/log_dirs.py)
+        records = log_dirs.without_offline_leaders(ctl.image, ctl.offline_log_dirs, list(records))
+        return ControllerResult(records, response)
     return wrapper
 
 
@@ -58,6 +60,8 @@ class QuorumController:
         self.balancer_decision: balancer.Decision | None = None
         # partition sizes from the brokers' heartbeats, for the balancer's disk goal (soft state)
         self.loads = load_reports.LoadReports()
+        # offline log directories per broker, from heartbeats (soft state, log_dirs.py)
+        self.offline_log_dirs = log_dirs.OfflineLogDirs()
         # replicas' log ends from their heartbeats, for KIP-966 unclean recovery (soft state)
         self.log_infos = unclean_recovery.ReplicaLogInfos()
 
@@ -89,6 +93,13 @@ class QuorumController:
         return cluster_control.broker_heartbeat(self.image, self.heartbeats, broker_id,
                                                 broker_epoch, metadata_offset, want_fence,
                                                 want_shutdown, now_ms, self.default_min_isr)
+
+    @_result
+    def assign_replicas_to_dirs(self, broker_id: int, broker_epoch: int, directories: dict):
+        """KIP-858 AssignReplicasToDirs: replicas of an offline directory leave leadership and
+        ISRs (controller/log_dirs.py)."""
+        return log_dirs.assign_replicas_to_dirs(self.image, self.offline_log_dirs, broker_id,
+                                                broker_epoch, directories, self.default_min_isr)
 
     @_result
     def controlled_shutdown(self, broker_id, broker_epoch, now_ms):
@@ -127,7 +138,7 @@ class QuorumController:
                        or rereplication.records(self.image, self.heartbeats.last_seen, now_ms)
                        or self._balance()
                        or replication_control.preferred_rebalance(self.image))
-        return records
+        return log_dirs.without_offline_leaders(self.image, self.offline_log_dirs, records)
 
     def _balance(self) -> list:
         records, self.balancer_decision = balancer.records(self.image, self.loads)

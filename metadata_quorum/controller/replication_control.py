@@ -190,13 +190,16 @@ def elr_after(image: MetadataImage, topic: str, p, new_isr: tuple, default_min_i
 
 
 def leadership_changes(image: MetadataImage, gone: set[int], back: set[int] = frozenset(),
-                       default_min_isr: int = 1):
+                       default_min_isr: int = 1, only: set | None = None):
     """Partition changes after brokers in `gone` stopped being usable (fenced, shutting down)
     and brokers in `back` became usable again. Computed against `image` with those changes
-    hypothetically applied: `gone` must not be elected, `back` may be."""
+    hypothetically applied: `gone` must not be elected, `back` may be. `only`: just these
+    (topic, partition)s (replicas of an offline log directory, controller/log_dirs.py)."""
     records = []
     for topic in image.topics.values():
         for p in topic.partitions.values():
+            if only is not None and (topic.name, p.partition_id) not in only:
+                continue
             isr = p.isr
             if gone & set(isr):
                 shrunk = tuple(x for x in isr if x not in gone)

@@ -55,7 +55,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),  # → forwarded
     ApiKey.DESCRIBE_QUORUM: (0, 2),           # → forwarded
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
-    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),         # sizes per replica (reassignment progress)
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),         # per log directory: sizes, lag, future logs
+    ApiKey.ALTER_REPLICA_LOG_DIRS: (0, 2),    # move a replica between log dirs (JBOD)
     ApiKey.DESCRIBE_ACLS: (1, 3),             # from the metadata image
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),  # from the metadata image
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),  # → forwarded
@@ -110,6 +111,7 @@ HANDLERS = {
     ApiKey.DESCRIBE_CONFIGS: describe_configs.handle_describe_configs,
     ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
     ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle_describe_log_dirs,
+    ApiKey.ALTER_REPLICA_LOG_DIRS: log_dirs.handle_alter_replica_log_dirs,
     ApiKey.DESCRIBE_ACLS: security.handle_describe_acls,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: security.handle_describe_user_scram_credentials,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: admin.forward,

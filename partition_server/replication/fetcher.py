@@ -294,7 +294,7 @@ class FetcherManager:
 
     def _apply(self, hosted, p, now: int) -> bool:
         plog, state = hosted.log, hosted.state
-        self.replicas.check_storage()
+        self.replicas.check_storage(hosted)
         if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
             if p.high_watermark >= 0 and plog.log_end_offset > p.high_watermark:
                 plog.truncate_to(p.high_watermark)

@@ -23,7 +23,8 @@ handler's answer, or filters a read-only answer afterwards (Fetch, Metadata, Lis
 | DescribeConfigs / AlterConfigs, IncrementalAlterConfigs | DescribeConfigs / AlterConfigs on topic or cluster | TOPIC_ / CLUSTER_AUTHORIZATION_FAILED |
 | DescribeClientQuotas / AlterClientQuotas | DescribeConfigs / AlterConfigs on cluster | CLUSTER_AUTHORIZATION_FAILED |
 | Create/DeleteAcls, AlterUserScramCredentials, ElectLeaders | Alter cluster | CLUSTER_AUTHORIZATION_FAILED |
-| DescribeAcls, DescribeUserScramCredentials, DescribeCluster, DescribeQuorum | Describe cluster | CLUSTER_AUTHORIZATION_FAILED |
+| DescribeAcls, DescribeUserScramCredentials, DescribeCluster, DescribeQuorum, DescribeLogDirs | Describe cluster | CLUSTER_AUTHORIZATION_FAILED |
+| AlterReplicaLogDirs | Alter cluster | CLUSTER_AUTHORIZATION_FAILED (per partition) |
 | transactions (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit) | Write transactional id (+ Write topic / Read group) | TRANSACTIONAL_ID_AUTHORIZATION_FAILED |
 | WriteTxnMarkers | ClusterAction cluster | CLUSTER_AUTHORIZATION_FAILED |
 
@@ -418,6 +419,17 @@ def _deny_quota_alter(req):
     return deny_alter(req)
 
 
+def _deny_alter_log_dirs(req):
+    cls = RESPONSES[ApiKey.ALTER_REPLICA_LOG_DIRS]
+    by_topic: dict[str, list] = {}
+    for d in req.body.dirs:
+        for t in d.topics:
+            by_topic.setdefault(t.name, []).extend(cls.AlterReplicaLogDirPartitionResult(
+                partition_index=p, error_code=CLUSTER_DENIED) for p in t.partitions)
+    return cls(results=[cls.AlterReplicaLogDirTopicResult(topic_name=n, partitions=ps)
+                        for n, ps in by_topic.items()])
+
+
 def _top_level(api_key: int, code=CLUSTER_DENIED):
     return lambda req: RESPONSES[api_key](error_code=code)
 
@@ -530,6 +542,8 @@ RULES = {
     ApiKey.ADD_RAFT_VOTER: _cluster_rule(A.ALTER, _top_level(ApiKey.ADD_RAFT_VOTER)),
     ApiKey.REMOVE_RAFT_VOTER: _cluster_rule(A.ALTER, _top_level(ApiKey.REMOVE_RAFT_VOTER)),
     ApiKey.DESCRIBE_LOG_DIRS: _cluster_rule(A.DESCRIBE, _top_level(ApiKey.DESCRIBE_LOG_DIRS)),
+    # Kafka: Alter on the cluster, CLUSTER_AUTHORIZATION_FAILED for every partition asked
+    ApiKey.ALTER_REPLICA_LOG_DIRS: _cluster_rule(A.ALTER, _deny_alter_log_dirs),
     ApiKey.DESCRIBE_CLUSTER: _cluster_rule(A.DESCRIBE, _top_level(ApiKey.DESCRIBE_CLUSTER)),
     ApiKey.WRITE_TXN_MARKERS:
         _cluster_rule(A.CLUSTER_ACTION, lambda req: RESPONSES[ApiKey.WRITE_TXN_MARKERS]()),

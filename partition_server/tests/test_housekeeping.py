@@ -37,7 +37,10 @@ def _manager(tmp_path, n):
 def test_high_watermark_checkpoint_is_written_only_when_one_changed(tmp_path):
     rm = _manager(tmp_path, 3)
     path = str(tmp_path / "replication-offset-checkpoint")
-    fake = types.SimpleNamespace(replicas=rm, hw_checkpoint_path=path)
+    from partition_server.log_dirs import LogDirs
+    # one log directory: it checkpoints its own logs
+    fake = types.SimpleNamespace(replicas=rm, hw_checkpoint_path=path,
+                                 log_dirs=LogDirs([str(tmp_path)], 1))
     Broker.checkpoint_high_watermarks(fake, force=False)
     assert read_checkpoint(path) == {("t", 0): 0, ("t", 1): 0, ("t", 2): 0}
     (tmp_path / "replication-offset-checkpoint").unlink()

@@ -148,3 +148,47 @@ def test_a_topic_made_compacted_by_alter_configs_refuses_null_keys_at_once(clust
         assert time.monotonic() < deadline, "a null key is still accepted after the change"
         time.sleep(0.2)
     assert err.code() == ErrorCode.INVALID_RECORD
+
+
+def _until(predicate, what: str, timeout_s: float = 30):
+    deadline = time.monotonic() + timeout_s
+    while not (outcome := predicate()):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+    return outcome
+
+
+def test_log_message_timestamp_limits_are_dynamic_broker_configs(cluster):
+    """log.message.timestamp.before.max.ms as Kafka's dynamic broker config: the cluster default
+    reaches the open logs at once, a per-broker value overrides it, deleting them restores the
+    static value (no limit)."""
+    from confluent_kafka.admin import AdminClient as CAdmin, NewTopic
+    from clients.admin import AlterConfigOp, AlterConfigOpType, ConfigResource, ConfigResourceType
+    topic = f"dyn-{uuid.uuid4().hex[:6]}"
+    admin = CAdmin({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+    old = int(time.time() * 1000) - 2 * HOUR
+    assert _confluent(cluster.bootstrap, topic, b"k", old) is None
+
+    def alter(name: str, value: str | None):     # ours: confluent-kafka refuses the "" name
+        op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
+        res = ConfigResource(ConfigResourceType.BROKER, name)
+
+        async def run():
+            async with AdminClient(cluster.bootstrap) as ours:
+                return await ours.incremental_alter_configs({res: [AlterConfigOp(
+                    "log.message.timestamp.before.max.ms", value, op)]})
+        assert trio.run(run) == {res: None}
+
+    alter("", str(HOUR))                            # the cluster-wide default
+    err = _until(lambda: _confluent(cluster.bootstrap, topic, b"k", old),
+                 "a 2-hour-old record is still accepted under a 1-hour cluster default")
+    assert err.code() == ErrorCode.INVALID_TIMESTAMP
+    for b in range(3):                              # per broker: beats the default
+        alter(str(b), str(3 * HOUR))
+    _until(lambda: _confluent(cluster.bootstrap, topic, b"k", old) is None,
+           "per-broker values did not override the cluster default")
+    alter("", None)
+    for b in range(3):
+        alter(str(b), None)
+    assert _confluent(cluster.bootstrap, topic, b"k", old) is None

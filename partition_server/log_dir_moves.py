@@ -1,0 +1,225 @@
+"""AlterReplicaLogDirs (KIP-113): move a hosted replica to another of this broker's log
+directories while it keeps serving, as Kafka's ReplicaAlterLogDirsThread does.
+
+States of one partition's move:
+
+    (none) ──alter(dest ≠ current dir)──▶ COPYING: a future log `<topic>-<p>.<hex>-future` in
+        the destination, filled from the current log in bounded steps (`run`); DescribeLogDirs
+        lists it with isFuture and its lag behind the current log
+    COPYING ──future's log end = current's──▶ swap, in one event-loop step (no append between
+        the check and the swap): current dir renamed `.<hex>-delete`, future renamed to the
+        partition's name, reopened and put in place; the old copy deleted in a thread
+    COPYING ──alter to another dir, partition removed, a directory fails──▶ (none): future deleted
+
+The current log keeps taking appends, truncations (a follower diverging) and retention while
+the future copies: each step first makes the future a prefix of the current log again (cut back
+when the current log was truncated below it or diverged in leader epoch, start moved when
+retention or DeleteRecords moved the current start). After the swap the producer state is
+rebuilt from the new log (which also rebuilds its aborted-transaction index). A crash mid-move
+leaves the current log in place (log_dirs.py discards or promotes the future at start).
+
+Codes (per partition, as Kafka's ReplicaManager.alterReplicaLogDirs): LOG_DIR_NOT_FOUND (not one
+of our `log.dirs`), KAFKA_STORAGE_ERROR (destination offline, replica offline, or some directory
+offline: no future log is created then), REPLICA_NOT_AVAILABLE (not hosted here: the directory is
+remembered for when it is), NONE (moving, or already there).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import time
+import uuid
+
+import trio
+
+from partition_server.log import PartitionLog
+from partition_server.log.fsync import fsync_dir
+from partition_server.log_dirs import DELETE_SUFFIX, FUTURE_SUFFIX, LogDir
+from partition_server.txn import snapshot as producer_snapshot
+from wire.errors import ErrorCode, KafkaError
+from wire.records.batch import iter_batches
+
+log = logging.getLogger(__name__)
+
+COPY_STEP_BYTES = 1 << 20          # per partition per step: appends interleave with the copy
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclasses.dataclass(eq=False)
+class Move:
+    key: tuple[str, int]
+    dest: LogDir
+    future: PartitionLog
+
+
+class ReplicaMover:
+    def __init__(self, replicas, log_dirs, files):
+        self.replicas = replicas
+        self.log_dirs = log_dirs
+        self.files = files
+        self.moves: dict[tuple[str, int], Move] = {}
+        self.swapped = 0                                # moves finished (tests, metrics)
+        self._wake = trio.Event()
+        self._trash: list[str] = []                     # swapped-out copies to delete
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def alter(self, key: tuple[str, int], path: str) -> ErrorCode:
+        d = self.log_dirs.by_path(path)
+        if d is None:
+            return ErrorCode.LOG_DIR_NOT_FOUND
+        if not d.online:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        hosted = self.replicas.partitions.get(key)
+        if hosted is None:
+            self.log_dirs.preferred[key] = d            # used when it is created here
+            return ErrorCode.REPLICA_NOT_AVAILABLE
+        if hosted.offline:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        move = self.moves.get(key)
+        if move is not None and move.dest is not d:
+            self.cancel(key)                            # a new destination: start over
+        if self.log_dirs.placement.get(key) is d or key in self.moves:
+            return ErrorCode.NONE
+        if len(self.log_dirs.online()) != len(self.log_dirs.dirs):
+            return ErrorCode.KAFKA_STORAGE_ERROR        # Kafka: no future log while a dir is offline
+        directory = os.path.join(d.path, f"{key[0]}-{key[1]}.{uuid.uuid4().hex}{FUTURE_SUFFIX}")
+        try:
+            future = PartitionLog(directory, hosted.log.config, _now_ms(), files=self.files)
+            if hosted.log.log_start_offset > 0:
+                future.truncate_fully_and_start_at(hosted.log.log_start_offset)
+        except OSError as exc:
+            self.replicas.storage_failed(None, exc, d)
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        self.moves[key] = Move(key, d, future)
+        self.log_dirs.set_future(key, d)
+        self._wake.set()
+        log.info("moving %s-%d to %s", key[0], key[1], d.path)
+        return ErrorCode.NONE
+
+    def cancel(self, key: tuple[str, int]) -> None:
+        """Drop a move and its future log (the partition went away, or goes elsewhere)."""
+        move = self.moves.pop(key, None)
+        if move is None:
+            return
+        self.log_dirs.drop_future(key)
+        try:
+            move.future.delete()
+        except OSError as exc:
+            log.warning("deleting future log %s: %s", move.future.directory, exc)
+
+    def on_dir_failed(self, d: LogDir) -> None:
+        """Moves into or out of a failed directory stop (their replicas are offline or the
+        destination is gone)."""
+        for key, move in list(self.moves.items()):
+            hosted = self.replicas.partitions.get(key)
+            if move.dest is d or hosted is None or hosted.offline:
+                self.moves.pop(key, None)
+                self.log_dirs.drop_future(key)
+                try:
+                    move.future.close(sync=False)
+                except OSError:
+                    pass
+
+    def lag(self, key: tuple[str, int]) -> int:
+        """How far the future log is behind the current one (DescribeLogDirs isFuture)."""
+        move, hosted = self.moves.get(key), self.replicas.partitions.get(key)
+        if move is None or hosted is None:
+            return 0
+        return max(0, hosted.log.log_end_offset - move.future.log_end_offset)
+
+    # -- the copy ---------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Copy every moving partition a step at a time, swapping those caught up."""
+        while True:
+            if not self.moves:
+                self._wake = trio.Event()
+                await self._wake.wait()
+            for key in list(self.moves):
+                move = self.moves.get(key)
+                if move is not None:
+                    self._step(move)
+                await trio.sleep(0)
+            while self._trash:
+                await trio.to_thread.run_sync(shutil.rmtree, self._trash.pop(), True)
+            await trio.sleep(0.01)
+
+    def _step(self, move: Move) -> None:
+        hosted = self.replicas.partitions.get(move.key)
+        if hosted is None or hosted.offline:
+            self.cancel(move.key)
+            return
+        try:
+            self.replicas.check_storage(log_dir=move.dest)
+            if self._copy(hosted.log, move.future):
+                self._swap(hosted, move)
+        except OSError as exc:
+            log.error("moving %s-%d to %s failed: %s", move.key[0], move.key[1],
+                      move.dest.path, exc)
+            self.replicas.storage_failed(None, exc, move.dest)
+            self.cancel(move.key)
+        except KafkaError as exc:           # a corrupt batch in the current log: stop the move
+            log.error("moving %s-%d: %s; move abandoned", move.key[0], move.key[1], exc)
+            self.cancel(move.key)
+
+    @staticmethod
+    def _copy(current: PartitionLog, future: PartitionLog) -> bool:
+        """One bounded step; True when the future holds everything the current log does."""
+        if future.log_end_offset > future.log_start_offset:
+            epoch, end = current.end_offset_for(future.latest_epoch)
+            if epoch != future.latest_epoch or end < future.log_end_offset:
+                # the current log was truncated (a diverged follower): copy again from its start
+                future.truncate_fully_and_start_at(current.log_start_offset)
+        if current.log_start_offset > future.log_end_offset:
+            future.truncate_fully_and_start_at(current.log_start_offset)
+        elif current.log_start_offset > future.log_start_offset:
+            future.delete_records_before(current.log_start_offset, _now_ms())
+        if future.log_end_offset >= current.log_end_offset:
+            return True
+        data = current.read(future.log_end_offset, COPY_STEP_BYTES, min_one=True).read_bytes()
+        view, pos, keep = memoryview(data), 0, None
+        for h in iter_batches(view):          # after compaction a batch may start earlier
+            if keep is None and h.last_offset >= future.log_end_offset:
+                keep = pos
+            pos += h.size_in_bytes
+        if keep is not None:
+            future.append_as_follower(bytes(view[keep:pos]), _now_ms())
+        return future.log_end_offset >= current.log_end_offset
+
+    def _swap(self, hosted, move: Move) -> None:
+        """Put the caught-up future log in the current one's place (no await: no append can
+        come between the last copy and the swap)."""
+        key, current, future = move.key, hosted.log, move.future
+        future.close(sync=True)
+        future.mark_clean()
+        current.close(sync=False)
+        trash = None
+        if current.materialized:
+            trash = f"{current.directory}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
+            os.rename(current.directory, trash)
+        final = os.path.join(move.dest.path, f"{key[0]}-{key[1]}")
+        os.rename(future.directory, final)
+        fsync_dir(move.dest.path)
+        new = PartitionLog(final, current.config, _now_ms(), files=self.files)
+        cache = current.epoch_cache
+        for epoch, start in zip(cache.epochs, cache.start_offsets):
+            if epoch > new.latest_epoch:            # an epoch with no batch yet (a new leader's)
+                new.assign_epoch_start(epoch, start)
+        hosted.log = hosted.state.log = new
+        hosted.cleaner = None
+        hosted.producers = producer_snapshot.rebuild(new)
+        self.moves.pop(key, None)
+        self.log_dirs.drop_future(key)
+        self.log_dirs.set_placement(key, move.dest)
+        self.swapped += 1
+        self.replicas.on_change(key)
+        log.info("%s-%d now in %s", key[0], key[1], move.dest.path)
+        if trash is not None:
+            self._trash.append(trash)
