@@ -89,21 +89,29 @@ def assign_replicas_to_dirs(image: MetadataImage, offline: OfflineLogDirs, broke
 
 
 def without_offline_leaders(image: MetadataImage, offline: OfflineLogDirs, records: list) -> list:
-    """`records` with every election of an offline replica made "no leader" instead (a change
-    left with nothing to do is dropped)."""
+    """`records` with every election of an offline replica undone: a partition whose current
+    leader is usable keeps it (e.g. a preferred-leader move back onto the offline replica), one
+    without a usable leader is left with none (a change left with nothing to do is dropped)."""
     if not offline.replicas:
         return records
     out = []
     for rec in records:
         if isinstance(rec, r.PartitionChangeRecord) and rec.leader is not None and \
-                (rec.topic_id, rec.partition_id) in offline.replicas.get(rec.leader, ()):
+                _is_offline(offline, rec.leader, rec.topic_id, rec.partition_id):
             t = image.topic_by_id(rec.topic_id)
             p = t.partitions.get(rec.partition_id) if t is not None else None
-            rec = dataclasses.replace(rec, leader=NO_LEADER)
+            keep = p is not None and p.leader != NO_LEADER and \
+                not _is_offline(offline, p.leader, rec.topic_id, rec.partition_id)
+            rec = dataclasses.replace(rec, leader=None if keep else NO_LEADER)
             if p is not None and p.leader == NO_LEADER:
                 rec = dataclasses.replace(rec, leader=None)
+            if rec.leader is None:
                 if all(getattr(rec, f.name) is None for f in dataclasses.fields(rec)
                        if f.name not in ("topic_id", "partition_id")):
                     continue
         out.append(rec)
     return out
+
+
+def _is_offline(offline: OfflineLogDirs, broker_id: int, topic_id, partition_id: int) -> bool:
+    return (topic_id, partition_id) in offline.replicas.get(broker_id, ())

@@ -133,3 +133,22 @@ def test_an_offline_replica_is_never_elected_until_its_directory_is_back():
     assert {(x.partition_id, x.leader) for x in records if getattr(x, "leader", None) == 0} >= \
         {(0, 0)}
     assert len(svc.committed) >= committed
+
+
+def test_a_move_onto_an_offline_replica_keeps_the_usable_leader():
+    """A command computed before the directory's replicas left the ISR (a preferred-leader move
+    back to broker 0 in that window) must not leave the partition leaderless: the filter keeps
+    the usable leader it has."""
+    from metadata_quorum import records as r
+    from metadata_quorum.controller.log_dirs import without_offline_leaders
+    svc = _cluster()
+    c = svc.controller
+    _heartbeat(svc, [BAD])
+    _assign(svc, {BAD: {"t": [0]}})
+    t = c.image.topics["t"]
+    assert t.partitions[0].leader in (1, 2)
+    move = r.PartitionChangeRecord(t.topic_id, 0, leader=0)
+    assert without_offline_leaders(c.image, c.offline_log_dirs, [move]) == []
+    with_isr = r.PartitionChangeRecord(t.topic_id, 0, leader=0, isr=(1, 2))
+    assert without_offline_leaders(c.image, c.offline_log_dirs, [with_isr]) == [
+        r.PartitionChangeRecord(t.topic_id, 0, leader=None, isr=(1, 2))]
