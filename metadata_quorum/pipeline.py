@@ -1,0 +1,146 @@
+"""The active controller's command pipeline (KRaft's QuorumController does the same): a command's
+records are computed against a *speculative* image — the committed image plus every record
+proposed and not committed yet — and proposed at once; the next command starts without waiting.
+Answers still go out only after their records commit (service.py waits on each Proposal).
+
+States of the pipeline and what moves it:
+
+    inactive --activate()--> activating (one activation entry in flight) --entry ok--> active
+    active --propose()--> active with proposals in flight --every entry ok--> active, idle
+    any --renounce() (a failed or fenced entry, a commit timeout, lost leadership, a Raft
+          snapshot installed)--> inactive: every proposal in flight fails, the speculative
+          image is dropped (back to the committed one)
+
+Each entry is fenced (records.fence_entry) with this activation's id and the metadata offset it
+expects to start at: entries committed after a failure, or forwarded by pysyncobj to the next
+leader, apply only where their premise holds, so the committed state always equals replaying
+the committed records, whatever fails. A failure renounces rather than carrying on: what is
+still in flight may yet commit, so the next command would not know which state it runs on;
+the next activation entry is appended after all of it, and its commit settles the state.
+
+Pure: no I/O, no clocks. The caller proposes the entries through Raft and reports each entry's
+outcome back (`entry_done`), in log order, and every committed state (`committed_upto`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from metadata_quorum import records as r
+from metadata_quorum.image import MetadataImage
+
+
+class NotProposable(Exception):
+    """The pipeline is not active (never activated, or renounced since)."""
+
+
+class Proposal:
+    """One command's entries (several for a metadata transaction), answered together."""
+
+    def __init__(self, entries: list[bytes], end_offset: int, records: list, activates: bool):
+        self.entries = entries
+        self.end_offset = end_offset          # the metadata offset after its last record
+        self.records = records                # as replayed (decoded), Begin/End included
+        self.activates = activates
+        self.acked = 0                        # entries committed so far
+        self.done = False
+        self.error: str | None = None         # why it failed (None: committed, or in flight)
+        self.on_finish: list[Callable[[], None]] = []
+        self.started = 0.0                    # the caller's own (service.py: commit times)
+        self.elected = (0, 0)
+
+    def _finish(self, error: str | None) -> None:
+        self.done, self.error = True, error
+        for callback in self.on_finish:
+            callback()
+
+
+class CommandPipeline:
+    def __init__(self, image: MetadataImage | None = None, next_offset: int = 0,
+                 new_activation: Callable[[], bytes] = lambda: os.urandom(8)):
+        self.committed = image if image is not None else MetadataImage()
+        self.next_offset = next_offset        # the committed state's next metadata offset
+        self.speculative = self.committed
+        self.speculative_next = next_offset
+        self.inflight: list[Proposal] = []
+        self.activation: bytes | None = None
+        self.active = False                   # the activation entry committed
+        self._new_activation = new_activation
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def activate(self, records: list) -> Proposal:
+        """The entry that makes this controller the writer: applies whatever came before it
+        (its expected offset is records.ACTIVATE), so the caller renounces first."""
+        self.renounce("activating again")
+        self.activation = self._new_activation()
+        return self._propose(records, activate=True)
+
+    def propose(self, records: list) -> Proposal:
+        """Fenced entries for `records` (RecordTooLarge if one record is over the limit), the
+        speculative image moved past them."""
+        if not self.active:
+            raise NotProposable("not the active controller")
+        return self._propose(records, activate=False)
+
+    def _propose(self, records: list, activate: bool) -> Proposal:
+        entries, decoded = [], []
+        offset, image = self.speculative_next, self.speculative
+        for items in r.entry_items(records):
+            batch = r.msgpack.packb(items, use_bin_type=True)
+            entries.append(r.fence_entry(batch, self.activation,
+                                         r.ACTIVATE if activate else offset))
+            # replay what the log will hold (encoded and decoded again, as MetadataLog does),
+            # so the speculative image equals the committed one once these commit
+            recs = [r.decode_record(item) for item in items]
+            image = image.apply_all(offset, recs)
+            offset += len(recs)
+            decoded += recs
+        proposal = Proposal(entries, offset, decoded, activate)
+        self.speculative, self.speculative_next = image, offset
+        self.inflight.append(proposal)
+        return proposal
+
+    def last_pending(self) -> Proposal | None:
+        """What a record-less answer read from the speculative image waits for (KRaft too):
+        the state it saw is committed once the last proposal in flight is."""
+        return self.inflight[-1] if self.inflight else None
+
+    # -- outcomes -------------------------------------------------------------------------------
+
+    def committed_upto(self, image: MetadataImage, next_offset: int) -> None:
+        """A committed state (any entry's, ours or not)."""
+        self.committed, self.next_offset = image, next_offset
+        if not self.inflight:
+            self.speculative, self.speculative_next = image, next_offset
+
+    def entry_done(self, proposal: Proposal, error: str | None) -> list[Proposal]:
+        """One entry of `proposal` committed (error None) or failed: returns the proposals that
+        finished because of it (on a failure, every one in flight)."""
+        if proposal.done:
+            return []
+        if error is not None:
+            return self.renounce(error)
+        proposal.acked += 1
+        if proposal.acked < len(proposal.entries):
+            return []
+        if proposal in self.inflight:
+            self.inflight.remove(proposal)
+        if proposal.activates:
+            self.active = True
+        if not self.inflight:
+            # everything proposed is committed: the committed image is the state from here
+            # (the activation's offsets were a guess: entries before it may have applied)
+            self.speculative, self.speculative_next = self.committed, self.next_offset
+        proposal._finish(None)
+        return [proposal]
+
+    def renounce(self, reason: str) -> list[Proposal]:
+        """Drop the speculative state: every proposal in flight fails with `reason`."""
+        failed, self.inflight = self.inflight, []
+        self.active = False
+        self.speculative, self.speculative_next = self.committed, self.next_offset
+        for proposal in failed:
+            proposal._finish(reason)
+        return failed
