@@ -93,6 +93,7 @@ class ControllerService:
         self.membership_differs = False
         self.next_offset = 0
         self.pipeline = CommandPipeline()           # committed + speculative images (pipeline.py)
+        self.pipelined = config.pipeline            # False: one command at a time (benchmarks)
         self.tail: list[bytes] = []
         self.tail_start = 0
         self.new_data = trio.Event()
@@ -219,6 +220,7 @@ class ControllerService:
                         "not commit)"
             if self.pipeline.entry_done(proposal, error) and error is not None:
                 self._renounced(error)
+            self.controller.load_image(self.pipeline.speculative)  # the committed one when idle
 
         def callback(res, err):
             try:
@@ -282,6 +284,9 @@ class ControllerService:
                 proposal = self.propose(records)
             else:
                 proposal = self.pipeline.last_pending()
+            if not self.pipelined:              # one at a time: the lock held to the commit
+                await self.outcome(proposal, bool(records))
+                return result
         await self.outcome(proposal, bool(records))
         return result
 

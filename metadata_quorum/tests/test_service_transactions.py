@@ -55,6 +55,7 @@ async def make_service() -> ControllerService:
     svc.stats = ControllerStats()
     svc.token = trio.lowlevel.current_trio_token()
     svc.pipeline = CommandPipeline()
+    svc.pipelined = True
     svc._install(svc.quorum.log.subscribe(svc._on_event_threadsafe))
     await svc.become_active()                   # what the leadership loop does
     return svc
