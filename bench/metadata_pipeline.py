@@ -3,10 +3,12 @@ controller's command pipeline (issue 20 item 4), side by side in one run: 3 cont
 on 127.0.0.1, N clients each sending CreateTopics one after another on its own connection to the
 active controller (what many brokers and admin clients at once look like to it).
 
-    python3 bench/metadata_pipeline.py [--clients 1,4,16] [--seconds 8]
+    python3 bench/metadata_pipeline.py [--clients 1,4,16] [--rounds 4] [--window 2]
 
-Four quorums, one per combination of raftka.controller.raft.fsync and
-raftka.controller.pipeline; each measures every client count for `--seconds` (after a warm-up).
+Four quorums run at once, one per combination of raftka.controller.raft.fsync and
+raftka.controller.pipeline; for each client count they are measured in turn, `--window` seconds
+each, for `--rounds` rounds (the order rotating), so a machine whose load swings (this one is
+shared) weighs on all four alike.
 A commit is one CreateTopics (one topic, one partition on broker 0) answered after its records
 commit. Prints commits/s per combination and the ratios that matter: fsync on / fsync off with
 pipelining, and against the one-at-a-time controller without fsync (the rate before item 4).
@@ -81,40 +83,57 @@ async def rate(q: Quorum, active: list, clients: int, seconds: float,
     async with trio.open_nursery() as nursery:
         for k in range(clients):
             nursery.start_soon(client, k)
-    return sum(counts) / (time.perf_counter() - start), sorted(latencies), retries[0]
+    return sum(counts), time.perf_counter() - start, latencies, retries[0]
 
 
-async def measure(q: Quorum, client_counts: list[int], seconds: float) -> dict:
-    await register_broker(q)
-    active, _ = await create_topic(q, "warm-up", 30)
-    active = [active]
-    await rate(q, active, 4, 1.0, "warm")
-    out = {}
+async def measure(quorums: dict, client_counts: list[int], rounds: int, window: float) -> dict:
+    active = {}
+    for combo, q in quorums.items():
+        await register_broker(q)
+        active[combo] = [(await create_topic(q, "warm-up", 30))[0]]
+        await rate(q, active[combo], 4, 1.0, "warm")
+    out: dict = {combo: {} for combo in quorums}
     for n in client_counts:
-        per_s, lat, retries = await rate(q, active, n, seconds, f"c{n}")
-        out[n] = (round(per_s, 1), round(lat[len(lat) // 2] * 1000, 2), retries)
+        totals = {combo: [0, 0.0, [], 0] for combo in quorums}
+        for rnd in range(rounds):
+            order = COMBOS[rnd % 4:] + COMBOS[:rnd % 4]
+            for combo in order:
+                count, took, lat, retries = await rate(quorums[combo], active[combo], n, window,
+                                                       f"c{n}-{rnd}")
+                t = totals[combo]
+                t[0] += count
+                t[1] += took
+                t[2] += lat
+                t[3] += retries
+        for combo, (count, took, lat, retries) in totals.items():
+            lat.sort()
+            out[combo][n] = (round(count / took, 1), round(lat[len(lat) // 2] * 1000, 2), retries)
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--clients", default="1,4,16")
-    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--window", type=float, default=2.0)
     args = ap.parse_args()
     client_counts = [int(x) for x in args.clients.split(",")]
-    results = {}
-    for fsync, pipeline in COMBOS:
-        q = Quorum(Path(tempfile.mkdtemp(prefix="raftka-pipeline-bench-")),
-                   {"raftka.controller.raft.fsync": "true" if fsync == "on" else "false",
-                    "raftka.controller.pipeline": "true" if pipeline == "on" else "false"})
-        q.start_all()
-        try:
-            results[fsync, pipeline] = trio.run(measure, q, client_counts, args.seconds)
-        finally:
+    quorums = {}
+    try:
+        for fsync, pipeline in COMBOS:
+            q = Quorum(Path(tempfile.mkdtemp(prefix="raftka-pipeline-bench-")),
+                       {"raftka.controller.raft.fsync": "true" if fsync == "on" else "false",
+                        "raftka.controller.pipeline": "true" if pipeline == "on" else "false"})
+            quorums[fsync, pipeline] = q
+            q.start_all()
+        results = trio.run(measure, quorums, client_counts, args.rounds, args.window)
+    finally:
+        for q in quorums.values():
             q.stop_all()
+    for (fsync, pipeline), by_n in results.items():
         print(f"fsync {fsync:3s} pipeline {pipeline:3s}: " + ", ".join(
             f"{n} clients {r} commits/s (p50 {lat} ms{f', {e} NOT_CONTROLLER' if e else ''})"
-            for n, (r, lat, e) in results[fsync, pipeline].items()), flush=True)
+            for n, (r, lat, e) in by_n.items()), flush=True)
     for n in client_counts:
         r = {k: v[n][0] for k, v in results.items()}
         print(f"{n} clients: fsync on/off, pipelined {r['on', 'on'] / r['off', 'on']:.2f}; "

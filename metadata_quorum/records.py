@@ -300,28 +300,31 @@ def encode_entries(records: list[Record], max_entry_bytes: int = MAX_ENTRY_BYTES
     entry opens with a BeginTransactionRecord, the last closes with an EndTransactionRecord,
     and replay applies nothing of it before the End (see image.py)."""
     return [msgpack.packb(items, use_bin_type=True)
-            for items in entry_items(records, max_entry_bytes)]
+            for items, _ in entry_items(records, max_entry_bytes)]
 
 
-def entry_items(records: list[Record], max_entry_bytes: int = MAX_ENTRY_BYTES) -> list[list[bytes]]:
-    """The encoded records of each Raft entry for `records` (see encode_entries)."""
+def entry_items(records: list[Record], max_entry_bytes: int = MAX_ENTRY_BYTES
+                ) -> list[tuple[list[bytes], list[Record]]]:
+    """Each Raft entry for `records` (see encode_entries): its encoded records and the same
+    records as objects (a transaction's Begin and End included)."""
     encoded = [encode_record(rec) for rec in records]
     for item in encoded:
         if len(item) > MAX_RECORD_BYTES:
             raise RecordTooLarge(f"a metadata record of {len(item)} bytes is over the "
                                  f"{MAX_RECORD_BYTES}-byte limit")
     if _LIST_OVERHEAD + sum(len(x) + _ITEM_OVERHEAD for x in encoded) <= max_entry_bytes:
-        return [encoded]
-    entries, current, size = [], [], _LIST_OVERHEAD
-    items = [encode_record(BeginTransactionRecord(f"{len(records)} records"))] + encoded + \
-        [encode_record(EndTransactionRecord())]
-    for item in items:
+        return [(encoded, list(records))]
+    begin, end = BeginTransactionRecord(f"{len(records)} records"), EndTransactionRecord()
+    items = [encode_record(begin)] + encoded + [encode_record(end)]
+    objects = [begin] + list(records) + [end]
+    entries, current, size, start = [], [], _LIST_OVERHEAD, 0
+    for i, item in enumerate(items):
         if current and size + len(item) + _ITEM_OVERHEAD > max_entry_bytes:
-            entries.append(current)
-            current, size = [], _LIST_OVERHEAD
+            entries.append((current, objects[start:i]))
+            current, size, start = [], _LIST_OVERHEAD, i
         current.append(item)
         size += len(item) + _ITEM_OVERHEAD
-    entries.append(current)
+    entries.append((current, objects[start:]))
     return entries
 
 

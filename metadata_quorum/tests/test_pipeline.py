@@ -253,7 +253,7 @@ class Run:
     def command(self) -> None:
         self.qc.load_image(self.pipe.speculative)
         self.now += 100
-        img, k = self.pipe.speculative, self.rng.randrange(6)
+        img, k = self.pipe.speculative, self.rng.randrange(8)
         name = f"t{self.rng.randrange(5)}"
         if k == 0:
             b = self.rng.randrange(3)
@@ -264,8 +264,23 @@ class Run:
             recs, _ = self.qc.broker_heartbeat(b, img.brokers[b].broker_epoch, img.offset,
                                                False, False, self.now)
         elif k == 2:
-            recs, _ = self.qc.create_topics([{"name": name, "replication_factor": 1,
+            recs, _ = self.qc.create_topics([{"name": name,
+                                              "replication_factor": self.rng.randint(1, 3),
                                               "num_partitions": self.rng.randint(1, 3)}])
+        elif k == 6 and name in img.topics:
+            # an ISR change from the leader, with the ISR as a list (as the handler passes it)
+            t = img.topics[name]
+            p = t.partitions[self.rng.choice(sorted(t.partitions))]
+            leader = img.brokers.get(p.leader)
+            isr = [p.leader] + [b for b in p.replicas if b != p.leader
+                                and self.rng.random() < 0.5]
+            recs, _ = self.qc.alter_partition(p.leader, leader.broker_epoch if leader else -1,
+                                              t.topic_id, p.partition_id, p.leader_epoch,
+                                              p.partition_epoch, isr)
+        elif k == 7:
+            recs, _ = self.qc.alter_client_quotas(
+                [((("user", f"u{self.rng.randrange(2)}"),),
+                  [("producer_byte_rate", float(self.rng.randrange(1, 10 ** 6)), False)])])
         elif k == 3:
             recs, _ = self.qc.delete_topics([name])
         elif k == 4:
