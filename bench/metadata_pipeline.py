@@ -3,14 +3,15 @@ controller's command pipeline (issue 20 item 4), side by side in one run: 3 cont
 on 127.0.0.1, N clients each sending CreateTopics one after another on its own connection to the
 active controller (what many brokers and admin clients at once look like to it).
 
-    python3 bench/metadata_pipeline.py [--clients 1,4,16] [--rounds 4] [--window 2]
+    python3 bench/metadata_pipeline.py [--clients 1,4,16] [--rounds 8] [--window 1.5]
 
 Four quorums run at once, one per combination of raftka.controller.raft.fsync and
 raftka.controller.pipeline; for each client count they are measured in turn, `--window` seconds
 each, for `--rounds` rounds (the order rotating), so a machine whose load swings (this one is
-shared) weighs on all four alike.
+shared) weighs on all four alike; the rate reported is the median window's.
 A commit is one CreateTopics (one topic, one partition on broker 0) answered after its records
-commit. Prints commits/s per combination and the ratios that matter: fsync on / fsync off with
+commit. Prints commits/s per combination, the CPU time the three controllers spent per commit
+(a figure the machine's load moves far less than the rate), and the ratios that matter: fsync on / fsync off with
 pipelining, and against the one-at-a-time controller without fsync (the rate before item 4).
 """
 
@@ -18,9 +19,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import sys
 import tempfile
 import time
+from statistics import median
 from pathlib import Path
 
 import trio
@@ -31,6 +34,19 @@ from clients.connection import BrokerConnection  # noqa: E402
 from metadata_quorum.tests.test_failover import Quorum, create_topic, register_broker  # noqa: E402
 from wire.messages.api_keys import ApiKey  # noqa: E402
 from wire.messages.index_generated import REQUESTS  # noqa: E402
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(q: Quorum) -> float:
+    """CPU time (user + system) the quorum's controller processes used so far."""
+    total = 0
+    for p in q.procs.values():
+        with open(f"/proc/{p.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])      # utime, stime
+    return total / TICKS
+
 
 COMBOS = [("off", "off"), ("on", "off"), ("off", "on"), ("on", "on")]   # (fsync, pipeline)
 
@@ -94,28 +110,33 @@ async def measure(quorums: dict, client_counts: list[int], rounds: int, window: 
         await rate(q, active[combo], 4, 1.0, "warm")
     out: dict = {combo: {} for combo in quorums}
     for n in client_counts:
-        totals = {combo: [0, 0.0, [], 0] for combo in quorums}
+        totals = {combo: [[], [], 0, 0.0, 0] for combo in quorums}
         for rnd in range(rounds):
             order = COMBOS[rnd % 4:] + COMBOS[:rnd % 4]
             for combo in order:
+                cpu = cpu_seconds(quorums[combo])
                 count, took, lat, retries = await rate(quorums[combo], active[combo], n, window,
                                                        f"c{n}-{rnd}")
                 t = totals[combo]
-                t[0] += count
-                t[1] += took
-                t[2] += lat
-                t[3] += retries
-        for combo, (count, took, lat, retries) in totals.items():
+                t[0].append(count / took)
+                t[1] += lat
+                t[2] += retries
+                t[3] += cpu_seconds(quorums[combo]) - cpu
+                t[4] += count
+        for combo, (rates, lat, retries, cpu, count) in totals.items():
+            # the median window: one election (NOT_CONTROLLER) ruins a window on this loaded
+            # machine, whichever quorum it hits
             lat.sort()
-            out[combo][n] = (round(count / took, 1), round(lat[len(lat) // 2] * 1000, 2), retries)
+            out[combo][n] = (round(median(rates), 1), round(lat[len(lat) // 2] * 1000, 2),
+                             retries, round(cpu / max(count, 1) * 1000, 2))
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--clients", default="1,4,16")
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--window", type=float, default=2.0)
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--window", type=float, default=1.5)
     args = ap.parse_args()
     client_counts = [int(x) for x in args.clients.split(",")]
     quorums = {}
@@ -132,8 +153,9 @@ def main() -> None:
             q.stop_all()
     for (fsync, pipeline), by_n in results.items():
         print(f"fsync {fsync:3s} pipeline {pipeline:3s}: " + ", ".join(
-            f"{n} clients {r} commits/s (p50 {lat} ms{f', {e} NOT_CONTROLLER' if e else ''})"
-            for n, (r, lat, e) in by_n.items()), flush=True)
+            f"{n} clients {r} commits/s (p50 {lat} ms, {cpu} CPU ms/commit"
+            f"{f', {e} NOT_CONTROLLER' if e else ''})"
+            for n, (r, lat, e, cpu) in by_n.items()), flush=True)
     for n in client_counts:
         r = {k: v[n][0] for k, v in results.items()}
         print(f"{n} clients: fsync on/off, pipelined {r['on', 'on'] / r['off', 'on']:.2f}; "

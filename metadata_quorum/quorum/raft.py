@@ -19,6 +19,12 @@
   second one would silently break every journal: never add one.
 - The applier never raises (an exception there would wedge every node), is deterministic, and
   keeps its own metadata offset: record n of the cluster's history has offset n everywhere.
+- Entries are fenced (records.fence_entry): the active controller pipelines commands
+  (metadata_quorum/pipeline.py), so an entry is applied only if its writer (the activation id
+  committed when that controller became active) is still the current one and the metadata
+  offset is the one it was computed for; otherwise it is skipped (FENCED), the same way on every
+  node. pysyncobj forwards a deposed leader's queued commands to the next leader, which appends
+  them after its own: without the fence they would apply on a state they were not computed on.
 - Replicated state is what `SyncObjConsumer` serialises: `next_offset`, `image`, a bounded `tail`
   of recent encoded records. Everything set before `SyncObjConsumer.__init__` (the listener, the
   lock) is local and not serialised.
