@@ -323,6 +323,8 @@ class ControllerService:
         async with self.lock:
             await self.outcome(self.propose([NoOpRecord()], activate=True))
             await self._abort_open_transaction()
+            if not self.pipeline.active:        # renounced again since (a failed entry)
+                raise NotActive("renounced while becoming active")
             self.controller.become_active(now_ms())
             self.active = True
 
