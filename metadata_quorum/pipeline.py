@@ -7,9 +7,12 @@ States of the pipeline and what moves it:
 
     inactive --activate()--> activating (one activation entry in flight) --entry ok--> active
     active --propose()--> active with proposals in flight --every entry ok--> active, idle
-    any --renounce() (a failed or fenced entry, a commit timeout, lost leadership, a Raft
-          snapshot installed)--> inactive: every proposal in flight fails, the speculative
+    active --renounce() (a failed or fenced entry or a commit timeout of this activation, a
+          Raft snapshot installed)--> inactive: every proposal in flight fails, the speculative
           image is dropped (back to the committed one)
+    active --deactivate() (leadership lost)--> inactive: no new proposals; those in flight
+          end as Raft reports them (committed: a success, truthfully), or fail when the next
+          activation entry commits without Raft having reported them
 
 Each entry is fenced (records.fence_entry) with this activation's id and the metadata offset it
 expects to start at: entries committed after a failure, or forwarded by pysyncobj to the next
@@ -38,11 +41,13 @@ class NotProposable(Exception):
 class Proposal:
     """One command's entries (several for a metadata transaction), answered together."""
 
-    def __init__(self, entries: list[bytes], end_offset: int, records: list, activates: bool):
+    def __init__(self, entries: list[bytes], end_offset: int, records: list, activates: bool,
+                 activation: bytes | None = None):
         self.entries = entries
         self.end_offset = end_offset          # the metadata offset after its last record
         self.records = records                # as replayed (decoded), Begin/End included
         self.activates = activates
+        self.activation = activation          # the activation it was written under
         self.acked = 0                        # entries committed so far
         self.done = False
         self.error: str | None = None         # why it failed (None: committed, or in flight)
@@ -71,11 +76,18 @@ class CommandPipeline:
     # -- writes ---------------------------------------------------------------------------------
 
     def activate(self, records: list) -> Proposal:
-        """The entry that makes this controller the writer: applies whatever came before it
-        (its expected offset is records.ACTIVATE), so the caller renounces first."""
-        self.renounce("activating again")
+        """The entry that makes this controller the writer (its expected offset is
+        records.ACTIVATE: it applies after whatever came before it). Proposals of an earlier
+        activation still in flight stay there: Raft may yet report them committed (a success
+        then, not a NOT_CONTROLLER a retry would turn into "already exists"); those it has not
+        reported when this entry commits never will be, and fail then."""
+        self.active = False
         self.activation = self._new_activation()
         return self._propose(records, activate=True)
+
+    def deactivate(self) -> None:
+        """Leadership lost: no new proposals; those in flight wait for Raft's word."""
+        self.active = False
 
     def propose(self, records: list) -> Proposal:
         """Fenced entries for `records` (RecordTooLarge if one record is over the limit), the
@@ -97,7 +109,7 @@ class CommandPipeline:
             image = image.apply_all(offset, recs)
             offset += len(recs)
             decoded += recs
-        proposal = Proposal(entries, offset, decoded, activate)
+        proposal = Proposal(entries, offset, decoded, activate, self.activation)
         self.speculative, self.speculative_next = image, offset
         self.inflight.append(proposal)
         return proposal
@@ -117,24 +129,42 @@ class CommandPipeline:
 
     def entry_done(self, proposal: Proposal, error: str | None) -> list[Proposal]:
         """One entry of `proposal` committed (error None) or failed: returns the proposals that
-        finished because of it (on a failure, every one in flight)."""
+        finished because of it (on a failure, see `fail`)."""
         if proposal.done:
             return []
         if error is not None:
-            return self.renounce(error)
+            return self.fail(proposal, error)
         proposal.acked += 1
         if proposal.acked < len(proposal.entries):
             return []
-        if proposal in self.inflight:
-            self.inflight.remove(proposal)
-        if proposal.activates:
+        finished = [proposal]
+        self.inflight.remove(proposal)
+        if proposal.activates and proposal.activation == self.activation:
             self.active = True
+            # Raft reported everything before this entry: what it did not, it never will
+            stale = [p for p in self.inflight if p.activation != self.activation]
+            self.inflight = [p for p in self.inflight if p.activation == self.activation]
+            for p in stale:
+                p._finish("superseded by a new activation")
+            finished += stale
         if not self.inflight:
             # everything proposed is committed: the committed image is the state from here
             # (the activation's offsets were a guess: entries before it may have applied)
             self.speculative, self.speculative_next = self.committed, self.next_offset
         proposal._finish(None)
-        return [proposal]
+        return finished
+
+    def fail(self, proposal: Proposal, reason: str) -> list[Proposal]:
+        """`proposal` failed (an entry refused or truncated, or its commit timed out): every
+        proposal in flight of the same activation fails too (each was computed on the ones
+        before it). If that is the current activation, the pipeline renounces."""
+        if proposal.activation != self.activation:
+            failed = [p for p in self.inflight if p.activation == proposal.activation]
+            self.inflight = [p for p in self.inflight if p.activation != proposal.activation]
+            for p in failed:
+                p._finish(reason)
+            return failed
+        return self.renounce(reason)
 
     def renounce(self, reason: str) -> list[Proposal]:
         """Drop the speculative state: every proposal in flight fails with `reason`."""

@@ -6,10 +6,12 @@ applied here), grants every broker a fresh session, and only then serves command
 pipelined (pipeline.py, as KRaft): each runs against the committed image plus the records still
 in flight, its records are proposed at once and the next command starts; its answer is sent after
 they commit (so a success is never lost). A command without records answers once the last
-proposal in flight committed (it read that state). A failed or timed-out commit, or a lost
-leadership, renounces: every command in flight fails with NOT_CONTROLLER, the speculative state is
-dropped, and the controller activates again if it still leads. A node that is not active answers
-mutations with NOT_CONTROLLER; brokers then try the next voter.
+proposal in flight committed (it read that state). A failed or timed-out commit renounces:
+every command in flight fails with NOT_CONTROLLER, the speculative state is dropped, and the
+controller activates again if it still leads. A lost leadership stops new commands; those in
+flight get NOT_CONTROLLER unless Raft still reports their entries committed (then the success
+stands: a retry would otherwise meet its own write as "already exists"). A node that is not
+active answers mutations with NOT_CONTROLLER; brokers then try the next voter.
 
 The metadata stream for brokers is served by *every* controller from its committed log, KRaft
 style: `Fetch` (v12) on topic `__cluster_metadata` partition 0 from an offset, long-polled up to
@@ -218,8 +220,9 @@ class ControllerService:
             elif not isinstance(res, int) or res < 0:
                 error = "commit failed: the entry was fenced off (written on a state that did " \
                         "not commit)"
-            if self.pipeline.entry_done(proposal, error) and error is not None:
-                self._renounced(error)
+            self.pipeline.entry_done(proposal, error)
+            if error is not None and self.active and not self.pipeline.active:
+                self._renounced(error)          # this activation's proposal failed
             self.controller.load_image(self.pipeline.speculative)  # the committed one when idle
 
         def callback(res, err):
@@ -242,7 +245,9 @@ class ControllerService:
             with trio.move_on_after(COMMIT_TIMEOUT_S + len(proposal.entries) * 0.1):
                 await done.wait()
             if not proposal.done:
-                self._renounce("commit timed out (no quorum?)")
+                self.pipeline.fail(proposal, "commit timed out (no quorum?)")
+                if self.active and not self.pipeline.active:
+                    self._renounced("commit timed out (no quorum?)")
         if records:
             add_remote_time(time.perf_counter() - proposal.started)   # RemoteTimeMs
         if proposal.error is not None:
@@ -309,9 +314,11 @@ class ControllerService:
                     log.info("could not become active: %s", exc)
                     await trio.sleep(0.05)          # e.g. no quorum yet: try again soon
                     continue
-            elif not leader and (self.active or self.pipeline.inflight):
+            elif not leader and self.active:
+                # commands in flight wait for Raft's word on their entries (committed: their
+                # success stands) or fail by the commit timeout / the next activation
                 self.active = False
-                self._renounce("lost the Raft leadership")
+                self.pipeline.deactivate()
                 log.info("controller %d is no longer active", self.config.node_id)
             with trio.move_on_after(LEADERSHIP_POLL_S):
                 await self.role_changed.wait()

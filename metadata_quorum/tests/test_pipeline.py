@@ -81,7 +81,8 @@ def test_a_writer_survives_a_raft_snapshot_of_the_log():
 # -- the pipeline, by hand --------------------------------------------------------------------
 
 def _active_pipeline(mlog: MetadataLog) -> CommandPipeline:
-    pipe = CommandPipeline(new_activation=lambda: b"me")
+    ids = iter(range(1000))
+    pipe = CommandPipeline(new_activation=lambda: b"me-%d" % next(ids))
     mlog.subscribe(lambda ev: pipe.committed_upto(ev.image, ev.first + len(ev.encoded)))
     p = pipe.activate([r.NoOpRecord()])
     pipe.entry_done(p, None if apply(mlog, p.entries[0]) >= 0 else "fenced")
@@ -123,6 +124,36 @@ def test_a_failure_fails_everything_in_flight_and_needs_a_new_activation():
     # b's entry may still reach the log (it was appended): its premise (a) never committed
     assert apply(mlog, b.entries[0]) == FENCED
     assert pipe.entry_done(b, None) == []       # a late success of a failed proposal: ignored
+
+
+def test_after_a_lost_leadership_a_commit_raft_reports_is_a_success():
+    mlog = MetadataLog()
+    pipe = _active_pipeline(mlog)
+    a = pipe.propose([r.NoOpRecord()])
+    b = pipe.propose([r.NoOpRecord()])
+    pipe.deactivate()
+    with pytest.raises(NotProposable):
+        pipe.propose([r.NoOpRecord()])
+    assert apply(mlog, a.entries[0]) == 1           # a committed after all: a success
+    pipe.entry_done(a, None)
+    assert a.done and a.error is None
+    # leadership back: b was never reported; the new activation entry committing settles it
+    act = pipe.activate([r.NoOpRecord()])
+    assert apply(mlog, act.entries[0]) == 2
+    assert pipe.entry_done(act, None) == [act, b]
+    assert b.error == "superseded by a new activation" and act.error is None and pipe.active
+    assert pipe.speculative is pipe.committed and not pipe.inflight
+    assert apply(mlog, b.entries[0]) == FENCED      # should it turn up after all
+
+
+def test_an_old_activations_failure_does_not_touch_the_current_one():
+    mlog = MetadataLog()
+    pipe = _active_pipeline(mlog)
+    old = pipe.propose([r.NoOpRecord()])
+    pipe.deactivate()
+    act = pipe.activate([r.NoOpRecord()])
+    assert pipe.fail(old, "truncated") == [old]
+    assert not act.done and act in pipe.inflight
 
 
 def test_a_big_command_is_one_proposal_of_several_fenced_entries():
@@ -298,8 +329,7 @@ class Run:
         if not raft.leader:
             if choice < 0.3:
                 raft.leader = True              # leadership comes back (a later term)
-                pipe.renounce("a new term")
-        elif not pipe.active and not pipe.inflight:
+        elif not pipe.active and not any(p.activates for p in pipe.inflight):
             self.propose([r.NoOpRecord()], activate=True)
         elif choice < 0.45 and pipe.active:
             self.command()
@@ -309,11 +339,12 @@ class Run:
             raft.commit_some()
         elif choice < 0.95:
             raft.refuse_one()
-        elif choice < 0.975:
-            pipe.renounce("commit timed out")   # the service's timeout; entries go on
+        elif choice < 0.975 and pipe.inflight:
+            # the service's commit timeout on the oldest proposal; its entries may still commit
+            pipe.fail(pipe.inflight[0], "commit timed out")
         else:
-            raft.lose_leadership()
-            pipe.renounce("lost the Raft leadership")
+            pipe.deactivate()                   # the service: no new commands ...
+            raft.lose_leadership()              # ... and Raft reports what it will
         self.check()
 
     def check(self) -> None:
