@@ -4,8 +4,9 @@ with raftka.controller.raft.fsync off and on, side by side.
 
     python3 bench/metadata_raft_journal.py [--entries 2000] [--sequential 200] [--in-flight 64]
 
-The controller itself runs commands one at a time (metadata_quorum/service.py), so CreateTopics
-(bench/metadata_quorum.py) sees the latency; entries in flight at once are the Raft layer's rate.
+Entries in flight at once are what the pipelined controller gives Raft when several clients
+send commands (bench/metadata_pipeline.py measures that end to end); one at a time is the commit
+latency a single client sees.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@
 | raftka.network.source.address | unset | local IP address this controller's outgoing connections leave from (the Raft port's always leave from the Raft address's host); unset, the kernel chooses |
 | raftka.metrics.listener | unset | host:port of the `/metrics`, `/health/live` and `/health/ready` HTTP endpoint (metadata_quorum/health.py); off when unset. In combined mode the broker serves it and the controller uses `raftka.controller.metrics.listener` |
 | raftka.controller.raft.fsync | true | fsync the Raft journal before an entry counts toward a commit (group commit: one fsync per pysyncobj tick). `false` only to measure what fsync costs (bench/metadata_quorum.py): a power loss of a majority of controllers can then lose committed metadata |
+| raftka.controller.pipeline | true | the active controller pipelines commands (metadata_quorum/pipeline.py): each runs against the committed image plus the records in flight and the next starts before they commit; answers still wait for the commit. `false`: one command at a time, each waiting for its commit before the next runs (the behaviour before pipelining; for benchmarks side by side) |
 | raftka.controller.test.raft.sync.record | false | tests only: after each fsync the journal's synced length is written to `raft.log.synced`, so a test can cut the journal back to it after a SIGKILL (a simulated power loss) |
 | raftka.controller.test.voter.change.pause.ms | 0 | tests only: a voter change waits this long between its PENDING record and the Raft membership entry, so a test can fail the active controller in between |
 """
@@ -34,6 +35,7 @@ from common.properties import ConfigError, parse_endpoint, parse_voters
 
 PASSWORD_KEY = "raftka.controller.raft.password"
 FSYNC_KEY = "raftka.controller.raft.fsync"
+PIPELINE_KEY = "raftka.controller.pipeline"
 SYNC_RECORD_KEY = "raftka.controller.test.raft.sync.record"
 # used when the key is absent: acceptable only while the Raft port is on loopback
 DEV_PASSWORD = "raftka-dev-only-password"
@@ -47,7 +49,7 @@ def _flag(props: dict, key: str, default: bool) -> bool:
 
 
 def _flag_problems(props: dict) -> list[str]:
-    return [f"{key}={props[key]!r}: must be true or false" for key in (FSYNC_KEY, SYNC_RECORD_KEY)
+    return [f"{key}={props[key]!r}: must be true or false" for key in (FSYNC_KEY, PIPELINE_KEY, SYNC_RECORD_KEY)
             if props.get(key, "true").strip().lower() not in ("true", "false")]
 
 
@@ -112,6 +114,10 @@ class ControllerConfig:
     @property
     def raft_fsync(self) -> bool:
         return _flag(self.props, FSYNC_KEY, True)
+
+    @property
+    def pipeline(self) -> bool:
+        return _flag(self.props, PIPELINE_KEY, True)
 
     @property
     def raft_sync_record(self) -> bool:

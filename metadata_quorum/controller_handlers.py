@@ -453,7 +453,7 @@ async def handle_fetch(svc, req):
 
 async def handle_fetch_snapshot(svc, req):
     cls = RESPONSES[ApiKey.FETCH_SNAPSHOT]
-    image = svc.controller.image
+    image = svc.committed_image             # not the speculative one: it pairs with next_offset
     end = svc.next_offset
     encoded = [encode_record(r) for r in image.to_records()]
     data = _records_batch(0, encoded) if encoded else b""

@@ -299,21 +299,70 @@ def encode_entries(records: list[Record], max_entry_bytes: int = MAX_ENTRY_BYTES
     entry, atomic as a Raft entry is. More become a metadata transaction (KIP-868): the first
     entry opens with a BeginTransactionRecord, the last closes with an EndTransactionRecord,
     and replay applies nothing of it before the End (see image.py)."""
+    return [msgpack.packb(items, use_bin_type=True)
+            for items, _ in entry_items(records, max_entry_bytes)]
+
+
+def entry_items(records: list[Record], max_entry_bytes: int = MAX_ENTRY_BYTES
+                ) -> list[tuple[list[bytes], list[Record]]]:
+    """Each Raft entry for `records` (see encode_entries): its encoded records and the same
+    records as objects (a transaction's Begin and End included)."""
     encoded = [encode_record(rec) for rec in records]
     for item in encoded:
         if len(item) > MAX_RECORD_BYTES:
             raise RecordTooLarge(f"a metadata record of {len(item)} bytes is over the "
                                  f"{MAX_RECORD_BYTES}-byte limit")
     if _LIST_OVERHEAD + sum(len(x) + _ITEM_OVERHEAD for x in encoded) <= max_entry_bytes:
-        return [msgpack.packb(encoded, use_bin_type=True)]
-    entries, current, size = [], [], _LIST_OVERHEAD
-    items = [encode_record(BeginTransactionRecord(f"{len(records)} records"))] + encoded + \
-        [encode_record(EndTransactionRecord())]
-    for item in items:
+        return [(encoded, list(records))]
+    begin, end = BeginTransactionRecord(f"{len(records)} records"), EndTransactionRecord()
+    items = [encode_record(begin)] + encoded + [encode_record(end)]
+    objects = [begin] + list(records) + [end]
+    entries, current, size, start = [], [], _LIST_OVERHEAD, 0
+    for i, item in enumerate(items):
         if current and size + len(item) + _ITEM_OVERHEAD > max_entry_bytes:
-            entries.append(msgpack.packb(current, use_bin_type=True))
-            current, size = [], _LIST_OVERHEAD
+            entries.append((current, objects[start:i]))
+            current, size, start = [], _LIST_OVERHEAD, i
         current.append(item)
         size += len(item) + _ITEM_OVERHEAD
-    entries.append(msgpack.packb(current, use_bin_type=True))
+    entries.append((current, objects[start:]))
     return entries
+
+
+# -- fenced entries: a pipelined controller's writes apply only on the state they were computed on
+
+# The active controller computes a command's records against the committed image plus every
+# record it proposed that has not committed yet, and proposes the next command without waiting
+# (metadata_quorum/pipeline.py). Raft keeps a leader's entries in order, but pysyncobj forwards
+# commands still queued when leadership moves to the next leader, which appends them after its
+# own: such an entry was computed on a state that may never have happened. So each entry names
+# the activation of the controller that wrote it (a random id, committed when it became active)
+# and the metadata offset it expects to start at; MetadataLog applies it only if both still
+# hold, deterministically on every node, and skips it otherwise. An activation entry (expected
+# offset ACTIVATE) always applies and makes its id the current writer. Entries without a fence
+# (journals written before fences existed) apply as they always did.
+
+FENCE_TAG = 0
+ACTIVATE = -1
+
+
+def fence_entry(batch: bytes, activation: bytes, expected_offset: int) -> bytes:
+    return msgpack.packb([FENCE_TAG, activation, expected_offset, batch], use_bin_type=True)
+
+
+def unfence_entry(data: bytes) -> tuple[tuple[bytes, int] | None, list[bytes]]:
+    """((activation, expected offset) or None for an unfenced entry, its encoded records)."""
+    try:
+        items = msgpack.unpackb(data, raw=False)
+    except Exception as exc:  # noqa: BLE001
+        raise MetadataRecordError(f"undecodable record batch: {exc}") from None
+    if isinstance(items, list) and len(items) == 4 and items[0] == FENCE_TAG \
+            and not isinstance(items[0], bool):
+        _, activation, expected, batch = items
+        if not isinstance(activation, bytes) or not isinstance(expected, int) \
+                or not isinstance(batch, bytes):
+            raise MetadataRecordError("malformed entry fence")
+        return (activation, expected), split_batch(batch)
+    if not isinstance(items, list) or not all(isinstance(x, bytes) for x in items):
+        raise MetadataRecordError("record batch is not a list of records")
+    return None, items
+

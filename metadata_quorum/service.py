@@ -1,10 +1,17 @@
 """The controller process: Raft quorum + pure controller + a Kafka-protocol listener (trio).
 
-Active controller = Raft leader. On becoming leader it commits a NoOp (so everything committed by
-earlier leaders is applied here), grants every broker a fresh session, and only then serves
-commands. Commands run one at a time against the committed image; their records are proposed as
-one Raft entry and the answer is sent after they commit (so a success is never lost). A node that
-is not active answers mutations with NOT_CONTROLLER; brokers then try the next voter.
+Active controller = Raft leader. On becoming leader it commits an activation entry (a NoOp that
+makes it the metadata log's writer, and after which everything committed by earlier leaders is
+applied here), grants every broker a fresh session, and only then serves commands. Commands are
+pipelined (pipeline.py, as KRaft): each runs against the committed image plus the records still
+in flight, its records are proposed at once and the next command starts; its answer is sent after
+they commit (so a success is never lost). A command without records answers once the last
+proposal in flight committed (it read that state). A failed or timed-out commit renounces:
+every command in flight fails with NOT_CONTROLLER, the speculative state is dropped, and the
+controller activates again if it still leads. A lost leadership stops new commands; those in
+flight get NOT_CONTROLLER unless Raft still reports their entries committed (then the success
+stands: a retry would otherwise meet its own write as "already exists"). A node that is not
+active answers mutations with NOT_CONTROLLER; brokers then try the next voter.
 
 The metadata stream for brokers is served by *every* controller from its committed log, KRaft
 style: `Fetch` (v12) on topic `__cluster_metadata` partition 0 from an offset, long-polled up to
@@ -32,10 +39,10 @@ from metadata_quorum.controller_handlers import HANDLERS, SUPPORTED
 from metadata_quorum.controller_stats import ControllerStats, elections
 from metadata_quorum.health import metrics_listener
 from metadata_quorum.image import Voter
+from metadata_quorum.pipeline import CommandPipeline, NotProposable, Proposal
 from metadata_quorum.quorum.raft import Committed, RaftQuorum, Reset, fail_reason
 from metadata_quorum.voter_handlers import resolve_pending
-from metadata_quorum.records import (AbortTransactionRecord, NoOpRecord, RecordTooLarge,
-                                     encode_entries)
+from metadata_quorum.records import AbortTransactionRecord, NoOpRecord, RecordTooLarge
 from common.network import serve_listener
 from wire.messages.api_keys import ApiKey
 
@@ -87,6 +94,8 @@ class ControllerService:
         self.voter_change_busy = False              # an AddRaftVoter/RemoveRaftVoter is running
         self.membership_differs = False
         self.next_offset = 0
+        self.pipeline = CommandPipeline()           # committed + speculative images (pipeline.py)
+        self.pipelined = config.pipeline            # False: one command at a time (benchmarks)
         self.tail: list[bytes] = []
         self.tail_start = 0
         self.new_data = trio.Event()
@@ -122,10 +131,12 @@ class ControllerService:
                 log.error("metadata offset gap: expected %d, got %d; the stream now starts at %d",
                           self.next_offset, event.first, event.first)
                 self.tail_start, self.tail = event.first, []
-            if event.image.voters is not self.controller.image.voters:
+            if event.image.voters is not self.pipeline.committed.voters:
                 self._voters_seen(event.image)
-            self.controller.load_image(event.image)
             self.next_offset = event.first + len(event.encoded)
+            self.pipeline.committed_upto(event.image, self.next_offset)
+            # the speculative image while proposals are in flight, else this committed one
+            self.controller.load_image(self.pipeline.speculative)
             self.tail.extend(event.encoded)
             limit = self.config.stream_tail_records
             if len(self.tail) > limit:
@@ -137,9 +148,18 @@ class ControllerService:
 
     def _install(self, state: Reset) -> None:
         self._voters_seen(state.image)
-        self.controller.load_image(state.image)
         self.next_offset, self.tail_start, self.tail = state.next_offset, state.tail_start, \
             list(state.tail)
+        self.pipeline.committed_upto(state.image, state.next_offset)
+        if self.pipeline.inflight or self.active:
+            # the state under what is in flight was replaced wholesale
+            self._renounce("the metadata state was replaced by a Raft snapshot")
+        self.controller.load_image(self.pipeline.speculative)
+
+    @property
+    def committed_image(self):
+        """The image as of `next_offset` (what the metadata stream and snapshots serve)."""
+        return self.pipeline.committed
 
     # -- the voter set (KIP-853; voter_handlers.py) ------------------------------------------
 
@@ -172,42 +192,81 @@ class ControllerService:
         self.is_voter = voter
 
     async def commit(self, records: list) -> None:
-        """Commit `records` as one atomic operation: one Raft entry, or several forming a
-        metadata transaction (records.encode_entries). Proposed back to back; an error on any
-        entry fails the whole (an open transaction left behind is aborted before the next
-        command: `_abort_open_transaction`)."""
+        """Propose `records` as one atomic operation and wait for their commit (NotActive if
+        this controller is not active or it fails)."""
+        await self.outcome(self.propose(records))
+
+    def propose(self, records: list, activate: bool = False) -> Proposal:
+        """Propose `records` (one Raft entry, or several forming a metadata transaction:
+        records.entry_items) back to back, fenced by this activation (pipeline.py); the next
+        command sees them at once. An error on any entry fails the whole and renounces (an
+        open transaction left behind is aborted before the next command:
+        `_abort_open_transaction`)."""
+        elected = elections(self.controller.image, records)     # before the image moves on
         try:
-            entries = encode_entries(records)
+            proposal = self.pipeline.activate(records) if activate \
+                else self.pipeline.propose(records)
         except RecordTooLarge as exc:
             raise CommandRefused(str(exc)) from None
-        done = trio.Event()
-        results: list = []
-        elected = elections(self.controller.image, records)     # before the image moves on
-        started = time.perf_counter()
+        except NotProposable as exc:
+            raise NotActive(str(exc)) from None
+        self.controller.load_image(self.pipeline.speculative)
+        proposal.started, proposal.elected = time.perf_counter(), elected
 
-        def finish(res, err):
-            results.append(err)
-            if err != 0 or len(results) == len(entries):
-                done.set()
+        def entry_done(res, err):
+            error = None
+            if err != 0:
+                error = f"commit failed: {fail_reason(err)}"
+            elif not isinstance(res, int) or res < 0:
+                error = "commit failed: the entry was fenced off (written on a state that did " \
+                        "not commit)"
+            self.pipeline.entry_done(proposal, error)
+            if error is not None and self.active and not self.pipeline.active:
+                self._renounced(error)          # this activation's proposal failed
+            self.controller.load_image(self.pipeline.speculative)  # the committed one when idle
 
         def callback(res, err):
             try:
-                self.token.run_sync_soon(finish, res, err)
+                self.token.run_sync_soon(entry_done, res, err)
             except trio.RunFinishedError:
                 pass
 
-        for entry in entries:
+        for entry in proposal.entries:
             self.quorum.propose(entry, callback)
-        with trio.move_on_after(COMMIT_TIMEOUT_S + len(entries) * 0.1):
-            await done.wait()
-        took = time.perf_counter() - started
-        add_remote_time(took)                   # a request waiting on its commit (RemoteTimeMs)
-        if not done.is_set():
-            raise NotActive("commit timed out (no quorum?)")
-        failed = [err for err in results if err != 0]
-        if failed:
-            raise NotActive(f"commit failed: {fail_reason(failed[0])}")
-        self.stats.committed(took, elected)
+        return proposal
+
+    async def outcome(self, proposal: Proposal | None, records: bool = True) -> None:
+        """Wait until `proposal` committed (NotActive if it failed or timed out)."""
+        if proposal is None:
+            return
+        if not proposal.done:
+            done = trio.Event()
+            proposal.on_finish.append(done.set)
+            with trio.move_on_after(COMMIT_TIMEOUT_S + len(proposal.entries) * 0.1):
+                await done.wait()
+            if not proposal.done:
+                self.pipeline.fail(proposal, "commit timed out (no quorum?)")
+                if self.active and not self.pipeline.active:
+                    self._renounced("commit timed out (no quorum?)")
+        if records:
+            add_remote_time(time.perf_counter() - proposal.started)   # RemoteTimeMs
+        if proposal.error is not None:
+            raise NotActive(proposal.error)
+        if records:
+            self.stats.committed(time.perf_counter() - proposal.started, proposal.elected)
+
+    def _renounce(self, reason: str) -> None:
+        """Drop the speculative state; every command in flight fails with NOT_CONTROLLER."""
+        self.pipeline.renounce(reason)
+        self._renounced(reason)
+
+    def _renounced(self, reason: str) -> None:
+        self.controller.load_image(self.pipeline.speculative)
+        if self.active:
+            log.warning("controller %d renounces (%s): commands in flight fail, and it becomes "
+                        "active again if it still leads", self.config.node_id, reason)
+            self.active = False
+        self.role_changed.set()
 
     async def _abort_open_transaction(self) -> None:
         """A metadata transaction left open in the committed log (a multi-entry commit that
@@ -219,15 +278,22 @@ class ControllerService:
             await self.commit([AbortTransactionRecord("left open by a failed commit")])
 
     async def mutate(self, command):
-        """Run `command(now_ms) -> (records, result)` as the active controller."""
+        """Run `command(now_ms) -> (records, result)` as the active controller; `result` once
+        its records (or, without records, those in flight when it ran) committed."""
         async with self.lock:
             if not self.active:
                 raise NotActive("not the active controller")
             await self._abort_open_transaction()
             records, result = command(now_ms())
             if records:
-                await self.commit(records)
-            return result
+                proposal = self.propose(records)
+            else:
+                proposal = self.pipeline.last_pending()
+            if not self.pipelined:              # one at a time: the lock held to the commit
+                await self.outcome(proposal, bool(records))
+                return result
+        await self.outcome(proposal, bool(records))
+        return result
 
     # -- background loops ---------------------------------------------------------------------
 
@@ -240,11 +306,7 @@ class ControllerService:
             leader = self.quorum.is_leader
             if leader and not self.active:
                 try:
-                    async with self.lock:
-                        await self.commit([NoOpRecord()])
-                        await self._abort_open_transaction()
-                        self.controller.become_active(now_ms())
-                        self.active = True
+                    await self.become_active()
                     log.info("controller %d is now active (term %s)", self.config.node_id,
                              self.quorum.status()["term"])
                     await self._resolve_voter_change()
@@ -253,10 +315,25 @@ class ControllerService:
                     await trio.sleep(0.05)          # e.g. no quorum yet: try again soon
                     continue
             elif not leader and self.active:
+                # commands in flight wait for Raft's word on their entries (committed: their
+                # success stands) or fail by the commit timeout / the next activation
                 self.active = False
+                self.pipeline.deactivate()
                 log.info("controller %d is no longer active", self.config.node_id)
             with trio.move_on_after(LEADERSHIP_POLL_S):
                 await self.role_changed.wait()
+
+    async def become_active(self) -> None:
+        """Commit the activation entry (after whatever this or an earlier leader left in the
+        log: the state is settled once it commits), end a transaction left open, and give
+        every broker a fresh session before fencing anyone."""
+        async with self.lock:
+            await self.outcome(self.propose([NoOpRecord()], activate=True))
+            await self._abort_open_transaction()
+            if not self.pipeline.active:        # renounced again since (a failed entry)
+                raise NotActive("renounced while becoming active")
+            self.controller.become_active(now_ms())
+            self.active = True
 
     async def _resolve_voter_change(self) -> None:
         """A voter change left in flight (by a previous active controller, or one whose end
@@ -332,7 +409,7 @@ class ControllerService:
             listeners = await nursery.start(functools.partial(
                 serve_listener, host, port, dispatch, "CONTROLLER", 100 * 1024 * 1024,
                 SUPPORTED, security=controller_listener_security(self.config.props,
-                                                                 lambda: self.controller.image)))
+                                                                 lambda: self.pipeline.committed)))
             listener = metrics_listener(self.config.props)
             if listener:                            # /metrics and /health/* (health.py)
                 from common.http_endpoint import serve_http

@@ -19,6 +19,12 @@
   second one would silently break every journal: never add one.
 - The applier never raises (an exception there would wedge every node), is deterministic, and
   keeps its own metadata offset: record n of the cluster's history has offset n everywhere.
+- Entries are fenced (records.fence_entry): the active controller pipelines commands
+  (metadata_quorum/pipeline.py), so an entry is applied only if its writer (the activation id
+  committed when that controller became active) is still the current one and the metadata
+  offset is the one it was computed for; otherwise it is skipped (FENCED), the same way on every
+  node. pysyncobj forwards a deposed leader's queued commands to the next leader, which appends
+  them after its own: without the fence they would apply on a state they were not computed on.
 - Replicated state is what `SyncObjConsumer` serialises: `next_offset`, `image`, a bounded `tail`
   of recent encoded records. Everything set before `SyncObjConsumer.__init__` (the listener, the
   lock) is local and not serialised.
@@ -48,11 +54,14 @@ from metadata_quorum.image import MetadataImage
 from metadata_quorum.quorum import journal as durable_journal
 from metadata_quorum.quorum.durable_port import DirectoryGuard, durable_transport
 from metadata_quorum.quorum.raft_port import DropLog, bind_outgoing_raft, checked_transport
-from metadata_quorum.records import MAX_RECORD_BYTES, MetadataRecordError, decode_record, split_batch
+from metadata_quorum.records import (ACTIVATE, MAX_RECORD_BYTES, MetadataRecordError, decode_record,
+                                     unfence_entry)
 
 log = logging.getLogger(__name__)
 
 MAX_TAIL = 50_000
+UNDECODABLE = -1            # apply's result for an entry it could not decode
+FENCED = -2                 # ... for an entry whose writer or expected offset no longer holds
 JOIN_ELECTION_TIMEOUT_S = 10 ** 6     # a joining node never campaigns before a leader adds it
 FAIL_REASONS = {v: k for k, v in vars(FAIL_REASON).items() if not k.startswith("_")}
 
@@ -81,24 +90,38 @@ class MetadataLog(SyncObjConsumer):
         self._listener: Callable[[Committed | Reset], None] | None = None
         self._lock = threading.Lock()
         self.bad_batches_local = 0
+        self.fenced_local = 0
         super().__init__()
         # Replicated state.
         self.next_offset = 0
         self.image = MetadataImage()
         self.tail: list[bytes] = []          # encoded records, offsets tail_start...
         self.tail_start = 0
+        self.writer = b""                   # the active controller's activation id (records.py)
 
     @replicated
     def apply(self, batch: bytes) -> int:
-        """Append a committed batch; returns its first offset (-1 for an undecodable batch)."""
+        """Append a committed batch; returns its first offset, UNDECODABLE or FENCED (skipped:
+        written on a state that is not this one, records.fence_entry)."""
         try:
-            encoded = split_batch(batch)
+            fence, encoded = unfence_entry(batch)
             records = [decode_record(item) for item in encoded]
         except MetadataRecordError as exc:
             # Deterministic on every node: the same bytes fail the same way everywhere.
             log.error("skipping undecodable metadata batch: %s", exc)
             self.bad_batches_local += 1
-            return -1
+            return UNDECODABLE
+        if fence is not None:
+            activation, expected = fence
+            if expected == ACTIVATE:
+                self.writer = activation
+            elif activation != self.writer or expected != self.next_offset:
+                # deterministic too: writer and next_offset are replicated state
+                log.info("skipping a metadata entry written for offset %d by an earlier active "
+                         "controller (now at %d): its premise did not commit", expected,
+                         self.next_offset)
+                self.fenced_local += 1
+                return FENCED
         with self._lock:
             first = self.next_offset
             self.image = self.image.apply_all(first, records)

@@ -16,6 +16,7 @@ from metadata_quorum.controller.quorum_controller import QuorumController
 from metadata_quorum.quorum.raft import MetadataLog
 from metadata_quorum import records as r
 from metadata_quorum.controller_stats import ControllerStats
+from metadata_quorum.pipeline import CommandPipeline
 from metadata_quorum.service import ControllerService, NotActive
 
 import pytest
@@ -39,7 +40,7 @@ class FakeQuorum:
         callback(first, 0)
 
 
-def make_service() -> ControllerService:
+async def make_service() -> ControllerService:
     svc = ControllerService.__new__(ControllerService)
     svc.config = ControllerConfig(0, {0: ("127.0.0.1", 1)}, {0: ("127.0.0.1", 2)},
                                   ("127.0.0.1", 1), "/nonexistent", "x")
@@ -47,13 +48,16 @@ def make_service() -> ControllerService:
     svc.quorum = FakeQuorum()
     svc.next_offset, svc.tail, svc.tail_start = 0, [], 0
     svc.new_data = trio.Event()
-    svc.active = True
+    svc.active = False
     svc.lock = trio.Lock()
     svc.observers, svc.heartbeat_conns = {}, {}
     svc.role_changed = trio.Event()
     svc.stats = ControllerStats()
     svc.token = trio.lowlevel.current_trio_token()
+    svc.pipeline = CommandPipeline()
+    svc.pipelined = True
     svc._install(svc.quorum.log.subscribe(svc._on_event_threadsafe))
+    await svc.become_active()                   # what the leadership loop does
     return svc
 
 
@@ -68,7 +72,7 @@ async def settle():
 
 
 async def test_a_failed_multi_entry_commit_is_aborted_before_the_next_command():
-    svc = make_service()
+    svc = await make_service()
     await svc.mutate(lambda now: ([r.RegisterBrokerRecord(0, "i", 1, "h", 1, fenced=False)], None))
     entries = len(r.encode_entries(big_topic("big", 5_000)))
     assert entries > 3
@@ -77,7 +81,9 @@ async def test_a_failed_multi_entry_commit_is_aborted_before_the_next_command():
         await svc.mutate(lambda now: (big_topic("big", 5_000), None))
     await settle()
     assert svc.controller.image.in_transaction and "big" not in svc.controller.image.topics
+    assert not svc.active                       # a failed commit renounces ...
     svc.quorum.fail_from = None
+    await svc.become_active()                   # ... and the leadership loop activates again
     await svc.mutate(lambda now: (big_topic("small", 3), None))
     await settle()
     image = svc.controller.image
@@ -91,19 +97,21 @@ async def test_a_failed_multi_entry_commit_is_aborted_before_the_next_command():
 
 
 async def test_a_successful_multi_entry_commit_applies_all_at_once():
-    svc = make_service()
+    svc = await make_service()
+    commits = sum(svc.stats.commit_time.hist[:-1])
     await svc.mutate(lambda now: (big_topic("big", 5_000), None))
     await settle()
     image = svc.controller.image
     assert not image.in_transaction and len(image.topics["big"].partitions) == 5_000
     assert svc.next_offset == image.offset + 1 == len(svc.tail)
-    assert sum(svc.stats.commit_time.hist[:-1]) == 1       # one command, one commit time
+    assert sum(svc.stats.commit_time.hist[:-1]) == commits + 1    # one command, one commit time
 
 
 async def test_a_record_over_the_size_limit_is_refused_without_writing_anything():
     from metadata_quorum.service import CommandRefused
-    svc = make_service()
+    svc = await make_service()
     huge = r.ConfigRecord(2, "t", "x", "v" * (r.MAX_RECORD_BYTES + 1))
+    proposed = svc.quorum.proposed
     with pytest.raises(CommandRefused):
         await svc.mutate(lambda now: ([huge], None))
-    assert svc.quorum.proposed == 0
+    assert svc.quorum.proposed == proposed
