@@ -202,3 +202,15 @@ def test_flap_refused_without_nft_and_disk_full_without_root(monkeypatch):
                        match="disk-full needs a size-limited tmpfs per broker: mounting one "
                              "needs root"):
         sch.check_available(["disk-full"])
+
+
+def test_clock_class_gives_every_node_its_clock_offset_file(tmp_path):
+    from chaos_tests.campaign import __main__ as campaign
+    cluster, mounts = campaign._cluster(tmp_path, ["clock"])
+    assert mounts == []                             # no tmpfs unless disk-full is asked
+    layout = cluster.layout
+    for props in [layout.controller_properties(i) for i in range(3)] + \
+            [layout.broker_properties(b) for b in layout.broker_ids]:
+        assert props["raftka.clock.offset.file"] == "clock-offset"
+    plain, _ = campaign._cluster(tmp_path / "p", ["kill"])
+    assert "raftka.clock.offset.file" not in plain.layout.controller_properties(0)
