@@ -4,7 +4,8 @@ Starts a 3-controller, 3-broker cluster, every node at its own loopback address 
 can cut links between nodes while this process still reaches all of them), runs N rounds of
 seeded random fault schedules under the campaign workloads, checks every round, shrinks the
 first failing schedule by delta debugging (re-running the round with subsets of its faults),
-and writes DIR/report.json and DIR/report.html. Exit status 1 when a round found an anomaly,
+and writes DIR/report.json and DIR/report.html. Exit status 1 when a round found an anomaly
+or the harness could not finish one (the rounds before it are still reported),
 2 on bad arguments or a machine that cannot make the asked faults.
 
     --schedule '<json>'  run exactly this schedule (what a report's shrunk section prints)
@@ -18,6 +19,7 @@ import shutil
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 from chaos_tests.campaign import disk, report as report_mod
@@ -104,16 +106,9 @@ def run_campaign(args) -> dict:
     except BaseException:
         _unmount(mounts, keep=True)
         raise
+    aborted = shrunk = None
     try:
-        for n in range(args.rounds):
-            seed = args.seed if args.fixed else round_seed(args.seed, n)
-            schedule = args.fixed if args.fixed is not None else \
-                make_schedule(seed, args.fault_list, args.round_seconds, args.max_faults,
-                              args.overlap)
-            r = run_round(cluster, n, seed, schedule, args.round_seconds)
-            print(f"round {n} seed {seed}: {'ok' if r.ok else 'ANOMALY'} "
-                  f"[{', '.join(s.label() for s in schedule) or 'no fault'}]", flush=True)
-            rounds.append(r)
+        aborted = _play(cluster, args, rounds)
         failed = next((r for r in rounds if not r.ok), None)
         shrunk = _shrink(cluster, failed, args) if failed and args.shrink_runs > 0 else None
     finally:
@@ -132,10 +127,32 @@ def run_campaign(args) -> dict:
     bad = [r for r in records if not r["ok"]]
     ops = sum(r["history_ops"] for r in records)
     return {"seed": args.seed, "faults": args.fault_list, "overlap": args.overlap,
-            "round_seconds": args.round_seconds,
+            "round_seconds": args.round_seconds, "aborted": aborted,
             "rounds": records, "shrunk": shrunk, "elapsed_s": round(time.monotonic() - started, 1),
             "summary": f"{len(records)} rounds, {ops} recorded operations, "
-                       f"{len(bad)} round(s) with anomalies"}
+                       f"{len(bad)} round(s) with anomalies"
+                       + (f"; ABORTED at {aborted}" if aborted else "")}
+
+
+def _play(cluster, args, rounds: list) -> str | None:
+    """Run the rounds into `rounds`; a round the harness could not finish (a client call that
+    gave up, a node that would not restart) ends the campaign with what it says, and the
+    rounds done so far are still reported. Returns that reason, or None."""
+    for n in range(args.rounds):
+        seed = args.seed if args.fixed else round_seed(args.seed, n)
+        schedule = args.fixed if args.fixed is not None else \
+            make_schedule(seed, args.fault_list, args.round_seconds, args.max_faults,
+                          args.overlap)
+        try:
+            r = run_round(cluster, n, seed, schedule, args.round_seconds)
+        except Exception as exc:        # noqa: BLE001 - reported, with the rounds before it
+            traceback.print_exc()
+            return f"round {n} seed {seed} [{', '.join(s.label() for s in schedule)}]: " \
+                   f"{type(exc).__name__}: {exc}"
+        print(f"round {n} seed {seed}: {'ok' if r.ok else 'ANOMALY'} "
+              f"[{', '.join(s.label() for s in schedule) or 'no fault'}]", flush=True)
+        rounds.append(r)
+    return None
 
 
 def main(argv=None) -> int:
@@ -153,7 +170,7 @@ def main(argv=None) -> int:
         r.txn_history.dump(out / f"round-{r.round}.txn-history.jsonl")
         (out / f"round-{r.round}.ops.jsonl").write_text(r.log.dumps())
     print(f"{report['summary']}\nreport: {j}\n        {h}")
-    return 1 if any(not r["ok"] for r in report["rounds"]) else 0
+    return 1 if report["aborted"] or any(not r["ok"] for r in report["rounds"]) else 0
 
 
 if __name__ == "__main__":

@@ -413,7 +413,9 @@ def open_transactions(bootstrap: str, topic: str, partitions: int) -> dict[int, 
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"watermarks-{topic}",
                       "isolation.level": level, "enable.auto.commit": False})
         try:
-            ends[level] = [c.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]
+            # asked again while leadership moves (a restarted broker's preferred-leader
+            # election): a NOT_LEADER here once ended a campaign run
+            ends[level] = [_high_watermark(c, TopicPartition(topic, p), 30)
                            for p in range(partitions)]
         finally:
             c.close()

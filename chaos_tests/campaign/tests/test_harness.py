@@ -1,0 +1,52 @@
+"""The campaign harness itself: a round it cannot finish ends the campaign with the reason and
+the rounds before it reported; the final reads ask again while leadership moves."""
+
+import types
+
+from confluent_kafka import KafkaError, KafkaException
+
+from chaos_tests.campaign import __main__ as campaign
+from chaos_tests.live import workload
+
+
+def test_a_round_the_harness_cannot_finish_ends_the_run_with_the_rounds_before_it(monkeypatch):
+    played = []
+
+    def fake_round(cluster, n, seed, schedule, round_s):
+        if n == 2:
+            raise KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
+        played.append(n)
+        return types.SimpleNamespace(ok=True)
+    monkeypatch.setattr(campaign, "run_round", fake_round)
+    args = campaign.parse_args(["--rounds", "5", "--faults", "clock"])
+    rounds = []
+    aborted = campaign._play(None, args, rounds)
+    assert played == [0, 1] and len(rounds) == 2
+    assert aborted.startswith("round 2 seed ") and "KafkaException" in aborted
+    assert "NOT_LEADER_FOR_PARTITION" in aborted
+
+
+class FlakyConsumer:
+    """Answers watermarks like a consumer whose metadata still names the old leader once."""
+    calls = 0
+
+    def __init__(self, conf):
+        self.level = conf["isolation.level"]
+
+    def get_watermark_offsets(self, tp, timeout):
+        FlakyConsumer.calls += 1
+        if FlakyConsumer.calls == 1:
+            raise KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
+        return (0, 7 if self.level == "read_committed" and tp.partition == 1 else 9)
+
+    def close(self):
+        pass
+
+
+def test_open_transactions_asks_again_while_leadership_moves(monkeypatch):
+    """Regression: a disk-full campaign (seed 31, round 18) ended when the transactional
+    topic's watermarks were asked right after a restarted broker took its leadership back."""
+    monkeypatch.setattr(workload, "Consumer", FlakyConsumer)
+    monkeypatch.setattr(workload.time, "sleep", lambda s: None)
+    assert workload.open_transactions("unused:1", "t", 2) == {1: (7, 9)}
+    assert FlakyConsumer.calls == 5
