@@ -105,6 +105,12 @@ def _param(rng: random.Random, fault: str) -> float:
     return 0.0
 
 
+def _hold(fault: str, duration: float, room: float) -> float:
+    """A flap holds 2.5 times longer (2.5-7.5 s), room allowing: with a toggle every 0.5-2 s,
+    1-3 s would mostly be one cut and one restore, a short split rather than a flapping link."""
+    return min(duration * 2.5 if fault == "flap" else duration, room)
+
+
 def _step(rng: random.Random, fault: str, at: float, duration: float,
           avoid: frozenset[str] = frozenset()) -> FaultStep:
     targets = _targets(rng, fault)
@@ -128,13 +134,16 @@ def make_schedule(seed: int, faults: list[str], round_s: float,
         duration = rng.uniform(1.0, 3.0)
         if t + duration > horizon:
             break
-        first = _step(rng, rng.choice(faults), t, duration)
+        fault = rng.choice(faults)
+        duration = _hold(fault, duration, horizon - t)
+        first = _step(rng, fault, t, duration)
         steps.append(first)
         end = t + duration              # unrounded, as before overlaps (same seed, same times)
         if overlap:
             at = t + rng.uniform(0.2, 0.8) * duration
-            second = _step(rng, rng.choice(faults), at,
-                           min(rng.uniform(1.0, 3.0), horizon - at), frozenset(first.targets))
+            fault = rng.choice(faults)
+            second = _step(rng, fault, at, _hold(fault, rng.uniform(1.0, 3.0), horizon - at),
+                           frozenset(first.targets))
             steps.append(second)
             end = max(end, second.end)
         t = end + rng.uniform(0.5, 1.5)
