@@ -32,7 +32,7 @@ from metadata_quorum.controller_handlers import HANDLERS, SUPPORTED
 from metadata_quorum.controller_stats import ControllerStats, elections
 from metadata_quorum.health import metrics_listener
 from metadata_quorum.image import Voter
-from metadata_quorum.quorum.raft import Committed, RaftQuorum, Reset, fail_reason
+from metadata_quorum.quorum.raft import FAIL_REASON, Committed, RaftQuorum, Reset, fail_reason
 from metadata_quorum.voter_handlers import resolve_pending
 from metadata_quorum.records import (AbortTransactionRecord, NoOpRecord, RecordTooLarge,
                                      encode_entries)
@@ -52,6 +52,17 @@ LEADERSHIP_POLL_S = 1.0             # safety net behind pysyncobj's state-change
 
 class NotActive(Exception):
     """This controller is not the active one (or lost leadership mid-command)."""
+
+
+class CommitInDoubt(NotActive):
+    """Proposed but not known to be committed (timed out, or leadership changed while it
+    waited): the entry may still commit under the next leader, so the command's outcome is
+    unknown — not "not the active controller", which a broker safely retries elsewhere."""
+
+
+# pysyncobj's answers that say the entry is not (and will never be) in the log
+_NOT_APPENDED = {FAIL_REASON.NOT_LEADER, FAIL_REASON.MISSING_LEADER, FAIL_REASON.QUEUE_FULL,
+                 FAIL_REASON.REQUEST_DENIED, FAIL_REASON.DISCARDED}
 
 
 class CommandRefused(Exception):
@@ -203,10 +214,11 @@ class ControllerService:
         took = time.perf_counter() - started
         add_remote_time(took)                   # a request waiting on its commit (RemoteTimeMs)
         if not done.is_set():
-            raise NotActive("commit timed out (no quorum?)")
+            raise CommitInDoubt("commit timed out (no quorum?)")
         failed = [err for err in results if err != 0]
         if failed:
-            raise NotActive(f"commit failed: {fail_reason(failed[0])}")
+            cls = NotActive if failed[0] in _NOT_APPENDED else CommitInDoubt
+            raise cls(f"commit failed: {fail_reason(failed[0])}")
         self.stats.committed(took, elected)
 
     async def _abort_open_transaction(self) -> None:
