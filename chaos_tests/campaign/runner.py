@@ -53,7 +53,7 @@ def run_round(cluster, round_no: int, seed: int, schedule: list[FaultStep],
     topic, config_topic = f"camp-{round_no}-{seed}", f"camp-cfg-{round_no}-{seed}"
     txn_topic = f"camp-txn-{round_no}-{seed}"
     for t in (topic, config_topic, txn_topic):
-        wait_for(lambda t=t: create_topic(cluster.bootstrap, t, PARTITIONS) or True, 60,
+        wait_for(lambda t=t: create_topic(cluster.bootstrap, t, PARTITIONS, exist_ok=True) or True, 60,
                  f"topic {t} created")
     wait_for(lambda: full_isr(cluster.bootstrap, topic, PARTITIONS), 60, "a full ISR")
     history, log, notes, txn_history = History(), OpLog(), [], History()
