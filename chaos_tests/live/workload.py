@@ -48,8 +48,10 @@ class Attempt:
 
 class RawProducer:
     def __init__(self, host: str, port: int, topic: str, partition: int, history: History,
-                 name: str = "raw", concurrency: int = 4, timeout_ms: int = 2000):
+                 name: str = "raw", concurrency: int = 4, timeout_ms: int = 2000,
+                 definite=DEFINITE):
         self.addr = (host, port)
+        self.definite = definite
         self.topic, self.partition = topic, partition
         self.history = history
         self.name = name
@@ -108,7 +110,7 @@ class RawProducer:
                 if code == ErrorCode.NONE:
                     outcome, offset = OK, p.base_offset
                 else:
-                    outcome, error = (FAIL if code in DEFINITE else UNKNOWN), code.name
+                    outcome, error = (FAIL if code in self.definite else UNKNOWN), code.name
             except (ConnectionClosed, OSError, trio.TooSlowError, DecodeError) as exc:
                 outcome, error = UNKNOWN, type(exc).__name__
                 with trio.CancelScope(shield=True):
