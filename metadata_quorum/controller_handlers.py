@@ -53,11 +53,16 @@ def _resp(api_key: int, **kw):
     return RESPONSES[api_key](**kw)
 
 
-async def _mutate(svc, command):
-    """(result, None) or (None, NOT_CONTROLLER)."""
-    from metadata_quorum.service import CommandRefused, NotActive
+async def _mutate(svc, command, in_doubt: int = ErrorCode.NOT_CONTROLLER):
+    """(result, None) or (None, NOT_CONTROLLER); `in_doubt`: the error when the command's
+    records were proposed but their commit is unknown (a client-facing mutation answers
+    REQUEST_TIMED_OUT: NOT_CONTROLLER would have the broker retry a command that may yet
+    commit, and a retried CreateTopics then reads TOPIC_ALREADY_EXISTS of its own doing)."""
+    from metadata_quorum.service import CommandRefused, CommitInDoubt, NotActive
     try:
         return await svc.mutate(command), None
+    except CommitInDoubt:
+        return None, in_doubt
     except NotActive:
         return None, ErrorCode.NOT_CONTROLLER
     except CommandRefused:
@@ -133,7 +138,7 @@ async def handle_create_topics(svc, req):
                        "replication_factor": t.replication_factor, "assignments": assignments,
                        "configs": {c.name: c.value for c in t.configs if c.value is not None}})
     results, err = await _mutate(svc, lambda now: svc.controller.create_topics(
-        topics, req.body.validate_only))
+        topics, req.body.validate_only), ErrorCode.REQUEST_TIMED_OUT)
     out = []
     for i, t in enumerate(topics):
         if err:
@@ -156,7 +161,8 @@ async def handle_delete_topics(svc, req):
             names.append(t.name)
         else:
             ids.append(t.topic_id)
-    results, err = await _mutate(svc, lambda now: svc.controller.delete_topics(names, ids))
+    results, err = await _mutate(svc, lambda now: svc.controller.delete_topics(names, ids),
+                                 ErrorCode.REQUEST_TIMED_OUT)
     if err:
         return cls(responses=[cls.DeletableTopicResult(name=n, error_code=err) for n in names])
     return cls(responses=[cls.DeletableTopicResult(name=r.name, topic_id=r.topic_id or
@@ -170,7 +176,7 @@ async def handle_create_partitions(svc, req):
     reqs = [(t.name, t.count, [list(a.broker_ids) for a in t.assignments] if t.assignments else None)
             for t in req.body.topics]
     results, err = await _mutate(svc, lambda now: svc.controller.create_partitions(
-        reqs, req.body.validate_only))
+        reqs, req.body.validate_only), ErrorCode.REQUEST_TIMED_OUT)
     if err:
         return cls(results=[cls.CreatePartitionsTopicResult(name=n, error_code=err) for n, _, _ in reqs])
     return cls(results=[cls.CreatePartitionsTopicResult(name=r.name, error_code=r.error,

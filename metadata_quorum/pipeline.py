@@ -51,12 +51,16 @@ class Proposal:
         self.acked = 0                        # entries committed so far
         self.done = False
         self.error: str | None = None         # why it failed (None: committed, or in flight)
+        # failed, but its entries may still commit (a timeout, a leader change after the
+        # append, or a failure of another proposal before it): the client must hear "unknown"
+        # (REQUEST_TIMED_OUT), not a definite error it would retry into "already exists"
+        self.in_doubt = False
         self.on_finish: list[Callable[[], None]] = []
         self.started = 0.0                    # the caller's own (service.py: commit times)
         self.elected = (0, 0)
 
-    def _finish(self, error: str | None) -> None:
-        self.done, self.error = True, error
+    def _finish(self, error: str | None, in_doubt: bool = False) -> None:
+        self.done, self.error, self.in_doubt = True, error, error is not None and in_doubt
         for callback in self.on_finish:
             callback()
 
@@ -127,13 +131,14 @@ class CommandPipeline:
         if not self.inflight:
             self.speculative, self.speculative_next = image, next_offset
 
-    def entry_done(self, proposal: Proposal, error: str | None) -> list[Proposal]:
-        """One entry of `proposal` committed (error None) or failed: returns the proposals that
-        finished because of it (on a failure, see `fail`)."""
+    def entry_done(self, proposal: Proposal, error: str | None,
+                   in_doubt: bool = False) -> list[Proposal]:
+        """One entry of `proposal` committed (error None) or failed (`in_doubt`: it may still
+        commit): returns the proposals that finished because of it (on a failure, see `fail`)."""
         if proposal.done:
             return []
         if error is not None:
-            return self.fail(proposal, error)
+            return self.fail(proposal, error, in_doubt)
         proposal.acked += 1
         if proposal.acked < len(proposal.entries):
             return []
@@ -154,23 +159,38 @@ class CommandPipeline:
         proposal._finish(None)
         return finished
 
-    def fail(self, proposal: Proposal, reason: str) -> list[Proposal]:
+    def fail(self, proposal: Proposal, reason: str, in_doubt: bool = False) -> list[Proposal]:
         """`proposal` failed (an entry refused or truncated, or its commit timed out): every
         proposal in flight of the same activation fails too (each was computed on the ones
-        before it). If that is the current activation, the pipeline renounces."""
+        before it). If that is the current activation, the pipeline renounces.
+
+        Which outcomes are certain: `proposal`'s is as `in_doubt` says, and so is every later
+        one's (fenced on its offset, a later entry applies only if this one did); an earlier
+        one may still commit, so it is in doubt."""
         if proposal.activation != self.activation:
             failed = [p for p in self.inflight if p.activation == proposal.activation]
             self.inflight = [p for p in self.inflight if p.activation != proposal.activation]
-            for p in failed:
-                p._finish(reason)
-            return failed
-        return self.renounce(reason)
+        else:
+            failed, self.inflight = self.inflight, []
+            self._drop_speculative()
+        # certain only for `proposal` and the later ones of its activation
+        ours = [p for p in failed if p.activation == proposal.activation]
+        later = set(map(id, ours[ours.index(proposal):])) if proposal in ours else set()
+        for p in failed:
+            p._finish(reason, in_doubt=in_doubt if id(p) in later else True)
+        if not proposal.done:
+            proposal._finish(reason, in_doubt)
+        return failed
 
     def renounce(self, reason: str) -> list[Proposal]:
-        """Drop the speculative state: every proposal in flight fails with `reason`."""
+        """Drop the speculative state: every proposal in flight fails with `reason`, in doubt
+        (its entries may still commit)."""
         failed, self.inflight = self.inflight, []
+        self._drop_speculative()
+        for proposal in failed:
+            proposal._finish(reason, in_doubt=True)
+        return failed
+
+    def _drop_speculative(self) -> None:
         self.active = False
         self.speculative, self.speculative_next = self.committed, self.next_offset
-        for proposal in failed:
-            proposal._finish(reason)
-        return failed

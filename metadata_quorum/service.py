@@ -7,8 +7,10 @@ pipelined (pipeline.py, as KRaft): each runs against the committed image plus th
 in flight, its records are proposed at once and the next command starts; its answer is sent after
 they commit (so a success is never lost). A command without records answers once the last
 proposal in flight committed (it read that state). A failed or timed-out commit renounces:
-every command in flight fails with NOT_CONTROLLER, the speculative state is dropped, and the
-controller activates again if it still leads. A lost leadership stops new commands; those in
+every command in flight fails, the speculative state is dropped, and the controller activates
+again if it still leads. A failure is certain (NotActive: NOT_CONTROLLER, which a broker retries
+elsewhere) when the entry never reached the log or was fenced off, else in doubt (CommitInDoubt:
+it may still commit; CreateTopics/DeleteTopics/CreatePartitions answer REQUEST_TIMED_OUT). A lost leadership stops new commands; those in
 flight get NOT_CONTROLLER unless Raft still reports their entries committed (then the success
 stands: a retry would otherwise meet its own write as "already exists"). A node that is not
 active answers mutations with NOT_CONTROLLER; brokers then try the next voter.
@@ -40,7 +42,7 @@ from metadata_quorum.controller_stats import ControllerStats, elections
 from metadata_quorum.health import metrics_listener
 from metadata_quorum.image import Voter
 from metadata_quorum.pipeline import CommandPipeline, NotProposable, Proposal
-from metadata_quorum.quorum.raft import Committed, RaftQuorum, Reset, fail_reason
+from metadata_quorum.quorum.raft import FAIL_REASON, Committed, RaftQuorum, Reset, fail_reason
 from metadata_quorum.voter_handlers import resolve_pending
 from metadata_quorum.records import AbortTransactionRecord, NoOpRecord, RecordTooLarge
 from common.network import serve_listener
@@ -59,6 +61,17 @@ LEADERSHIP_POLL_S = 1.0             # safety net behind pysyncobj's state-change
 
 class NotActive(Exception):
     """This controller is not the active one (or lost leadership mid-command)."""
+
+
+class CommitInDoubt(NotActive):
+    """Proposed but not known to be committed (timed out, or leadership changed while it
+    waited): the entry may still commit under the next leader, so the command's outcome is
+    unknown — not "not the active controller", which a broker safely retries elsewhere."""
+
+
+# pysyncobj's answers that say the entry is not (and will never be) in the log
+_NOT_APPENDED = {FAIL_REASON.NOT_LEADER, FAIL_REASON.MISSING_LEADER, FAIL_REASON.QUEUE_FULL,
+                 FAIL_REASON.REQUEST_DENIED, FAIL_REASON.DISCARDED}
 
 
 class CommandRefused(Exception):
@@ -214,13 +227,15 @@ class ControllerService:
         proposal.started, proposal.elected = time.perf_counter(), elected
 
         def entry_done(res, err):
-            error = None
+            error, in_doubt = None, False
             if err != 0:
-                error = f"commit failed: {fail_reason(err)}"
+                # refused before the log (not appended) is certain; a leader change after the
+                # append may still see it committed by the next leader
+                error, in_doubt = f"commit failed: {fail_reason(err)}", err not in _NOT_APPENDED
             elif not isinstance(res, int) or res < 0:
                 error = "commit failed: the entry was fenced off (written on a state that did " \
                         "not commit)"
-            self.pipeline.entry_done(proposal, error)
+            self.pipeline.entry_done(proposal, error, in_doubt)
             if error is not None and self.active and not self.pipeline.active:
                 self._renounced(error)          # this activation's proposal failed
             self.controller.load_image(self.pipeline.speculative)  # the committed one when idle
@@ -236,7 +251,8 @@ class ControllerService:
         return proposal
 
     async def outcome(self, proposal: Proposal | None, records: bool = True) -> None:
-        """Wait until `proposal` committed (NotActive if it failed or timed out)."""
+        """Wait until `proposal` committed: NotActive if it failed for sure, CommitInDoubt if it
+        may still commit (timed out, or failed along with another proposal in flight)."""
         if proposal is None:
             return
         if not proposal.done:
@@ -245,13 +261,13 @@ class ControllerService:
             with trio.move_on_after(COMMIT_TIMEOUT_S + len(proposal.entries) * 0.1):
                 await done.wait()
             if not proposal.done:
-                self.pipeline.fail(proposal, "commit timed out (no quorum?)")
+                self.pipeline.fail(proposal, "commit timed out (no quorum?)", in_doubt=True)
                 if self.active and not self.pipeline.active:
                     self._renounced("commit timed out (no quorum?)")
         if records:
             add_remote_time(time.perf_counter() - proposal.started)   # RemoteTimeMs
         if proposal.error is not None:
-            raise NotActive(proposal.error)
+            raise (CommitInDoubt if proposal.in_doubt else NotActive)(proposal.error)
         if records:
             self.stats.committed(time.perf_counter() - proposal.started, proposal.elected)
 

@@ -110,25 +110,37 @@ class ControllerClient:
                 await conn.aclose()
 
     async def call_active(self, message, timeout_s: float = 10.0, error_of=None,
-                          version: int | None = None, pool: dict | None = None):
-        """Send to the active controller, trying voters in turn on NOT_CONTROLLER/failure."""
+                          version: int | None = None, pool: dict | None = None,
+                          doubt: list | None = None):
+        """Send to the active controller, trying voters in turn on NOT_CONTROLLER/failure.
+        `doubt`: each voter a request was sent to and then got no answer (timed out, connection
+        lost) is appended — that request may still take effect, so a later attempt's answer may
+        be its doing (a retried CreateTopics answered TOPIC_ALREADY_EXISTS by its own first
+        try)."""
         if version is None:
             version = VERSIONS[message.API_KEY]
         order = [self._active_hint] + [v for v in self.voters if v != self._active_hint]
         started = trio.current_time()
         try:
-            return await self._call_in_turn(order, message, version, timeout_s, error_of, pool)
+            return await self._call_in_turn(order, message, version, timeout_s, error_of, pool,
+                                            doubt)
         finally:        # a forwarded admin request waits on the quorum (RemoteTimeMs)
             add_remote_time(trio.current_time() - started)
 
-    async def _call_in_turn(self, order, message, version, timeout_s, error_of, pool):
+    async def _call_in_turn(self, order, message, version, timeout_s, error_of, pool, doubt):
         with trio.move_on_after(timeout_s):
             while True:
                 for voter in order:
                     try:
                         conn = await self._conn(voter, pool)
+                    except (ConnectionClosed, OSError, DecodeError, trio.TooSlowError):
+                        await self._drop(voter, pool)
+                        continue
+                    try:
                         resp = await conn.request(message, version, timeout_s=5)
                     except (ConnectionClosed, OSError, DecodeError, trio.TooSlowError):
+                        if doubt is not None:
+                            doubt.append(voter)
                         await self._drop(voter, pool)
                         continue
                     if error_of is not None and error_of(resp) == ErrorCode.NOT_CONTROLLER:

@@ -4,10 +4,12 @@ Starts a 3-controller, 3-broker cluster, every node at its own loopback address 
 can cut links between nodes while this process still reaches all of them), runs N rounds of
 seeded random fault schedules under the campaign workloads, checks every round, shrinks the
 first failing schedule by delta debugging (re-running the round with subsets of its faults),
-and writes DIR/report.json and DIR/report.html. Exit status 1 when a round found an anomaly,
+and writes DIR/report.json and DIR/report.html. Exit status 1 when a round found an anomaly
+or the harness could not finish one (the rounds before it are still reported),
 2 on bad arguments or a machine that cannot make the asked faults.
 
     --schedule '<json>'  run exactly this schedule (what a report's shrunk section prints)
+    --overlap            faults come in overlapping pairs (two at once, on different nodes)
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import shutil
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
-from chaos_tests.campaign import report as report_mod
+from chaos_tests.campaign import disk, report as report_mod
+from chaos_tests.campaign.nemesis import CLOCK_FILE
 from chaos_tests.campaign.runner import RoundResult, run_round
 from chaos_tests.campaign.schedule import (check_available, ddmin, dumps, loads, make_schedule,
                                            parse_faults, round_seed)
@@ -41,6 +45,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--shrink-runs", type=int, default=6,
                    help="re-runs allowed to shrink a failing schedule (0: do not shrink)")
     p.add_argument("--schedule", default=None, help="a JSON schedule to run instead")
+    p.add_argument("--overlap", action="store_true",
+                   help="each fault joined by a second one on other nodes while it holds")
     args = p.parse_args(argv)
     if args.rounds < 1 or args.round_seconds < 3:
         p.error("--rounds must be ≥ 1 and --round-seconds ≥ 3")
@@ -63,45 +69,90 @@ def _shrink(cluster, failed: RoundResult, args) -> dict:
     steps, runs = ddmin(list(failed.schedule), fails, args.shrink_runs)
     cmd = (f"python -m chaos_tests.campaign --rounds 1 --seed {failed.seed} "
            f"--round-seconds {args.round_seconds} --faults {args.faults} "
+           f"{'--overlap ' if args.overlap else ''}"
            f"--schedule '{dumps(steps)}'")
     return {"round": failed.round, "seed": failed.seed, "runs": runs,
-            "schedule": [dict(fault=s.fault, targets=list(s.targets), at=s.at,
-                              duration=s.duration) for s in steps],
+            "schedule": [s.as_dict() for s in steps],
             "command": cmd}
 
 
+def _cluster(data: Path, faults: list[str]):
+    """The campaign's cluster, with what the asked classes need: each node's clock offset
+    file (clock), each broker's log dir on a tmpfs of its own (disk-full)."""
+    overrides = dict(OVERRIDES)
+    if "clock" in faults:
+        overrides["raftka.clock.offset.file"] = CLOCK_FILE
+    cluster = low_port_cluster(data, overrides, node_addresses=True)
+    mounts = [data / f"broker-{b}" for b in cluster.layout.broker_ids] \
+        if "disk-full" in faults else []
+    for m in mounts:
+        disk.mount(m)
+    return cluster, mounts
+
+
+def _unmount(mounts: list[Path], keep: bool) -> None:
+    for m in mounts:
+        disk.unmount(m, m.with_name(m.name + ".kept") if keep else None)
+
+
 def run_campaign(args) -> dict:
-    check_available(args.fault_list + [s.fault for s in (args.fixed or [])])
+    faults = args.fault_list + [s.fault for s in (args.fixed or [])]
+    check_available(faults)
     data = Path(tempfile.mkdtemp(prefix="raftka-campaign-"))
-    cluster = low_port_cluster(data, OVERRIDES, node_addresses=True)
+    cluster, mounts = _cluster(data, faults)
     rounds, started = [], time.monotonic()
-    cluster.start()
     try:
-        for n in range(args.rounds):
-            seed = args.seed if args.fixed else round_seed(args.seed, n)
-            schedule = args.fixed if args.fixed is not None else \
-                make_schedule(seed, args.fault_list, args.round_seconds, args.max_faults)
-            r = run_round(cluster, n, seed, schedule, args.round_seconds)
-            print(f"round {n} seed {seed}: {'ok' if r.ok else 'ANOMALY'} "
-                  f"[{', '.join(s.label() for s in schedule) or 'no fault'}]", flush=True)
-            rounds.append(r)
+        cluster.start()
+    except BaseException:
+        _unmount(mounts, keep=True)
+        raise
+    aborted = shrunk = None
+    try:
+        aborted = _play(cluster, args, rounds)
         failed = next((r for r in rounds if not r.ok), None)
         shrunk = _shrink(cluster, failed, args) if failed and args.shrink_runs > 0 else None
     finally:
         cluster.stop()
         # the nodes' data and logs stay for a post-mortem when something failed
-        if rounds and all(r.ok for r in rounds) and len(rounds) == args.rounds:
+        clean = bool(rounds) and all(r.ok for r in rounds) and len(rounds) == args.rounds
+        _unmount(mounts, keep=not clean)
+        if clean:
             shutil.rmtree(data, ignore_errors=True)
         else:
-            print(f"cluster data and logs kept in {data}", flush=True)
+            print(f"cluster data and logs kept in {data} (tmpfs log dirs copied to "
+                  f"broker-N.kept)" if mounts else f"cluster data and logs kept in {data}",
+                  flush=True)
     records = [report_mod.round_record(r) for r in rounds]
     args.results = rounds
     bad = [r for r in records if not r["ok"]]
     ops = sum(r["history_ops"] for r in records)
-    return {"seed": args.seed, "faults": args.fault_list, "round_seconds": args.round_seconds,
+    return {"seed": args.seed, "faults": args.fault_list, "overlap": args.overlap,
+            "round_seconds": args.round_seconds, "aborted": aborted,
             "rounds": records, "shrunk": shrunk, "elapsed_s": round(time.monotonic() - started, 1),
             "summary": f"{len(records)} rounds, {ops} recorded operations, "
-                       f"{len(bad)} round(s) with anomalies"}
+                       f"{len(bad)} round(s) with anomalies"
+                       + (f"; ABORTED at {aborted}" if aborted else "")}
+
+
+def _play(cluster, args, rounds: list) -> str | None:
+    """Run the rounds into `rounds`; a round the harness could not finish (a client call that
+    gave up, a node that would not restart) ends the campaign with what it says, and the
+    rounds done so far are still reported. Returns that reason, or None."""
+    for n in range(args.rounds):
+        seed = args.seed if args.fixed else round_seed(args.seed, n)
+        schedule = args.fixed if args.fixed is not None else \
+            make_schedule(seed, args.fault_list, args.round_seconds, args.max_faults,
+                          args.overlap)
+        try:
+            r = run_round(cluster, n, seed, schedule, args.round_seconds)
+        except Exception as exc:        # noqa: BLE001 - reported, with the rounds before it
+            traceback.print_exc()
+            return f"round {n} seed {seed} [{', '.join(s.label() for s in schedule)}]: " \
+                   f"{type(exc).__name__}: {exc}"
+        print(f"round {n} seed {seed}: {'ok' if r.ok else 'ANOMALY'} "
+              f"[{', '.join(s.label() for s in schedule) or 'no fault'}]", flush=True)
+        rounds.append(r)
+    return None
 
 
 def main(argv=None) -> int:
@@ -119,7 +170,7 @@ def main(argv=None) -> int:
         r.txn_history.dump(out / f"round-{r.round}.txn-history.jsonl")
         (out / f"round-{r.round}.ops.jsonl").write_text(r.log.dumps())
     print(f"{report['summary']}\nreport: {j}\n        {h}")
-    return 1 if any(not r["ok"] for r in report["rounds"]) else 0
+    return 1 if report["aborted"] or any(not r["ok"] for r in report["rounds"]) else 0
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from pathlib import Path
 BUCKET_S = 0.5
 COLORS = {"kill": "#d62728", "pause": "#9467bd", "restart": "#8c564b", "controller-kill": "#e377c2",
           "isolate": "#1f77b4", "split": "#17becf", "bridge": "#bcbd22", "oneway": "#ff7f0e",
-          "loss": "#7f7f7f"}
+          "loss": "#7f7f7f", "flap": "#aec7e8", "clock": "#2ca02c", "disk-full": "#393b79"}
 _QUOTED = re.compile(r"'([^']+)'")
 
 
@@ -77,18 +77,20 @@ def svg(record: dict, width: int = 900, panel: int = 110) -> str:
     """Two panels sharing the time axis: throughput on top, latency below; faults shaded."""
     series = record["timeline"]["series"]
     end = max([s["t"] for s in series] + [w["end"] for w in record["windows"]] + [1.0])
-    left, top, gap = 60, 20, 30
+    left, top, gap = 60, 32, 30        # top: two rows of fault labels (overlapping ones alternate)
+
     height = top + 2 * panel + gap + 30
     x = lambda t: left + (width - left - 10) * t / end          # noqa: E731
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'font-family="sans-serif" font-size="10">']
-    for w in record["windows"]:
+    for i, w in enumerate(record["windows"]):
         fault = w["label"].split("(")[0]
         parts.append(f'<rect class="fault" x="{x(w["start"]):.1f}" y="{top}" '
                      f'width="{max(1.0, x(w["end"]) - x(w["start"])):.1f}" '
                      f'height="{2 * panel + gap}" fill="{COLORS.get(fault, "#999")}" '
                      f'fill-opacity="0.18"><title>{html.escape(w["label"])}</title></rect>')
-        parts.append(f'<text x="{x(w["start"]) + 2:.1f}" y="{top - 5}">{html.escape(fault)}</text>')
+        parts.append(f'<text x="{x(w["start"]) + 2:.1f}" y="{top - 5 - 12 * (i % 2)}">'
+                     f'{html.escape(fault)}</text>')
     panels = [("acked writes/s", [("throughput", "#2ca02c")], top),
               ("latency ms", [("latency_mean_ms", "#1f77b4"), ("latency_max_ms", "#d62728")],
                top + panel + gap)]

@@ -2,17 +2,15 @@
 schedule (each fault injected, held, healed, in order), a full heal, the verification reads,
 then every checker.
 
-The nemesis applies schedule.py's fault classes: processes through `LiveCluster` (signals,
-restarts), the network through nftables tables of this cluster's own (`raftka_camp<port>_<n>`,
-matching only its node addresses).
+The nemesis (nemesis.py) applies schedule.py's fault classes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import signal
 import time
 
+from chaos_tests.campaign.nemesis import Nemesis, run_schedule, _sleep_until
 from chaos_tests.campaign.schedule import FaultStep
 from chaos_tests.campaign.workloads import (CONFIG, epoch_reader, KeyedProducer, MetadataWorker,
                                             final_read_with_epochs)
@@ -27,7 +25,6 @@ from chaos_tests.checkers.logs import key_order, offsets_dense
 from chaos_tests.checkers.ops import OpLog
 from chaos_tests.live.admin import create_topic, full_isr, wait_for
 from chaos_tests.live.workload import final_read_committed
-from clients.cli.dev import CONTROLLER_IDS
 
 PARTITIONS = 3
 
@@ -51,103 +48,12 @@ class RoundResult:
         return all(c.ok for c in self.checks)
 
 
-class Nemesis:
-    def __init__(self, cluster):
-        self.cluster = cluster
-        self.n = 0
-
-    def _table(self) -> str:
-        return f"raftka_camp{self.cluster.layout.base_port}_{self.n}"
-
-    def inject(self, step: FaultStep):
-        """Start the fault; returns its heal (a callable)."""
-        c, t = self.cluster, step.targets
-        if step.fault in ("kill", "controller-kill"):
-            c.kill(t[0], signal.SIGKILL)
-            return lambda: _restart(c, t[0])
-        if step.fault == "pause":
-            c.kill(t[0], signal.SIGSTOP)
-            return lambda: c.kill(t[0], signal.SIGCONT)
-        if step.fault == "restart":
-            c.kill(t[0], signal.SIGTERM)
-            _restart(c, t[0])
-            return lambda: None
-        return self._net(step)
-
-    def _net(self, step: FaultStep):
-        from clients.cli.netfaults import nft
-        hosts = self.cluster.layout.node_hosts()
-        self.n += 1
-        table, t = self._table(), step.targets
-        others = [h for name, h in hosts.items() if name not in t]
-        if step.fault == "isolate":
-            drops = nft.isolate(hosts[t[0]], others)
-        elif step.fault == "oneway":
-            drops = nft.one_way([hosts[t[0]]], others)
-        elif step.fault == "loss":
-            drops = nft.loss(hosts[t[0]], others, 30)
-        elif step.fault == "split":
-            drops = nft.split([hosts[x] for x in t], others)
-        elif step.fault == "bridge":
-            side_a = [hosts[x] for x in t[:2]]
-            side_b = [h for name, h in hosts.items() if name not in t]
-            drops = nft.bridge(side_a, side_b, hosts[t[2]])
-        else:
-            raise ValueError(f"unknown fault class {step.fault!r}")
-        n = nft.Nft()
-        n.apply(table, drops)
-        return lambda: n.remove(table)
-
-    def heal_all(self) -> None:
-        """Whatever a failed heal left: every table of ours gone, every process running."""
-        from clients.cli.netfaults import nft
-        n = nft.Nft() if self.n else None
-        for i in range(1, self.n + 1):
-            n.remove(f"raftka_camp{self.cluster.layout.base_port}_{i}")
-        for p in self.cluster.procs:
-            if p.proc.poll() is None:
-                p.proc.send_signal(signal.SIGCONT)
-            else:
-                _restart(self.cluster, p.name)
-
-
-def _restart(cluster, name: str) -> None:
-    kind, ident = name.split("-", 1)
-    if kind == "broker":
-        cluster.restart_broker(int(ident))
-    else:
-        cluster.restart_controller(CONTROLLER_IDS.index(int(ident)))
-
-
-def run_schedule(nemesis: Nemesis, schedule: list[FaultStep], t0: float, notes: list[str]):
-    """Inject each step at its time, heal it when it ends; returns the real windows."""
-    windows = []
-    for step in schedule:
-        _sleep_until(t0 + step.at)
-        start = time.monotonic() - t0
-        heal = nemesis.inject(step)
-        _sleep_until(t0 + step.end)
-        try:
-            heal()
-        except Exception as exc:        # noqa: BLE001 - heal_all retries; the round goes on
-            notes.append(f"heal of {step.label()} failed: {exc}")
-        windows.append((start, time.monotonic() - t0, step.label()))
-    return windows
-
-
-def _sleep_until(when: float) -> None:
-    """The schedule's clock: wait for a planned moment (not for a condition)."""
-    delay = when - time.monotonic()
-    if delay > 0:
-        time.sleep(delay)
-
-
 def run_round(cluster, round_no: int, seed: int, schedule: list[FaultStep],
               round_s: float) -> RoundResult:
     topic, config_topic = f"camp-{round_no}-{seed}", f"camp-cfg-{round_no}-{seed}"
     txn_topic = f"camp-txn-{round_no}-{seed}"
     for t in (topic, config_topic, txn_topic):
-        wait_for(lambda t=t: create_topic(cluster.bootstrap, t, PARTITIONS) or True, 60,
+        wait_for(lambda t=t: create_topic(cluster.bootstrap, t, PARTITIONS, exist_ok=True) or True, 60,
                  f"topic {t} created")
     wait_for(lambda: full_isr(cluster.bootstrap, topic, PARTITIONS), 60, "a full ISR")
     history, log, notes, txn_history = History(), OpLog(), [], History()
@@ -167,6 +73,7 @@ def run_round(cluster, round_no: int, seed: int, schedule: list[FaultStep],
         _sleep_until(t0 + round_s)
     finally:
         nemesis.heal_all()
+        notes += nemesis.notes
     admin.stop()
     txn.stop()
     wait_for(lambda: full_isr(cluster.bootstrap, topic, PARTITIONS), 90,

@@ -1,8 +1,10 @@
 """Nemesis schedules: which faults a round injects, when, for how long, on which node. Pure and
 seeded (the same seed gives the same schedule), plus delta debugging to shrink a failing one.
 
-A round's schedule is a list of `FaultStep`s, one after another (never two at once: a failing
-round then points at one fault or a short sequence, and shrinking removes steps cleanly).
+A round's schedule is a list of `FaultStep`s, by default one after another (a failing round
+then points at one fault or a short sequence, and shrinking removes steps cleanly); with
+`overlap=True` they come in pairs, the second injected while the first holds, on other nodes
+(kill + isolate, pause + split, ...: what real outages look like).
 
 | class           | inject                                           | heal                     |
 |-----------------|--------------------------------------------------|--------------------------|
@@ -15,8 +17,14 @@ round then points at one fault or a short sequence, and shrinking removes steps 
 | bridge          | nftables: two sides cut, one node reaching both  | drop the rules           |
 | oneway          | nftables: one node's packets to the others lost  | drop the rules           |
 | loss            | nftables: 30 % of one node's packets lost        | drop the rules           |
+| flap            | nftables: one link (two nodes) cut and restored  | drop the rules           |
+|                 | every 0.5-2 s, seeded by `param`                 |                          |
+| clock           | a node's wall clock jumps `param` s (±5 s-10 min) | its clock back to true  |
+| disk-full       | a broker's log dir (its own tmpfs) filled up     | free it, restart broker  |
 
-The nftables classes need root and nft (`check_available` says which is missing).
+The nftables classes need root and nft; disk-full needs root and tmpfs mounts (the campaign
+puts each broker's log dir on its own size-limited tmpfs); clock needs nothing (the nodes run
+with `raftka.clock.offset.file`, common/clock.py). `check_available` says what is missing.
 """
 
 from __future__ import annotations
@@ -26,8 +34,10 @@ import json
 import random
 
 PROCESS_FAULTS = ("kill", "pause", "restart", "controller-kill")
-NET_FAULTS = ("isolate", "split", "bridge", "oneway", "loss")
-FAULT_CLASSES = PROCESS_FAULTS + NET_FAULTS
+NET_FAULTS = ("isolate", "split", "bridge", "oneway", "loss", "flap")
+NEW_FAULTS = ("clock", "disk-full")
+FAULT_CLASSES = PROCESS_FAULTS + NET_FAULTS + NEW_FAULTS
+MAX_CLOCK_JUMP_S = 600
 BROKERS = ("broker-0", "broker-1", "broker-2")
 CONTROLLERS = ("controller-3000", "controller-3001", "controller-3002")
 NODES = CONTROLLERS + BROKERS
@@ -39,13 +49,23 @@ class FaultStep:
     targets: tuple[str, ...]        # the node(s) it acts on (split/bridge: side A, bridge node)
     at: float                       # seconds after the round's workload started
     duration: float                 # how long it lasts before its heal
+    param: float = 0.0              # clock: the jump in seconds; flap: its timing seed
 
     @property
     def end(self) -> float:
         return self.at + self.duration
 
     def label(self) -> str:
-        return f"{self.fault}({','.join(self.targets)})@{self.at:.1f}s+{self.duration:.1f}s"
+        extra = f",{self.param:+.0f}s" if self.fault == "clock" else ""
+        return (f"{self.fault}({','.join(self.targets)}{extra})@{self.at:.1f}s"
+                f"+{self.duration:.1f}s")
+
+    def as_dict(self) -> dict:
+        d = {"fault": self.fault, "targets": list(self.targets), "at": self.at,
+             "duration": self.duration}
+        if self.param:
+            d["param"] = self.param
+        return d
 
 
 def parse_faults(text: str) -> list[str]:
@@ -60,24 +80,53 @@ def parse_faults(text: str) -> list[str]:
 
 
 def _targets(rng: random.Random, fault: str) -> tuple[str, ...]:
-    if fault in ("kill", "pause", "restart"):
+    if fault in ("kill", "pause", "restart", "disk-full"):
         return (rng.choice(BROKERS),)
     if fault == "controller-kill":
         return (rng.choice(CONTROLLERS),)
-    if fault in ("isolate", "oneway", "loss"):
+    if fault in ("isolate", "oneway", "loss", "clock"):
         return (rng.choice(NODES),)
     nodes = list(NODES)
     rng.shuffle(nodes)
+    if fault == "flap":
+        return tuple(sorted(nodes[:2]))                 # the link between these two
     if fault == "split":
         return tuple(sorted(nodes[:2]))                 # a minority of two against four
     return tuple(sorted(nodes[:2])) + (nodes[2],)       # bridge: side A, then the bridge node
 
 
+def _param(rng: random.Random, fault: str) -> float:
+    """Drawn only for the classes that have one, so older classes' schedules stay the same
+    for the same seed (a seed in an old report still replays)."""
+    if fault == "clock":                # seconds to minutes, forward or back
+        return float(rng.choice((-1, 1)) * rng.randint(5, MAX_CLOCK_JUMP_S))
+    if fault == "flap":
+        return float(rng.getrandbits(31) or 1)
+    return 0.0
+
+
+def _hold(fault: str, duration: float, room: float) -> float:
+    """A flap holds 2.5 times longer (2.5-7.5 s), room allowing: with a toggle every 0.5-2 s,
+    1-3 s would mostly be one cut and one restore, a short split rather than a flapping link."""
+    return min(duration * 2.5 if fault == "flap" else duration, room)
+
+
+def _step(rng: random.Random, fault: str, at: float, duration: float,
+          avoid: frozenset[str] = frozenset()) -> FaultStep:
+    targets = _targets(rng, fault)
+    for _ in range(20):                 # an overlapping fault acts on other nodes
+        if not avoid & set(targets):
+            break
+        targets = _targets(rng, fault)
+    return FaultStep(fault, targets, round(at, 2), round(duration, 2), _param(rng, fault))
+
+
 def make_schedule(seed: int, faults: list[str], round_s: float,
-                  max_steps: int = 3) -> list[FaultStep]:
+                  max_steps: int = 3, overlap: bool = False) -> list[FaultStep]:
     """One round's schedule: 1..max_steps faults drawn from `faults`, back to back with gaps,
     all healed before the last fifth of the round (so the round ends with a healthy cluster
-    serving)."""
+    serving). `overlap`: each fault drawn is joined by a second one, on other nodes, injected
+    while the first holds (the two windows overlap; either may heal first)."""
     rng = random.Random(seed)
     steps, t = [], rng.uniform(0.5, 1.5)
     horizon = round_s * 0.8
@@ -86,8 +135,18 @@ def make_schedule(seed: int, faults: list[str], round_s: float,
         if t + duration > horizon:
             break
         fault = rng.choice(faults)
-        steps.append(FaultStep(fault, _targets(rng, fault), round(t, 2), round(duration, 2)))
-        t += duration + rng.uniform(0.5, 1.5)
+        duration = _hold(fault, duration, horizon - t)
+        first = _step(rng, fault, t, duration)
+        steps.append(first)
+        end = t + duration              # unrounded, as before overlaps (same seed, same times)
+        if overlap:
+            at = t + rng.uniform(0.2, 0.8) * duration
+            fault = rng.choice(faults)
+            second = _step(rng, fault, at, _hold(fault, rng.uniform(1.0, 3.0), horizon - at),
+                           frozenset(first.targets))
+            steps.append(second)
+            end = max(end, second.end)
+        t = end + rng.uniform(0.5, 1.5)
     return steps
 
 
@@ -96,14 +155,14 @@ def round_seed(campaign_seed: int, round_no: int) -> int:
 
 
 def dumps(steps: list[FaultStep]) -> str:
-    return json.dumps([dataclasses.asdict(s) for s in steps])
+    return json.dumps([s.as_dict() for s in steps])
 
 
 def loads(text: str) -> list[FaultStep]:
     try:
         raw = json.loads(text)
-        steps = [FaultStep(s["fault"], tuple(s["targets"]), float(s["at"]), float(s["duration"]))
-                 for s in raw]
+        steps = [FaultStep(s["fault"], tuple(s["targets"]), float(s["at"]), float(s["duration"]),
+                           float(s.get("param", 0.0))) for s in raw]
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"not a schedule (a JSON list of faults): {exc}") from None
     parse_faults(",".join(s.fault for s in steps) or "kill")
@@ -141,13 +200,18 @@ def ddmin(items: list, fails, budget: int = 12) -> tuple[list, int]:
 
 
 def check_available(faults: list[str]) -> None:
-    """Refuse nftables fault classes clearly when this machine cannot make them."""
-    wanted = [f for f in faults if f in NET_FAULTS]
-    if not wanted:
-        return
+    """Refuse fault classes this machine cannot make, clearly (NetFaultUnavailable)."""
     from clients.cli.netfaults.nft import Nft, NetFaultUnavailable
-    try:
-        Nft().check()
-    except NetFaultUnavailable as exc:
-        raise NetFaultUnavailable(f"fault classes {', '.join(wanted)} need kernel packet "
-                                  f"filtering: {exc}") from None
+    wanted = [f for f in faults if f in NET_FAULTS]
+    if wanted:
+        try:
+            Nft().check()
+        except NetFaultUnavailable as exc:
+            raise NetFaultUnavailable(f"fault classes {', '.join(dict.fromkeys(wanted))} need "
+                                      f"kernel packet filtering: {exc}") from None
+    if "disk-full" in faults:
+        from chaos_tests.campaign.disk import check_tmpfs
+        problem = check_tmpfs()
+        if problem:
+            raise NetFaultUnavailable(f"fault class disk-full needs a size-limited tmpfs per "
+                                      f"broker: {problem}")

@@ -6,14 +6,22 @@ from __future__ import annotations
 
 import time
 
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, min_isr: int = 2) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int, min_isr: int = 2,
+                 exist_ok: bool = False) -> None:
+    """`exist_ok`: TOPIC_ALREADY_EXISTS is success — for a retry after an attempt in doubt
+    (REQUEST_TIMED_OUT while the controllers lack a quorum: that attempt may have created it)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for fut in admin.create_topics([NewTopic(topic, partitions, 3, config={
             "min.insync.replicas": str(min_isr)})]).values():
-        fut.result(30)
+        try:
+            fut.result(30)
+        except KafkaException as exc:
+            if not (exist_ok and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS):
+                raise
 
 
 def partitions_meta(bootstrap: str, topic: str) -> dict:

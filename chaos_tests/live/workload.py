@@ -48,8 +48,10 @@ class Attempt:
 
 class RawProducer:
     def __init__(self, host: str, port: int, topic: str, partition: int, history: History,
-                 name: str = "raw", concurrency: int = 4, timeout_ms: int = 2000):
+                 name: str = "raw", concurrency: int = 4, timeout_ms: int = 2000,
+                 definite=DEFINITE):
         self.addr = (host, port)
+        self.definite = definite
         self.topic, self.partition = topic, partition
         self.history = history
         self.name = name
@@ -108,7 +110,7 @@ class RawProducer:
                 if code == ErrorCode.NONE:
                     outcome, offset = OK, p.base_offset
                 else:
-                    outcome, error = (FAIL if code in DEFINITE else UNKNOWN), code.name
+                    outcome, error = (FAIL if code in self.definite else UNKNOWN), code.name
             except (ConnectionClosed, OSError, trio.TooSlowError, DecodeError) as exc:
                 outcome, error = UNKNOWN, type(exc).__name__
                 with trio.CancelScope(shield=True):
@@ -413,7 +415,9 @@ def open_transactions(bootstrap: str, topic: str, partitions: int) -> dict[int, 
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"watermarks-{topic}",
                       "isolation.level": level, "enable.auto.commit": False})
         try:
-            ends[level] = [c.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]
+            # asked again while leadership moves (a restarted broker's preferred-leader
+            # election): a NOT_LEADER here once ended a campaign run
+            ends[level] = [_high_watermark(c, TopicPartition(topic, p), 30)
                            for p in range(partitions)]
         finally:
             c.close()
@@ -422,10 +426,12 @@ def open_transactions(bootstrap: str, topic: str, partitions: int) -> dict[int, 
 
 
 def final_read_committed(bootstrap: str, topic: str, partitions: int, history: History,
-                         idle_s: float = 3.0, timeout_s: float = 60) -> int:
+                         timeout_s: float = 60) -> int:
     """The final log as read_committed readers see it, once no transaction is open: every
     record recorded as `Consume(final=True)`. Aborted records and markers never arrive, so the
-    read ends when nothing new came for `idle_s` (the LSO is the HW by then: all was there)."""
+    read ends when every partition reports its end (partition EOF at the LSO, which is the HW
+    by then) — not after an idle window: on a loaded machine the first fetch alone took longer
+    than a 3 s window, and a campaign round judged an empty final read ("cannot judge")."""
     deadline = time.monotonic() + timeout_s
     while (still := open_transactions(bootstrap, topic, partitions)):
         if time.monotonic() > deadline:
@@ -433,18 +439,27 @@ def final_read_committed(bootstrap: str, topic: str, partitions: int, history: H
                                  f"{still}")
         time.sleep(0.5)
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"final-rc-{topic}",
-                  "isolation.level": "read_committed", "enable.auto.commit": False})
+                  "isolation.level": "read_committed", "enable.auto.commit": False,
+                  "enable.partition.eof": True})
+    ends = {p: _high_watermark(c, TopicPartition(topic, p), timeout_s) for p in range(partitions)}
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    total, last = 0, time.monotonic()
+    total, done = 0, {p for p, end in ends.items() if end == 0}
     try:
-        while time.monotonic() - last < idle_s and time.monotonic() < deadline + timeout_s:
+        while len(done) < partitions:
+            if time.monotonic() > deadline + timeout_s:
+                raise AssertionError(f"final read of {topic}: partitions {sorted(set(ends) - done)}"
+                                     f" never reached their end {ends}")
             m = c.poll(0.2)
-            if m is None or m.error():
+            if m is None:
+                continue
+            if m.error():
+                eof = m.error().code() == KafkaError._PARTITION_EOF
+                if eof and m.offset() >= ends[m.partition()]:
+                    done.add(m.partition())
                 continue
             history.consume(m.value().decode(), m.partition(), m.offset(), final=True,
                             process="final", time=time.monotonic())
             total += 1
-            last = time.monotonic()
     finally:
         c.close()
     return total

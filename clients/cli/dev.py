@@ -29,7 +29,9 @@ CONTROLLER_IDS = (3000, 3001, 3002)
 # `--set` keys the controllers need too: they choose a new topic's partitions and replicas
 # keys a `raftka dev` override passes to the controllers too (min.insync.replicas: the ELR of
 # KIP-966 needs controllers and brokers to agree on it)
-CONTROLLER_DEFAULTS = ("num.partitions", "default.replication.factor", "min.insync.replicas")
+CONTROLLER_DEFAULTS = ("num.partitions", "default.replication.factor", "min.insync.replicas",
+                       # a test seam both kinds of node read (common/process.py)
+                       "raftka.clock.offset.file")
 BROKER_IDS = (0, 1, 2)
 STOP_TIMEOUT_S = 60          # per process at Ctrl-C, before SIGKILL
 # broker ports are base+id and metrics base+1200+id, below the controllers' base+1000

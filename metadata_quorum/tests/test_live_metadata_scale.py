@@ -97,7 +97,8 @@ async def _until_ok(q: Quorum, msg, version: int, codes, deadline_s: float = 60)
             got = set(codes(resp))
             if got == {0}:
                 return resp
-            assert got <= {0, 41}, f"unexpected error codes {got}"      # NOT_CONTROLLER
+            # NOT_CONTROLLER, or REQUEST_TIMED_OUT: a commit that took over 5 s is in doubt
+            assert got <= {0, 7, 41}, f"unexpected error codes {got}"
         await trio.sleep(0.1)
     raise AssertionError("no controller committed the request")
 

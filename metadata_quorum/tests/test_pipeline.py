@@ -126,6 +126,26 @@ def test_a_failure_fails_everything_in_flight_and_needs_a_new_activation():
     assert pipe.entry_done(b, None) == []       # a late success of a failed proposal: ignored
 
 
+def test_which_failures_are_certain_and_which_in_doubt():
+    """A client must hear "unknown" (REQUEST_TIMED_OUT) for a command that may still commit:
+    a proposal refused before the log is certain, and so is every later one of its activation
+    (fenced on its offset); one before it may still commit; a timeout is in doubt."""
+    pipe = _active_pipeline(MetadataLog())
+    a, b, c = (pipe.propose([r.NoOpRecord()]) for _ in range(3))
+    pipe.entry_done(b, "queue full", in_doubt=False)
+    assert (a.in_doubt, b.in_doubt, c.in_doubt) == (True, False, False)
+    pipe = _active_pipeline(MetadataLog())
+    a, b = pipe.propose([r.NoOpRecord()]), pipe.propose([r.NoOpRecord()])
+    pipe.fail(a, "commit timed out", in_doubt=True)
+    assert a.in_doubt and b.in_doubt and a.error == b.error == "commit timed out"
+    pipe = _active_pipeline(MetadataLog())
+    a = pipe.propose([r.NoOpRecord()])
+    pipe.renounce("a Raft snapshot replaced the log")
+    assert a.in_doubt
+    committed = _active_pipeline(MetadataLog()).propose([r.NoOpRecord()])
+    assert not committed.in_doubt                   # nothing failed
+
+
 def test_after_a_lost_leadership_a_commit_raft_reports_is_a_success():
     mlog = MetadataLog()
     pipe = _active_pipeline(mlog)

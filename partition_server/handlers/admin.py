@@ -51,13 +51,36 @@ def _timeout_response(api_key: int, body):
     return cls(error_code=TIMED_OUT)
 
 
+# Answers that say "it was already so": after an attempt in doubt they may be that attempt's own
+# doing, so they are no longer certain (REQUEST_TIMED_OUT: the client learns it is in doubt)
+_ALREADY = {ApiKey.CREATE_TOPICS: ("topics", {ErrorCode.TOPIC_ALREADY_EXISTS}),
+            ApiKey.DELETE_TOPICS: ("responses", {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                 ErrorCode.UNKNOWN_TOPIC_ID})}
+
+
+def in_doubt(api_key: int, resp):
+    """`resp` after an earlier attempt of the same request was sent and never answered."""
+    if api_key in _ALREADY:
+        field, codes = _ALREADY[api_key]
+        for item in getattr(resp, field):
+            if item.error_code in codes:
+                item.error_code = TIMED_OUT
+                item.error_message = ("the request was retried after an attempt that may "
+                                      "have taken effect: its outcome is unknown")
+    return resp
+
+
 async def forward(hctx: HandlerContext, req):
     api_key = req.api_key
+    doubt: list = []
     try:
         resp = await hctx.client.call_active(req.body, timeout_s=15, version=req.api_version,
-                                               error_of=lambda r: _first_error(api_key, r))
+                                               error_of=lambda r: _first_error(api_key, r),
+                                               doubt=doubt)
     except ControllerUnavailable:
         return _timeout_response(api_key, req.body)
+    if doubt:
+        resp = in_doubt(api_key, resp)
     if (api_key in (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS)
             and not getattr(req.body, "validate_only", False)):
         await _await_metadata(hctx, api_key, req.body, resp)

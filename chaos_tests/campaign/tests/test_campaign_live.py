@@ -1,8 +1,9 @@
 """The campaign command end to end on a live cluster (nodes at their own addresses, root and
 nftables: a machine without them fails here with the reason, it is not skipped).
 
-CI: 3 short rounds (process and kernel network faults), the report checked. The long campaign
-(100 rounds per fault class) runs only with RAFTKA_SOAK=1; its figures go in the README.
+CI: 3 short rounds (process, kernel network, clock, flap and disk-full faults, in overlapping
+pairs), the report checked. The long campaign (100 rounds per fault class, and of overlapping
+pairs of every class) runs only with RAFTKA_SOAK=1; its figures go in the README.
 """
 
 import json
@@ -15,6 +16,7 @@ import pytest
 from chaos_tests.campaign.schedule import FAULT_CLASSES
 
 pytestmark = pytest.mark.live
+CI_FAULTS = ("kill", "pause", "isolate", "split", "clock", "flap", "disk-full")
 EXPECTED = {"lost-write", "inconsistent-offsets", "nonmonotonic-send", "order", "truncated-read",
             "failed-write-read", "nonmonotonic-poll", "duplicate", "sequence-order",
             "offsets-dense", "key-order", "linearizable-topics", "linearizable-configs",
@@ -30,8 +32,8 @@ def run(out, *args, timeout_s):
 
 def test_short_campaign_writes_a_report_with_every_checker(tmp_path):
     out = tmp_path / "report"
-    done = run(out, "--rounds", "3", "--faults", "kill,pause,isolate,split", "--seed", "11",
-               "--round-seconds", "8", "--shrink-runs", "0", timeout_s=240)
+    done = run(out, "--rounds", "3", "--faults", ",".join(CI_FAULTS), "--seed", "11",
+               "--round-seconds", "8", "--shrink-runs", "0", "--overlap", timeout_s=300)
     report = json.loads((out / "report.json").read_text())
     assert len(report["rounds"]) == 3, done.stderr[-2000:]
     injected = set()
@@ -41,11 +43,13 @@ def test_short_campaign_writes_a_report_with_every_checker(tmp_path):
         assert r["operations"].get("read:ok") == 4          # the final metadata reads
         assert r["operations"].get("txn:ok", 0) > 0, r["operations"]   # committed transactions
         assert r["operations"]["group-read"] > 0 and r["operations"]["group-commit:ok"] > 0
-        assert len(r["windows"]) == len(r["schedule"]) >= 1
+        assert len(r["windows"]) == len(r["schedule"]) >= 2
+        first, second = r["windows"][:2]
+        assert first["start"] < second["start"] < first["end"]    # the first pair held at once
         injected |= {s["fault"] for s in r["schedule"]}
         assert any(s["throughput"] > 0 for s in r["timeline"]["series"])
         assert (out / f"round-{r['round']}.history.jsonl").stat().st_size > 0
-    assert injected <= {"kill", "pause", "isolate", "split"} and injected
+    assert injected <= set(CI_FAULTS) and injected & {"clock", "flap", "disk-full"}
     # answers that tell the linearizability checker what the controller held
     assert sum(r["operations"].get("create:fail", 0) + r["operations"].get("delete:fail", 0)
                for r in report["rounds"]) > 0
@@ -64,6 +68,17 @@ def test_soak_campaign_100_rounds_per_fault_class(fault, tmp_path):
     out = tmp_path / fault
     done = run(out, "--rounds", str(rounds), "--faults", fault, "--seed", "20",
                "--round-seconds", "10", timeout_s=rounds * 120)
+    report = json.loads((out / "report.json").read_text())
+    assert len(report["rounds"]) == rounds
+    assert done.returncode == 0, f"{report['summary']}; shrunk: {report['shrunk']}; in {out}"
+
+
+@pytest.mark.slow
+def test_soak_campaign_overlapping_pairs_of_every_class(tmp_path):
+    rounds = int(os.environ.get("RAFTKA_CAMPAIGN_ROUNDS", "100"))
+    out = tmp_path / "overlap"
+    done = run(out, "--rounds", str(rounds), "--faults", "all", "--overlap", "--seed", "21",
+               "--round-seconds", "10", timeout_s=rounds * 150)
     report = json.loads((out / "report.json").read_text())
     assert len(report["rounds"]) == rounds
     assert done.returncode == 0, f"{report['summary']}; shrunk: {report['shrunk']}; in {out}"

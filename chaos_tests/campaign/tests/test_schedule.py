@@ -127,3 +127,101 @@ def test_shrink_reports_a_replayable_schedule(monkeypatch):
     replay = shrunk["command"].split("--schedule ")[1].strip("'")
     again = campaign.parse_args(["--rounds", "1", "--schedule", replay])
     assert again.fixed == [schedule[1]]
+
+
+OLD_CLASSES = ["kill", "pause", "restart", "controller-kill", "isolate", "split", "bridge",
+               "oneway", "loss"]
+
+
+def test_older_classes_keep_their_schedules_for_a_seed():
+    """Seeds in reports written before the clock/disk-full/flap classes still replay: the
+    schedules of the older classes are what the code before them drew (pinned here)."""
+    assert sch.dumps(make_schedule(12, OLD_CLASSES, 12)) == (
+        '[{"fault": "split", "targets": ["broker-1", "controller-3002"], "at": 0.97, '
+        '"duration": 2.06}, {"fault": "controller-kill", "targets": ["controller-3002"], '
+        '"at": 3.81, "duration": 2.62}, {"fault": "oneway", "targets": ["controller-3002"], '
+        '"at": 6.93, "duration": 2.25}]')
+    assert sch.dumps(make_schedule(7, OLD_CLASSES, 12)) == (
+        '[{"fault": "kill", "targets": ["broker-0"], "at": 0.82, "duration": 1.79}]')
+
+
+def test_new_classes_targets_and_parameters():
+    seen = set()
+    for seed in range(300):
+        for s in make_schedule(seed, ["clock", "disk-full", "flap"], 12):
+            seen.add(s.fault)
+            if s.fault == "clock":
+                assert s.targets[0] in sch.NODES and len(s.targets) == 1
+                assert 5 <= abs(s.param) <= sch.MAX_CLOCK_JUMP_S and s.param == int(s.param)
+                assert f"{s.param:+.0f}s" in s.label()
+            elif s.fault == "disk-full":
+                assert s.targets[0] in sch.BROKERS and s.param == 0
+            else:
+                assert len(set(s.targets)) == 2 and set(s.targets) <= set(sch.NODES)
+                assert s.param > 0                  # the flap's timing seed
+    assert seen == {"clock", "disk-full", "flap"}
+    both = [s for seed in range(50) for s in make_schedule(seed, ["clock"], 12)]
+    assert {s.param > 0 for s in both} == {True, False}     # forward and back
+
+
+def test_overlap_schedules_pair_faults_on_other_nodes_and_heal_early():
+    overlapped = 0
+    for seed in range(300):
+        steps = make_schedule(seed, ["kill", "isolate", "pause", "split", "disk-full"], 12,
+                              overlap=True)
+        assert steps == make_schedule(seed, ["kill", "isolate", "pause", "split", "disk-full"],
+                                      12, overlap=True)
+        assert len(steps) % 2 == 0 and steps
+        for first, second in zip(steps[::2], steps[1::2]):
+            assert first.at < second.at < first.end           # both hold at once
+            assert not set(first.targets) & set(second.targets)
+            overlapped += 1
+        for a, b in zip(steps[1::2], steps[2::2]):           # pairs one after another
+            assert max(a.end, steps[steps.index(a) - 1].end) < b.at
+        assert all(s.end <= 12 * 0.8 + 1e-9 and s.duration > 0 for s in steps)
+    assert overlapped > 300
+
+
+def test_params_round_trip_and_old_json_still_loads():
+    steps = make_schedule(5, ["clock", "flap", "kill"], 12, overlap=True)
+    assert sch.loads(sch.dumps(steps)) == steps
+    old = sch.loads('[{"fault": "kill", "targets": ["broker-1"], "at": 3, "duration": 1}]')
+    assert old == [FaultStep("kill", ("broker-1",), 3.0, 1.0)] and old[0].param == 0
+    assert "param" not in sch.dumps(old)
+
+
+def test_flap_refused_without_nft_and_disk_full_without_root(monkeypatch):
+    from chaos_tests.campaign import disk
+    from clients.cli.netfaults import nft
+    sch.check_available(["clock"])                 # needs nothing but the nodes' test seam
+    monkeypatch.setattr(nft.shutil, "which", lambda name: None)
+    with pytest.raises(nft.NetFaultUnavailable, match="flap need kernel packet filtering"):
+        sch.check_available(["clock", "flap"])
+    monkeypatch.setattr(disk.os, "geteuid", lambda: 1000)
+    with pytest.raises(nft.NetFaultUnavailable,
+                       match="disk-full needs a size-limited tmpfs per broker: mounting one "
+                             "needs root"):
+        sch.check_available(["disk-full"])
+
+
+def test_clock_class_gives_every_node_its_clock_offset_file(tmp_path):
+    from chaos_tests.campaign import __main__ as campaign
+    cluster, mounts = campaign._cluster(tmp_path, ["clock"])
+    assert mounts == []                             # no tmpfs unless disk-full is asked
+    layout = cluster.layout
+    for props in [layout.controller_properties(i) for i in range(3)] + \
+            [layout.broker_properties(b) for b in layout.broker_ids]:
+        assert props["raftka.clock.offset.file"] == "clock-offset"
+    plain, _ = campaign._cluster(tmp_path / "p", ["kill"])
+    assert "raftka.clock.offset.file" not in plain.layout.controller_properties(0)
+
+
+def test_flaps_hold_long_enough_to_flap():
+    """At a toggle every 0.5-2 s a flap of 1-3 s was mostly one cut and one restore (a 30-round
+    run: 56 flaps, 64 cuts); it holds 2.5-7.5 s now, cut short only by the round's heal time."""
+    held = [s for seed in range(200) for s in make_schedule(seed, ["flap", "kill"], 12,
+                                                            overlap=seed % 2 == 1)
+            if s.fault == "flap"]
+    assert len(held) > 100
+    assert all(s.duration >= 2.5 or abs(s.end - 12 * 0.8) < 0.02 for s in held)
+    assert sum(s.duration for s in held) / len(held) > 3.5

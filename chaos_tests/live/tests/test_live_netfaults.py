@@ -98,7 +98,7 @@ def test_isolated_active_controller_is_replaced_and_rejoins(cluster, kernel, tmp
         # metadata writes reach the new active controller through the brokers
         created = [f"net-ctl-during-{i}" for i in range(3)]
         for t in created:
-            wait_for(lambda t=t: create_topic(cluster.bootstrap, t, 1) or True, 60,
+            wait_for(lambda t=t: create_topic(cluster.bootstrap, t, 1, exist_ok=True) or True, 60,
                      f"topic {t} created while {name} is cut off")
         acked = writer.acked
         writer.write_for(3.0)
