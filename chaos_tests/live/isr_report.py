@@ -55,13 +55,14 @@ def summarize(views: Iterable[PartitionView], topic: str, brokers: dict | None =
     return "\n    ".join(out)
 
 
-def broker_views(bootstrap: str, timeout_s: float = 10) -> tuple[list[PartitionView], int]:
+def broker_views(bootstrap: str, timeout_s: float = 10) -> tuple[list[PartitionView], str]:
     """Every partition as a broker's Metadata answer says, and which broker answered."""
     from confluent_kafka.admin import AdminClient
     md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=timeout_s)
     views = [PartitionView(t.topic, p.id, p.leader, tuple(p.replicas), tuple(p.isrs))
              for t in md.topics.values() for p in t.partitions.values()]
-    return views, md.orig_broker_id
+    # librdkafka often leaves the id at -1 when a bootstrap address answered: then its name
+    return views, str(md.orig_broker_id) if md.orig_broker_id >= 0 else md.orig_broker_name
 
 
 def image_views(image) -> tuple[list[PartitionView], dict]:
