@@ -24,6 +24,7 @@ from chaos_tests.checkers.linear import check_linearizable
 from chaos_tests.checkers.logs import key_order, offsets_dense
 from chaos_tests.checkers.ops import OpLog
 from chaos_tests.live.admin import create_topic, full_isr, wait_for
+from chaos_tests.live.isr_report import controller_image, isr_report
 from chaos_tests.live.workload import final_read_committed
 
 PARTITIONS = 3
@@ -55,7 +56,8 @@ def run_round(cluster, round_no: int, seed: int, schedule: list[FaultStep],
     for t in (topic, config_topic, txn_topic):
         wait_for(lambda t=t: create_topic(cluster.bootstrap, t, PARTITIONS, exist_ok=True) or True, 60,
                  f"topic {t} created")
-    wait_for(lambda: full_isr(cluster.bootstrap, topic, PARTITIONS), 60, "a full ISR")
+    wait_for(lambda: full_isr(cluster.bootstrap, topic, PARTITIONS), 60, "a full ISR",
+             describe=lambda: _isr_state(cluster, topic))
     history, log, notes, txn_history = History(), OpLog(), [], History()
     names = [f"camp-meta-{round_no}-{seed}-{i}" for i in range(3)]
     producer = KeyedProducer(cluster.bootstrap, topic, history, log)
@@ -77,7 +79,8 @@ def run_round(cluster, round_no: int, seed: int, schedule: list[FaultStep],
     admin.stop()
     txn.stop()
     wait_for(lambda: full_isr(cluster.bootstrap, topic, PARTITIONS), 90,
-             "every partition's ISR whole after the heal")
+             "every partition's ISR whole after the heal",
+             describe=lambda: _isr_state(cluster, topic))
     left = producer.stop()
     if left:
         notes.append(f"{left} produce(s) never answered (recorded as in doubt)")
@@ -95,6 +98,12 @@ def run_round(cluster, round_no: int, seed: int, schedule: list[FaultStep],
         for o in ("ok", "fail", "unknown")}}
     return RoundResult(round_no, seed, schedule, checks, history, log, txn_history, t0, windows,
                        notes, counts)
+
+
+def _isr_state(cluster, topic: str) -> str:
+    """For the failure message: the round topic's partitions and every partition short of a
+    replica, as a broker and as the controller see them (chaos_tests/live/isr_report.py)."""
+    return "\n  " + isr_report(cluster.bootstrap, topic, controller_image(cluster))
 
 
 def txn_checkers(txn: TxnWorker, txn_history: History) -> list[CheckResult]:

@@ -136,12 +136,18 @@ class FetcherManager:
         running: dict[int, trio.CancelScope] = {}
         async with trio.open_nursery() as nursery:
             while True:
+                # Take the event before reading `by_leader`: a `follow`/`unfollow` while we
+                # await `nursery.start` below sets this one, so we look again. Waiting on
+                # `self.changed` as of after the loop lost that wake-up, and a leader that
+                # appeared meanwhile got no fetcher until another leader came or went
+                # (issue 20: a restarted broker never fetched from one leader again).
+                changed = self.changed
                 leaders = set(self.by_leader)
                 for leader in leaders - set(running):
                     running[leader] = await nursery.start(self._fetch_from, leader)
                 for leader in set(running) - leaders:
                     running.pop(leader).cancel()
-                await self.changed.wait()
+                await changed.wait()
 
     async def _fetch_from(self, leader: int, task_status=trio.TASK_STATUS_IGNORED) -> None:
         session = FollowerSession()

@@ -1,0 +1,79 @@
+"""FetcherManager.run keeps one fetcher task per leader followed, whatever the interleaving with
+the metadata applier (`follow`/`unfollow` run in the broker's on_image task).
+
+Campaign finding (issue 20, kill class, round 41): a broker restarted while the controller moved
+135 partitions to another leader; its fetcher for that leader never started, so it never fetched
+them again and the leader never re-admitted it to their ISRs. `run` read the leaders, then
+awaited `nursery.start` for a new fetcher; a `follow` naming a new leader during that await set
+the event `run` was not yet waiting on, and `run` then waited on the fresh one: the wake-up was
+lost until some other leader came or went, which a 3-broker cluster may never see again.
+
+No sockets: the image names no broker, so a fetcher task only idles in its loop (it registers
+its session under its leader's id, which is how the tests see it running)."""
+
+import types
+
+import trio
+
+from partition_server.replication.fetcher import FetcherManager
+
+NO_BROKERS = types.SimpleNamespace(brokers={})
+
+
+class Probe(FetcherManager):
+    """A FetcherManager whose next fetcher task, as it starts, first runs `on_start`: what the
+    broker's on_image task may do while `run` is suspended in `nursery.start`."""
+
+    def __init__(self):
+        super().__init__(2, {}, None, None, image=lambda: NO_BROKERS, security=None)
+        self.on_start = None
+
+    async def _fetch_from(self, leader: int, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        hook, self.on_start = self.on_start, None
+        if hook is not None:
+            hook()
+        await super()._fetch_from(leader, task_status)
+
+
+async def _running(fm: FetcherManager, leaders: set[int]) -> None:
+    with trio.fail_after(10):
+        while set(fm.sessions) != leaders:
+            await trio.sleep(0.05)
+
+
+async def test_a_leader_followed_while_another_fetcher_starts_gets_a_fetcher(autojump_clock):
+    fm = Probe()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fm.run)
+        # while run starts the fetcher for leader 1, the next image moves a partition to 0
+        fm.on_start = lambda: fm.follow("t", 1, 0)
+        fm.follow("t", 0, 1)
+        await _running(fm, {0, 1})
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_leader_dropped_while_a_fetcher_starts_loses_its_fetcher(autojump_clock):
+    fm = Probe()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fm.run)
+        fm.follow("t", 0, 0)
+        await _running(fm, {0})
+        # while run starts the fetcher for leader 1, the next image takes leader 0's only one
+        fm.on_start = lambda: fm.unfollow("t", 0)
+        fm.follow("t", 1, 1)
+        await _running(fm, {1})
+        nursery.cancel_scope.cancel()
+
+
+async def test_fetchers_follow_a_burst_of_leader_moves(autojump_clock):
+    """Catch-up after a restart replays old leaderships image by image: the tasks end where the
+    last image says, whatever run saw in between."""
+    fm = Probe()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fm.run)
+        for leader in (0, 1, 0, 1, 0):
+            fm.follow("t", 0, leader)
+            await trio.lowlevel.checkpoint()
+        fm.follow("t", 1, 1)
+        await _running(fm, {0, 1})
+        nursery.cancel_scope.cancel()
