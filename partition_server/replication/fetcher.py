@@ -67,6 +67,34 @@ class FetchStats:
     incremental_fetches: int = 0
 
 
+class FetchFailures:
+    """Failed fetches from one leader, logged so a follower stuck failing is seen: a leader that
+    died fails a few fetches (DEBUG), one failing on and on is a WARNING every 30 s (it was DEBUG
+    only: a fetcher failing for minutes left no trace at the default level)."""
+
+    WARN_AFTER = 10                 # consecutive failures (~2 s of retries) before a warning
+    WARN_EVERY_S = 30.0
+
+    def __init__(self, leader: int):
+        self.leader, self.count, self.next_warning = leader, 0, 0.0
+
+    def failed(self, exc: Exception) -> None:
+        self.count += 1
+        now = trio.current_time()
+        if self.count >= self.WARN_AFTER and now >= self.next_warning:
+            log.warning("fetches from broker %d keep failing (%d in a row): %s", self.leader,
+                        self.count, exc)
+            self.next_warning = now + self.WARN_EVERY_S
+        else:
+            log.debug("fetch from broker %d failed: %s", self.leader, exc)
+
+    def answered(self) -> None:
+        if self.count >= self.WARN_AFTER:
+            log.info("fetches from broker %d answered again after %d failures", self.leader,
+                     self.count)
+        self.count, self.next_warning = 0, 0.0
+
+
 class FetcherManager:
     def __init__(self, broker_id: int, config, replicas: ReplicaManager, purgatory: Purgatory,
                  image: Callable[[], MetadataImage], security: ClientSecurity | None,
@@ -163,6 +191,7 @@ class FetcherManager:
     async def _fetch_loop(self, leader: int, session: FollowerSession) -> None:
         conn = None
         next_resync = trio.current_time() + RESYNC_INTERVAL_S
+        failures = FetchFailures(leader)
         while True:
             reg = self._image().brokers.get(leader)
             if not self.by_leader.get(leader) or reg is None:
@@ -187,7 +216,7 @@ class FetcherManager:
                 resp = await conn.request(self._request(plan), FETCH_VERSION,
                                           timeout_s=MAX_WAIT_MS / 1000 + 5)
             except (ConnectionClosed, OSError, DecodeError, trio.TooSlowError, ValueError) as exc:
-                log.debug("fetch from broker %d failed: %s", leader, exc)
+                failures.failed(exc)
                 session.on_failure()
                 if conn is not None:
                     with trio.CancelScope(shield=True):
@@ -196,6 +225,7 @@ class FetcherManager:
                 await trio.sleep(0.2)
                 continue
             self._count(leader, plan, resp)
+            failures.answered()
             if not session.on_response(plan, resp.error_code, resp.session_id):
                 log.info("fetch session with broker %d: %s, starting a new one", leader,
                          ErrorCode(resp.error_code).name)
