@@ -177,6 +177,14 @@ class FetcherManager:
                     running.pop(leader).cancel()
                 await changed.wait()
 
+    def _max_wait_ms(self) -> int:
+        # Kafka's replica.fetch.wait.max.ms (it was a fixed 500 here, the setting ignored);
+        # configs built by hand in tests may leave it out
+        try:
+            return self.config["replica.fetch.wait.max.ms"]
+        except KeyError:
+            return MAX_WAIT_MS
+
     async def _fetch_from(self, leader: int, task_status=trio.TASK_STATUS_IGNORED) -> None:
         session = FollowerSession()
         with trio.CancelScope() as scope:
@@ -214,7 +222,7 @@ class FetcherManager:
                 plan = session.build(self.by_leader.get(leader, ()),
                                      lambda key: self._position(key, leader))
                 resp = await conn.request(self._request(plan), FETCH_VERSION,
-                                          timeout_s=MAX_WAIT_MS / 1000 + 5)
+                                          timeout_s=self._max_wait_ms() / 1000 + 5)
             except (ConnectionClosed, OSError, DecodeError, trio.TooSlowError, ValueError) as exc:
                 failures.failed(exc)
                 session.on_failure()
@@ -277,7 +285,7 @@ class FetcherManager:
         forgotten: dict[str, list] = {}
         for topic, partition in plan.forgotten:
             forgotten.setdefault(topic, []).append(partition)
-        return cls(replica_id=self.broker_id, max_wait_ms=MAX_WAIT_MS, min_bytes=1,
+        return cls(replica_id=self.broker_id, max_wait_ms=self._max_wait_ms(), min_bytes=1,
                    max_bytes=16 << 20, isolation_level=0, session_id=plan.session_id,
                    session_epoch=plan.session_epoch,
                    topics=[cls.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],

@@ -210,3 +210,16 @@ def test_the_leader_answers_a_throttled_follower_out_of_the_isr_with_no_records(
     assert held.high_watermark == first.high_watermark
     hosted.state.isr = (0, 1)                          # in sync: never held back
     assert answer(3).size > 0
+
+
+def test_the_follower_long_polls_for_replica_fetch_wait_max_ms(tmp_path):
+    """Kafka's `replica.fetch.wait.max.ms` sets the follower fetch's max_wait_ms (it was a fixed
+    500 ms here whatever the setting); a config without it keeps Kafka's default, 500."""
+    replicas, _ = _replicas(tmp_path, 1, isr=[0], leader=0)
+    config = {"replica.fetch.max.bytes": 1 << 20, "replica.fetch.wait.max.ms": 250}
+    fetcher = FetcherManager(1, config, replicas, types.SimpleNamespace(notify=lambda key: None),
+                             image=lambda: None, security=None)
+    fetcher.follow("t", 0, 0)
+    assert fetcher._build([("t", 0)]).max_wait_ms == 250
+    del config["replica.fetch.wait.max.ms"]
+    assert fetcher._build([("t", 0)]).max_wait_ms == 500
