@@ -29,6 +29,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from clients.cli.dev import (CONTROLLER_IDS, DevLayout, ManagedProcess,  # noqa: E402
                              wait_ready, write_properties)
+from bench.code_tree import started_from  # noqa: E402
 from partition_server.testing import free_base_port  # noqa: E402
 
 PER_TOPIC = 100
@@ -41,18 +42,9 @@ def start_broker(layout: DevLayout, tree: str) -> ManagedProcess:
     """The broker from `tree`: its directory first on the path (`-m` puts the cwd first)."""
     path = layout.data_dir / "configs" / "broker-0.properties"
     write_properties(path, layout.broker_properties(0))
-    old_cwd, old_pp = os.getcwd(), os.environ.get("PYTHONPATH")
-    os.chdir(tree)
-    os.environ["PYTHONPATH"] = tree
-    try:
+    with started_from(tree):
         return ManagedProcess("broker-0", [sys.executable, "-m", "partition_server", "--config",
                                            str(path)], "unfenced", True, layout.log_path("broker-0"))
-    finally:
-        os.chdir(old_cwd)
-        if old_pp is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = old_pp
 
 
 def all_led(bootstrap: str, topics: list[str], deadline: float) -> bool:

@@ -40,6 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from clients.cli import perf  # noqa: E402
+from bench.code_tree import started_from  # noqa: E402
 from partition_server.testing import LiveCluster  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")
@@ -116,18 +117,8 @@ KEYS = ("produce_rps", "consume_rps", "produce_cpu_us_per_msg", "consume_cpu_us_
 def start_raftka(tree: str | None, data_dir: Path) -> LiveCluster:
     """A cluster whose nodes run the code of `tree` (None: this one; `-m` puts the cwd first
     on the path, so the nodes import that tree's packages)."""
-    old_cwd, old_pp = os.getcwd(), os.environ.get("PYTHONPATH")
-    if tree:
-        os.chdir(tree)
-        os.environ["PYTHONPATH"] = tree
-    try:
+    with started_from(tree):
         return LiveCluster(data_dir).start()
-    finally:
-        os.chdir(old_cwd)
-        if old_pp is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = old_pp
 
 
 def free_port() -> int:

@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from clients.cli.dev import stop_cluster  # noqa: E402
+from bench.code_tree import started_from  # noqa: E402
 from partition_server.testing import LiveCluster  # noqa: E402
 from partitions_throughput import Throughput  # noqa: E402
 
@@ -154,15 +155,8 @@ class TreeCluster:
     def __init__(self, tree: Path, data_dir: Path, wide: int, narrow: int,
                  clients: tuple[str, ...] = ("confluent",)):
         self.tree = tree
-        os.environ["PYTHONPATH"] = str(tree)        # inherited by the cluster's processes
-        # ... and started from the tree: `python -m` puts the working directory first on
-        # sys.path, ahead of PYTHONPATH, so every cluster ran the bench's working tree
-        cwd = os.getcwd()
-        os.chdir(tree)
-        try:
+        with started_from(tree):                    # bench/code_tree.py says why both
             self.cluster = LiveCluster(data_dir).start(120)
-        finally:
-            os.chdir(cwd)
         wide_topics = {f"wide-{i:03d}": TOPIC_PARTITIONS
                        for i in range((wide + TOPIC_PARTITIONS - 1) // TOPIC_PARTITIONS)}
         create(self.cluster.bootstrap, wide_topics | {"narrow": narrow})

@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from bench.code_tree import started_from  # noqa: E402
 from partition_server.testing import LiveCluster  # noqa: E402
 
 RF1 = {"default.replication.factor": "1", "min.insync.replicas": "1",
@@ -119,18 +120,8 @@ def cluster_cpu_s(cluster: LiveCluster) -> float:
 def start_cluster(tree: str | None, rf: int) -> LiveCluster:
     """A cluster whose nodes run the code of `tree` (`-m` puts the cwd first on the path)."""
     overrides = {"transaction.state.log.num.partitions": "6", **(RF1 if rf == 1 else {})}
-    old_cwd, old_pp = os.getcwd(), os.environ.get("PYTHONPATH")
-    if tree:
-        os.chdir(tree)
-        os.environ["PYTHONPATH"] = tree
-    try:
+    with started_from(tree):
         return LiveCluster(Path(tempfile.mkdtemp(prefix="bench-txn-")), overrides).start()
-    finally:
-        os.chdir(old_cwd)
-        if old_pp is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = old_pp
 
 
 def compare_trees(args) -> None:
