@@ -20,6 +20,9 @@ from clients.cli.dev import (BROKER_IDS, CONTROLLER_IDS, DevLayout, ManagedProce
                              stop_cluster, wait_ready, write_properties)
 
 
+LOG_TAIL_LINES = 60
+
+
 def _ports_free(ports) -> bool:
     for port in ports:
         with socket.socket() as s:
@@ -65,6 +68,7 @@ class LiveCluster:
                                 node_prefix=node_address_prefix() if node_addresses else None,
                                 log_dirs=log_dirs)
         self.procs: list[ManagedProcess] = []
+        self._stopped_by_us: set[str] = set()      # names killed or stopped by the test
 
     @property
     def bootstrap(self) -> str:
@@ -83,6 +87,8 @@ class LiveCluster:
 
     def kill(self, name: str, sig=signal.SIGKILL) -> None:
         p = self.proc(name)
+        if sig in (signal.SIGKILL, signal.SIGTERM):
+            self._stopped_by_us.add(name)
         p.proc.send_signal(sig)
         if sig in (signal.SIGKILL, signal.SIGTERM):
             p.proc.wait(30)
@@ -97,6 +103,7 @@ class LiveCluster:
                              [sys.executable, "-m", "partition_server", "--config", str(path)],
                              "unfenced", True, self.layout.log_path(f"broker-{broker_id}"))
         self.procs[self.procs.index(old)] = new
+        self._stopped_by_us.discard(new.name)
         problem = wait_ready([new], timeout_s)
         if problem:
             raise RuntimeError(problem)
@@ -113,11 +120,37 @@ class LiveCluster:
                              [sys.executable, "-m", "metadata_quorum", "--config", str(path)],
                              "listening on", True, self.layout.log_path(f"controller-{cid}"))
         self.procs[self.procs.index(old)] = new
+        self._stopped_by_us.discard(new.name)
         problem = wait_ready([new], timeout_s)
         if problem:
             raise RuntimeError(problem)
 
+    def unexpected_exits(self) -> list[str]:
+        """Each node that exited without the test killing it, with its exit code and the tail
+        of its log: a node that dies under a fault is the finding, and on a CI machine its log
+        is gone with the run."""
+        found = []
+        for p in self.procs:
+            code = p.proc.poll()
+            if code is None or p.name in self._stopped_by_us:
+                continue
+            path = self.layout.log_path(p.name)
+            try:
+                tail = path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            except OSError as exc:
+                tail = [f"(no log: {exc})"]
+            found.append(f"{p.name} exited with code {code}; the end of its log:\n" +
+                         "\n".join(tail))
+        return found
+
+    def assert_alive(self) -> None:
+        """Every node the test did not kill still runs (else: which died, and their logs)."""
+        dead = self.unexpected_exits()
+        assert not dead, "\n\n".join(dead)
+
     def stop(self) -> None:
+        for report in self.unexpected_exits():
+            print(report, file=sys.stderr, flush=True)
         stop_cluster(self.procs)
         for p in self.procs:
             if p.proc.poll() is None:

@@ -103,7 +103,9 @@ def run_round(cluster, round_no: int, seed: int, schedule: list[FaultStep],
 def _isr_state(cluster, topic: str) -> str:
     """For the failure message: the round topic's partitions and every partition short of a
     replica, as a broker and as the controller see them (chaos_tests/live/isr_report.py)."""
-    return "\n  " + isr_report(cluster.bootstrap, topic, controller_image(cluster))
+    dead = cluster.unexpected_exits()           # a node that died, and why
+    return "\n  " + isr_report(cluster.bootstrap, topic, controller_image(cluster)) + \
+        "".join(f"\n  {d}" for d in dead)
 
 
 def txn_checkers(txn: TxnWorker, txn_history: History) -> list[CheckResult]:

@@ -102,7 +102,9 @@ def test_isolated_active_controller_is_replaced_and_rejoins(cluster, kernel, tmp
                      f"topic {t} created while {name} is cut off")
         acked = writer.acked
         writer.write_for(3.0)
-        assert writer.flush(60) == 0
+        unacked = writer.flush(60)
+        cluster.assert_alive()           # a node dead under the fault: its log says why
+        assert unacked == 0
         assert writer.acked > acked, "no data write acknowledged while the controller was cut off"
         assert kernel.dropped(nft_table(cluster)) > 0, "the isolation dropped nothing"
         FAULTS["isolate"].heal(cluster, name)
@@ -114,7 +116,9 @@ def test_isolated_active_controller_is_replaced_and_rejoins(cluster, kernel, tmp
         assert set(created) <= set(images[active].topics), "the rejoined controller " \
             "lacks topics committed while it was cut off"
         writer.write_for(1.0)
-        assert writer.flush(60) == 0
+        unacked = writer.flush(60)
+        cluster.assert_alive()           # a node dead under the fault: its log says why
+        assert unacked == 0
     finally:
         writer.close()
     final_read(cluster.bootstrap, topic, 2, history)
@@ -138,7 +142,9 @@ def leader_cut_round(cluster, kernel, topic: str, drops_for, tmp_path) -> None:
         wait_for(lambda: len(partitions_meta(cluster.bootstrap, topic)[0].isrs) == 3, 60,
                  "the ISR is whole again after the heal")
         writer.write_for(1.0)
-        assert writer.flush(120) == 0
+        unacked = writer.flush(120)
+        cluster.assert_alive()           # a node dead under the fault: its log says why
+        assert unacked == 0
     finally:
         writer.close()
     final_read(cluster.bootstrap, topic, 1, history)
@@ -187,7 +193,9 @@ def test_lossy_slow_broker_keeps_the_cluster_serving(cluster, kernel, tmp_path):
         tc.apply([victim], shape)
         acked = writer.acked
         writer.write_for(6.0)
-        assert writer.flush(120) == 0
+        unacked = writer.flush(120)
+        cluster.assert_alive()           # a node dead under the fault: its log says why
+        assert unacked == 0
         assert writer.acked > acked, "nothing acknowledged while broker 1 was lossy and slow"
         assert kernel.dropped(TABLE) > 0, "the loss rule dropped nothing"
     finally:
