@@ -172,9 +172,10 @@ class DirectoryGuard:
                     self.pins.get(address), what)
 
 
-def durable_transport(base: type, journal, guard: DirectoryGuard) -> type:
+def durable_transport(base: type, journal, guard: DirectoryGuard, append_guard=None) -> type:
     """`base` (a pysyncobj TCPTransport class) holding sends until the journal is synced and
-    stamping/filtering directory ids."""
+    stamping/filtering directory ids; `append_guard` (append_guard.AppendGuard) keeps a stale
+    AppendEntries from cutting back entries this follower holds."""
 
     class DurableTransport(base):
         def send(self, node, message):
@@ -201,6 +202,8 @@ def durable_transport(base: type, journal, guard: DirectoryGuard) -> type:
 
         def _onMessageReceived(self, node, message):
             message = guard.admit(getattr(node, "address", None), message)
+            if message is not None and append_guard is not None:
+                message = append_guard.admit(message)
             if message is not None:
                 super()._onMessageReceived(node, message)
 

@@ -37,6 +37,8 @@
   pysyncobj sends anything reflecting them; snapshots are fsynced with their directory before
   the entries they replace are dropped. A controller whose directory was wiped gets a new
   directory id and is kept out of votes and commit counts until a leader re-admits it.
+- A follower truncates only at a conflict (quorum/append_guard.py): pysyncobj cut a follower's
+  log back to a stale AppendEntries' prevLogIdx, committed entries included.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from pysyncobj.syncobj import _COMMAND_TYPE
 
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.quorum import journal as durable_journal
+from metadata_quorum.quorum.append_guard import AppendGuard
 from metadata_quorum.quorum.durable_port import DirectoryGuard, durable_transport
 from metadata_quorum.quorum.raft_port import DropLog, bind_outgoing_raft, checked_transport
 from metadata_quorum.records import (ACTIVATE, MAX_RECORD_BYTES, MetadataRecordError, decode_record,
@@ -237,8 +240,9 @@ class RaftQuorum:
         self.drops = DropLog()
         bind_outgoing_raft(raft_peers[node_id].rpartition(":")[0].strip("[]"))
         self.directories = DirectoryGuard(self.journal, self._raft_state, self._propose_noop)
+        self.append_guard = AppendGuard(self.journal, self._raft_state)
         transport = durable_transport(checked_transport(self.drops), self.journal,
-                                      self.directories)
+                                      self.directories, self.append_guard)
         self.obj = DurableSyncObj(raft_peers[node_id], others, conf, consumers=[self.log],
                                   transportClass=transport)
         # the second sync point: after the tick's own appends, before pysyncobj waits

@@ -48,6 +48,11 @@ def cluster(tmp_path_factory):
         yield c
     finally:
         c.stop()
+    # pysyncobj cut followers' logs back on stale AppendEntries, committed entries included
+    # (quorum/append_guard.py): seen in a quarter of loaded start-ups before the guard
+    for name in (f"controller-{cid}" for cid in CONTROLLER_IDS):
+        text = c.layout.log_path(name).read_text(errors="replace")
+        assert "truncating already-applied" not in text, f"{name} truncated applied entries"
 
 
 @pytest.fixture
