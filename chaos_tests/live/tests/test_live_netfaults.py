@@ -35,6 +35,7 @@ from clients.cli.netfaults.tc import Shape, Tc
 
 pytestmark = pytest.mark.live
 TABLE = f"raftka_live{os.getpid()}"
+SESSION_S = 9.0                 # broker.session.timeout.ms's default: the fixture keeps it
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +76,13 @@ def quorum_leader(cluster, index: int) -> int:
         "leader_id"]
 
 
+def new_controller_image(cluster, cid: int):
+    from chaos_tests.live.metadata_images import controller_addresses, read_snapshot
+    from metadata_quorum.image import MetadataImage
+    end, records = read_snapshot(*controller_addresses(cluster)[cid], timeout_s=30)
+    return MetadataImage.from_records(records, end - 1)
+
+
 def others(cluster, name: str) -> list[str]:
     hosts = cluster.layout.node_hosts()
     return [h for n, h in hosts.items() if n != name]
@@ -111,6 +119,14 @@ def test_isolated_active_controller_is_replaced_and_rejoins(cluster, kernel, tmp
         cluster.assert_alive()           # a node dead under the fault: its log says why
         assert unacked == 0
         assert writer.acked > acked, "no data write acknowledged while the controller was cut off"
+        # the cut outlasts two broker sessions: every broker must have found the new active
+        # controller (brokers kept heartbeating the cut-off one and were fenced: CI stop 27)
+        writer.write_for(max(0.0, t_cut + 2 * SESSION_S - time.monotonic()))
+        unacked = writer.flush(60)
+        assert unacked == 0
+        fenced = sorted(b for b, reg in new_controller_image(cluster, new).brokers.items()
+                        if reg.fenced)
+        assert fenced == [], f"brokers {fenced} fenced while controller {new} was active"
         assert kernel.dropped(nft_table(cluster)) > 0, "the isolation dropped nothing"
         FAULTS["isolate"].heal(cluster, name)
         assert nft_table(cluster) not in kernel.tables()
