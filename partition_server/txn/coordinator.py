@@ -100,6 +100,10 @@ class TransactionCoordinator:
         self.offsets = TxnOffsetStore(groups, replicas, purgatory)
         self.markers = MarkerSender(config.node_id, replicas, purgatory, image, self.offsets,
                                     peers)
+        # KIP-890 verifications of Produce requests led here go out on connections of their
+        # own (Kafka's AddPartitionsToTxnManager): behind a WriteTxnMarkers, which waits a
+        # replication round, they would hold up a producer's write for that long
+        self.verify_peers = peers.sibling("verify")
         self._nursery: trio.Nursery | None = None
         self._creating = False
 

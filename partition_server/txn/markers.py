@@ -7,6 +7,13 @@ WriteTxnMarkers). `write_markers` returns the partitions still to be done (leade
 unreachable, errors); the coordinator retries them until all are written — a transaction in
 PrepareCommit/PrepareAbort is decided, only its markers are late.
 
+Markers of different transactions bound for one broker travel together, as Kafka's
+TransactionMarkerChannelManager drains its per-broker queue: one WriteTxnMarkers request per
+broker at a time (a connection answers one request at a time, and each waits a replication
+round), and the markers queued while it is out go in the next one, whatever their number — so
+N transactions completing at once cost that broker one replication round, not N in a row.
+Whoever queued first sends (`_remote`), then hands the turn on; nothing runs between turns.
+
 WriteTxnMarkers (the partition leader's side, `handle_marker`): codes per partition
 NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, KAFKA_STORAGE_ERROR, REQUEST_TIMED_OUT
 (not replicated in time), TRANSACTION_COORDINATOR_FENCED (an older coordinator epoch than one
@@ -60,6 +67,9 @@ class MarkerSender:
         self._image = image
         self.offsets = offsets
         self.peers = peers
+        self._queued: dict[int, list[_Queued]] = {}     # broker → markers waiting for a request
+        self._sending: set[int] = set()                 # brokers with a request out
+        self._turns: dict[int, trio.Event] = {}          # set when that request is answered
 
     async def append_locally(self, topic: str, partition: int, producer_id: int,
                              producer_epoch: int, commit: bool, coordinator_epoch: int,
@@ -112,14 +122,8 @@ class MarkerSender:
                 tp[0], tp[1], producer_id, producer_epoch, commit, coordinator_epoch)
 
         async def remote(node, tps):
-            try:
-                with trio.fail_after(MARKER_TIMEOUT_S + 5):
-                    got = await self._send(node, producer_id, producer_epoch, commit,
-                                           coordinator_epoch, tps)
-                results.update(got)
-            except (ConnectionClosed, OSError, DecodeError, ValueError, trio.TooSlowError) as exc:
-                log.info("markers to broker %d: %s", node, exc)
-                await self.peers.drop(node)
+            results.update(await self._remote(node, _Queued(
+                producer_id, producer_epoch, commit, coordinator_epoch, tps)))
 
         async with trio.open_nursery() as nursery:
             for node, tps in by_leader.items():
@@ -134,24 +138,87 @@ class MarkerSender:
                     left.add(tp)
         return left
 
-    async def _send(self, node, producer_id, producer_epoch, commit, coordinator_epoch, tps):
+    async def _remote(self, node: int, entry: "_Queued") -> dict:
+        """Queue `entry` for broker `node` and wait for its answer ({partition: error}; empty
+        if the request failed: the coordinator retries). If no request is out to that broker,
+        this caller sends everything queued, its own entry included; otherwise it waits for
+        the request out to be answered and looks again."""
+        queue = self._queued.setdefault(node, [])
+        queue.append(entry)
+        try:
+            while not entry.finished:
+                if node in self._sending:
+                    turn = self._turns.get(node)
+                    if turn is None:
+                        turn = self._turns[node] = trio.Event()
+                    await turn.wait()
+                    continue
+                batch, queue[:] = list(queue), []
+                self._sending.add(node)
+                try:
+                    await self._send_batch(node, batch)
+                finally:
+                    for e in batch:
+                        e.finished = True
+                    self._sending.discard(node)
+                    turn = self._turns.pop(node, None)
+                    if turn is not None:
+                        turn.set()
+        finally:
+            if not entry.finished and entry in queue:
+                queue.remove(entry)               # cancelled before it was sent
+            if not queue and self._queued.get(node) is queue:
+                del self._queued[node]
+        return entry.results
+
+    async def _send_batch(self, node: int, batch: list["_Queued"]) -> None:
+        """One WriteTxnMarkers with a marker per queued transaction; the answers are matched
+        by position (each names its producer id: checked)."""
         cls = REQUESTS[ApiKey.WRITE_TXN_MARKERS]
-        topics: dict[str, list[int]] = {}
-        for t, p in tps:
-            topics.setdefault(t, []).append(p)
-        req = cls(markers=[cls.WritableTxnMarker(
-            producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
-            coordinator_epoch=coordinator_epoch,
-            topics=[cls.WritableTxnMarkerTopic(name=t, partition_indexes=ps)
-                    for t, ps in topics.items()])])
-        conn = await self.peers.get(node)
-        resp = await conn.request(req, 1, timeout_s=MARKER_TIMEOUT_S + 2)
-        out = {}
-        for m in resp.markers:
+        markers = []
+        for e in batch:
+            topics: dict[str, list[int]] = {}
+            for t, p in e.partitions:
+                topics.setdefault(t, []).append(p)
+            markers.append(cls.WritableTxnMarker(
+                producer_id=e.producer_id, producer_epoch=e.producer_epoch,
+                transaction_result=e.commit, coordinator_epoch=e.coordinator_epoch,
+                topics=[cls.WritableTxnMarkerTopic(name=t, partition_indexes=ps)
+                        for t, ps in topics.items()]))
+        try:
+            with trio.fail_after(MARKER_TIMEOUT_S + 5):
+                conn = await self.peers.get(node)
+                resp = await conn.request(cls(markers=markers), 1,
+                                          timeout_s=MARKER_TIMEOUT_S + 2)
+        except (ConnectionClosed, OSError, DecodeError, ValueError, trio.TooSlowError) as exc:
+            log.info("markers to broker %d: %s", node, exc)
+            await self.peers.drop(node)
+            return
+        for e, m in zip(batch, resp.markers):
+            if m.producer_id != e.producer_id:
+                log.warning("markers to broker %d: answer for producer %d where %d was asked",
+                            node, m.producer_id, e.producer_id)
+                continue
             for t in m.topics:
                 for p in t.partitions:
-                    out[(t.name, p.partition_index)] = ErrorCode(p.error_code)
-        return out
+                    e.results[(t.name, p.partition_index)] = ErrorCode(p.error_code)
 
     async def aclose(self) -> None:
         await self.peers.aclose()
+
+
+class _Queued:
+    """One transaction's markers for one broker, waiting for (or in) a WriteTxnMarkers."""
+
+    __slots__ = ("producer_id", "producer_epoch", "commit", "coordinator_epoch", "partitions",
+                 "results", "finished")
+
+    def __init__(self, producer_id: int, producer_epoch: int, commit: bool,
+                 coordinator_epoch: int, partitions: list):
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.commit = commit
+        self.coordinator_epoch = coordinator_epoch
+        self.partitions = partitions
+        self.results: dict = {}
+        self.finished = False

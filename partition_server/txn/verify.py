@@ -106,11 +106,11 @@ async def verify(hctx: HandlerContext, tid: str, pid: int, epoch: int, tps: list
         topics=[cls.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in topics.items()])])
     try:
         with trio.fail_after(5):
-            conn = await txn.markers.peers.get(p.leader)
+            conn = await txn.verify_peers.get(p.leader)
             resp = await conn.request(req, 4, timeout_s=5)
     except (ConnectionClosed, OSError, DecodeError, ValueError, trio.TooSlowError) as exc:
         log.info("verification with broker %d failed: %s", p.leader, exc)
-        await txn.markers.peers.drop(p.leader)
+        await txn.verify_peers.drop(p.leader)
         return {tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in tps}
     out = {tp: ErrorCode(resp.error_code) if resp.error_code else ErrorCode.INVALID_TXN_STATE
            for tp in tps}
