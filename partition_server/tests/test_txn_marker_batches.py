@@ -83,14 +83,16 @@ async def test_markers_queued_meanwhile_go_in_one_request():
         await wait_for(lambda: len(broker.requests) == 1)
         nursery.start_soon(complete, 11, [("t", 0), ("t", 1)])
         nursery.start_soon(complete, 12, [("t", 1)])
-        await wait_for(lambda: sum(len(q) for q in markers._queued.values()) == 2)
+        await wait_for(lambda: sum(len(q) for q in markers.requests._queued.values()) == 2)
         broker.release.set()
-    assert [[m.producer_id for m in req.markers] for req in broker.requests] == [[10], [11, 12]]
-    second = broker.requests[1].markers
-    assert [(t.name, list(t.partition_indexes)) for t in second[0].topics] == [("t", [0, 1])]
+    assert [sorted(m.producer_id for m in req.markers) for req in broker.requests] == \
+        [[10], [11, 12]]
+    second = {m.producer_id: m for m in broker.requests[1].markers}.values()
+    assert sorted((m.producer_id, t.name, list(t.partition_indexes)) for m in second
+                  for t in m.topics) == [(11, "t", [0, 1]), (12, "t", [1])]
     assert all(m.coordinator_epoch == 5 and m.transaction_result for m in second)
     assert left == {10: set(), 11: set(), 12: {("t", 1)}}
-    assert not markers._queued and not markers._sending and not markers._turns
+    assert markers.requests.idle()
 
 
 async def test_a_failed_request_leaves_every_marker_in_it_to_the_retry():
@@ -116,9 +118,9 @@ async def test_a_cancelled_caller_takes_back_markers_not_sent_yet():
         assert scope.cancelled_caught
         broker.release.set()
     assert [[m.producer_id for m in req.markers] for req in broker.requests] == [[10]]
-    assert not markers._queued and not markers._sending
+    assert markers.requests.idle()
 
 
 async def _cancel_soon(scope, markers) -> None:
-    await wait_for(lambda: markers._queued.get(2))
+    await wait_for(lambda: markers.requests._queued.get(2))
     scope.cancel()

@@ -11,8 +11,8 @@ Markers of different transactions bound for one broker travel together, as Kafka
 TransactionMarkerChannelManager drains its per-broker queue: one WriteTxnMarkers request per
 broker at a time (a connection answers one request at a time, and each waits a replication
 round), and the markers queued while it is out go in the next one, whatever their number — so
-N transactions completing at once cost that broker one replication round, not N in a row.
-Whoever queued first sends (`_remote`), then hands the turn on; nothing runs between turns.
+N transactions completing at once cost that broker one replication round, not N in a row
+(`batches.py`).
 
 WriteTxnMarkers (the partition leader's side, `handle_marker`): codes per partition
 NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, KAFKA_STORAGE_ERROR, REQUEST_TIMED_OUT
@@ -36,6 +36,7 @@ import trio
 from common.connection import ConnectionClosed
 from partition_server.coordinator_append import wait_completion
 from partition_server.group.coordinator import OFFSETS_TOPIC
+from partition_server.txn.batches import Entry, OneOut
 from wire.errors import DecodeError, ErrorCode
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
@@ -67,9 +68,7 @@ class MarkerSender:
         self._image = image
         self.offsets = offsets
         self.peers = peers
-        self._queued: dict[int, list[_Queued]] = {}     # broker → markers waiting for a request
-        self._sending: set[int] = set()                 # brokers with a request out
-        self._turns: dict[int, trio.Event] = {}          # set when that request is answered
+        self.requests = OneOut(self._send_batch)       # WriteTxnMarkers, batched per broker
 
     async def append_locally(self, topic: str, partition: int, producer_id: int,
                              producer_epoch: int, commit: bool, coordinator_epoch: int,
@@ -122,8 +121,8 @@ class MarkerSender:
                 tp[0], tp[1], producer_id, producer_epoch, commit, coordinator_epoch)
 
         async def remote(node, tps):
-            results.update(await self._remote(node, _Queued(
-                producer_id, producer_epoch, commit, coordinator_epoch, tps)))
+            results.update(await self.requests.submit(node, Entry(producer_id, _Marker(
+                producer_id, producer_epoch, commit, coordinator_epoch, tps))))
 
         async with trio.open_nursery() as nursery:
             for node, tps in by_leader.items():
@@ -138,45 +137,12 @@ class MarkerSender:
                     left.add(tp)
         return left
 
-    async def _remote(self, node: int, entry: "_Queued") -> dict:
-        """Queue `entry` for broker `node` and wait for its answer ({partition: error}; empty
-        if the request failed: the coordinator retries). If no request is out to that broker,
-        this caller sends everything queued, its own entry included; otherwise it waits for
-        the request out to be answered and looks again."""
-        queue = self._queued.setdefault(node, [])
-        queue.append(entry)
-        try:
-            while not entry.finished:
-                if node in self._sending:
-                    turn = self._turns.get(node)
-                    if turn is None:
-                        turn = self._turns[node] = trio.Event()
-                    await turn.wait()
-                    continue
-                batch, queue[:] = list(queue), []
-                self._sending.add(node)
-                try:
-                    await self._send_batch(node, batch)
-                finally:
-                    for e in batch:
-                        e.finished = True
-                    self._sending.discard(node)
-                    turn = self._turns.pop(node, None)
-                    if turn is not None:
-                        turn.set()
-        finally:
-            if not entry.finished and entry in queue:
-                queue.remove(entry)               # cancelled before it was sent
-            if not queue and self._queued.get(node) is queue:
-                del self._queued[node]
-        return entry.results
-
-    async def _send_batch(self, node: int, batch: list["_Queued"]) -> None:
+    async def _send_batch(self, node: int, batch: list[Entry]) -> None:
         """One WriteTxnMarkers with a marker per queued transaction; the answers are matched
         by position (each names its producer id: checked)."""
         cls = REQUESTS[ApiKey.WRITE_TXN_MARKERS]
         markers = []
-        for e in batch:
+        for e in (entry.payload for entry in batch):
             topics: dict[str, list[int]] = {}
             for t, p in e.partitions:
                 topics.setdefault(t, []).append(p)
@@ -195,9 +161,9 @@ class MarkerSender:
             await self.peers.drop(node)
             return
         for e, m in zip(batch, resp.markers):
-            if m.producer_id != e.producer_id:
+            if m.producer_id != e.key:
                 log.warning("markers to broker %d: answer for producer %d where %d was asked",
-                            node, m.producer_id, e.producer_id)
+                            node, m.producer_id, e.key)
                 continue
             for t in m.topics:
                 for p in t.partitions:
@@ -207,11 +173,10 @@ class MarkerSender:
         await self.peers.aclose()
 
 
-class _Queued:
-    """One transaction's markers for one broker, waiting for (or in) a WriteTxnMarkers."""
+class _Marker:
+    """One transaction's markers for one broker."""
 
-    __slots__ = ("producer_id", "producer_epoch", "commit", "coordinator_epoch", "partitions",
-                 "results", "finished")
+    __slots__ = ("producer_id", "producer_epoch", "commit", "coordinator_epoch", "partitions")
 
     def __init__(self, producer_id: int, producer_epoch: int, commit: bool,
                  coordinator_epoch: int, partitions: list):
@@ -220,5 +185,3 @@ class _Queued:
         self.commit = commit
         self.coordinator_epoch = coordinator_epoch
         self.partitions = partitions
-        self.results: dict = {}
-        self.finished = False
