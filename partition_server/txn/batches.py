@@ -1,4 +1,4 @@
-"""Requests from a coordinator-side broker to other brokers that Kafka sends in batches: one
+"""Transaction requests between brokers that Kafka sends in batches: one
 request out per broker at a time, and what queued while it was out goes in the next one,
 whatever its number (Kafka's TransactionMarkerChannelManager for WriteTxnMarkers, its
 AddPartitionsToTxnManager for KIP-890 verifications). A connection answers one request at a
