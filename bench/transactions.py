@@ -16,6 +16,9 @@ controllers), and rounds alternate between the trees and clients so all see the 
     git worktree add /tmp/old <base commit>        # then build its C extension
     python3 bench/transactions.py --txn-only --tree /tmp/old --tree . --rf 3 --rf 1 \
         --client confluent --client ours --rounds 3 --txns 300
+
+`--producers N`: N transactional producers at once (ids spread over the coordinators), the rate
+of all together — where markers of several transactions meet on one broker.
 """
 
 from __future__ import annotations
@@ -68,8 +71,14 @@ def produce_rate(bootstrap: str, topic: str, n: int, idempotent: bool) -> float:
     return n / elapsed
 
 
-def txn_rate(bootstrap: str, topic: str, txns: int, tid: str = "bench-txn"
-             ) -> tuple[float, list[float]]:
+def txn_rate(bootstrap: str, topic: str, txns: int, tid: str = "bench-txn",
+             producers: int = 1) -> tuple[float, list[float]]:
+    """`txns` transactions of 10 records, by `producers` producers at once (transactional ids
+    `tid`-0, -1, ...: their coordinators spread over the brokers), each in its thread (librdkafka
+    works outside the GIL); the rate is all of them together."""
+    if producers > 1:
+        return _together(producers, lambda i, n: txn_rate(bootstrap, topic, n, f"{tid}-{i}"),
+                         txns)
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid,
                   "linger.ms": 1})
     p.init_transactions(60)
@@ -85,25 +94,54 @@ def txn_rate(bootstrap: str, topic: str, txns: int, tid: str = "bench-txn"
     return txns / (time.perf_counter() - t0), latencies
 
 
-def txn_rate_ours(bootstrap: str, topic: str, txns: int, tid: str) -> tuple[float, list[float]]:
-    """The same loop with our producer (clients/, trio; EndTxn v5)."""
+def _together(producers: int, run_one, txns: int) -> tuple[float, list[float]]:
+    """`run_one(i, n)` for every producer i at once, `txns` split between them."""
+    import threading
+    share = [txns // producers + (1 if i < txns % producers else 0) for i in range(producers)]
+    outs: list = [None] * producers
+
+    def one(i):
+        outs[i] = run_one(i, share[i])
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(producers)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    if any(o is None for o in outs):
+        raise RuntimeError("a producer failed")
+    return txns / elapsed, [x for _, lat in outs for x in lat]
+
+
+def txn_rate_ours(bootstrap: str, topic: str, txns: int, tid: str,
+                  producers: int = 1) -> tuple[float, list[float]]:
+    """The same loop with our producer (clients/, trio; EndTxn v5); several producers run as
+    tasks of one trio loop (so they share one core of the client's)."""
     import trio
 
     from clients.producer import Producer as OurProducer
+    share = [txns // producers + (1 if i < txns % producers else 0) for i in range(producers)]
 
-    async def run():
-        async with OurProducer(bootstrap, {"transactional.id": tid, "linger.ms": 1}) as p:
+    async def one(i, n, latencies):
+        name = tid if producers == 1 else f"{tid}-{i}"
+        async with OurProducer(bootstrap, {"transactional.id": name, "linger.ms": 1}) as p:
             await p.init_transactions(60)
-            latencies = []
-            t0 = time.perf_counter()
-            for _ in range(txns):
+            for _ in range(n):
                 await p.begin_transaction()
-                for i in range(10):
-                    await p.send(topic, b"y" * 100, partition=i % 3)
+                for k in range(10):
+                    await p.send(topic, b"y" * 100, partition=k % 3)
                 c0 = time.perf_counter()
                 await p.commit_transaction(60)
                 latencies.append(time.perf_counter() - c0)
-            return txns / (time.perf_counter() - t0), latencies
+
+    async def run():
+        latencies: list[float] = []
+        t0 = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for i in range(producers):
+                nursery.start_soon(one, i, share[i], latencies)
+        return txns / (time.perf_counter() - t0), latencies
     return trio.run(run)
 
 
@@ -115,6 +153,24 @@ def cluster_cpu_s(cluster: LiveCluster) -> float:
             fields = f.read().rsplit(")", 1)[1].split()
         total += int(fields[11]) + int(fields[12])
     return total / os.sysconf("SC_CLK_TCK")
+
+
+COUNTED = ("WriteTxnMarkers", "AddPartitionsToTxn", "Fetch")
+
+
+def request_counts(cluster: LiveCluster) -> dict[str, float]:
+    """Requests answered so far by all brokers of `cluster`, per API of COUNTED (their /metrics):
+    markers batched across transactions show as fewer WriteTxnMarkers per transaction."""
+    import re
+    import urllib.request
+    out = dict.fromkeys(COUNTED, 0.0)
+    for b in cluster.layout.broker_ids:
+        url = f"http://{cluster.layout.broker_host(b)}:{cluster.layout.metrics_port(b)}/metrics"
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        for m in re.finditer(r'^raftka_requests_total\{api="(\w+)"\} (\S+)$', text, re.M):
+            if m.group(1) in out:
+                out[m.group(1)] += float(m.group(2))
+    return out
 
 
 def start_cluster(tree: str | None, rf: int) -> LiveCluster:
@@ -138,19 +194,23 @@ def compare_trees(args) -> None:
                 admin = AdminClient({"bootstrap.servers": c.bootstrap})
                 admin.create_topics([NewTopic("bench-txn", 3, rf)])["bench-txn"].result(30)
                 for client in args.client:                              # warm-up
-                    runners[client](c.bootstrap, "bench-txn", 20, f"bench-{client}")
+                    runners[client](c.bootstrap, "bench-txn", 20 * args.producers,
+                                    f"bench-{client}", args.producers)
             for r in range(args.rounds):
                 order = [(t, c) for t in trees for c in args.client]
                 for tree, client in (order if r % 2 == 0 else order[::-1]):
                     cpu0 = cluster_cpu_s(clusters[tree])
+                    req0 = request_counts(clusters[tree])
                     rate, lat = runners[client](clusters[tree].bootstrap, "bench-txn",
-                                                args.txns, f"bench-{client}")
+                                                args.txns, f"bench-{client}", args.producers)
                     cpu = (cluster_cpu_s(clusters[tree]) - cpu0) / args.txns * 1000
+                    req1 = request_counts(clusters[tree])
+                    per = "  ".join(f"{k} {(req1[k] - req0[k]) / args.txns:.2f}" for k in COUNTED)
                     results.setdefault((rf, client, tree), []).append((rate, lat, cpu))
                     print(f"RF {rf} {client:9s} {tree or '.'}: {rate:.1f} txn/s, commit p50 "
                           f"{pct(lat, 0.5) * 1000:.1f} ms, p99 {pct(lat, 0.99) * 1000:.1f} ms, "
-                          f"cluster CPU {cpu:.1f} ms/txn (load {os.getloadavg()[0]:.1f})",
-                          flush=True)
+                          f"cluster CPU {cpu:.1f} ms/txn (load {os.getloadavg()[0]:.1f}); "
+                          f"requests per txn: {per}", flush=True)
         finally:
             for c in clusters.values():
                 c.stop()
@@ -176,6 +236,7 @@ def compare_trees(args) -> None:
                     cb = statistics.median(c for _, _, c in b)
                     print(f"RF {rf} {client}: throughput x{rb / ra:.2f}, commit p50 "
                           f"x{pa / pb:.2f} faster, cluster CPU per txn x{cb / ca:.2f}")
+    print(f"producers at once: {args.producers}")
     print(f"load average (1, 5, 15 min) before {load_before[0]:.1f} {load_before[1]:.1f} "
           f"{load_before[2]:.1f}, after {load_after[0]:.1f} {load_after[1]:.1f} "
           f"{load_after[2]:.1f}")
@@ -193,6 +254,9 @@ def main() -> None:
                     help="replication factor of the transactions' topics (repeat; default 3)")
     ap.add_argument("--client", action="append", choices=("confluent", "ours"),
                     help="transactional producer (repeat; default confluent)")
+    ap.add_argument("--producers", type=int, default=1,
+                    help="transactional producers at once, each its own transactional.id "
+                         "(--txns in all)")
     args = ap.parse_args()
     args.rf = args.rf or [3]
     args.client = args.client or ["confluent"]

@@ -38,6 +38,11 @@ class PeerConnections:
             self._conns[node] = conn
         return conn
 
+    def sibling(self, purpose: str) -> "PeerConnections":
+        """Connections of their own to the same brokers, for requests that must not queue
+        behind this set's (a connection carries one request at a time)."""
+        return PeerConnections(self._image, self._security, f"{self.client_id}-{purpose}")
+
     async def drop(self, node: int) -> None:
         conn = self._conns.pop(node, None)
         if conn is not None:

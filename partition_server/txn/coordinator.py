@@ -43,6 +43,7 @@ from partition_server.coordinator_append import coordinator_error, wait_committe
 from partition_server.group.coordinator import java_string_hash
 from partition_server.replication.partition import Role
 from partition_server.txn import state as S
+from partition_server.txn.batches import Verifications
 from partition_server.txn.markers import MarkerSender
 from partition_server.txn.offsets import TxnOffsetStore
 from partition_server.txn.timeouts import ABORT, TxnTable, timeout_actions
@@ -100,6 +101,8 @@ class TransactionCoordinator:
         self.offsets = TxnOffsetStore(groups, replicas, purgatory)
         self.markers = MarkerSender(config.node_id, replicas, purgatory, image, self.offsets,
                                     peers)
+        # KIP-890 verifications this broker asks of other coordinators, batched per broker
+        self.verifications = Verifications(peers.sibling("verify"))
         self._nursery: trio.Nursery | None = None
         self._creating = False
 

@@ -7,6 +7,13 @@ WriteTxnMarkers). `write_markers` returns the partitions still to be done (leade
 unreachable, errors); the coordinator retries them until all are written — a transaction in
 PrepareCommit/PrepareAbort is decided, only its markers are late.
 
+Markers of different transactions bound for one broker travel together, as Kafka's
+TransactionMarkerChannelManager drains its per-broker queue: one WriteTxnMarkers request per
+broker at a time (a connection answers one request at a time, and each waits a replication
+round), and the markers queued while it is out go in the next one, whatever their number — so
+N transactions completing at once cost that broker one replication round, not N in a row
+(`batches.py`).
+
 WriteTxnMarkers (the partition leader's side, `handle_marker`): codes per partition
 NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, KAFKA_STORAGE_ERROR, REQUEST_TIMED_OUT
 (not replicated in time), TRANSACTION_COORDINATOR_FENCED (an older coordinator epoch than one
@@ -29,6 +36,7 @@ import trio
 from common.connection import ConnectionClosed
 from partition_server.coordinator_append import wait_completion
 from partition_server.group.coordinator import OFFSETS_TOPIC
+from partition_server.txn.batches import Entry, OneOut
 from wire.errors import DecodeError, ErrorCode
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
@@ -60,6 +68,7 @@ class MarkerSender:
         self._image = image
         self.offsets = offsets
         self.peers = peers
+        self.requests = OneOut(self._send_batch)       # WriteTxnMarkers, batched per broker
 
     async def append_locally(self, topic: str, partition: int, producer_id: int,
                              producer_epoch: int, commit: bool, coordinator_epoch: int,
@@ -112,14 +121,8 @@ class MarkerSender:
                 tp[0], tp[1], producer_id, producer_epoch, commit, coordinator_epoch)
 
         async def remote(node, tps):
-            try:
-                with trio.fail_after(MARKER_TIMEOUT_S + 5):
-                    got = await self._send(node, producer_id, producer_epoch, commit,
-                                           coordinator_epoch, tps)
-                results.update(got)
-            except (ConnectionClosed, OSError, DecodeError, ValueError, trio.TooSlowError) as exc:
-                log.info("markers to broker %d: %s", node, exc)
-                await self.peers.drop(node)
+            results.update(await self.requests.submit(node, Entry(producer_id, _Marker(
+                producer_id, producer_epoch, commit, coordinator_epoch, tps))))
 
         async with trio.open_nursery() as nursery:
             for node, tps in by_leader.items():
@@ -134,24 +137,51 @@ class MarkerSender:
                     left.add(tp)
         return left
 
-    async def _send(self, node, producer_id, producer_epoch, commit, coordinator_epoch, tps):
+    async def _send_batch(self, node: int, batch: list[Entry]) -> None:
+        """One WriteTxnMarkers with a marker per queued transaction; the answers are matched
+        by position (each names its producer id: checked)."""
         cls = REQUESTS[ApiKey.WRITE_TXN_MARKERS]
-        topics: dict[str, list[int]] = {}
-        for t, p in tps:
-            topics.setdefault(t, []).append(p)
-        req = cls(markers=[cls.WritableTxnMarker(
-            producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
-            coordinator_epoch=coordinator_epoch,
-            topics=[cls.WritableTxnMarkerTopic(name=t, partition_indexes=ps)
-                    for t, ps in topics.items()])])
-        conn = await self.peers.get(node)
-        resp = await conn.request(req, 1, timeout_s=MARKER_TIMEOUT_S + 2)
-        out = {}
-        for m in resp.markers:
+        markers = []
+        for e in (entry.payload for entry in batch):
+            topics: dict[str, list[int]] = {}
+            for t, p in e.partitions:
+                topics.setdefault(t, []).append(p)
+            markers.append(cls.WritableTxnMarker(
+                producer_id=e.producer_id, producer_epoch=e.producer_epoch,
+                transaction_result=e.commit, coordinator_epoch=e.coordinator_epoch,
+                topics=[cls.WritableTxnMarkerTopic(name=t, partition_indexes=ps)
+                        for t, ps in topics.items()]))
+        try:
+            with trio.fail_after(MARKER_TIMEOUT_S + 5):
+                conn = await self.peers.get(node)
+                resp = await conn.request(cls(markers=markers), 1,
+                                          timeout_s=MARKER_TIMEOUT_S + 2)
+        except (ConnectionClosed, OSError, DecodeError, ValueError, trio.TooSlowError) as exc:
+            log.info("markers to broker %d: %s", node, exc)
+            await self.peers.drop(node)
+            return
+        for e, m in zip(batch, resp.markers):
+            if m.producer_id != e.key:
+                log.warning("markers to broker %d: answer for producer %d where %d was asked",
+                            node, m.producer_id, e.key)
+                continue
             for t in m.topics:
                 for p in t.partitions:
-                    out[(t.name, p.partition_index)] = ErrorCode(p.error_code)
-        return out
+                    e.results[(t.name, p.partition_index)] = ErrorCode(p.error_code)
 
     async def aclose(self) -> None:
         await self.peers.aclose()
+
+
+class _Marker:
+    """One transaction's markers for one broker."""
+
+    __slots__ = ("producer_id", "producer_epoch", "commit", "coordinator_epoch", "partitions")
+
+    def __init__(self, producer_id: int, producer_epoch: int, commit: bool,
+                 coordinator_epoch: int, partitions: list):
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.commit = commit
+        self.coordinator_epoch = coordinator_epoch
+        self.partitions = partitions

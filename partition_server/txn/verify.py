@@ -16,14 +16,9 @@ from __future__ import annotations
 
 import logging
 
-import trio
-
-from common.connection import ConnectionClosed
 from partition_server.handlers.context import HandlerContext
 from partition_server.replication.partition import Role
 from wire.errors import DecodeError, ErrorCode
-from wire.messages.api_keys import ApiKey
-from wire.messages.index_generated import REQUESTS
 from wire.records.batch import CRC_START, TRANSACTIONAL_MASK, RecordBatchHeader
 
 log = logging.getLogger(__name__)
@@ -97,25 +92,4 @@ async def verify(hctx: HandlerContext, tid: str, pid: int, epoch: int, tps: list
         if "__transaction_state" in hctx.image.topics else None
     if p is None or p.leader < 0 or p.leader == hctx.broker_id:
         return {tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in tps}
-    cls = REQUESTS[ApiKey.ADD_PARTITIONS_TO_TXN]
-    topics: dict[str, list[int]] = {}
-    for t, part in tps:
-        topics.setdefault(t, []).append(part)
-    req = cls(transactions=[cls.AddPartitionsToTxnTransaction(
-        transactional_id=tid, producer_id=pid, producer_epoch=epoch, verify_only=True,
-        topics=[cls.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in topics.items()])])
-    try:
-        with trio.fail_after(5):
-            conn = await txn.markers.peers.get(p.leader)
-            resp = await conn.request(req, 4, timeout_s=5)
-    except (ConnectionClosed, OSError, DecodeError, ValueError, trio.TooSlowError) as exc:
-        log.info("verification with broker %d failed: %s", p.leader, exc)
-        await txn.markers.peers.drop(p.leader)
-        return {tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in tps}
-    out = {tp: ErrorCode(resp.error_code) if resp.error_code else ErrorCode.INVALID_TXN_STATE
-           for tp in tps}
-    for r in resp.results_by_transaction:
-        for t in r.topic_results:
-            for pr in t.results_by_partition:
-                out[(t.name, pr.partition_index)] = ErrorCode(pr.partition_error_code)
-    return out
+    return await txn.verifications.verify(p.leader, tid, pid, epoch, tps)
