@@ -13,6 +13,7 @@ first append to a new follower replica writes its leader-epoch checkpoint with t
     python3 bench/produce_partitions.py --records 60000 --rounds 3
     python3 bench/produce_partitions.py --trees /tmp/pm-old,. --rounds 3      # before/after
     python3 bench/produce_partitions.py --hold 120     # keep producing wide (for py-spy)
+    python3 bench/produce_partitions.py --configs 'linger.ms=10,batch.size=16384'  # + other settings
     python3 bench/produce_partitions.py --clients confluent,raftka,kafka-python --records 600000
 
 `--clients` measures other producers too, in the same rounds: `raftka` (our SyncProducer) and
@@ -224,6 +225,13 @@ def summarize(got: dict) -> list:
     return out
 
 
+def _label(cfg: dict) -> str:
+    """linger2000 for {"linger.ms": 2000} (the label of earlier runs), else the pairs."""
+    if list(cfg) == ["linger.ms"]:
+        return f"linger{cfg['linger.ms']}"
+    return ",".join(f"{k}={v}" for k, v in cfg.items())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trees", default=str(Path(__file__).resolve().parents[1]),
@@ -233,6 +241,9 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=60_000, help="per round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--linger-ms", default="", help="extra linger.ms values (information)")
+    ap.add_argument("--configs", default="",
+                    help="extra librdkafka configurations (information), ';' between sets, "
+                         "',' between key=value pairs: 'linger.ms=10,batch.size=16384'")
     ap.add_argument("--only-extra", action="store_true",
                     help="skip the headline configuration (--linger-ms values only): with a "
                          "linger longer than the enqueue, every partition gets exactly one "
@@ -245,8 +256,9 @@ def main() -> int:
     ap.add_argument("--out", help="write the results as JSON here")
     args = ap.parse_args()
     trees = [Path(t).resolve() for t in args.trees.split(",")]
-    lingers = ([] if args.only_extra else [None]) + \
-        [int(x) for x in args.linger_ms.split(",") if x]
+    extra = [{"linger.ms": int(x)} for x in args.linger_ms.split(",") if x] + \
+        [dict(kv.split("=", 1) for kv in c.split(",")) for c in args.configs.split(";") if c]
+    configs = ([] if args.only_extra else [None]) + extra
     work = Path(tempfile.mkdtemp(prefix="produce-partitions-"))
     clusters: list[TreeCluster] = []
     got: dict = {}
@@ -265,10 +277,10 @@ def main() -> int:
         for rnd in range(0 if args.hold else args.rounds):
             for c in clusters:
                 for client in args.clients.split(","):
-                  for linger in (lingers if client == "confluent" else [None]):
-                    label = "headline" if linger is None else f"linger{linger}"
+                  for extra_cfg in (configs if client == "confluent" else [None]):
+                    label = "headline" if extra_cfg is None else _label(extra_cfg)
                     label += "" if client == "confluent" else f" {client}"
-                    cfg = {} if linger is None else {"linger.ms": linger}
+                    cfg = extra_cfg or {}
                     for name in ("narrow", "wide"):
                         run = name if client == "confluent" else f"{name}/{client}"
                         r = measure(c, run, args.records, cfg)

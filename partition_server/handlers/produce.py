@@ -56,19 +56,8 @@ async def handle_produce(hctx: HandlerContext, req):
     # waits for replication (two-stage produce, common/pipeline.py)
     first_stage_done()
     if acks == -1:
-        waiting = [k for k, r in results.items() if r.error == ErrorCode.NONE]
-
-        def replicated() -> bool:
-            return all(hctx.replicas.produce_completion(k[0], k[1], results[k].last_offset)
-                       is not None for k in waiting)
-
-        await hctx.purgatory.wait_until(waiting, replicated, body.timeout_ms / 1000)
-        for k in waiting:
-            outcome = hctx.replicas.produce_completion(k[0], k[1], results[k].last_offset)
-            if outcome is None:
-                results[k].error = ErrorCode.REQUEST_TIMED_OUT
-            elif outcome != ErrorCode.NONE:
-                results[k].error = outcome
+        await _replicated(hctx, [(k[0], k[1], r) for k, r in results.items()
+                                 if r.error == ErrorCode.NONE], body.timeout_ms / 1000)
     if acks == 0:
         return None
     cls = RESPONSES[ApiKey.PRODUCE]
@@ -84,3 +73,25 @@ async def handle_produce(hctx: HandlerContext, req):
                            for i, m in r.record_errors]))
     return cls(responses=[cls.TopicProduceResponse(name=t, partition_responses=ps)
                           for t, ps in topics.items()])
+
+
+async def _replicated(hctx: HandlerContext, waiting: list, timeout_s: float) -> None:
+    """The acks=all wait: until the high watermark passes each append's last offset, or the
+    timeout (REQUEST_TIMED_OUT). `waiting`: (topic, partition, result) of the appends. The
+    check runs on every wake of the request's partitions, so it stops at the first partition
+    still short (librdkafka's requests name one partition: usually a single lookup)."""
+    completion = hctx.replicas.produce_completion
+
+    def replicated() -> bool:
+        for topic, partition, r in waiting:
+            if completion(topic, partition, r.last_offset) is None:
+                return False
+        return True
+
+    await hctx.purgatory.wait_until([(t, p) for t, p, _ in waiting], replicated, timeout_s)
+    for topic, partition, r in waiting:
+        outcome = completion(topic, partition, r.last_offset)
+        if outcome is None:
+            r.error = ErrorCode.REQUEST_TIMED_OUT
+        elif outcome != ErrorCode.NONE:
+            r.error = outcome

@@ -226,12 +226,18 @@ class PartitionState:
         """Move the high watermark to the minimum log end offset of the maximal ISR."""
         if self.role is not Role.LEADER or len(self.isr) < self.min_insync_replicas:
             return False
-        offsets = [self.replica_log_end_offset(r) for r in self.maximal_isr]
-        if self.broker_id not in self.maximal_isr:
-            offsets.append(self.log.log_end_offset)
-        if any(o == UNKNOWN_OFFSET for o in offsets):
-            return False
-        candidate = min(offsets)
+        # the minimum in one pass, without lists: this runs for every follower fetch position
+        # of every partition (the leader's own log end always counts, in the ISR or not)
+        candidate = self.log.log_end_offset
+        me, followers = self.broker_id, self.followers
+        for r in (self.isr if self.pending_isr is None else self.maximal_isr):
+            if r != me:
+                state = followers.get(r)
+                offset = state.log_end_offset if state is not None else UNKNOWN_OFFSET
+                if offset == UNKNOWN_OFFSET:
+                    return False
+                if offset < candidate:
+                    candidate = offset
         if candidate > self._high_watermark:
             self._set_high_watermark(candidate)
             return True

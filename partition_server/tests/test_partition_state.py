@@ -224,3 +224,43 @@ def test_offsets_not_available_until_the_new_leaders_hw_reaches_its_epoch_start(
     assert p.offsets_available()
     follower = PartitionState("t", 0, 1, FakeLog(3))
     assert follower.offsets_available()          # not the leader: the caller says so instead
+
+
+# -- the one-pass high-watermark advance against its definition -------------------------------
+
+from hypothesis import example, given, strategies as st                          # noqa: E402
+
+from partition_server.replication.partition import FollowerState, UNKNOWN_OFFSET   # noqa: E402
+
+
+def _reference_hw(p: PartitionState, hw_before: int) -> int:
+    """The minimum log end offset over the maximal ISR and the leader (the list-based form the
+    one pass replaced), or the old HW when a member's position is unknown or it is lower."""
+    members = p.maximal_isr
+    offsets = [p.replica_log_end_offset(r) for r in members]
+    if p.broker_id not in members:
+        offsets.append(p.log.log_end_offset)
+    if any(o == UNKNOWN_OFFSET for o in offsets):
+        return hw_before
+    return max(hw_before, min(offsets))
+
+
+@given(leo=st.integers(10, 60), hw=st.integers(0, 10),
+       isr=st.sets(st.integers(0, 4), max_size=5), pending=st.none() | st.sets(st.integers(0, 4)),
+       positions=st.fixed_dictionaries({}, optional={r: st.integers(-1, 60) for r in (1, 2, 3, 4)}),
+       min_isr=st.integers(1, 3))
+@example(leo=20, hw=0, isr={0, 1}, pending={0, 1, 2}, positions={1: 15, 2: 5}, min_isr=1)
+def test_high_watermark_advance_matches_its_definition(leo, hw, isr, pending, positions, min_isr):
+    """Committed ISR, a pending (maximal) one, the leader in it or not, unknown positions."""
+    log = FakeLog(leo)
+    p = PartitionState("t", 0, 0, log, high_watermark=hw)
+    p.role = Role.LEADER
+    p.isr = tuple(sorted(isr))
+    p.pending_isr = tuple(sorted(pending)) if pending is not None else None
+    p.min_insync_replicas = min_isr
+    p.followers = {r: FollowerState(log_end_offset=o) for r, o in positions.items()}
+    before = p.high_watermark
+    expected = before if len(p.isr) < min_isr else _reference_hw(p, before)
+    moved = p.maybe_advance_high_watermark()
+    assert p.high_watermark == expected
+    assert moved == (expected > before)
