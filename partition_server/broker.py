@@ -124,7 +124,9 @@ class Broker:
         log_infos = ReplicaLogInfoReporter(self.broker_id)
         self.client.replica_log_infos = lambda: log_infos.report(self.image,
                                                                  self.replicas.partitions)
-        self.client.log_dir_ids = lambda: [d.dir_id for d in self.log_dirs.dirs if d.dir_id]
+        # the online directories, as Kafka registers (KIP-858: the controller keeps them)
+        self.client.log_dir_ids = lambda: [d.dir_id for d in self.log_dirs.dirs
+                                           if d.dir_id and d.online]
         self.client.offline_log_dir_ids = self.log_dirs.offline_ids
         # KIP-966: tell the controller whether our logs came through the last stop intact
         self.boot_id_file = config["raftka.boot.id.file"]
@@ -378,8 +380,6 @@ class Broker:
             nursery.start_soon(self._delete_stray_logs)
             nursery.start_soon(self.replicas.dir_moves.run)         # AlterReplicaLogDirs copies
             from partition_server.offline_replicas import report_loop
-            if self.log_dirs.offline_at_start:
-                self.dir_failed.set()
             nursery.start_soon(report_loop, self.client, self.replicas, self._current_image,
                                self.dir_failed, self.client.heartbeat_interval_s)
             task_status.started()

@@ -117,6 +117,7 @@ class LogDirs:
         self.futures: dict[TopicPartition, LogDir] = {}        # future logs (moves)
         self.preferred: dict[TopicPartition, LogDir] = {}      # AlterReplicaLogDirs before hosting
         self.on_all_failed = None           # the broker shuts down (Kafka's rule)
+        self.changes = 0                    # placements made: offline_replicas re-checks on change
         self._lock = threading.Lock()       # `place` runs in the log-open threads too
         self._scan()
 
@@ -162,6 +163,7 @@ class LogDirs:
     def set_placement(self, key: TopicPartition, d: LogDir) -> None:
         with self._lock:
             self._put(self.placement, key, d)
+            self.changes += 1
 
     def set_future(self, key: TopicPartition, d: LogDir) -> None:
         with self._lock:
