@@ -19,7 +19,7 @@ import trio
 
 from common.clock import steady_ms
 from common.request_metrics import RequestStats, enabled_by_env
-from common.topic_configs import MOVES_THROTTLED_RATE
+from common.topic_configs import ALTER_LOG_DIRS_RATE, MOVES_THROTTLED_RATE
 from metadata_quorum.image import TOPIC_RESOURCE, MetadataImage
 from partition_server import clean_shutdown, housekeeping
 from partition_server.config import BROKER_TO_TOPIC, BrokerConfig
@@ -256,6 +256,8 @@ class Broker:
         self.replicas.discard_preopened()
         self.replication_quotas.update_moves(self.replicas.moving, self.replicas.moving_version,
                                              image.broker_config(self.broker_id))
+        self.replicas.dir_moves.set_rate(parse_rate(image.broker_config(self.broker_id).get(
+            ALTER_LOG_DIRS_RATE, self.config[ALTER_LOG_DIRS_RATE])))
         self.groups.on_image()
         self.txn.on_image()
         if config_topics is None:
@@ -428,6 +430,7 @@ class Broker:
         for d in self.log_dirs.online():
             await delete_stray_logs(d.path, self.image, self.broker_id,
                                     set(self.replicas.partitions))
+        self.replicas.dir_moves.drop_unhosted_futures()     # interrupted moves no longer ours
 
     async def controlled_shutdown(self, timeout_s: float = 10.0) -> None:
         """Ask the controller to move our leaderships away, wait until told to stop (an
