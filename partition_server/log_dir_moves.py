@@ -86,6 +86,8 @@ class ReplicaMover:
         """replica.alter.log.dirs.io.max.bytes.per.second changed (broker.py, each image):
         the copy in progress takes it at its next step."""
         if rate != self.rate:
+            log.info("replica.alter.log.dirs.io.max.bytes.per.second: %s",
+                     "unlimited" if rate is None else f"{rate:.0f} bytes/s")
             self.rate = rate
             self._tokens = rate if rate is not None else 0.0
             self._tokens_at = None

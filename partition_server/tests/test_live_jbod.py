@@ -13,6 +13,8 @@
   fails with ENOSPC) takes only its replicas offline: their leadership moves and the broker
   leaves their ISRs, its other directory's partitions keep their leader, nothing acknowledged
   is lost, DescribeLogDirs names the failed directory; every directory failing stops the broker.
+- a move throttled by replica.alter.log.dirs.io.max.bytes.per.second resumes after a SIGKILL
+  of its broker, and a lifted throttle reaches it;
 - offline replicas are durable metadata (KIP-858 directories in the metadata log): Metadata
   lists them in offline_replicas, and after a SIGKILL of the active controller the new one never
   elects them (its preferred-leader rebalance leaves a failed single-replica partition
@@ -428,3 +430,76 @@ def test_offline_replicas_are_durable_metadata_across_a_controller_failover(clus
     _until(lambda: all(leader == victim for leader, _ in _layout(cluster, solo).values()), 60,
            "the single-replica partitions led again")
     assert all(not x for x in _offline_replicas(cluster, solo).values())
+    from clients.cli.dev import CONTROLLER_IDS
+    cluster.restart_controller(CONTROLLER_IDS.index(int(active.split("-")[1])))
+
+
+RATE_KEY = "replica.alter.log.dirs.io.max.bytes.per.second"
+
+
+def _set_broker_config(c, broker: int, key: str, value: str | None) -> None:
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
+                                       ConfigResource)
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
+    res = ConfigResource(ConfigResource.Type.BROKER, str(broker), incremental_configs=[
+        ConfigEntry(key, value or "", incremental_operation=op)])
+    admin.incremental_alter_configs([res])[res].result(30)
+
+    def shown():
+        got = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, str(broker))])
+        entry = next(iter(got.values())).result(30)[key]
+        return entry.value == value if value is not None else entry.is_default
+    _until(shown, 30, f"{key} reached broker {broker}")
+
+
+def _future_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path)
+               if n.endswith(".log"))
+
+
+def test_a_throttled_move_resumes_after_a_restart_and_takes_a_new_rate(cluster):
+    """replica.alter.log.dirs.io.max.bytes.per.second (dynamic, per broker) bounds the copy;
+    the broker SIGKILLed mid-move carries on with the same future log after its restart
+    (Kafka's behaviour; the future was discarded before); lifting the throttle reaches the move
+    in progress, which then finishes; every acknowledged record is read back once."""
+    import glob
+    broker, rate = 2, 100_000
+    topic = f"thr-{uuid.uuid4().hex[:6]}"
+    _create(cluster, topic, 1)
+    # small batches: a copy step takes whole batches, so one batch may overdraw the credit
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 20,
+                  "batch.size": 16384})
+    acked = {}
+    for i in range(3000):
+        p.produce(topic, b"%d-" % i + os.urandom(500).hex().encode(), partition=0,
+                  on_delivery=lambda e, m: acked.__setitem__((m.partition(), m.offset()),
+                                                             m.value()) if e is None else None)
+    assert p.flush(60) == 0 and len(acked) == 3000          # ~3 MB
+    _set_broker_config(cluster, broker, RATE_KEY, str(rate))
+    src = _where(cluster, topic)[(broker, 0)][0][0]
+    dest = next(d for d in _dirs(cluster, broker) if d != src)
+    started = time.monotonic()
+    tpr = TopicPartitionReplica(topic, 0, broker)
+    assert cluster.admin.alter_replica_log_dirs({tpr: dest}) == {tpr: NoError}
+    future = _until(lambda: glob.glob(os.path.join(dest, f"{topic}-0.*-future")), 30,
+                    "the future log")[0]
+    _until(lambda: _future_bytes(future) > 2 * rate, 60, "some bytes copied")
+    # the bound: one second of credit plus the rate since the move began, plus a batch (a
+    # slow machine only copies less), and the move is far from done
+    copied, elapsed = _future_bytes(future), time.monotonic() - started
+    assert copied <= rate * (elapsed + 1) + 65536, (copied, elapsed)
+    assert _where(cluster, topic)[(broker, 0)][0] == (src, False)       # still the current
+    cluster.kill(f"broker-{broker}")
+    at_kill = _future_bytes(future)
+    cluster.restart_broker(broker)
+    # the same future log, carried on from where it was (a new move would be a new name)
+    assert glob.glob(os.path.join(dest, f"{topic}-0.*-future")) == [future]
+    _until(lambda: _future_bytes(future) > at_kill, 60, "the copy carries on")
+    assert any(f for (b, _), where in _where(cluster, topic).items() if b == broker
+               for _, f in where), "DescribeLogDirs lists the future"
+    _set_broker_config(cluster, broker, RATE_KEY, None)             # unthrottled from now on
+    _until(lambda: _where(cluster, topic)[(broker, 0)] == [(dest, False)], 60,
+           "the move finished once the throttle was lifted")
+    assert not os.path.exists(future)
+    _read_back(cluster, topic, 1, acked)
