@@ -14,8 +14,10 @@ States of one partition's move:
 The current log keeps taking appends, truncations (a follower diverging) and retention while
 the future copies: each step first makes the future a prefix of the current log again (cut back
 when the current log was truncated below it or diverged in leader epoch, start moved when
-retention or DeleteRecords moved the current start). After the swap the producer state is
-rebuilt from the new log (which also rebuilds its aborted-transaction index).
+retention or DeleteRecords moved the current start). The future's producer state (and its
+aborted-transaction index, which is derived from the ABORT markers) is kept up as each step
+appends, so the swap carries it across instead of replaying the whole new log in the event
+loop; a future cut back (the current log diverged) starts its state afresh with it.
 
 A stop mid-move leaves the current log in place and the future beside it; at start log_dirs.py
 keeps the future (`resumable`) and, once the partition is hosted again, the copy resumes from
@@ -48,6 +50,7 @@ from partition_server.log import PartitionLog
 from partition_server.log.fsync import fsync_dir
 from partition_server.log_dirs import DELETE_SUFFIX, FUTURE_SUFFIX, LogDir
 from partition_server.txn import snapshot as producer_snapshot
+from partition_server.txn.producer_state import ProducerStateManager, marker_of
 from wire.errors import ErrorCode, KafkaError
 from wire.records.batch import iter_batches
 
@@ -66,6 +69,14 @@ class Move:
     key: tuple[str, int]
     dest: LogDir
     future: PartitionLog
+    # the future's producer state, fed by every batch copied (None: rebuilt at the swap)
+    producers: ProducerStateManager | None = None
+
+
+def _fresh_state(future: PartitionLog) -> ProducerStateManager:
+    state = ProducerStateManager()
+    state.on_abort = future.add_aborted_txn
+    return state
 
 
 class ReplicaMover:
@@ -123,7 +134,7 @@ class ReplicaMover:
         except OSError as exc:
             self.replicas.storage_failed(None, exc, d)
             return ErrorCode.KAFKA_STORAGE_ERROR
-        self.moves[key] = Move(key, d, future)
+        self.moves[key] = Move(key, d, future, _fresh_state(future))
         self.log_dirs.set_future(key, d)
         self._wake.set()
         log.info("moving %s-%d to %s", key[0], key[1], d.path)
@@ -262,7 +273,7 @@ class ReplicaMover:
             return
         try:
             self.replicas.check_storage(log_dir=move.dest)
-            if self._copy(hosted.log, move.future, max_bytes):
+            if self._copy(hosted.log, move.future, max_bytes, move):
                 self._swap(hosted, move)
         except OSError as exc:
             log.error("moving %s-%d to %s failed: %s", move.key[0], move.key[1],
@@ -274,16 +285,20 @@ class ReplicaMover:
             self.cancel(move.key)
 
     def _copy(self, current: PartitionLog, future: PartitionLog,
-              max_bytes: int = COPY_STEP_BYTES) -> bool:
+              max_bytes: int = COPY_STEP_BYTES, move: Move | None = None) -> bool:
         """One step of at most `max_bytes` (one batch at least); True when the future holds
-        everything the current log does."""
+        everything the current log does. `move`: its producer state follows the copy."""
         if future.log_end_offset > future.log_start_offset:
             epoch, end = current.end_offset_for(future.latest_epoch)
             if epoch != future.latest_epoch or end < future.log_end_offset:
                 # the current log was truncated (a diverged follower): copy again from its start
                 future.truncate_fully_and_start_at(current.log_start_offset)
+                if move is not None:
+                    move.producers = _fresh_state(future)
         if current.log_start_offset > future.log_end_offset:
             future.truncate_fully_and_start_at(current.log_start_offset)
+            if move is not None:
+                move.producers = _fresh_state(future)
         elif current.log_start_offset > future.log_start_offset:
             future.delete_records_before(current.log_start_offset, _now_ms())
         if future.log_end_offset >= current.log_end_offset:
@@ -297,7 +312,20 @@ class ReplicaMover:
         if keep is not None:
             future.append_as_follower(bytes(view[keep:pos]), _now_ms())
             self._charge(pos - keep)
+            if move is not None and move.producers is not None:
+                self._observe(move.producers, view, keep, pos)
         return future.log_end_offset >= current.log_end_offset
+
+    @staticmethod
+    def _observe(state: ProducerStateManager, view, start: int, end: int) -> None:
+        """Feed the batches just copied to the future's producer state (as snapshot.rebuild
+        replays a log; an ABORT marker adds the future's aborted-transaction index entry)."""
+        for h in iter_batches(view[:end], start):
+            if h.producer_id < 0:
+                continue
+            marker = marker_of(bytes(view[h.pos:h.pos + h.size_in_bytes])) \
+                if h.is_control else None
+            state.observe(h, marker)
 
     def _swap(self, hosted, move: Move) -> None:
         """Put the caught-up future log in the current one's place (no await: no append can
@@ -320,7 +348,12 @@ class ReplicaMover:
                 new.assign_epoch_start(epoch, start)
         hosted.log = hosted.state.log = new
         hosted.cleaner = None
-        hosted.producers = producer_snapshot.rebuild(new)
+        if move.producers is not None:      # kept up during the copy: no replay here
+            move.producers.on_abort = new.add_aborted_txn
+            new.snapshot_offsets_at_open = None
+            hosted.producers = move.producers
+        else:
+            hosted.producers = producer_snapshot.rebuild(new)
         self.moves.pop(key, None)
         self.log_dirs.drop_future(key)
         self.log_dirs.set_placement(key, move.dest)

@@ -287,3 +287,46 @@ def test_a_changed_rate_reaches_the_move_in_progress(tmp_path):
     assert out["at_change"] < size
     assert out["seconds"] - out["changed_at"] < 1.0          # unlimited: done at once
     assert rm.dir_moves.copied == size
+
+
+def test_the_swap_carries_the_producer_state_and_aborted_transactions_across(tmp_path):
+    """The future's producer state follows the copy, so the swap replays nothing: it equals a
+    replay of the new log, ABORT markers included (read_committed answers the same)."""
+    import shutil
+    from partition_server.txn import snapshot as producer_snapshot
+    from wire.records.batch import build_end_txn_marker
+    rm, dirs = _broker(tmp_path)
+    _lead(rm, 0)
+    plog = rm.get("t", 0).log
+
+    def data(pid, seq, txn):
+        plog.append_as_leader(build_batch([(b"k", b"v" * 20, [], T0)] * 3, producer_id=pid,
+                                          producer_epoch=0, base_sequence=seq,
+                                          is_transactional=txn), 1, T0)
+    for round_ in range(20):
+        data(1, round_ * 3, False)                                  # idempotent
+        data(2, round_ * 3, True)                                   # transactional
+        plog.append_as_leader(build_end_txn_marker(round_ % 2 == 0, 2, 0, 1), 1, T0,
+                              origin="coordinator")                 # commit / abort in turn
+    data(3, 0, True)                                                # still open at the swap
+    dest = next(d for d in dirs.dirs if d is not dirs.placement[("t", 0)])
+    mover = rm.dir_moves
+    mover.alter(("t", 0), dest.path)
+    move = mover.moves[("t", 0)]
+    while ("t", 0) in mover.moves:
+        mover._step(move, 2000)                                     # many small steps
+    carried, new = rm.get("t", 0).producers, rm.get("t", 0).log
+    assert carried is move.producers                                # kept up, not replayed
+    copy = str(tmp_path / "copy" / "t-0")
+    shutil.copytree(new.directory, copy)
+    replayed_log = PartitionLog(copy, LogConfig(), T0)
+    replayed = producer_snapshot.rebuild(replayed_log)
+    assert carried.producers.keys() == replayed.producers.keys() == {1, 2, 3}
+    for pid in (1, 2, 3):
+        assert carried.producers[pid] == replayed.producers[pid], pid
+    assert carried.ongoing == replayed.ongoing and 3 in carried.ongoing
+    end = new.log_end_offset
+    aborted = [(t.producer_id, t.first_offset) for t in new.collect_aborted_txns(0, end)]
+    assert len(aborted) == 10 and aborted == [
+        (t.producer_id, t.first_offset) for t in replayed_log.collect_aborted_txns(0, end)]
+    assert carried.on_abort == new.add_aborted_txn
