@@ -21,7 +21,8 @@ loop; a future cut back (the current log diverged) starts its state afresh with 
 
 A stop mid-move leaves the current log in place and the future beside it; at start log_dirs.py
 keeps the future (`resumable`) and, once the partition is hosted again, the copy resumes from
-the future's log end (recovered like any log), as Kafka's broker continues a `-future` log. A
+the future's log end (recovered like any log, its producer state replayed, both in a worker
+thread), as Kafka's broker continues a `-future` log. A
 future whose partition is no longer ours once the broker caught up is deleted
 (`drop_unhosted_futures`). A stop between the swap's renames is finished at start (log_dirs.py).
 
@@ -142,28 +143,67 @@ class ReplicaMover:
 
     # -- resuming after a restart -----------------------------------------------------------------
 
-    def _resume(self, key: tuple[str, int]) -> bool:
-        """Carry on the interrupted move of `key` if it is hosted and online now: its future
-        log, reopened (recovery truncates a torn tail), copies on from its log end."""
+    def _take_resumable(self, key: tuple[str, int]):
+        """(dir, future path, hosted) of an interrupted move that may resume now, else None."""
         entry = self.log_dirs.resumable.get(key)
         hosted = self.replicas.partitions.get(key)
         if entry is None or hosted is None or hosted.offline or key in self.moves:
-            return False
+            return None
         d, path = entry
         del self.log_dirs.resumable[key]
         if not d.online or self.log_dirs.placement.get(key) is d:
             self._discard(key, path)
+            return None
+        return d, path, hosted
+
+    async def _resume_off_loop(self, key: tuple[str, int]) -> None:
+        """`_resume` with the future opened (recovered) and its producer state replayed in a
+        worker thread: nothing else touches the future until its Move is registered."""
+        taken = self._take_resumable(key)
+        if taken is None:
+            return
+        d, path, hosted = taken
+
+        def open_future():
+            future = PartitionLog(path, hosted.log.config, _now_ms(), files=self.files)
+            return future, producer_snapshot.rebuild(future)
+        try:
+            future, state = await trio.to_thread.run_sync(open_future)
+        except OSError as exc:
+            self.log_dirs.drop_future(key)
+            self.replicas.storage_failed(None, exc, d)
+            return
+        if key in self.moves:               # AlterReplicaLogDirs started another meanwhile
+            future.close(sync=False)
+            self._trash.append(path)
+        elif self.replicas.partitions.get(key) is not hosted or hosted.offline:
+            future.close()                  # not hosted any more: kept for the next look
+            self.log_dirs.resumable[key] = (d, path)
+        else:
+            self._start_resumed(key, d, future, state)
+
+    def _start_resumed(self, key, d: LogDir, future: PartitionLog, state) -> None:
+        self.moves[key] = Move(key, d, future, state)
+        self._wake.set()
+        log.info("resuming the move of %s-%d to %s from offset %d", key[0], key[1], d.path,
+                 future.log_end_offset)
+
+    def _resume(self, key: tuple[str, int]) -> bool:
+        """Carry on the interrupted move of `key` if it is hosted and online now: its future
+        log, reopened (recovery truncates a torn tail), copies on from its log end (its
+        producer state rebuilt at the swap). AlterReplicaLogDirs's path; the copy loop's is
+        `_resume_off_loop`."""
+        taken = self._take_resumable(key)
+        if taken is None:
             return False
+        d, path, hosted = taken
         try:
             future = PartitionLog(path, hosted.log.config, _now_ms(), files=self.files)
         except OSError as exc:
             self.log_dirs.drop_future(key)
             self.replicas.storage_failed(None, exc, d)
             return False
-        self.moves[key] = Move(key, d, future)
-        self._wake.set()
-        log.info("resuming the move of %s-%d to %s from offset %d", key[0], key[1], d.path,
-                 future.log_end_offset)
+        self._start_resumed(key, d, future, None)
         return True
 
     def _discard(self, key, path: str) -> None:
@@ -222,7 +262,7 @@ class ReplicaMover:
         """Copy every moving partition a step at a time, swapping those caught up."""
         while True:
             for key in list(self.log_dirs.resumable):
-                self._resume(key)
+                await self._resume_off_loop(key)
             if not self.moves and not self._trash:
                 self._wake = trio.Event()
                 # interrupted moves wait for their partition to be hosted: look again

@@ -330,3 +330,31 @@ def test_the_swap_carries_the_producer_state_and_aborted_transactions_across(tmp
     assert len(aborted) == 10 and aborted == [
         (t.producer_id, t.first_offset) for t in replayed_log.collect_aborted_txns(0, end)]
     assert carried.on_abort == new.add_aborted_txn
+
+
+def test_the_copy_loop_resumes_off_the_event_loop_with_the_futures_producer_state(tmp_path):
+    from wire.records.batch import build_end_txn_marker
+    rm, dirs = _broker(tmp_path)
+    _lead(rm, 0)
+    plog = rm.get("t", 0).log
+    for i in range(10):
+        plog.append_as_leader(build_batch([(b"k", b"v" * 20, [], T0)] * 3, producer_id=5,
+                                          producer_epoch=0, base_sequence=i * 3,
+                                          is_transactional=True), 1, T0)
+        plog.append_as_leader(build_end_txn_marker(False, 5, 0, 1), 1, T0, origin="coordinator")
+    dest = next(d for d in dirs.dirs if d is not dirs.placement[("t", 0)])
+    rm.dir_moves.alter(("t", 0), dest.path)
+    move = rm.dir_moves.moves[("t", 0)]
+    rm.dir_moves._copy(plog, move.future, 500, move)
+    rm.close_all()                                  # a clean stop keeps the future
+    rm, dirs = _broker(tmp_path)
+    _lead(rm, 0)
+    trio.run(rm.dir_moves._resume_off_loop, ("t", 0))
+    move = rm.dir_moves.moves[("t", 0)]
+    assert move.producers is not None and 0 < move.future.log_end_offset
+    while ("t", 0) in rm.dir_moves.moves:
+        rm.dir_moves._step(move, 500)
+    hosted = rm.get("t", 0)
+    assert hosted.producers is move.producers and hosted.log.directory.startswith(dest.path)
+    assert len(hosted.log.collect_aborted_txns(0, hosted.log.log_end_offset)) == 10
+    assert hosted.producers.producers[5].last_seq == 29
