@@ -10,6 +10,7 @@ import types
 import uuid
 
 import trio
+import trio.testing
 
 from metadata_quorum.image import MetadataImage
 from metadata_quorum import records as r
@@ -261,7 +262,6 @@ def _run_move(rm, dest, rate, change_at=None, new_rate=None):
 
 
 def test_replica_alter_log_dirs_io_max_bytes_per_second_bounds_the_copy(tmp_path):
-    import trio.testing  # noqa: F401 - MockClock
     rm, dirs = _broker(tmp_path)
     _lead(rm, 0)
     _fill(rm, 100)
@@ -276,7 +276,6 @@ def test_replica_alter_log_dirs_io_max_bytes_per_second_bounds_the_copy(tmp_path
 
 
 def test_a_changed_rate_reaches_the_move_in_progress(tmp_path):
-    import trio.testing  # noqa: F401 - MockClock
     rm, dirs = _broker(tmp_path)
     _lead(rm, 0)
     _fill(rm, 100)
