@@ -87,6 +87,8 @@ FOLLOWER_THROTTLED_RATE = "follower.replication.throttled.rate"
 # not Kafka's: bytes/s per broker and side for reassignment copies no topic throttle lists
 # (partition_server/replication/throttle.py); Redpanda's learner recovery rate is the anchor
 MOVES_THROTTLED_RATE = "raftka.reassignment.throttled.rate"
+# Kafka's throttle of AlterReplicaLogDirs copies between a broker's own log directories
+ALTER_LOG_DIRS_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
 DEFAULT_MOVES_THROTTLED_RATE = 100 << 20
 
 
@@ -161,6 +163,7 @@ DYNAMIC_BROKER_CONFIGS = {
     LEADER_THROTTLED_RATE: _int(0, LONG_MAX),
     FOLLOWER_THROTTLED_RATE: _int(0, LONG_MAX),
     MOVES_THROTTLED_RATE: _int(1, LONG_MAX),
+    ALTER_LOG_DIRS_RATE: _int(1, LONG_MAX),
     # not Kafka's: replicas of a broker unreachable this long are re-placed on live brokers by
     # the controller (metadata_quorum/controller/rereplication.py); -1 never (the default)
     "raftka.rereplication.timeout.ms": _int(-1),

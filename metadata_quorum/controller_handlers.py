@@ -83,9 +83,11 @@ async def handle_broker_registration(svc, req):
     listeners = tuple((x.name, x.host, x.port, x.security_protocol) for x in b.listeners)
     # v3+ (KIP-966): the epoch of the broker's last clean shutdown, -1 after an unclean one
     previous = b.previous_broker_epoch if req.api_version >= 3 else None
+    # v2+: the broker's online log directories (KIP-858), kept in its registration
+    dirs = tuple(b.log_dirs or ()) if req.api_version >= 2 else ()
     result, err = await _mutate(svc, lambda now: svc.controller.register_broker(
         b.broker_id, str(b.incarnation_id), host, port, b.rack or None, now, listeners,
-        previous))
+        previous, dirs))
     if err:
         return _resp(ApiKey.BROKER_REGISTRATION, error_code=err, broker_epoch=-1)
     return _resp(ApiKey.BROKER_REGISTRATION, error_code=result.error, broker_epoch=result.broker_epoch)
@@ -93,12 +95,12 @@ async def handle_broker_registration(svc, req):
 
 async def handle_broker_heartbeat(svc, req):
     b = req.body
+    offline = tuple(b.offline_log_dirs or ()) if req.api_version >= 1 else None  # KIP-858
     result, err = await _mutate(svc, lambda now: svc.controller.broker_heartbeat(
-        b.broker_id, b.broker_epoch, b.current_metadata_offset, b.want_fence, b.want_shut_down, now))
+        b.broker_id, b.broker_epoch, b.current_metadata_offset, b.want_fence, b.want_shut_down,
+        now, offline))
     if err:
         return _resp(ApiKey.BROKER_HEARTBEAT, error_code=err, is_fenced=True)
-    if result.error == ErrorCode.NONE and req.api_version >= 1:     # KIP-858 OfflineLogDirs
-        svc.controller.offline_log_dirs.heartbeat(b.broker_id, b.offline_log_dirs)
     if result.error == ErrorCode.NONE and b.raftka_partition_sizes is not None:
         # Raftka's tagged fields: the balancer's disk goal (controller/load_reports.py)
         svc.controller.loads.record(b.broker_id, b.raftka_load_report_full, {

@@ -27,6 +27,13 @@ log = logging.getLogger(__name__)
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 
+# Kafka's reserved directory ids (DirectoryId, KIP-858): a replica not (yet) assigned to a
+# directory, one whose directory is lost, one of a broker migrating to JBOD. A real directory
+# id is random and never one of the first 100.
+UNASSIGNED_DIR = uuid.UUID(int=0)
+LOST_DIR = uuid.UUID(int=1)
+MIGRATING_DIR = uuid.UUID(int=2)
+
 
 @dataclasses.dataclass(frozen=True)
 class BrokerRegistration:
@@ -40,6 +47,17 @@ class BrokerRegistration:
     in_controlled_shutdown: bool
     registered_at_offset: int = -1      # metadata offset of the registration: "caught up" mark
     listeners: tuple = ()               # ((name, host, port, security_protocol), ...)
+    log_dirs: tuple = ()                # ids of the online log directories (KIP-858)
+
+    def dir_online(self, dir_id) -> bool:
+        """Kafka's DirectoryId.isOnline: an unassigned or migrating replica counts as online,
+        a lost one not; a broker that registered no directories (a log from before JBOD) has
+        them all online."""
+        if dir_id == UNASSIGNED_DIR or dir_id == MIGRATING_DIR:
+            return True
+        if dir_id == LOST_DIR:
+            return False
+        return not self.log_dirs or dir_id in self.log_dirs
 
     @property
     def usable(self) -> bool:
@@ -71,6 +89,16 @@ class PartitionState:
     # replicas that were the last copies (last ISR member, ELR) when they came back from an
     # unclean shutdown: the partition's last resort once all of them are back
     last_known_elr: tuple = ()
+    # KIP-858: the directory of each replica, in `replicas` order (shorter: UNASSIGNED after)
+    directories: tuple = ()
+
+    def directory(self, replica: int):
+        """The id of the log directory assigned to `replica`'s copy (UNASSIGNED_DIR if none)."""
+        try:
+            i = self.replicas.index(replica)
+        except ValueError:
+            return UNASSIGNED_DIR
+        return self.directories[i] if i < len(self.directories) else UNASSIGNED_DIR
 
     @property
     def replication_factor(self) -> int:
@@ -136,6 +164,12 @@ class MetadataImage:
                     if b is None or b.fenced:
                         leaderless += 1
         return offline, leaderless
+
+    def replica_offline(self, p: PartitionState, broker_id: int) -> bool:
+        """The copy of `p` on `broker_id` sits in a log directory that broker reported offline
+        (Kafka's offline replica; a fenced broker is a different matter)."""
+        b = self.brokers.get(broker_id)
+        return b is not None and bool(b.log_dirs) and not b.dir_online(p.directory(broker_id))
 
     def usable_brokers(self) -> list[BrokerRegistration]:
         return sorted((b for b in self.brokers.values() if b.usable), key=lambda b: b.broker_id)
@@ -206,7 +240,7 @@ class MetadataImage:
         for b in sorted(self.brokers.values(), key=lambda b: b.broker_id):
             out.append(r.RegisterBrokerRecord(b.broker_id, b.incarnation_id, b.broker_epoch, b.host,
                                               b.port, b.rack, b.fenced, b.in_controlled_shutdown,
-                                              b.listeners))
+                                              b.listeners, b.log_dirs))
         for t in sorted(self.topics.values(), key=lambda t: t.name):
             out.append(r.TopicRecord(t.name, t.topic_id))
             for p in sorted(t.partitions.values(), key=lambda p: p.partition_id):
@@ -214,7 +248,7 @@ class MetadataImage:
                                              p.leader_epoch, p.partition_epoch,
                                              p.removing_replicas, p.adding_replicas,
                                              p.leader_recovery_state, p.elr,
-                                             p.last_known_elr))
+                                             p.last_known_elr, p.directories))
         for (rtype, rname), entries in sorted(self.configs.items()):
             for k, v in sorted(entries.items()):
                 out.append(r.ConfigRecord(rtype, rname, k, v))
@@ -315,7 +349,7 @@ class _Writer:
 def _register_broker(w: _Writer, rec: r.RegisterBrokerRecord):
     reg = BrokerRegistration(rec.broker_id, rec.incarnation_id, rec.broker_epoch, rec.host,
                              rec.port, rec.rack, rec.fenced, rec.in_controlled_shutdown,
-                             w.img.offset, tuple(rec.listeners))
+                             w.img.offset, tuple(rec.listeners), tuple(rec.log_dirs or ()))
     w.dict("brokers")[rec.broker_id] = reg
 
 
@@ -335,7 +369,8 @@ def _unregister_broker(w: _Writer, rec: r.UnregisterBrokerRecord):
 
 def _registration_change(w, rec: r.BrokerRegistrationChangeRecord):
     changes = {k: v for k, v in (("fenced", rec.fenced),
-                                  ("in_controlled_shutdown", rec.in_controlled_shutdown)) if v is not None}
+                                  ("in_controlled_shutdown", rec.in_controlled_shutdown),
+                                  ("log_dirs", rec.log_dirs)) if v is not None}
     return _change_broker(w, rec.broker_id, rec.broker_epoch, **changes)
 
 
@@ -354,7 +389,7 @@ def _partition(w: _Writer, rec: r.PartitionRecord):
     state = PartitionState(rec.partition_id, tuple(rec.replicas), tuple(rec.isr), rec.leader,
                            rec.leader_epoch, rec.partition_epoch, tuple(rec.removing_replicas),
                            tuple(rec.adding_replicas), rec.leader_recovery_state, tuple(rec.elr),
-                           tuple(rec.last_known_elr))
+                           tuple(rec.last_known_elr), _directories(rec.directories, rec.replicas))
     w.partitions(topic)[state.partition_id] = state
 
 
@@ -364,9 +399,16 @@ def _partition_change(w: _Writer, rec: r.PartitionChangeRecord):
     if old is None:
         return False
     leader_changed = rec.leader is not None and rec.leader != old.leader
+    replicas = tuple(rec.replicas) if rec.replicas is not None else old.replicas
+    if rec.directories is not None:
+        directories = _directories(rec.directories, replicas)
+    elif rec.replicas is not None:      # a reassignment: kept replicas keep their directory
+        directories = _directories(tuple(old.directory(b) for b in replicas), replicas)
+    else:
+        directories = old.directories
     state = PartitionState(
         old.partition_id,
-        tuple(rec.replicas) if rec.replicas is not None else old.replicas,
+        replicas,
         tuple(rec.isr) if rec.isr is not None else old.isr,
         rec.leader if rec.leader is not None else old.leader,
         old.leader_epoch + 1 if leader_changed else old.leader_epoch,
@@ -376,12 +418,23 @@ def _partition_change(w: _Writer, rec: r.PartitionChangeRecord):
         rec.leader_recovery_state if rec.leader_recovery_state is not None
         else old.leader_recovery_state,
         _pick(rec.elr, old.elr),
-        _pick(rec.last_known_elr, old.last_known_elr))
+        _pick(rec.last_known_elr, old.last_known_elr),
+        directories)
     w.partitions(topic)[state.partition_id] = state
 
 
 def _pick(new, old):
     return tuple(new) if new is not None else old
+
+
+def _directories(directories, replicas) -> tuple:
+    """A partition's directories as kept in the image: () when none is assigned (every record
+    before JBOD, every partition never touched by a directory failure or move), else exactly
+    one per replica."""
+    dirs = tuple(directories or ())[:len(replicas)]
+    if all(d == UNASSIGNED_DIR for d in dirs):
+        return ()
+    return dirs + (UNASSIGNED_DIR,) * (len(replicas) - len(dirs))
 
 
 def _remove_topic(w: _Writer, rec: r.RemoveTopicRecord):

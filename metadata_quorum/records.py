@@ -49,6 +49,9 @@ class RegisterBrokerRecord(Record):
     fenced: bool = True
     in_controlled_shutdown: bool = False
     listeners: tuple = ()       # ((name, host, port, security_protocol), ...) beyond host:port
+    # KIP-858: ids (uuid) of the broker's online log directories; () from a broker that named
+    # none, or in a log written before JBOD: then every directory counts as online
+    log_dirs: tuple = ()
 
 
 @_record(1)
@@ -77,6 +80,9 @@ class PartitionRecord(Record):
     leader_recovery_state: int = 0      # 0 RECOVERED, 1 RECOVERING (KIP-704)
     elr: tuple = ()                     # eligible leader replicas (KIP-966), see replication_control
     last_known_elr: tuple = ()          # unclean-restarted former last copies (KIP-966)
+    # KIP-858: per replica (same order as `replicas`) the id of the log directory holding it;
+    # () or a short tuple (records written before JBOD): UNASSIGNED for the rest (image.py)
+    directories: tuple = ()
 
 
 @_record(4)
@@ -100,6 +106,7 @@ class PartitionChangeRecord(Record):
     leader_recovery_state: int | None = None
     elr: tuple | None = None
     last_known_elr: tuple | None = None
+    directories: tuple | None = None   # KIP-858, parallel to the (new) replicas
 
 
 @_record(7)
@@ -155,6 +162,7 @@ class BrokerRegistrationChangeRecord(Record):
     broker_epoch: int
     fenced: bool | None = None
     in_controlled_shutdown: bool | None = None
+    log_dirs: tuple | None = None       # KIP-858: the online log directories now
 
 
 @_record(18)
@@ -218,6 +226,7 @@ class VotersRecord(Record):
 
 
 _UUID_FIELDS = {"topic_id", "acl_id"}
+_UUID_TUPLE_FIELDS = {"log_dirs", "directories"}       # tuples of uuids (KIP-858)
 
 
 def _to_wire(value):
@@ -238,6 +247,11 @@ def _from_wire(name: str, value):
         if not isinstance(value, bytes) or len(value) != 16:
             raise MetadataRecordError(f"{name} is not a 16-byte uuid")
         return uuid.UUID(bytes=value)
+    if name in _UUID_TUPLE_FIELDS and value is not None:
+        if not isinstance(value, list) or \
+                not all(isinstance(v, bytes) and len(v) == 16 for v in value):
+            raise MetadataRecordError(f"{name} is not a list of 16-byte uuids")
+        return tuple(uuid.UUID(bytes=v) for v in value)
     if isinstance(value, list):
         return tuple(_from_wire("", v) for v in value)
     return value

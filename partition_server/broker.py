@@ -19,7 +19,7 @@ import trio
 
 from common.clock import steady_ms
 from common.request_metrics import RequestStats, enabled_by_env
-from common.topic_configs import MOVES_THROTTLED_RATE
+from common.topic_configs import ALTER_LOG_DIRS_RATE, MOVES_THROTTLED_RATE
 from metadata_quorum.image import TOPIC_RESOURCE, MetadataImage
 from partition_server import clean_shutdown, housekeeping
 from partition_server.config import BROKER_TO_TOPIC, BrokerConfig
@@ -124,7 +124,9 @@ class Broker:
         log_infos = ReplicaLogInfoReporter(self.broker_id)
         self.client.replica_log_infos = lambda: log_infos.report(self.image,
                                                                  self.replicas.partitions)
-        self.client.log_dir_ids = lambda: [d.dir_id for d in self.log_dirs.dirs if d.dir_id]
+        # the online directories, as Kafka registers (KIP-858: the controller keeps them)
+        self.client.log_dir_ids = lambda: [d.dir_id for d in self.log_dirs.dirs
+                                           if d.dir_id and d.online]
         self.client.offline_log_dir_ids = self.log_dirs.offline_ids
         # KIP-966: tell the controller whether our logs came through the last stop intact
         self.boot_id_file = config["raftka.boot.id.file"]
@@ -254,6 +256,8 @@ class Broker:
         self.replicas.discard_preopened()
         self.replication_quotas.update_moves(self.replicas.moving, self.replicas.moving_version,
                                              image.broker_config(self.broker_id))
+        self.replicas.dir_moves.set_rate(parse_rate(image.broker_config(self.broker_id).get(
+            ALTER_LOG_DIRS_RATE, self.config[ALTER_LOG_DIRS_RATE])))
         self.groups.on_image()
         self.txn.on_image()
         if config_topics is None:
@@ -378,8 +382,6 @@ class Broker:
             nursery.start_soon(self._delete_stray_logs)
             nursery.start_soon(self.replicas.dir_moves.run)         # AlterReplicaLogDirs copies
             from partition_server.offline_replicas import report_loop
-            if self.log_dirs.offline_at_start:
-                self.dir_failed.set()
             nursery.start_soon(report_loop, self.client, self.replicas, self._current_image,
                                self.dir_failed, self.client.heartbeat_interval_s)
             task_status.started()
@@ -428,6 +430,7 @@ class Broker:
         for d in self.log_dirs.online():
             await delete_stray_logs(d.path, self.image, self.broker_id,
                                     set(self.replicas.partitions))
+        self.replicas.dir_moves.drop_unhosted_futures()     # interrupted moves no longer ours
 
     async def controlled_shutdown(self, timeout_s: float = 10.0) -> None:
         """Ask the controller to move our leaderships away, wait until told to stop (an

@@ -13,7 +13,8 @@ import dataclasses
 from typing import Any, Callable
 
 from common.properties import ConfigError, parse_endpoint, parse_voters
-from common.topic_configs import DEFAULT_MOVES_THROTTLED_RATE, LONG_MAX, MOVES_THROTTLED_RATE
+from common.topic_configs import (ALTER_LOG_DIRS_RATE, DEFAULT_MOVES_THROTTLED_RATE, LONG_MAX,
+                                  MOVES_THROTTLED_RATE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,6 +175,10 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
               "the balancer's, re-replication's, and moves started without --throttle "
               f"({LONG_MAX} = unlimited). Also dynamic, per broker or cluster-wide.",
               _at_least(1)),
+    ConfigDef(ALTER_LOG_DIRS_RATE, "long", LONG_MAX,
+              "Bytes/s copied between this broker's log directories by AlterReplicaLogDirs "
+              f"moves, all moves together ({LONG_MAX} = unlimited). Also dynamic, per broker or "
+              "cluster-wide (log_dir_moves.py).", _at_least(1)),
     # -- self-healing (issue 19): read by the active controller from the dynamic cluster-wide
     # value only (IncrementalAlterConfigs on the default broker resource); declared here so that
     # DescribeConfigs of a broker shows that value (`raftka cluster balance --status` reads it)

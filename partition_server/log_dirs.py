@@ -116,7 +116,10 @@ class LogDirs:
         self.placement: dict[TopicPartition, LogDir] = {}      # current logs
         self.futures: dict[TopicPartition, LogDir] = {}        # future logs (moves)
         self.preferred: dict[TopicPartition, LogDir] = {}      # AlterReplicaLogDirs before hosting
+        # future logs of moves a stop interrupted: the mover resumes them (log_dir_moves.py)
+        self.resumable: dict[TopicPartition, tuple[LogDir, str]] = {}
         self.on_all_failed = None           # the broker shuts down (Kafka's rule)
+        self.changes = 0                    # placements made: offline_replicas re-checks on change
         self._lock = threading.Lock()       # `place` runs in the log-open threads too
         self._scan()
 
@@ -162,6 +165,7 @@ class LogDirs:
     def set_placement(self, key: TopicPartition, d: LogDir) -> None:
         with self._lock:
             self._put(self.placement, key, d)
+            self.changes += 1
 
     def set_future(self, key: TopicPartition, d: LogDir) -> None:
         with self._lock:
@@ -206,9 +210,12 @@ class LogDirs:
                 else:
                     futures[key] = (d, full)
         for key, (d, full) in futures.items():
-            if key in self.placement:
-                log.info("discarding future log %s (its move did not finish)", full)
-                shutil.rmtree(full, ignore_errors=True)
+            if key in self.placement or self.offline_at_start:
+                # the move did not finish (or the current log may sit in the directory that
+                # is offline now): keep copying once the partition is hosted, as Kafka does
+                log.info("future log %s: its move resumes", full)
+                self.resumable[key] = (d, full)
+                self._put(self.futures, key, d)
             else:           # the swap renamed the current log away, then stopped: finish it
                 target = os.path.join(d.path, f"{key[0]}-{key[1]}")
                 log.info("promoting future log %s to %s (an interrupted swap)", full, target)

@@ -1,14 +1,16 @@
-"""Telling the controller which replicas a failed log directory held (KIP-858's way, with
-Kafka's own messages): the heartbeats name the offline directories (BrokerHeartbeat
-OfflineLogDirs) and AssignReplicasToDirs names, under an offline directory's id, the replicas
-it held. The controller (metadata_quorum/controller/log_dirs.py) moves their leadership away and
-takes this broker out of their ISRs.
+"""Telling the controller where replicas are (KIP-858's AssignReplicasToDirs): the heartbeats
+name the offline directories (BrokerHeartbeat OfflineLogDirs), and an assignment names, under a
+directory's id, the replicas it holds. The controller (metadata_quorum/controller/log_dirs.py)
+keeps both in the metadata log; a replica assigned to a directory its broker reported offline
+is offline for every controller and broker, and is moved out of leadership and ISRs.
 
-Kafka's brokers send an assignment for every replica as it is placed and the controller keeps
-them in the metadata log; here only replicas of offline directories are sent, and sent again
-each heartbeat interval while the metadata image still shows this broker leading one of them
-or in its ISR beside others (the controller keeps a last ISR member: KIP-841). So the report
-survives a controller failover or a lost request without the controller storing placements.
+Kafka's brokers assign every replica as it is placed. Here a replica is assigned only when the
+metadata image disagrees with where it is and that matters: a replica of an offline directory
+the image does not place there, or any replica the image places in another directory than the
+one holding it (moved by AlterReplicaLogDirs, re-created elsewhere after a restart without its
+directory). Replicas never touched by a failure stay UNASSIGNED, which reads as online: no
+assignment traffic for the many partitions of a healthy broker. Sent again each heartbeat
+interval while the image still disagrees (a lost request, a controller failover).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 
 import trio
 
+from metadata_quorum.image import UNASSIGNED_DIR
 from wire.errors import ErrorCode
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
@@ -25,18 +28,17 @@ log = logging.getLogger(__name__)
 
 
 def pending(replicas, image, broker_id: int) -> dict:
-    """{offline dir id: {topic id: [partition]}} of offline replicas the image still shows
-    this broker leading or sharing an ISR with others."""
+    """{dir id: {topic id: [partition]}}: hosted replicas whose directory the image must learn."""
     out: dict = {}
     for (topic, partition), hosted in replicas.partitions.items():
-        if not hosted.offline:
-            continue
         d = replicas.dir_of(hosted.log.directory)
         p = image.partition(topic, partition)
-        if d is None or d.online or d.dir_id is None or p is None:
+        if d is None or d.dir_id is None or p is None or broker_id not in p.replicas:
             continue
-        if p.leader == broker_id or (broker_id in p.isr and len(p.isr) > 1):
-            out.setdefault(d.dir_id, {}).setdefault(hosted.topic_id, []).append(partition)
+        assigned = p.directory(broker_id)
+        if assigned == d.dir_id or (assigned == UNASSIGNED_DIR and not hosted.offline):
+            continue
+        out.setdefault(d.dir_id, {}).setdefault(hosted.topic_id, []).append(partition)
     return out
 
 
@@ -52,22 +54,31 @@ def assignment_request(broker_id: int, broker_epoch: int, dirs: dict):
 
 async def report_loop(client, replicas, image_of, dir_failed: trio.Event,
                       interval_s: float) -> None:
-    """From the first directory failure on: report until the image shows nothing pending."""
+    """Assign what `pending` finds; looks again when the image's topics, the placements or the
+    directories' health changed, or while something is still pending."""
     from partition_server.controller_client import ControllerUnavailable
-    await dir_failed.wait()
-    wait_s = min(interval_s, 0.5)
+    seen, failed = None, False
     while True:
-        # first a heartbeat names the directory offline (the broker sends one at once; the
-        # controller reads the replicas assigned to it as offline only then), then the
-        # assignment; again every interval while some are still pending
-        await trio.sleep(wait_s)
-        wait_s = interval_s
-        dirs = pending(replicas, image_of(), client.broker_id)
-        if dirs:
-            req = assignment_request(client.broker_id, client.broker_epoch, dirs)
-            try:
-                resp = await client.call_active(req, error_of=lambda r: r.error_code, version=0)
-                if resp.error_code != ErrorCode.NONE:
-                    log.warning("AssignReplicasToDirs: %s", ErrorCode(resp.error_code).name)
-            except ControllerUnavailable:
-                pass
+        with trio.move_on_after(interval_s):
+            await (trio.sleep_forever() if failed else dir_failed.wait())
+        if dir_failed.is_set() and not failed:
+            failed = True
+            # first a heartbeat names the directory offline (the broker sends one at once)
+            await trio.sleep(min(interval_s, 0.5))
+        image = image_of()
+        if replicas.log_dirs is None or client.broker_epoch < 0:
+            continue
+        key = (image.topics, replicas.log_dirs.changes, failed)
+        if key == seen:
+            continue
+        dirs = pending(replicas, image, client.broker_id)
+        seen = None if dirs else key        # something pending: look again next interval
+        if not dirs:
+            continue
+        req = assignment_request(client.broker_id, client.broker_epoch, dirs)
+        try:
+            resp = await client.call_active(req, error_of=lambda r: r.error_code, version=0)
+            if resp.error_code != ErrorCode.NONE:
+                log.warning("AssignReplicasToDirs: %s", ErrorCode(resp.error_code).name)
+        except ControllerUnavailable:
+            pass

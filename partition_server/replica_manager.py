@@ -352,8 +352,8 @@ class ReplicaManager:
         hosted = self.partitions.pop((topic, partition), None)
         if hosted is None:
             return None
-        if self.dir_moves is not None:
-            self.dir_moves.cancel((topic, partition))
+        if self.dir_moves is not None:      # closed (the broker stops): resumed at next start
+            self.dir_moves.cancel((topic, partition), keep=not delete)
         if delete and self.log_dirs is not None:
             self.log_dirs.forget(topic, partition)
         for index in (self.led, self.timed_flush, self.compacted, self.isr_candidates):

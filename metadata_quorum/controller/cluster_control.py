@@ -81,7 +81,7 @@ class HeartbeatTracker:
 def register_broker(image: MetadataImage, tracker: HeartbeatTracker, broker_id: int,
                     incarnation_id: str, host: str, port: int, rack: str | None, now_ms: int,
                     listeners: tuple = (), previous_broker_epoch: int | None = None,
-                    default_min_isr: int = 1):
+                    default_min_isr: int = 1, log_dirs=()):
     """`previous_broker_epoch` (KIP-966): the epoch the broker had when it last shut down
     cleanly, -1 after an unclean shutdown; None when the caller cannot tell (old request
     versions), then nothing is assumed."""
@@ -105,7 +105,8 @@ def register_broker(image: MetadataImage, tracker: HeartbeatTracker, broker_id: 
             # an emptied ISR may have a usable eligible replica to elect right away
             records += leadership_changes(after, {broker_id}, default_min_isr=default_min_isr)
     records.append(r.RegisterBrokerRecord(broker_id, incarnation_id, epoch, host, port, rack,
-                                          fenced=True, listeners=tuple(map(tuple, listeners))))
+                                          fenced=True, listeners=tuple(map(tuple, listeners)),
+                                          log_dirs=tuple(log_dirs or ())))
     tracker.touch(broker_id, now_ms)
     return records, RegistrationResult(ErrorCode.NONE, epoch)
 

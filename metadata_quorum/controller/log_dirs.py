@@ -2,63 +2,71 @@
 serving from its other directories, and the controller moves the failed directory's replicas
 out of leadership and ISRs — only those, not the broker's other partitions.
 
-What the controller hears (partition_server/offline_replicas.py):
-- BrokerHeartbeat v1 OfflineLogDirs: the ids of the broker's offline directories. Soft state of
-  the active controller, like the heartbeat times: a new controller learns it from the next
-  heartbeats.
-- AssignReplicasToDirs naming replicas under a directory id. Kafka's brokers send one for every
-  placement and the controller records it in the partition (PartitionRecord.Directories); here
-  the broker sends only the replicas of offline directories (and repeats while they still lead
-  or sit in an ISR), so an assignment to a directory the broker's heartbeats call offline is what
-  takes those replicas offline, and any other assignment is acknowledged and not stored.
+Durable state, in the metadata log as Kafka keeps it, so every controller (and every broker)
+reads the same offline replicas from its image and a controller failover forgets nothing:
+- a broker's online directories: RegisterBrokerRecord.log_dirs (BrokerRegistration LogDirs),
+  then BrokerRegistrationChangeRecord.log_dirs when a heartbeat (v1 OfflineLogDirs) names some
+  of them offline (Kafka's BrokerRegistrationChangeRecord.LogDirs);
+- the directory of each replica: PartitionRecord / PartitionChangeRecord `directories`
+  (Kafka's Directories), written when the broker sends AssignReplicasToDirs.
+A replica is offline when its directory is assigned and not among its broker's online ones
+(MetadataImage.replica_offline; unassigned = online, as Kafka's UNASSIGNED/MIGRATING, which is
+how records written before this read). A broker registering again names its directories anew.
 
-Effect: for each offline replica, the same partition change a fenced broker gets
-(replication_control.leadership_changes, restricted to those partitions): a new leader from the
-rest of the ISR (or the ELR), the broker out of the ISR unless it is its last member (KIP-841:
-the partition then has no leader, as Kafka's offline partition).
+Kafka's brokers assign every replica as it is placed; ours (partition_server/offline_replicas.py)
+assign the replicas of a failed directory, and any replica whose directory in the image is
+assigned and differs from where it is (a move, a restart without a directory): every other
+replica stays UNASSIGNED, which costs nothing and reads as online.
+
+Effect of a replica going offline (heartbeat or assignment, whichever commits second): the same
+partition change a fenced broker gets (replication_control.leadership_changes, restricted to
+those partitions): a new leader from the rest of the ISR (or the ELR), the broker out of the
+ISR unless it is its last member (KIP-841: the partition then has no leader, as Kafka's
+offline partition). An offline replica is never elected afterwards (Kafka's
+isAcceptableLeader): every command's records pass `without_offline_leaders`.
 
 Codes: STALE_BROKER_EPOCH / BROKER_ID_NOT_REGISTERED (top level); per partition NONE,
 UNKNOWN_TOPIC_ID, NOT_LEADER_OR_FOLLOWER (the broker is not a replica of it).
-
-An offline replica is never elected afterwards (Kafka's isAcceptableLeader): the replicas
-reported offline are soft state too, and every command's records pass `without_offline_leaders`,
-which turns an election of such a replica into "no leader" (a preferred-leader rebalance, a
-fencing elsewhere that would hand a partition to its last ISR member, ...). After a controller
-failover the set starts empty; a broker elected for an offline replica reports it again.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import uuid
 
 from metadata_quorum import records as r
 from metadata_quorum.controller.replication_control import NO_LEADER, leadership_changes
-from metadata_quorum.image import MetadataImage
+from metadata_quorum.image import LOST_DIR, UNASSIGNED_DIR, MetadataImage
 from wire.errors import ErrorCode
 
 
-class OfflineLogDirs:
-    """Soft state: broker id → ids of its offline log directories (from heartbeats)."""
+def heartbeat_records(image: MetadataImage, broker_id: int, broker_epoch: int,
+                      offline_dir_ids, default_min_isr: int = 1) -> list:
+    """A heartbeat naming `offline_dir_ids` (None: a v0 heartbeat, which cannot say): the
+    broker's online directories shrink, and replicas assigned to the newly offline ones leave
+    leadership and ISRs. Directories come back only with a new registration (a restart), as a
+    failed directory stays failed in the broker's process."""
+    b = image.brokers.get(broker_id)
+    if offline_dir_ids is None or b is None or b.broker_epoch != broker_epoch or not b.log_dirs:
+        return []
+    offline = set(offline_dir_ids)
+    online = tuple(d for d in b.log_dirs if d not in offline)
+    if online == b.log_dirs:
+        return []
+    # every directory offline: LOST stands in, since an empty list reads as "all online"
+    records: list = [r.BrokerRegistrationChangeRecord(broker_id, broker_epoch,
+                                                      log_dirs=online or (LOST_DIR,))]
+    after = image.apply_all(image.offset + 1, records)
+    gone = {(t.name, p.partition_id) for t in after.topics.values()
+            for p in t.partitions.values()
+            if p.directories and broker_id in p.replicas and after.replica_offline(p, broker_id)}
+    if gone:
+        records += leadership_changes(after, {broker_id}, default_min_isr=default_min_isr,
+                                      only=gone)
+    return records
 
-    def __init__(self):
-        self.by_broker: dict[int, frozenset] = {}
-        self.replicas: dict[int, set] = {}      # broker → {(topic id, partition)} offline
 
-    def heartbeat(self, broker_id: int, offline_dir_ids) -> None:
-        ids = frozenset(offline_dir_ids or ())
-        if ids:
-            self.by_broker[broker_id] = ids
-        else:               # every directory online again (a restart): so are its replicas
-            self.by_broker.pop(broker_id, None)
-            self.replicas.pop(broker_id, None)
-
-    def offline(self, broker_id: int, dir_id: uuid.UUID) -> bool:
-        return dir_id in self.by_broker.get(broker_id, ())
-
-
-def assign_replicas_to_dirs(image: MetadataImage, offline: OfflineLogDirs, broker_id: int,
-                            broker_epoch: int, directories: dict, default_min_isr: int = 1):
+def assign_replicas_to_dirs(image: MetadataImage, broker_id: int, broker_epoch: int,
+                            directories: dict, default_min_isr: int = 1):
     """`directories`: {dir id: {topic id: [partition]}}. Returns (records, (top-level error,
     {dir id: {topic id: {partition: error}}}))."""
     b = image.brokers.get(broker_id)
@@ -67,7 +75,7 @@ def assign_replicas_to_dirs(image: MetadataImage, offline: OfflineLogDirs, broke
     if b.broker_epoch != broker_epoch:
         return [], (ErrorCode.STALE_BROKER_EPOCH, {})
     errors: dict = {}
-    gone: set = set()
+    changed: dict = {}          # (topic id, partition) → directories after the assignment
     for dir_id, topics in directories.items():
         for topic_id, partitions in topics.items():
             t = image.topic_by_id(topic_id)
@@ -80,28 +88,39 @@ def assign_replicas_to_dirs(image: MetadataImage, offline: OfflineLogDirs, broke
                     out[partition] = ErrorCode.NOT_LEADER_OR_FOLLOWER
                 else:
                     out[partition] = ErrorCode.NONE
-                    if offline.offline(broker_id, dir_id):
-                        gone.add((t.name, partition))
-                        offline.replicas.setdefault(broker_id, set()).add((t.topic_id, partition))
-    records = leadership_changes(image, {broker_id}, default_min_isr=default_min_isr,
-                                 only=gone) if gone else []
+                    dirs = list(changed.get((topic_id, partition))
+                                or p.directories or (UNASSIGNED_DIR,) * len(p.replicas))
+                    dirs[p.replicas.index(broker_id)] = dir_id
+                    if tuple(dirs) != (p.directories or (UNASSIGNED_DIR,) * len(p.replicas)):
+                        changed[(topic_id, partition)] = tuple(dirs)
+    records: list = [r.PartitionChangeRecord(tid, pid, directories=dirs)
+                     for (tid, pid), dirs in changed.items()]
+    if records:
+        after = image.apply_all(image.offset + 1, records)
+        gone = set()
+        for tid, pid in changed:
+            t = after.topic_by_id(tid)
+            if after.replica_offline(t.partitions[pid], broker_id):
+                gone.add((t.name, pid))
+        if gone:
+            records += leadership_changes(after, {broker_id}, default_min_isr=default_min_isr,
+                                          only=gone)
     return records, (ErrorCode.NONE, errors)
 
 
-def without_offline_leaders(image: MetadataImage, offline: OfflineLogDirs, records: list) -> list:
+def without_offline_leaders(image: MetadataImage, records: list) -> list:
     """`records` with every election of an offline replica undone: a partition whose current
     leader is usable keeps it (e.g. a preferred-leader move back onto the offline replica), one
     without a usable leader is left with none (a change left with nothing to do is dropped)."""
-    if not offline.replicas:
-        return records
     out = []
     for rec in records:
         if isinstance(rec, r.PartitionChangeRecord) and rec.leader is not None and \
-                _is_offline(offline, rec.leader, rec.topic_id, rec.partition_id):
+                rec.leader != NO_LEADER and _is_offline(image, rec.leader, rec.topic_id,
+                                                        rec.partition_id):
             t = image.topic_by_id(rec.topic_id)
             p = t.partitions.get(rec.partition_id) if t is not None else None
             keep = p is not None and p.leader != NO_LEADER and \
-                not _is_offline(offline, p.leader, rec.topic_id, rec.partition_id)
+                not _is_offline(image, p.leader, rec.topic_id, rec.partition_id)
             rec = dataclasses.replace(rec, leader=None if keep else NO_LEADER)
             if p is not None and p.leader == NO_LEADER:
                 rec = dataclasses.replace(rec, leader=None)
@@ -113,5 +132,7 @@ def without_offline_leaders(image: MetadataImage, offline: OfflineLogDirs, recor
     return out
 
 
-def _is_offline(offline: OfflineLogDirs, broker_id: int, topic_id, partition_id: int) -> bool:
-    return (topic_id, partition_id) in offline.replicas.get(broker_id, ())
+def _is_offline(image: MetadataImage, broker_id: int, topic_id, partition_id: int) -> bool:
+    t = image.topic_by_id(topic_id)
+    p = t.partitions.get(partition_id) if t is not None else None
+    return p is not None and bool(p.directories) and image.replica_offline(p, broker_id)

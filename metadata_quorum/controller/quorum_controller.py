@@ -40,7 +40,7 @@ def _result(method):
     def wrapper(*args, **kwargs):
         records, response = method(*args, **kwargs)
         ctl = args[0]       # an offline replica is never elected (controller/log_dirs.py)
-        records = log_dirs.without_offline_leaders(ctl.image, ctl.offline_log_dirs, list(records))
+        records = log_dirs.without_offline_leaders(ctl.image, list(records))
         return ControllerResult(records, response)
     return wrapper
 
@@ -60,8 +60,6 @@ class QuorumController:
         self.balancer_decision: balancer.Decision | None = None
         # partition sizes from the brokers' heartbeats, for the balancer's disk goal (soft state)
         self.loads = load_reports.LoadReports()
-        # offline log directories per broker, from heartbeats (soft state, log_dirs.py)
-        self.offline_log_dirs = log_dirs.OfflineLogDirs()
         # replicas' log ends from their heartbeats, for KIP-966 unclean recovery (soft state)
         self.log_infos = unclean_recovery.ReplicaLogInfos()
 
@@ -82,24 +80,34 @@ class QuorumController:
 
     @_result
     def register_broker(self, broker_id, incarnation_id, host, port, rack, now_ms, listeners=(),
-                        previous_broker_epoch=None):
+                        previous_broker_epoch=None, log_dirs=()):
         return cluster_control.register_broker(self.image, self.heartbeats, broker_id,
                                                incarnation_id, host, port, rack, now_ms, listeners,
-                                               previous_broker_epoch, self.default_min_isr)
+                                               previous_broker_epoch, self.default_min_isr,
+                                               log_dirs)
 
     @_result
     def broker_heartbeat(self, broker_id, broker_epoch, metadata_offset, want_fence,
-                         want_shutdown, now_ms):
-        return cluster_control.broker_heartbeat(self.image, self.heartbeats, broker_id,
-                                                broker_epoch, metadata_offset, want_fence,
-                                                want_shutdown, now_ms, self.default_min_isr)
+                         want_shutdown, now_ms, offline_log_dirs=None):
+        """`offline_log_dirs` (v1+, KIP-858): first the directories go offline (records), then
+        the heartbeat is handled on the image they leave, so it elects none of their replicas."""
+        image = self.image
+        records = log_dirs.heartbeat_records(image, broker_id, broker_epoch, offline_log_dirs,
+                                             self.default_min_isr)
+        if records:
+            image = image.apply_all(image.offset + 1, records)
+        more, result = cluster_control.broker_heartbeat(image, self.heartbeats, broker_id,
+                                                        broker_epoch, metadata_offset, want_fence,
+                                                        want_shutdown, now_ms,
+                                                        self.default_min_isr)
+        return records + log_dirs.without_offline_leaders(image, more), result
 
     @_result
     def assign_replicas_to_dirs(self, broker_id: int, broker_epoch: int, directories: dict):
         """KIP-858 AssignReplicasToDirs: replicas of an offline directory leave leadership and
         ISRs (controller/log_dirs.py)."""
-        return log_dirs.assign_replicas_to_dirs(self.image, self.offline_log_dirs, broker_id,
-                                                broker_epoch, directories, self.default_min_isr)
+        return log_dirs.assign_replicas_to_dirs(self.image, broker_id, broker_epoch,
+                                                directories, self.default_min_isr)
 
     @_result
     def controlled_shutdown(self, broker_id, broker_epoch, now_ms):
@@ -138,7 +146,7 @@ class QuorumController:
                        or rereplication.records(self.image, self.heartbeats.last_seen, now_ms)
                        or self._balance()
                        or replication_control.preferred_rebalance(self.image))
-        return log_dirs.without_offline_leaders(self.image, self.offline_log_dirs, records)
+        return log_dirs.without_offline_leaders(self.image, records)
 
     def _balance(self) -> list:
         records, self.balancer_decision = balancer.records(self.image, self.loads)

@@ -17,6 +17,8 @@ def sample(cls):
     for f in dataclasses.fields(cls):
         if f.name in ("topic_id", "acl_id"):
             kw[f.name] = uuid.UUID(int=7)
+        elif f.name in ("log_dirs", "directories"):         # tuples of directory ids
+            kw[f.name] = (uuid.UUID(int=8), uuid.UUID(int=9))
         else:
             kind = str(f.type).split("|")[0].strip()
             kw[f.name] = values.get(kind, 1)

@@ -37,7 +37,7 @@ async def handle_metadata(hctx: HandlerContext, req):
     requested = req.body.topics
     cache = hctx.metadata_cache
     if requested is None or (req.api_version == 0 and not requested):
-        live = cache.live(b.broker_id for b in brokers)
+        live = cache.live(brokers)
         topics = cache.all_topics(image, live)      # a shared tuple, encoded once per change
     else:
         names = []
@@ -51,7 +51,7 @@ async def handle_metadata(hctx: HandlerContext, req):
             from partition_server.handlers.admin import auto_create
             await auto_create(hctx, missing)
             image = hctx.image
-        live = cache.live(b.broker_id for b in brokers)
+        live = cache.live(brokers)
         topics = _named_topics(cache, image, live, names, missing, allow_auto)
     controller = hctx.broker_id if not brokers else brokers[0].broker_id
     return MetadataAnswer(

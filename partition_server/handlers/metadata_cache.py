@@ -7,7 +7,9 @@ built once and kept with the `TopicImage` it came from; the metadata image is co
 (metadata_quorum/image.py), so a topic that did not change keeps the same `TopicImage` object
 and its piece is reused, while any change to one of its partitions (leader, ISR, replicas, a
 new partition) gives a new `TopicImage` and so a new piece. The other input of a piece is the
-set of live (unfenced) brokers, which decides `offline_replicas`; it is part of the key.
+set of live (unfenced) brokers with their online log directories, which decides
+`offline_replicas` (a fenced broker's replicas, and those in a directory their broker reported
+offline, KIP-858); it is part of the key.
 
 Pieces also keep their wire encoding per (version, lenient): `MetadataAnswer` writes them as
 bytes into the response instead of encoding every partition again. What is not in a piece is
@@ -83,13 +85,25 @@ class TopicPieces(tuple):
         return data
 
 
-def topic_answer(topic, live: frozenset) -> CachedTopic:
+class Live(frozenset):
+    """The ids of the live brokers, and `registrations` of those that name their online log
+    directories (so that a replica in an offline one is listed offline, as Kafka does)."""
+    registrations: dict
+
+    def offline(self, p) -> tuple:
+        """`p`'s replicas that are offline: broker not live, or directory offline."""
+        regs = self.registrations
+        return tuple(r for r in p.replicas if r not in self or (
+            p.directories and r in regs and not regs[r].dir_online(p.directory(r)))) or ()
+
+
+def topic_answer(topic, live: Live) -> CachedTopic:
     """The answer piece for one topic of the image (`topic`: a TopicImage)."""
     parts = [_Partition(
         error_code=ErrorCode.NONE if p.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
         partition_index=p.partition_id, leader_id=p.leader, leader_epoch=p.leader_epoch,
         replica_nodes=p.replicas, isr_nodes=p.isr,      # the image's tuples: shared, immutable
-        offline_replicas=tuple(r for r in p.replicas if r not in live) or ())
+        offline_replicas=live.offline(p))
         for p in sorted(topic.partitions.values(), key=lambda p: p.partition_id)]
     return CachedTopic.frozen(error_code=0, name=topic.name, topic_id=topic.topic_id,
                               is_internal=topic.name.startswith("__"), partitions=parts)
@@ -102,7 +116,7 @@ class MetadataCache:
     def __init__(self):
         self._pieces: dict[str, tuple] = {}
         self._names: tuple = (None, [])       # (image.topics dict, its names sorted)
-        self._live: frozenset = frozenset()
+        self._live: Live = self._make_live([])
         self._all: tuple = (None, None, TopicPieces())   # (image.topics, live, pieces)
         self.built = 0                        # pieces built (tests, bench)
 
@@ -112,11 +126,21 @@ class MetadataCache:
             self._names = (image.topics, sorted(image.topics))
         return self._names[1]
 
-    def live(self, broker_ids) -> frozenset:
-        """The live set, the same object while it does not change (so keys compare fast)."""
-        live = frozenset(broker_ids)
-        if live != self._live:
-            self._live = live
+    @staticmethod
+    def _make_live(brokers) -> Live:
+        live = Live(b.broker_id for b in brokers)
+        live.registrations = {b.broker_id: b for b in brokers if b.log_dirs}
+        return live
+
+    def live(self, brokers) -> Live:
+        """The live set of these (unfenced) BrokerRegistrations, the same object while neither
+        it nor their log directories change (so keys compare fast)."""
+        brokers = list(brokers)
+        ids = frozenset(b.broker_id for b in brokers)
+        dirs = {b.broker_id: b.log_dirs for b in brokers if b.log_dirs}
+        if ids != self._live or dirs != {i: b.log_dirs for i, b in
+                                         self._live.registrations.items()}:
+            self._live = self._make_live(brokers)
         return self._live
 
     def topic(self, image, topic, live: frozenset) -> CachedTopic:

@@ -62,7 +62,7 @@ def test_a_partition_in_two_directories_is_kafkas_fatal_error(tmp_path):
     assert "manually deleting one of the two directories" in str(exc.value)
 
 
-def test_interrupted_moves_are_finished_or_dropped_at_start(tmp_path):
+def test_interrupted_moves_are_finished_or_kept_to_resume_at_start(tmp_path):
     paths = _dirs(tmp_path, 2)
     hex_id = uuid.uuid4().hex
     # a swap stopped between its renames: the current log renamed away, the future not yet
@@ -73,9 +73,13 @@ def test_interrupted_moves_are_finished_or_dropped_at_start(tmp_path):
     os.makedirs(os.path.join(paths[1], f"b-1.{hex_id}-future"))
     dirs = LogDirs(paths, 1)
     assert sorted(os.listdir(paths[0])) == ["b-1", "meta.properties"]
-    assert sorted(os.listdir(paths[1])) == ["a-0", "meta.properties"]
+    assert sorted(os.listdir(paths[1])) == ["a-0", f"b-1.{hex_id}-future", "meta.properties"]
     assert dirs.placement[("a", 0)].path == paths[1]
     assert dirs.placement[("b", 1)].path == paths[0]
+    # the unfinished copy is kept for the mover to resume (log_dir_moves.py), as Kafka does
+    assert dirs.resumable == {("b", 1): (dirs.dirs[1], os.path.join(paths[1],
+                                                                   f"b-1.{hex_id}-future"))}
+    assert dirs.futures[("b", 1)] is dirs.dirs[1]
 
 
 def test_a_directory_unusable_at_start_is_offline_and_may_hold_unfound_logs(tmp_path):

@@ -13,6 +13,12 @@
   fails with ENOSPC) takes only its replicas offline: their leadership moves and the broker
   leaves their ISRs, its other directory's partitions keep their leader, nothing acknowledged
   is lost, DescribeLogDirs names the failed directory; every directory failing stops the broker.
+- a move throttled by replica.alter.log.dirs.io.max.bytes.per.second resumes after a SIGKILL
+  of its broker, and a lifted throttle reaches it;
+- offline replicas are durable metadata (KIP-858 directories in the metadata log): Metadata
+  lists them in offline_replicas, and after a SIGKILL of the active controller the new one never
+  elects them (its preferred-leader rebalance leaves a failed single-replica partition
+  leaderless), nothing acknowledged lost.
 
 (confluent-kafka 2.x and aiokafka have no DescribeLogDirs/AlterReplicaLogDirs call.)
 """
@@ -339,3 +345,162 @@ def test_one_failed_directory_takes_only_its_replicas_offline(cluster):
     cluster.restart_broker(victim)
     _until(lambda: all(victim in isr for _, isr in _layout(cluster, topic).values()), 60,
            "the restarted broker is back in every ISR")
+
+
+def _active_controller(c) -> str | None:
+    """The name of the active controller process, from the controllers' /metrics gauges."""
+    import re
+    import urllib.request
+    from clients.cli.dev import CONTROLLER_IDS
+    for i, cid in enumerate(CONTROLLER_IDS):
+        if c.proc(f"controller-{cid}").proc.poll() is not None:
+            continue
+        try:
+            url = f"http://127.0.0.1:{c.layout.controller_metrics_port(i)}/metrics"
+            with urllib.request.urlopen(url, timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            continue
+        m = re.search(r"^raftka_controller_active (\S+)$", text, re.M)
+        if m and float(m.group(1)) == 1:
+            return f"controller-{cid}"
+    return None
+
+
+def _offline_replicas(c, topic: str) -> dict:
+    """{partition: offline replicas} as Metadata answers them (kafka-python)."""
+    md = c.admin.describe_topics([topic])[0]
+    return {p["partition_index"]: set(p["offline_replicas"]) for p in md["partitions"]}
+
+
+def test_offline_replicas_are_durable_metadata_across_a_controller_failover(cluster):
+    """KIP-858 state in the metadata log: a failed directory's replicas are offline in the
+    image of every controller, so the controller elected after a SIGKILL of the active one
+    never elects them (a preferred-leader rebalance would hand a single-replica partition back
+    to its last ISR member), and Metadata lists them in offline_replicas."""
+    victim = 1
+    topic, solo, marker = (f"{x}-{uuid.uuid4().hex[:6]}" for x in ("fo", "solo", "mark"))
+    _create(cluster, topic, 6, {"min.insync.replicas": "2"})
+    cluster.admin.create_topics([NewTopic(solo, replica_assignments={p: [victim] for p in
+                                                                     range(4)}),
+                                 NewTopic(marker, replica_assignments={0: [2, 0, 1]})])
+    _until(lambda: all(leader == victim for leader, _ in _layout(cluster, solo).values()) and
+           _layout(cluster, marker).get(0, (-1,))[0] == 2, 30, "new topics led")
+    bad = _dirs(cluster, victim)[1]
+    doomed = {t: {p for (b, p), where in _where(cluster, t).items()
+                  if b == victim and where == [(bad, False)]} for t in (topic, solo)}
+    assert doomed[topic] and doomed[solo] and len(doomed[solo]) < 4
+    writer = Writer(cluster, topic, 6)
+    try:
+        _until(lambda: len(writer.acked) > 500, 60, "records acknowledged before the failure")
+        open(os.path.join(bad, FAULT), "w").close()
+        _until(lambda: all(_layout(cluster, topic)[p][0] != victim and victim not in
+                           _layout(cluster, topic)[p][1] for p in doomed[topic]) and
+               all(_layout(cluster, solo)[p][0] == -1 for p in doomed[solo]), 60,
+               "the failed directory's replicas out of leadership")
+        # Metadata names them offline (the broker itself is live)
+        assert _until(lambda: all(victim in _offline_replicas(cluster, t)[p]
+                                  for t in doomed for p in doomed[t]), 30, "offline_replicas")
+        healthy = _offline_replicas(cluster, solo)
+        assert all(healthy[p] == set() for p in range(4) if p not in doomed[solo])
+        active = _until(lambda: _active_controller(cluster), 30, "an active controller")
+        cluster.kill(active)
+        _until(lambda: _active_controller(cluster) not in (None, active), 60,
+               "another controller active")
+        # a preferred-leader rebalance on the new controller: broker 2 restarted loses the
+        # marker's leadership, which the rebalance gives back once it is in sync again
+        cluster.restart_broker(2)
+        # (the marker's replica on broker 1 may be in the failed directory too: not in its ISR)
+        _until(lambda: _layout(cluster, marker)[0][0] == 2, 60,
+               "the new controller's preferred-leader rebalance ran")
+        for t in doomed:
+            now = _layout(cluster, t)
+            assert all(now[p][0] != victim for p in doomed[t]), (t, now)
+        assert all(_layout(cluster, solo)[p][0] == -1 for p in doomed[solo])
+        assert all(_layout(cluster, solo)[p][0] == victim for p in range(4)
+                   if p not in doomed[solo])
+        count = len(writer.acked)
+        _until(lambda: len(writer.acked) > count + 200, 60, "writes go on after the failover")
+    finally:
+        writer.finish()
+    assert writer.failed == []
+    _read_back(cluster, topic, 6, writer.acked)
+    # the directory fixed and the broker restarted: its replicas are back, online
+    os.unlink(os.path.join(bad, FAULT))
+    cluster.restart_broker(victim)
+    _until(lambda: all(leader == victim for leader, _ in _layout(cluster, solo).values()), 60,
+           "the single-replica partitions led again")
+    assert all(not x for x in _offline_replicas(cluster, solo).values())
+    from clients.cli.dev import CONTROLLER_IDS
+    cluster.restart_controller(CONTROLLER_IDS.index(int(active.split("-")[1])))
+
+
+RATE_KEY = "replica.alter.log.dirs.io.max.bytes.per.second"
+
+
+def _set_broker_config(c, broker: int, key: str, value: str | None) -> None:
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
+                                       ConfigResource)
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
+    res = ConfigResource(ConfigResource.Type.BROKER, str(broker), incremental_configs=[
+        ConfigEntry(key, value or "", incremental_operation=op)])
+    admin.incremental_alter_configs([res])[res].result(30)
+
+    def shown():
+        got = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, str(broker))])
+        entry = next(iter(got.values())).result(30)[key]
+        return entry.value == value if value is not None else entry.is_default
+    _until(shown, 30, f"{key} reached broker {broker}")
+
+
+def _future_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path)
+               if n.endswith(".log"))
+
+
+def test_a_throttled_move_resumes_after_a_restart_and_takes_a_new_rate(cluster):
+    """replica.alter.log.dirs.io.max.bytes.per.second (dynamic, per broker) bounds the copy;
+    the broker SIGKILLed mid-move carries on with the same future log after its restart
+    (Kafka's behaviour; the future was discarded before); lifting the throttle reaches the move
+    in progress, which then finishes; every acknowledged record is read back once."""
+    import glob
+    broker, rate = 2, 100_000
+    topic = f"thr-{uuid.uuid4().hex[:6]}"
+    _create(cluster, topic, 1)
+    # small batches: a copy step takes whole batches, so one batch may overdraw the credit
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 20,
+                  "batch.size": 16384})
+    acked = {}
+    for i in range(3000):
+        p.produce(topic, b"%d-" % i + os.urandom(500).hex().encode(), partition=0,
+                  on_delivery=lambda e, m: acked.__setitem__((m.partition(), m.offset()),
+                                                             m.value()) if e is None else None)
+    assert p.flush(60) == 0 and len(acked) == 3000          # ~3 MB
+    _set_broker_config(cluster, broker, RATE_KEY, str(rate))
+    src = _where(cluster, topic)[(broker, 0)][0][0]
+    dest = next(d for d in _dirs(cluster, broker) if d != src)
+    started = time.monotonic()
+    tpr = TopicPartitionReplica(topic, 0, broker)
+    assert cluster.admin.alter_replica_log_dirs({tpr: dest}) == {tpr: NoError}
+    future = _until(lambda: glob.glob(os.path.join(dest, f"{topic}-0.*-future")), 30,
+                    "the future log")[0]
+    _until(lambda: _future_bytes(future) > 2 * rate, 60, "some bytes copied")
+    # the bound: one second of credit plus the rate since the move began, plus a batch (a
+    # slow machine only copies less), and the move is far from done
+    copied, elapsed = _future_bytes(future), time.monotonic() - started
+    assert copied <= rate * (elapsed + 1) + 65536, (copied, elapsed)
+    assert set(_where(cluster, topic)[(broker, 0)]) == {(dest, True), (src, False)}  # moving
+    cluster.kill(f"broker-{broker}")
+    at_kill = _future_bytes(future)
+    cluster.restart_broker(broker)
+    # the same future log, carried on from where it was (a new move would be a new name)
+    assert glob.glob(os.path.join(dest, f"{topic}-0.*-future")) == [future]
+    _until(lambda: _future_bytes(future) > at_kill, 60, "the copy carries on")
+    assert any(f for (b, _), where in _where(cluster, topic).items() if b == broker
+               for _, f in where), "DescribeLogDirs lists the future"
+    _set_broker_config(cluster, broker, RATE_KEY, None)             # unthrottled from now on
+    _until(lambda: _where(cluster, topic)[(broker, 0)] == [(dest, False)], 60,
+           "the move finished once the throttle was lifted")
+    assert not os.path.exists(future)
+    _read_back(cluster, topic, 1, acked)

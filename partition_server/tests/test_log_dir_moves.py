@@ -10,6 +10,7 @@ import types
 import uuid
 
 import trio
+import trio.testing
 
 from metadata_quorum.image import MetadataImage
 from metadata_quorum import records as r
@@ -183,3 +184,176 @@ def test_describe_log_dirs_answers_per_directory_with_future_logs(tmp_path):
     by_dir = {res.log_dir: res for res in _describe(rm, dirs).results}
     assert by_dir[dest.path].error_code == ErrorCode.KAFKA_STORAGE_ERROR
     assert by_dir[src.path].error_code == ErrorCode.NONE and by_dir[src.path].topics
+
+
+def _fill(rm, batches, partition=0):
+    for _ in range(batches):
+        _append(rm, partition, 100)            # ~6 KB a batch
+
+
+def test_a_move_interrupted_by_a_stop_resumes_from_its_future_log(tmp_path):
+    rm, dirs = _broker(tmp_path)
+    _lead(rm, 0)
+    _fill(rm, 40)
+    src = dirs.placement[("t", 0)]
+    dest = next(d for d in dirs.dirs if d is not src)
+    assert rm.dir_moves.alter(("t", 0), dest.path) == ErrorCode.NONE
+    move = rm.dir_moves.moves[("t", 0)]
+    rm.dir_moves._copy(rm.get("t", 0).log, move.future, 50_000)
+    copied = move.future.log_end_offset
+    assert 0 < copied < rm.get("t", 0).log.log_end_offset
+    future_dir = move.future.directory
+    move.future.close()                        # the broker stops here
+    before = _values(rm.get("t", 0).log)
+    rm.close_all()
+    rm, dirs = _broker(tmp_path)               # and starts again
+    assert dirs.resumable[("t", 0)] == (dirs.by_path(dest.path), future_dir)
+    _lead(rm, 0)
+    assert rm.dir_moves._resume(("t", 0))      # hosted: the copy carries on where it was
+    move = rm.dir_moves.moves[("t", 0)]
+    assert move.future.directory == future_dir and move.future.log_end_offset == copied
+    assert not dirs.resumable
+    rm.dir_moves._step(move)
+    hosted = rm.get("t", 0)
+    assert hosted.log.directory == os.path.join(dest.path, "t-0") and dirs.placement[("t", 0)] \
+        .path == dest.path
+    assert _values(hosted.log) == before
+    # only what the future lacked was copied after the restart
+    assert 0 < rm.dir_moves.copied < before[0]
+
+
+def test_an_interrupted_move_of_a_partition_no_longer_ours_is_deleted(tmp_path):
+    rm, dirs = _broker(tmp_path)
+    _lead(rm, 0)
+    _fill(rm, 2)
+    dest = next(d for d in dirs.dirs if d is not dirs.placement[("t", 0)])
+    rm.dir_moves.alter(("t", 0), dest.path)
+    future_dir = rm.dir_moves.moves[("t", 0)].future.directory
+    rm.dir_moves.moves[("t", 0)].future.close()
+    rm.close_all()
+    rm, dirs = _broker(tmp_path)
+    assert ("t", 0) in dirs.resumable
+    rm.dir_moves.drop_unhosted_futures()       # caught up: t-0 is not hosted here any more
+    assert not dirs.resumable and ("t", 0) not in dirs.futures
+    assert rm.dir_moves._trash == [future_dir]
+
+
+def _run_move(rm, dest, rate, change_at=None, new_rate=None):
+    """Run the mover under trio's virtual clock until the swap: (seconds taken, bytes)."""
+    mover = rm.dir_moves
+    mover.set_rate(rate)
+    out = {}
+
+    async def main():
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(mover.run)
+            assert mover.alter(("t", 0), dest.path) == ErrorCode.NONE
+            if change_at is not None:
+                await trio.sleep(change_at)
+                out["at_change"], out["changed_at"] = mover.copied, trio.current_time() - start
+                mover.set_rate(new_rate)
+            while mover.swapped == 0:
+                await trio.sleep(0.05)
+            out["seconds"] = trio.current_time() - start
+            nursery.cancel_scope.cancel()
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    return out
+
+
+def test_replica_alter_log_dirs_io_max_bytes_per_second_bounds_the_copy(tmp_path):
+    rm, dirs = _broker(tmp_path)
+    _lead(rm, 0)
+    _fill(rm, 100)
+    size = rm.get("t", 0).log.size_in_bytes
+    assert size > 500_000
+    dest = next(d for d in dirs.dirs if d is not dirs.placement[("t", 0)])
+    rate = 100_000
+    out = _run_move(rm, dest, rate)
+    # the bucket starts with one second's credit, then copies at `rate`
+    assert rm.dir_moves.copied == size
+    assert (size - rate) / rate <= out["seconds"] <= (size - rate) / rate + 1.0, out
+
+
+def test_a_changed_rate_reaches_the_move_in_progress(tmp_path):
+    rm, dirs = _broker(tmp_path)
+    _lead(rm, 0)
+    _fill(rm, 100)
+    size = rm.get("t", 0).log.size_in_bytes
+    dest = next(d for d in dirs.dirs if d is not dirs.placement[("t", 0)])
+    out = _run_move(rm, dest, 20_000, change_at=2.0, new_rate=None)
+    assert out["at_change"] <= 20_000 * 3 + 8192            # bound: 1 s credit + 2 s of rate
+    assert out["at_change"] < size
+    assert out["seconds"] - out["changed_at"] < 1.0          # unlimited: done at once
+    assert rm.dir_moves.copied == size
+
+
+def test_the_swap_carries_the_producer_state_and_aborted_transactions_across(tmp_path):
+    """The future's producer state follows the copy, so the swap replays nothing: it equals a
+    replay of the new log, ABORT markers included (read_committed answers the same)."""
+    import shutil
+    from partition_server.txn import snapshot as producer_snapshot
+    from wire.records.batch import build_end_txn_marker
+    rm, dirs = _broker(tmp_path)
+    _lead(rm, 0)
+    plog = rm.get("t", 0).log
+
+    def data(pid, seq, txn):
+        plog.append_as_leader(build_batch([(b"k", b"v" * 20, [], T0)] * 3, producer_id=pid,
+                                          producer_epoch=0, base_sequence=seq,
+                                          is_transactional=txn), 1, T0)
+    for round_ in range(20):
+        data(1, round_ * 3, False)                                  # idempotent
+        data(2, round_ * 3, True)                                   # transactional
+        plog.append_as_leader(build_end_txn_marker(round_ % 2 == 0, 2, 0, 1), 1, T0,
+                              origin="coordinator")                 # commit / abort in turn
+    data(3, 0, True)                                                # still open at the swap
+    dest = next(d for d in dirs.dirs if d is not dirs.placement[("t", 0)])
+    mover = rm.dir_moves
+    mover.alter(("t", 0), dest.path)
+    move = mover.moves[("t", 0)]
+    while ("t", 0) in mover.moves:
+        mover._step(move, 2000)                                     # many small steps
+    carried, new = rm.get("t", 0).producers, rm.get("t", 0).log
+    assert carried is move.producers                                # kept up, not replayed
+    copy = str(tmp_path / "copy" / "t-0")
+    shutil.copytree(new.directory, copy)
+    replayed_log = PartitionLog(copy, LogConfig(), T0)
+    replayed = producer_snapshot.rebuild(replayed_log)
+    assert carried.producers.keys() == replayed.producers.keys() == {1, 2, 3}
+    for pid in (1, 2, 3):
+        assert carried.producers[pid] == replayed.producers[pid], pid
+    assert carried.ongoing == replayed.ongoing and 3 in carried.ongoing
+    end = new.log_end_offset
+    aborted = [(t.producer_id, t.first_offset) for t in new.collect_aborted_txns(0, end)]
+    assert len(aborted) == 10 and aborted == [
+        (t.producer_id, t.first_offset) for t in replayed_log.collect_aborted_txns(0, end)]
+    assert carried.on_abort == new.add_aborted_txn
+
+
+def test_the_copy_loop_resumes_off_the_event_loop_with_the_futures_producer_state(tmp_path):
+    from wire.records.batch import build_end_txn_marker
+    rm, dirs = _broker(tmp_path)
+    _lead(rm, 0)
+    plog = rm.get("t", 0).log
+    for i in range(10):
+        plog.append_as_leader(build_batch([(b"k", b"v" * 20, [], T0)] * 3, producer_id=5,
+                                          producer_epoch=0, base_sequence=i * 3,
+                                          is_transactional=True), 1, T0)
+        plog.append_as_leader(build_end_txn_marker(False, 5, 0, 1), 1, T0, origin="coordinator")
+    dest = next(d for d in dirs.dirs if d is not dirs.placement[("t", 0)])
+    rm.dir_moves.alter(("t", 0), dest.path)
+    move = rm.dir_moves.moves[("t", 0)]
+    rm.dir_moves._copy(plog, move.future, 500, move)
+    rm.close_all()                                  # a clean stop keeps the future
+    rm, dirs = _broker(tmp_path)
+    _lead(rm, 0)
+    trio.run(rm.dir_moves._resume_off_loop, ("t", 0))
+    move = rm.dir_moves.moves[("t", 0)]
+    assert move.producers is not None and 0 < move.future.log_end_offset
+    while ("t", 0) in rm.dir_moves.moves:
+        rm.dir_moves._step(move, 500)
+    hosted = rm.get("t", 0)
+    assert hosted.producers is move.producers and hosted.log.directory.startswith(dest.path)
+    assert len(hosted.log.collect_aborted_txns(0, hosted.log.log_end_offset)) == 10
+    assert hosted.producers.producers[5].last_seq == 29
