@@ -115,6 +115,7 @@ def final_read_with_epochs(bootstrap: str, topic: str, partitions: int, history:
                 seen, total = m.offset() + 1, total + 1
             if seen < high:
                 raise RuntimeError(f"final read of {topic}-{p} stopped at {seen} of {high}")
+        history.final_read_complete = True
     finally:
         c.close()
     return total

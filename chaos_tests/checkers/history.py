@@ -68,6 +68,10 @@ _KINDS = {"produce": Produce, "consume": Consume}
 class History:
     def __init__(self, ops: Iterable[Op] = ()):
         self.ops: list[Op] = list(ops)
+        # set by a final read that reached every partition's end: an empty final log is then
+        # a finding to judge (nothing there), not a missing read (a round whose transactional
+        # producer committed nothing read an empty, complete final log: "cannot judge")
+        self.final_read_complete = False
 
     def __iter__(self) -> Iterator[Op]:
         return iter(self.ops)
@@ -104,7 +108,8 @@ class History:
         return [op for op in self.ops if isinstance(op, Consume) and op.final]
 
     def has_final_read(self) -> bool:
-        return any(isinstance(op, Consume) and op.final for op in self.ops)
+        return self.final_read_complete or \
+            any(isinstance(op, Consume) and op.final for op in self.ops)
 
     # -- JSON lines -----------------------------------------------------------------------------
 

@@ -54,7 +54,7 @@ def check_transactions(txns: list[Txn], history: History) -> list[CheckResult]:
     owner = {v: t for t in txns for v in t.values}
     reads = [op for op in history.ops if op.kind == "consume"]
     final = history.final_reads
-    if not final and any(t.values for t in txns):
+    if not history.has_final_read() and any(t.values for t in txns):
         lost.add("no final read recorded: cannot judge")
     in_final: dict[str, set] = defaultdict(set)
     for op in final:

@@ -402,6 +402,7 @@ def final_read(bootstrap: str, topic: str, partitions: int, history: History,
                 total += 1
             if seen < high:
                 raise AssertionError(f"final read of {topic}-{p} stopped at {seen} of {high}")
+        history.final_read_complete = True
     finally:
         c.close()
     return total
@@ -460,6 +461,7 @@ def final_read_committed(bootstrap: str, topic: str, partitions: int, history: H
             history.consume(m.value().decode(), m.partition(), m.offset(), final=True,
                             process="final", time=time.monotonic())
             total += 1
+        history.final_read_complete = True      # every partition read to its end
     finally:
         c.close()
     return total

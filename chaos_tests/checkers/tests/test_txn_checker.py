@@ -49,6 +49,19 @@ def test_without_final_read_committed_txns_cannot_be_judged():
     assert "lost-committed-txn" in failed(reads([]))
 
 
+def test_a_complete_final_read_of_nothing_is_judged():
+    # campaign kill seed 50 round 59: the one transaction of the round aborted and the final
+    # read_committed reached every partition's end with nothing to read; that is a verdict
+    # (nothing committed, nothing lost), not a missing read
+    only_aborted = [Txn("t1", ABORTED, ["c", "d"])]
+    empty = reads([])
+    assert "lost-committed-txn" in failed(empty, only_aborted)    # no read done: cannot judge
+    empty.final_read_complete = True
+    assert failed(empty, only_aborted) == set()
+    # and a committed transaction missing from a complete, empty final read is lost
+    assert "lost-committed-txn" in failed(empty, TXNS)
+
+
 def test_unknown_outcome_refused():
     with pytest.raises(ValueError):
         Txn("t", "ok", [])
