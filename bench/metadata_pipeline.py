@@ -1,18 +1,23 @@
-"""Metadata commit rate with and without the fsynced Raft journal, with and without the
-controller's command pipeline (issue 20 item 4), side by side in one run: 3 controller processes
-on 127.0.0.1, N clients each sending CreateTopics one after another on its own connection to the
-active controller (what many brokers and admin clients at once look like to it).
+"""Metadata commit rate with and without the fsynced Raft journal (issue 20 item 4), side by side in
+one run: 3 controller processes on 127.0.0.1 per quorum, N clients each sending CreateTopics one
+after another on its own connection to the active controller (what many brokers and admin
+clients at once look like to it).
 
     python3 bench/metadata_pipeline.py [--clients 1,4,16] [--rounds 8] [--window 1.5]
+                                       [--baseline TREE] [--one-at-a-time]
 
-Four quorums run at once, one per combination of raftka.controller.raft.fsync and
-raftka.controller.pipeline; for each client count they are measured in turn, `--window` seconds
-each, for `--rounds` rounds (the order rotating), so a machine whose load swings (this one is
-shared) weighs on all four alike; the rate reported is the median window's.
+Quorums run at once, one per combination: raftka.controller.raft.fsync off and on, pipelined,
+from this checkout; with `--baseline TREE` the same two from another code tree (a checkout of
+the commit to compare with: `git worktree add` or `git archive | tar -x`, its C extension built),
+so before and after are measured in the same run; `--one-at-a-time` adds this checkout's
+controller with raftka.controller.pipeline=false (one command at a time), fsync off and on.
+For each client count they are measured in turn, `--window` seconds each, for `--rounds` rounds
+(the order rotating), so a machine whose load swings (this one is shared) weighs on all alike;
+the rate reported is the median window's.
 A commit is one CreateTopics (one topic, one partition on broker 0) answered after its records
 commit. Prints commits/s per combination, the CPU time the three controllers spent per commit
-(a figure the machine's load moves far less than the rate), and the ratios that matter: fsync on / fsync off with
-pipelining, and against the one-at-a-time controller without fsync (the rate before item 4).
+(a figure the machine's load moves far less than the rate), and the ratios that matter: fsync
+on / off, and against the baseline's rate without fsync (the rate before fsync, "today's").
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.code_tree import started_from  # noqa: E402
 from clients.connection import BrokerConnection  # noqa: E402
 from metadata_quorum.tests.test_failover import Quorum, create_topic, register_broker  # noqa: E402
 from wire.messages.api_keys import ApiKey  # noqa: E402
@@ -48,7 +54,22 @@ def cpu_seconds(q: Quorum) -> float:
     return total / TICKS
 
 
-COMBOS = [("off", "off"), ("on", "off"), ("off", "on"), ("on", "on")]   # (fsync, pipeline)
+
+class Combo(tuple):
+    """(tree label, fsync, pipeline): one quorum of the run."""
+
+    def __str__(self):
+        tree, fsync, pipeline = self
+        return f"{tree} fsync {fsync}" + ("" if pipeline == "on" else " one-at-a-time")
+
+
+def combos(baseline: bool, one_at_a_time: bool) -> list[Combo]:
+    out = [Combo(("this", "off", "on")), Combo(("this", "on", "on"))]
+    if baseline:
+        out += [Combo(("base", "off", "on")), Combo(("base", "on", "on"))]
+    if one_at_a_time:
+        out += [Combo(("this", "off", "off")), Combo(("this", "on", "off"))]
+    return out
 
 
 def request(name: str):
@@ -103,6 +124,7 @@ async def rate(q: Quorum, active: list, clients: int, seconds: float,
 
 
 async def measure(quorums: dict, client_counts: list[int], rounds: int, window: float) -> dict:
+    order_all = list(quorums)
     active = {}
     for combo, q in quorums.items():
         await register_broker(q)
@@ -112,7 +134,8 @@ async def measure(quorums: dict, client_counts: list[int], rounds: int, window: 
     for n in client_counts:
         totals = {combo: [[], [], 0, 0.0, 0] for combo in quorums}
         for rnd in range(rounds):
-            order = COMBOS[rnd % 4:] + COMBOS[:rnd % 4]
+            k = rnd % len(order_all)
+            order = order_all[k:] + order_all[:k]
             for combo in order:
                 cpu = cpu_seconds(quorums[combo])
                 count, took, lat, retries = await rate(quorums[combo], active[combo], n, window,
@@ -137,30 +160,44 @@ def main() -> None:
     ap.add_argument("--clients", default="1,4,16")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--window", type=float, default=1.5)
+    ap.add_argument("--baseline", default=None,
+                    help="another code tree to run the same quorums from, side by side")
+    ap.add_argument("--one-at-a-time", action="store_true",
+                    help="also this checkout's one-command-at-a-time controller")
     args = ap.parse_args()
     client_counts = [int(x) for x in args.clients.split(",")]
     quorums = {}
     try:
-        for fsync, pipeline in COMBOS:
+        for combo in combos(bool(args.baseline), args.one_at_a_time):
+            tree, fsync, pipeline = combo
             q = Quorum(Path(tempfile.mkdtemp(prefix="raftka-pipeline-bench-")),
                        {"raftka.controller.raft.fsync": "true" if fsync == "on" else "false",
                         "raftka.controller.pipeline": "true" if pipeline == "on" else "false"})
-            quorums[fsync, pipeline] = q
-            q.start_all()
+            quorums[combo] = q
+            with started_from(args.baseline if tree == "base" else None):
+                q.start_all()
         results = trio.run(measure, quorums, client_counts, args.rounds, args.window)
     finally:
         for q in quorums.values():
             q.stop_all()
-    for (fsync, pipeline), by_n in results.items():
-        print(f"fsync {fsync:3s} pipeline {pipeline:3s}: " + ", ".join(
+    for combo, by_n in results.items():
+        print(f"{str(combo):28s}: " + ", ".join(
             f"{n} clients {r} commits/s (p50 {lat} ms, {cpu} CPU ms/commit"
             f"{f', {e} NOT_CONTROLLER' if e else ''})"
             for n, (r, lat, e, cpu) in by_n.items()), flush=True)
     for n in client_counts:
         r = {k: v[n][0] for k, v in results.items()}
-        print(f"{n} clients: fsync on/off, pipelined {r['on', 'on'] / r['off', 'on']:.2f}; "
-              f"one at a time {r['on', 'off'] / r['off', 'off']:.2f}; pipelined with fsync / "
-              f"one at a time without {r['on', 'on'] / r['off', 'off']:.2f}")
+        line = f"{n} clients: fsync on/off {r['this', 'on', 'on'] / r['this', 'off', 'on']:.2f}"
+        if args.baseline:
+            line += (f"; baseline on/off {r['base', 'on', 'on'] / r['base', 'off', 'on']:.2f}"
+                     f"; this with fsync / baseline without "
+                     f"{r['this', 'on', 'on'] / r['base', 'off', 'on']:.2f}"
+                     f"; this / baseline, fsync on {r['this', 'on', 'on'] / r['base', 'on', 'on']:.2f}"
+                     f", off {r['this', 'off', 'on'] / r['base', 'off', 'on']:.2f}")
+        if args.one_at_a_time:
+            line += (f"; one at a time on/off "
+                     f"{r['this', 'on', 'off'] / r['this', 'off', 'off']:.2f}")
+        print(line)
 
 
 if __name__ == "__main__":

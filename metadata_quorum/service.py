@@ -22,7 +22,8 @@ style: `Fetch` (v12) on topic `__cluster_metadata` partition 0 from an offset, l
 carries a `snapshot_id` and the broker sends `FetchSnapshot`, answered with the image as records
 (`MetadataImage.to_records()`), ending at the snapshot's end offset.
 
-pysyncobj's thread never blocks on us: its callbacks hop onto the trio loop with `run_sync_soon`.
+pysyncobj's thread never blocks on us: its callbacks hop onto the trio loop through a RaftInbox
+(raft_inbox.py: in order, one trio wake-up per batch).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from metadata_quorum.health import metrics_listener
 from metadata_quorum.image import Voter
 from metadata_quorum.pipeline import CommandPipeline, NotProposable, Proposal
 from metadata_quorum.quorum.raft import FAIL_REASON, Committed, RaftQuorum, Reset, fail_reason
+from metadata_quorum.raft_inbox import RaftInbox
 from metadata_quorum.voter_handlers import resolve_pending
 from metadata_quorum.records import AbortTransactionRecord, NoOpRecord, RecordTooLarge
 from common.network import serve_listener
@@ -116,6 +118,7 @@ class ControllerService:
         self.lock = trio.Lock()
         self.observers: dict[int, tuple[int, int]] = {}
         self.token = None
+        self.inbox: RaftInbox | None = None     # pysyncobj's thread -> the trio loop
         self.heartbeat_conns: dict[int, object] = {}      # broker id → its latest heartbeat connection
         self.role_changed = trio.Event()
         # per-API request counters and latency histograms, when /metrics is served
@@ -126,10 +129,7 @@ class ControllerService:
     # -- commit path --------------------------------------------------------------------------
 
     def _on_event_threadsafe(self, event: Committed | Reset) -> None:
-        try:
-            self.token.run_sync_soon(self._on_event, event)
-        except trio.RunFinishedError:
-            pass
+        self.inbox.call(self._on_event, event)
 
     def _on_event(self, event: Committed | Reset) -> None:
         """Mirror the Raft state machine's committed state (on the trio thread, in order)."""
@@ -241,10 +241,8 @@ class ControllerService:
             self.controller.load_image(self.pipeline.speculative)  # the committed one when idle
 
         def callback(res, err):
-            try:
-                self.token.run_sync_soon(entry_done, res, err)
-            except trio.RunFinishedError:
-                pass
+            # after the Committed event of its entry (the same inbox, in order)
+            self.inbox.call(entry_done, res, err)
 
         for entry in proposal.entries:
             self.quorum.propose(entry, callback)
@@ -378,10 +376,7 @@ class ControllerService:
             self.membership_differs = differs
 
     def _on_raft_state_threadsafe(self) -> None:
-        try:
-            self.token.run_sync_soon(lambda: self.role_changed.set())
-        except trio.RunFinishedError:
-            pass
+        self.inbox.call(lambda: self.role_changed.set())
 
     async def _tick_loop(self) -> None:
         ticks = 0
@@ -414,6 +409,7 @@ class ControllerService:
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self.token = trio.lowlevel.current_trio_token()
+        self.inbox = RaftInbox(self.token)
         self._install(self.quorum.log.subscribe(self._on_event_threadsafe))
         self.quorum.on_state_change = self._on_raft_state_threadsafe
         host, port = self.config.listener

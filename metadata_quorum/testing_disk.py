@@ -10,6 +10,8 @@ power loss drops is everything else.
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 from metadata_quorum.quorum.journal import Disk
 
@@ -19,13 +21,17 @@ class PowerLossDisk(Disk):
         self.durable: dict[int, bytes] = {}             # inode -> bytes at its last fsync
         self.names: dict[str, dict[str, int]] = {}      # directory -> {name: inode} at its fsync
         self.events: list[tuple] = []                   # ("fsync", path, length) / ("dir", path)
+        self._lock = threading.Lock()                   # fsyncs come from the sync thread too
 
     def fsync(self, fd: int) -> None:
-        path = os.readlink(f"/proc/self/fd/{fd}")
-        with open(path, "rb") as f:
-            data = f.read()
-        self.durable[os.fstat(fd).st_ino] = data
-        self.events.append(("fsync", path, len(data)))
+        # read through the descriptor (it may be a duplicate held by the journal's sync thread,
+        # of a file since replaced by a rename: its name then no longer leads to it)
+        path = os.readlink(f"/proc/self/fd/{fd}").removesuffix(" (deleted)")
+        with self._lock:
+            size = os.fstat(fd).st_size
+            data = os.pread(fd, size, 0) if size else b""
+            self.durable[os.fstat(fd).st_ino] = data
+            self.events.append(("fsync", path, len(data)))
 
     def fsync_dir(self, path: str) -> None:
         path = os.path.abspath(path)
@@ -49,3 +55,28 @@ class PowerLossDisk(Disk):
                 inode = synced_names[name]      # a later rename over it is undone
             with open(path, "wb") as f:
                 f.write(self.durable.get(inode, b""))
+
+    def durable_bytes(self, path: str) -> bytes:
+        """What a power loss now would leave of the file at `path` (its inode's last fsync)."""
+        with self._lock:
+            return self.durable.get(os.stat(path).st_ino, b"")
+
+
+class SlowDisk(PowerLossDisk):
+    """A disk whose fsync takes `delay_s` seconds (a number, or a function returning one) and
+    makes durable only what was written when it was called: the strict reading of fsync, so a
+    test never credits a sync with writes it raced with."""
+
+    def __init__(self, delay_s):
+        super().__init__()
+        self.delay_s = delay_s if callable(delay_s) else (lambda: delay_s)
+
+    def fsync(self, fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}").removesuffix(" (deleted)")
+        size = os.fstat(fd).st_size
+        data = os.pread(fd, size, 0) if size else b""
+        inode = os.fstat(fd).st_ino
+        time.sleep(self.delay_s())
+        with self._lock:
+            self.durable[inode] = data
+            self.events.append(("fsync", path, len(data)))

@@ -1,12 +1,17 @@
 """The Raft port's durability rules: nothing leaves before the journal is on disk, and a peer whose
 disk was wiped is a new member, not the voter it replaced (KIP-853's directory id).
 
-Held sends. While the journal has entries (or a truncation) not yet fsynced, every message this
-node sends is held, in order, and sent after the next `flush_held` (one fsync for all of them):
-a follower's ack then means "on my disk". The exception is the leader's AppendEntries: it leaves
-at once, so followers write while the leader writes (two fsyncs in parallel, not in a row); the
-leader counts its own log toward a commit only at the start of a tick, right after `flush_held`
-synced it (RaftQuorum), so every count is of entries on disk.
+Held sends. While the journal has writes (entries, a truncation) not yet fsynced, every message
+this node sends is held, in order, with the number of the journal's last write then, and sent by
+the first `flush_held` after a sync covering that write ended (the journal's sync thread, group
+commit): a follower's ack then means "on my disk". Consecutive acks to one leader released
+together go as the last one (pysyncobj moves a follower's next index back to each ack it reads,
+so a run of stale acks made the leader resend entries already in flight). The exception is the
+leader's AppendEntries: they leave at the end of the tick that wrote them, before its own
+sync ends, so followers write while the leader writes (syncs in parallel, not in a row); the
+leader counts its own log toward a commit only up to the journal's durable index (RaftQuorum).
+AppendEntries of one tick to one follower go as one message: pysyncobj sends one per proposal,
+and each cost a pickle, an encryption and an ack.
 
 Directory ids. Each controller's metadata directory gets a random id when it is created
 (journal.py); every Raft message carries the sender's. Each controller pins a peer's id, durably,
@@ -172,39 +177,129 @@ class DirectoryGuard:
                     self.pins.get(address), what)
 
 
+MAX_MERGED_BYTES = 1 << 20            # AppendEntries merged up to this many bytes of entries
+
+
+def merge_append_entries(first: dict, second: dict) -> dict | None:
+    """One AppendEntries carrying `first`'s entries and then `second`'s (None if they do not
+    join: another term, a gap, a snapshot transfer, or too large)."""
+    plain = ("entries" in first and "entries" in second and "prevLogIdx" in first
+             and "prevLogIdx" in second and "transmission" not in first
+             and "transmission" not in second)
+    if not plain or first["term"] != second["term"]:
+        return None
+    head = first["entries"]
+    end = head[-1][1] if head else first["prevLogIdx"]
+    if second["prevLogIdx"] != end:
+        return None
+    entries = list(head) + list(second["entries"])
+    if sum(len(e[0]) for e in entries) > MAX_MERGED_BYTES:
+        return None
+    return dict(second, entries=entries, prevLogIdx=first["prevLogIdx"],
+                prevLogTerm=first["prevLogTerm"])
+
+
+def is_plain_ack(message: dict) -> bool:
+    return (message.get("type") == "next_node_idx" and "next_node_idx" in message
+            and bool(message.get("success")) and not message.get("reset"))
+
+
+def coalesce_acks(batch: list) -> list:
+    """`batch` of (node, message) in order, without the acks a later ack to the same node
+    supersedes (nothing else to that node between them, and a next index no higher)."""
+    out, later = [], {}                 # node -> next index of the ack kept after this point
+    for node, message in reversed(batch):
+        if is_plain_ack(message):
+            if node in later and message["next_node_idx"] <= later[node]:
+                continue
+            later[node] = message["next_node_idx"]
+        else:
+            later.pop(node, None)
+        out.append((node, message))
+    out.reverse()
+    return out
+
+
+def take_durable(held: list | None, durable_seq: int) -> list:
+    """Remove from `held` ((write seq, node, message), in order) the messages whose writes are
+    all durable, and return them (node, message) with superseded acks left out."""
+    if not held:
+        return []
+    ready = 0
+    while ready < len(held) and held[ready][0] <= durable_seq:
+        ready += 1
+    batch = [(node, message) for _, node, message in held[:ready]]
+    del held[:ready]
+    return coalesce_acks(batch)
+
+
 def durable_transport(base: type, journal, guard: DirectoryGuard, append_guard=None) -> type:
-    """`base` (a pysyncobj TCPTransport class) holding sends until the journal is synced and
-    stamping/filtering directory ids; `append_guard` (append_guard.AppendGuard) keeps a stale
-    AppendEntries from cutting back entries this follower holds."""
+    """`base` (a pysyncobj TCPTransport class) holding sends until the journal writes before
+    them are synced, merging a tick's AppendEntries, and stamping/filtering directory ids;
+    `append_guard` (append_guard.AppendGuard) keeps a stale AppendEntries from cutting back
+    entries this follower holds."""
 
     class DurableTransport(base):
         def send(self, node, message):
             guard.stamp(message)
-            held = self.__dict__.setdefault("_raftka_held", [])
             if message.get("type") == "append_entries":
-                # the leader writes its disk while followers write theirs (as Kafka and etcd
-                # do): it counts itself toward a commit only after the tick's first sync
-                return super().send(node, message)
-            if journal.needs_sync or held:
-                held.append((node, message))
+                # out at the end of this tick (flush_held), merged with the tick's others
+                appends = self.__dict__.setdefault("_raftka_appends", {})
+                queued = appends.setdefault(node, [])
+                merged = merge_append_entries(queued[-1], message) if queued else None
+                if merged is not None:
+                    queued[-1] = merged
+                else:
+                    queued.append(message)
                 return True     # pysyncobj reads connection loss from its own node set
+            held = self.__dict__.setdefault("_raftka_held", [])
+            if journal.needs_sync or held:
+                held.append((journal.written_seq, node, message))
+                return True
+            self._send_appends(node)            # what the leader sent before goes first
             return super().send(node, message)
 
-        def flush_held(self):
-            """fsync the journal once, then send what waited for it, in order."""
-            journal.sync()
-            guard.apply_committed()
-            held = self.__dict__.get("_raftka_held")
-            if held:
-                self._raftka_held = []
-                for node, message in held:
+        def _send_appends(self, only=None) -> None:
+            appends = self.__dict__.get("_raftka_appends")
+            if not appends:
+                return
+            nodes = list(appends) if only is None else [only] if only in appends else []
+            for node in nodes:
+                for message in appends.pop(node):
                     super().send(node, message)
+
+        def flush_held(self, block: bool = False) -> None:
+            """Take in the journal syncs that ended, hand the next one over (`block`: sync on
+            this thread instead), send this tick's AppendEntries, then every held message whose
+            writes are now durable, in order."""
+            journal.collect_synced()
+            if block:
+                journal.sync()
+            else:
+                journal.start_sync()
+            guard.apply_committed()
+            self._send_appends()
+            for node, message in take_durable(self.__dict__.get("_raftka_held"),
+                                              journal.durable_seq):
+                super().send(node, message)
 
         def _onMessageReceived(self, node, message):
             message = guard.admit(getattr(node, "address", None), message)
             if message is not None and append_guard is not None:
                 message = append_guard.admit(message)
-            if message is not None:
+            if message is None:
+                return
+            if not is_plain_ack(message):
                 super()._onMessageReceived(node, message)
+                return
+            # pysyncobj sets a follower's next index to every ack it reads, even one older than
+            # what it already sent: the leader then resends entries in flight (and the follower
+            # drops and re-adds them). A success moves it forward only, as in etcd's Raft.
+            next_index = getattr(self.__dict__.get("_syncObj"), "_SyncObj__raftNextIndex", {})
+            before = next_index.get(node)
+            super()._onMessageReceived(node, message)
+            after = next_index.get(node)
+            if before is not None and after is not None and after < before:
+                next_index[node] = before
 
     return DurableTransport

@@ -9,17 +9,21 @@ Files in the controller's metadata directory:
     raft.dump       pysyncobj's snapshot, written by its Serializer (made durable below)
 
 Ordering (what counts toward a commit is on disk first):
-- `add` only writes (page cache) and marks the journal dirty; `sync` fsyncs once for every
-  entry added since the last one: group commit. Raft never sees an entry as durable before
-  `sync`: the Raft port holds outgoing acks and votes while the journal is dirty and sends them
-  after the next `sync` (RaftQuorum syncs at the start of every pysyncobj tick and right before
-  it waits for the network), and the leader counts itself toward a commit only at the start of
-  a tick, after that sync (quorum/durable_port.py). So no majority can count an entry that is
-  not on a majority of disks.
+- `add` only writes (page cache) and numbers the write (`seq`, one per add or truncation);
+  `start_sync` hands one fsync for every write so far to the journal's sync thread
+  (quorum/syncer.py) and `collect_synced` moves `durable_seq` once it returned: group commit,
+  with pysyncobj's thread appending, sending and receiving while the disk works. Raft never sees
+  an entry as durable before that: the Raft port holds each outgoing ack and vote until the
+  writes made before it was sent are durable, and the leader counts itself toward a commit only
+  up to `durable_index()` (quorum/durable_port.py, RaftQuorum). So no majority can count an
+  entry that is not on a majority of disks. `sync` is the blocking form (compaction, shutdown).
+- Entries found in the file at start-up are fsynced once before anything else: a process that
+  was killed (not a power loss) left them in the page cache, and a leader resending them would
+  otherwise be acknowledged without a write of its own.
 - Term and vote (`setCurrentTerm`) are written and fsynced (file and directory) before the call
   returns: pysyncobj sends the vote right after.
-- The commit index is saved at most once a second, after the entries it covers are synced, and
-  is clamped to the journal on load.
+- The commit index is saved at most once a second, never beyond the durable entries, and is
+  clamped to the journal on load.
 - Truncation of a suffix happens only where a new entry differs from the one on disk (a
   follower overwritten by a new leader: an ftruncate, synced with the next `sync`), not where
   pysyncobj merely drops entries a leader is resending (`deleteEntriesFrom`); compaction (`deleteEntriesTo`, after pysyncobj wrote its snapshot) and
@@ -37,6 +41,7 @@ snapshot replaces.
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import os
@@ -50,6 +55,8 @@ from pysyncobj import serializer as _pysyncobj_serializer
 from pysyncobj import syncobj as _pysyncobj_syncobj
 from pysyncobj.pickle import to_bytes
 
+from metadata_quorum.quorum.syncer import SyncJob, SyncWorker
+
 log = logging.getLogger(__name__)
 
 MAGIC = b"RAFTKA-RAFT-LOG\x00"
@@ -61,6 +68,8 @@ MAX_RECORD_BYTES = 64 * 1024 * 1024         # far above any metadata entry: a le
 
 class Disk:
     """The two calls durability rests on; tests pass a shim that records what was synced."""
+
+    instant = False         # True: fsync costs nothing, so it is never handed to a thread
 
     def fsync(self, fd: int) -> None:
         # fdatasync: the data and what reading it back needs (the file's size after an append),
@@ -77,7 +86,10 @@ class Disk:
 
 
 class NoSyncDisk(Disk):
-    """`raftka.controller.raft.fsync=false`: benchmarks only (the cost of fsync side by side)."""
+    """`raftka.controller.raft.fsync=false`: benchmarks only (the cost of fsync side by side).
+    Syncs complete at once, on the caller's thread (no sync thread to hand them to)."""
+
+    instant = True
 
     def fsync(self, fd: int) -> None:
         pass
@@ -147,9 +159,17 @@ class DurableJournal(_pysyncobj_journal.Journal):
             # so is one that lost its meta file, since it forgot its term and vote with it
             self.meta = {"directory_id": uuid.uuid4().hex, "peer_directories": {}}
             self._store_meta()
+        # write numbering: every add or truncation is one write; what a sync covers is named by
+        # the last write made before it was handed over (see the module's ordering rules)
+        self._seq = 0
+        self._durable_seq = 0
+        self._submitted_seq = 0
+        self._generation = 0                # a rewrite replaces the file: syncs of the old one
+        self._truncations: list[tuple[int, int]] = []   # (seq, size) since the last durable
+        self._worker: SyncWorker | None = None
+        self.failed: OSError | None = None  # a failed fsync: nothing more ever counts as durable
         self._open(fresh)
-        self._dirty = False
-        self._meta_dirty = False
+        self._commit_index: int | None = None     # pysyncobj's latest, not stored yet
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -161,12 +181,16 @@ class DurableJournal(_pysyncobj_journal.Journal):
         if not data.startswith(HEADER):
             raise ValueError(f"{self.path}: not a raftka Raft journal (version {VERSION})")
         self._entries, self._offsets, valid = read_entries(data)
+        self._entry_seq = [0] * len(self._entries)      # on disk: see the fsync below
         self._len = len(self._entries)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
         if valid < len(data):
             log.warning("%s: cut a torn tail of %d bytes at %d (a write the power loss or crash "
                         "interrupted; never acknowledged)", self.path, len(data) - valid, valid)
             os.ftruncate(self._fd, valid)
+        if not fresh:
+            # what a killed process wrote may still be only in the page cache: make it durable
+            # before any of it is acknowledged again (a leader's resend adds nothing to write)
             self.disk.fsync(self._fd)
         self._size = valid
 
@@ -193,28 +217,96 @@ class DurableJournal(_pysyncobj_journal.Journal):
                 pos += len(data)
         durable_replace(tmp, self.path, self.disk)
         os.close(self._fd)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
         self._entries, self._offsets, self._size = list(entries), offsets, pos
         self._len = len(entries)
-        self._dirty = False
-        self._report_synced()
+        # everything is durable in the new file; syncs still running cover the old one
+        self._generation += 1
+        self._seq += 1
+        self._durable_seq = self._submitted_seq = self._seq
+        self._entry_seq = [self._seq] * len(entries)
+        self._truncations = []
+        self._report_synced(self._size)
 
-    def _report_synced(self) -> None:
+    def _report_synced(self, size: int) -> None:
         if self.on_synced is not None:
-            self.on_synced(self.path, self._size)
+            self.on_synced(self.path, size)
 
     # -- durability ----------------------------------------------------------------------------
 
     @property
     def needs_sync(self) -> bool:
-        return self._dirty
+        """Writes made that are not known durable yet."""
+        return self._seq > self._durable_seq
+
+    @property
+    def written_seq(self) -> int:
+        return self._seq
+
+    @property
+    def durable_seq(self) -> int:
+        return self._durable_seq
 
     def sync(self) -> None:
-        """One fsync for everything added or truncated since the last one."""
-        if self._dirty:
+        """One fsync for everything added or truncated since the last one, on this thread."""
+        if self.failed is not None:
+            raise self.failed
+        if self.needs_sync:
             self.disk.fsync(self._fd)
-            self._dirty = False
-            self._report_synced()
+            self._made_durable(self._seq, self._size)
+
+    def start_sync(self) -> None:
+        """Hand one fsync covering every write so far to the sync thread (no-op when nothing
+        is new or a sync covering it is already under way); `collect_synced` learns its end."""
+        if self.failed is not None or self._seq <= self._submitted_seq:
+            return
+        if self.disk.instant:
+            self.sync()
+            return
+        if self._worker is None:
+            self._worker = SyncWorker(self.disk.fsync)
+            self._worker.wake = lambda: self.on_sync_done()
+        self._submitted_seq = self._seq
+        self._worker.submit(SyncJob(self._seq, self._size, self._generation, os.dup(self._fd)))
+
+    # called on the sync thread when a sync ended (RaftQuorum wakes pysyncobj's poll)
+    on_sync_done: Callable[[], None] = staticmethod(lambda: None)
+
+    def collect_synced(self) -> bool:
+        """Take in the syncs that ended; True if more writes are now durable."""
+        if self._worker is None:
+            return False
+        before = self._durable_seq
+        for job in self._worker.finished():
+            if job.error is not None:
+                self._sync_failed(job.error)
+            elif self.failed is None and job.generation == self._generation:
+                size = min([job.size] + [at for seq, at in self._truncations if seq > job.seq])
+                self._made_durable(job.seq, size)
+        return self._durable_seq > before
+
+    def _made_durable(self, seq: int, size: int) -> None:
+        if seq <= self._durable_seq:
+            return
+        self._durable_seq = seq
+        self._truncations = [t for t in self._truncations if t[0] > seq]
+        self._report_synced(size)
+
+    def _sync_failed(self, error: OSError) -> None:
+        # after a failed fsync the kernel may have dropped the dirty pages and a retry would
+        # "succeed" without them: nothing written since the last good sync may ever count
+        if self.failed is None:
+            self.failed = error
+            log.critical("%s: fsync failed (%s): this controller no longer acknowledges or "
+                         "counts Raft entries; check the disk and restart it", self.path, error)
+
+    def durable_index(self) -> int:
+        """The Raft index of the last entry (of those pysyncobj sees) known to be on disk; one
+        below the first entry's when none is."""
+        pos = bisect.bisect_right(self._entry_seq, self._durable_seq, 0, self._len)
+        if pos:
+            return self._entries[pos - 1][1]
+        return self._entries[0][1] - 1 if self._entries else 0
 
     # -- pysyncobj's Journal -------------------------------------------------------------------
 
@@ -228,20 +320,23 @@ class DurableJournal(_pysyncobj_journal.Journal):
             self._truncate_file(pos)        # a real conflict: the old suffix goes
         data = encode_entry(*entry)
         os.write(self._fd, data)
-        self._entries.append(entry)
+        self._seq += 1                      # after the write returned: a sync handed over
+        self._entries.append(entry)         # from now on covers it
+        self._entry_seq.append(self._seq)
         self._offsets.append(self._size)
         self._size += len(data)
         self._len += 1
-        self._dirty = True
         if self.on_add is not None:
             self.on_add(*entry)
 
     def _truncate_file(self, pos: int) -> None:
         self._size = self._offsets[pos]
         os.ftruncate(self._fd, self._size)
+        self._seq += 1
+        self._truncations.append((self._seq, self._size))
         del self._entries[pos:]
+        del self._entry_seq[pos:]
         del self._offsets[pos:]
-        self._dirty = True
 
     def clear(self):
         # a snapshot from the leader replaces everything (pysyncobj adds its two entries next)
@@ -277,18 +372,18 @@ class DurableJournal(_pysyncobj_journal.Journal):
         return self._len
 
     def _destroy(self):
-        self.sync()
-        if self._meta_dirty:
-            self._store_meta()
+        if self._worker is not None:
+            self._worker.stop()
+        if self.failed is None:
+            self.sync()
+            self.onOneSecondTimer()
         os.close(self._fd)
 
     def flush(self):
         self.sync()
 
     def setRaftCommitIndex(self, raftCommitIndex):
-        if self.meta.get("commit_index") != raftCommitIndex:
-            self.meta["commit_index"] = raftCommitIndex
-            self._meta_dirty = True
+        self._commit_index = raftCommitIndex        # stored by onOneSecondTimer
 
     def getRaftCommitIndex(self):
         stored = self.meta.get("commit_index", 1)
@@ -307,9 +402,14 @@ class DurableJournal(_pysyncobj_journal.Journal):
         return self.meta.get("voted_for")
 
     def onOneSecondTimer(self):
-        if self._meta_dirty:
-            self.sync()        # the stored commit index never covers entries not on disk
-            self._meta_dirty = False
+        """Store the commit index, never beyond the durable entries (the meta file is also
+        rewritten with term and vote: it only ever holds a clamped index). No sync here: that
+        would stop pysyncobj's thread once a second; the sync thread catches up on its own."""
+        if self._commit_index is None:
+            return
+        target = min(self._commit_index, self.durable_index())
+        if target != self.meta.get("commit_index"):
+            self.meta["commit_index"] = target
             self._store_meta()
 
     # -- directory ids (quorum/directory_ids.py decides; stored here with term and vote) -------

@@ -28,15 +28,20 @@
 - Replicated state is what `SyncObjConsumer` serialises: `next_offset`, `image`, a bounded `tail`
   of recent encoded records. Everything set before `SyncObjConsumer.__init__` (the listener, the
   lock) is local and not serialised.
-- Durability (quorum/journal.py, quorum/durable_port.py): our own fsynced journal replaces
-  pysyncobj's unsynced one; acks and votes wait at the Raft port until the journal is synced
-  (the leader's AppendEntries leave at once: followers write while it writes), and the journal
-  is synced at the start of every pysyncobj tick, where the leader counts itself, and before it
-  waits for the network, so one fsync covers every entry of a tick (group commit) and no entry
-  counts toward a commit before it is on the disk of each node counting it. Term and vote are fsynced before
-  pysyncobj sends anything reflecting them; snapshots are fsynced with their directory before
-  the entries they replace are dropped. A controller whose directory was wiped gets a new
-  directory id and is kept out of votes and commit counts until a leader re-admits it.
+- Durability (quorum/journal.py, quorum/durable_port.py, quorum/syncer.py): our own fsynced
+  journal replaces pysyncobj's unsynced one. The fsyncs run on a thread of their own (group
+  commit: one covers whatever was written when it started; pysyncobj's thread goes on
+  receiving, appending and sending meanwhile, and the next entries gather for the next one).
+  Acks and votes wait at the Raft port until the writes before them are synced; the leader's
+  AppendEntries leave at the end of the tick that wrote them (followers write while it
+  writes), and the leader counts itself toward a commit only up to its journal's durable index:
+  while pysyncobj counts (start of a tick) the match indexes it reads are capped at that index,
+  so an entry beyond it has only the leader's own vote, never a majority (with one voter, the
+  journal is synced on the tick instead). So no entry counts toward a commit before it is on
+  the disk of each node counting it. Term and vote are fsynced before pysyncobj sends anything
+  reflecting them; snapshots are fsynced with their directory before the entries they replace
+  are dropped. A controller whose directory was wiped gets a new directory id and is kept out
+  of votes and commit counts until a leader re-admits it.
 - A follower truncates only at a conflict (quorum/append_guard.py): pysyncobj cut a follower's
   log back to a stale AppendEntries' prevLogIdx, committed entries included.
 """
@@ -56,6 +61,7 @@ from metadata_quorum.image import MetadataImage
 from metadata_quorum.quorum import journal as durable_journal
 from metadata_quorum.quorum.append_guard import AppendGuard
 from metadata_quorum.quorum.durable_port import DirectoryGuard, durable_transport
+from metadata_quorum.quorum.journal import DurableJournal
 from metadata_quorum.quorum.raft_port import DropLog, bind_outgoing_raft, checked_transport
 from metadata_quorum.records import (ACTIVATE, MAX_RECORD_BYTES, MetadataRecordError, decode_record,
                                      unfence_entry)
@@ -163,28 +169,96 @@ class MetadataLog(SyncObjConsumer):
             return Reset(self.image, self.next_offset, self.tail_start, list(self.tail))
 
 
+class DurableMatchIndex(dict):
+    """pysyncobj's per-follower match index; while `cap` is set (pysyncobj's commit count at the
+    start of a tick) it reads no higher than the highest index on a majority of disks.
+    pysyncobj counts the leader itself for every index it holds, synced or not: capped, an
+    index beyond the cap gets that one vote only, short of a majority, and one within it is on
+    a majority of disks — the leader's or not: two followers that synced commit an entry whose
+    leader is still syncing it. Outside the count the true values are read (an ack compared
+    against a capped value would move the next index back)."""
+
+    cap: int | None = None
+
+    def set_cap(self, voters: set, own_durable: int) -> None:
+        """The cap for a count among the leader and `voters` (its other voting nodes, whose
+        acks are sent only once durable: quorum/durable_port.py)."""
+        indexes = sorted([own_durable] + [dict.get(self, node, 0) for node in voters],
+                         reverse=True)
+        self.cap = indexes[len(indexes) // 2]     # the majority-th highest
+
+    def __getitem__(self, node):
+        value = dict.__getitem__(self, node)
+        cap = self.cap
+        return value if cap is None or value <= cap else cap
+
+    def get(self, node, default=None):
+        return self[node] if node in self else default
+
+
 class DurableSyncObj(SyncObj):
-    """pysyncobj's SyncObj, syncing its journal (and sending what waited for it) at the start
-    of every tick: before the leader counts its own log toward a commit."""
+    """pysyncobj's SyncObj with the journal's durability rules on its tick: at the start, syncs
+    that ended are taken in, the messages waiting for them sent, and the leader's count capped
+    at its durable index; at the end (after the tick's appends), the next sync is handed over
+    and the tick's AppendEntries leave."""
+
+    def __init__(self, *args, **kwargs):
+        self._raftka_end = self._tick_end
+        super().__init__(*args, **kwargs)
+        self.addOnTickCallback(self._raftka_end)
 
     def _onTick(self, timeToWait=0.0):
-        self.flush_durable()
+        matches = self._SyncObj__raftMatchIndex
+        if not isinstance(matches, DurableMatchIndex):
+            # replaced here, on pysyncobj's own thread, which alone reads it
+            matches = self._SyncObj__raftMatchIndex = DurableMatchIndex(matches)
+        # one voter counts only itself: nothing can be capped to below a majority, so sync
+        alone = not self._SyncObj__otherNodes
+        self.flush_durable(block=alone)
+        journal = self._SyncObj__raftLog
+        if isinstance(journal, DurableJournal):
+            matches.set_cap(self._SyncObj__otherNodes, journal.durable_index())
         super()._onTick(timeToWait)
 
-    def flush_durable(self) -> None:
+    def _tick_end(self) -> None:
+        matches = self._SyncObj__raftMatchIndex
+        if isinstance(matches, DurableMatchIndex):
+            matches.cap = None
+        self.flush_durable()
+
+    def addOnTickCallback(self, callback):
+        """Callbacks run before `_tick_end`, which must come last: what they send or append
+        leaves in this tick, not after pysyncobj's next poll."""
+        end = self.__dict__.get("_raftka_end")
+        with self._SyncObj__onTickCallbacksLock:
+            callbacks = self._SyncObj__onTickCallbacks
+            if callbacks and callbacks[-1] is end and callback is not end:
+                callbacks.insert(len(callbacks) - 1, callback)
+            else:
+                callbacks.append(callback)
+
+    def flush_durable(self, block: bool = False) -> None:
         transport = self.__dict__.get("_SyncObj__transport")
         if transport is not None:
-            transport.flush_held()
+            transport.flush_held(block)
+
+    def wake(self) -> None:
+        """Make pysyncobj's poll return now (from any thread): a journal sync ended."""
+        notifier = self.__dict__.get("_SyncObj__pipeNotifier")
+        if notifier is not None:
+            notifier.notify()
 
 
 class RaftQuorum:
     def __init__(self, node_id: int, raft_peers: dict[int, str], data_dir: str, password: str,
                  election_timeout_s: tuple[float, float] = (0.4, 0.8),
                  compaction_min_entries: int = 20_000, compaction_min_time_s: float = 60,
-                 joining: bool = False, fsync: bool = True, sync_record: bool = False):
+                 joining: bool = False, fsync: bool = True, sync_record: bool = False,
+                 disk: durable_journal.Disk | None = None):
         """`raft_peers`: {node_id: "host:port"} of every voter's Raft port, this node included
         (a joining node: the current voters and itself). `fsync=False` only for benchmarks;
-        `sync_record` (tests) writes each synced journal length to `raft.log.synced`."""
+        `sync_record` (tests) writes each synced journal length to `raft.log.synced`; `disk`
+        (tests) replaces the real one (metadata_quorum/testing_disk.py)."""
         if not password:
             raise ValueError("the Raft port needs a password: without one pysyncobj unpickles "
                              "whatever a peer sends")
@@ -202,7 +276,7 @@ class RaftQuorum:
         durable_journal.install()
         self.journal = durable_journal.DurableJournal(
             os.path.join(data_dir, "raft.log"),
-            durable_journal.Disk() if fsync else durable_journal.NoSyncDisk(),
+            disk or (durable_journal.Disk() if fsync else durable_journal.NoSyncDisk()),
             on_synced=record_synced_length if sync_record else None)
         durable_journal.import_pysyncobj_journal(os.path.join(data_dir, "raft.journal"),
                                                  self.journal)
@@ -245,8 +319,7 @@ class RaftQuorum:
                                       self.directories, self.append_guard)
         self.obj = DurableSyncObj(raft_peers[node_id], others, conf, consumers=[self.log],
                                   transportClass=transport)
-        # the second sync point: after the tick's own appends, before pysyncobj waits
-        self.obj.addOnTickCallback(self.obj.flush_durable)
+        self.journal.on_sync_done = self.obj.wake
 
     def _propose_noop(self, payload: bytes) -> None:
         # pysyncobj's own no-op command type (what a new leader appends): skipped on apply

@@ -1,8 +1,10 @@
 """The fsynced Raft journal and the Raft port's durability rules (issue 20 item 4), against an
 fsync-tracking disk that drops whatever was not synced (metadata_quorum/testing_disk.py)."""
 
+import json
 import os
 import struct
+import time
 
 import pytest
 
@@ -10,7 +12,7 @@ from metadata_quorum.quorum.durable_port import (DIRECTORY_KEY, NO_OP, READMIT_M
                                                  DirectoryGuard, durable_transport)
 from metadata_quorum.quorum.journal import (HEADER, DurableJournal, durable_replace,
                                             import_pysyncobj_journal)
-from metadata_quorum.testing_disk import PowerLossDisk
+from metadata_quorum.testing_disk import PowerLossDisk, SlowDisk
 
 
 def open_journal(tmp_path, disk):
@@ -54,7 +56,7 @@ class FakeBase:
         self.log = log
 
     def send(self, node, message):
-        self.log.append(("send", node, message["type"]))
+        self.log.append(("send", node, message))
         return True
 
     def _onMessageReceived(self, node, message):
@@ -81,6 +83,16 @@ def make_port(tmp_path, disk, raft_state=lambda: (False, 0, 0), propose=lambda p
     return j, guard, port, log
 
 
+def settle(port, journal, deadline_s: float = 10.0) -> None:
+    """flush_held until the journal's sync thread has synced every write made so far."""
+    deadline = time.monotonic() + deadline_s
+    port.flush_held()
+    while journal.needs_sync:
+        assert time.monotonic() < deadline, "the journal's sync thread did not finish"
+        time.sleep(0.005)
+        port.flush_held()
+
+
 def test_an_ack_leaves_only_after_the_entries_it_covers_are_fsynced(tmp_path):
     disk = PowerLossDisk()
     j, _, port, log = make_port(tmp_path, disk)
@@ -92,25 +104,108 @@ def test_an_ack_leaves_only_after_the_entries_it_covers_are_fsynced(tmp_path):
     assert [e[0] for e in log] == ["send"]
     size_after_adds = os.path.getsize(j.path)
     mark = len(disk.events)
-    port.flush_held()
+    port.flush_held()               # hands the sync to the sync thread: nothing durable yet
+    assert [e[0] for e in log] == ["send"]
+    settle(port, j)
     after = disk.events[mark:]
     assert after[0] == ("fsync", j.path, size_after_adds)    # one fsync, covering both entries
     assert after[1:] == [("send", "next_node_idx"), ("send", "apply_command")]
-    port.send("leader", {"type": "append_entries"})         # clean again: straight through
-    assert log[-1] == ("send", "leader", "append_entries")
+
+
+def test_a_held_message_waits_only_for_the_writes_made_before_it(tmp_path):
+    """Group commit with a sync under way: an ack for entries written before the sync started
+    leaves when it ends; one for entries written meanwhile waits for the next sync."""
+    disk = SlowDisk(0.05)
+    j, _, port, log = make_port(tmp_path, disk)
+    j.add(b"\x00e1", 1, 1)
+    port.send("leader", {"type": "next_node_idx", "next_node_idx": 2, "success": True})
+    port.flush_held()                                       # sync 1 (covers e1) under way
+    j.add(b"\x00e2", 2, 1)                                  # written while it runs
+    port.send("leader", {"type": "next_node_idx", "next_node_idx": 3, "success": True})
+    deadline = time.monotonic() + 10
+    while not log:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+        port.flush_held()
+    assert [m["next_node_idx"] for _, _, m in log] == [2]   # e2 is not on disk yet
+    assert disk.fsyncs_of(j.path) >= 1
+    settle(port, j)
+    assert [m["next_node_idx"] for _, _, m in log] == [2, 3]
+
+
+def test_acks_released_together_go_as_the_last_one_and_a_tick_s_appends_as_one(tmp_path):
+    disk = PowerLossDisk()
+    j, _, port, log = make_port(tmp_path, disk)
+    for i in range(1, 4):
+        j.add(b"\x00e%d" % i, i, 1)
+        port.send("leader", {"type": "next_node_idx", "next_node_idx": i + 1, "success": True,
+                             "reset": False})
+    port.send("other", {"type": "next_node_idx", "next_node_idx": 9, "success": False,
+                        "reset": True})                      # another kind: kept, in order
+    settle(port, j)
+    assert [(e[1], e[2]["next_node_idx"]) for e in log] == [("leader", 4), ("other", 9)]
+    # AppendEntries of one tick, one per proposal as pysyncobj sends them: one message
+    log.clear()
+    for i in range(4, 7):
+        port.send("f1", {"type": "append_entries", "term": 2, "commit_index": i - 2,
+                         "entries": [(b"\x00e%d" % i, i, 2)], "prevLogIdx": i - 1,
+                         "prevLogTerm": 1 if i == 4 else 2})
+    port.send("f1", {"type": "append_entries", "term": 2, "commit_index": 5,
+                     "entries": [(b"\x00x", 9, 2)], "prevLogIdx": 8, "prevLogTerm": 2})  # a gap
+    assert log == []                                        # they leave at the end of the tick
+    port.flush_held()
+    sent = [e[2] for e in log]
+    assert len(sent) == 2
+    assert [e[1] for e in sent[0]["entries"]] == [4, 5, 6]
+    assert (sent[0]["prevLogIdx"], sent[0]["prevLogTerm"], sent[0]["commit_index"]) == (3, 1, 4)
+    assert sent[1]["prevLogIdx"] == 8
+
+
+def test_a_stale_ack_does_not_move_the_leaders_next_index_back(tmp_path):
+    """pysyncobj sets a follower's next index to every success it reads; the port keeps it from
+    going back below entries already sent (which would be resent, and dropped and re-added)."""
+    disk = PowerLossDisk()
+    j, _, port, log = make_port(tmp_path, disk)
+    peer = Node("127.0.0.1:9005")
+
+    class SyncObjStandIn:
+        _SyncObj__raftNextIndex = {peer: 20}                # entries up to 19 sent
+    port._syncObj = SyncObjStandIn()
+    next_index = SyncObjStandIn._SyncObj__raftNextIndex
+
+    def deliver(self, node, message):                       # what pysyncobj's handler does
+        log.append(("deliver", node, message))
+        if message.get("success") or message.get("reset"):
+            next_index[node] = message["next_node_idx"]
+    FakeBase._onMessageReceived, saved = deliver, FakeBase._onMessageReceived
+    try:
+        port._onMessageReceived(peer, msg("next_node_idx", "d", next_node_idx=12, success=True,
+                                          reset=False))
+        assert next_index[peer] == 20                        # not back to 12
+        port._onMessageReceived(peer, msg("next_node_idx", "d", next_node_idx=25, success=True,
+                                          reset=False))
+        assert next_index[peer] == 25
+        port._onMessageReceived(peer, msg("next_node_idx", "d", next_node_idx=7, success=False,
+                                          reset=True))
+        assert next_index[peer] == 7                         # a conflict still moves it back
+    finally:
+        FakeBase._onMessageReceived = saved
 
 
 def test_the_leaders_append_entries_leave_before_its_own_fsync(tmp_path):
-    """Followers write while the leader writes; the leader counts itself only after the sync
-    at the start of its next tick (RaftQuorum's DurableSyncObj), so nothing counts unsynced."""
-    disk = PowerLossDisk()
+    """Followers write while the leader writes: the AppendEntries leave at the end of the tick,
+    while the leader's own sync is still under way (its acks and answers wait for it)."""
+    disk = SlowDisk(0.2)
     j, _, port, log = make_port(tmp_path, disk)
     j.add(b"\x00e1", 1, 1)
     port.send("follower", {"type": "apply_command_response"})   # held: the journal is dirty
-    port.send("follower", {"type": "append_entries", "entries": [(b"\x00e1", 1, 1)]})
-    assert [e[2] for e in log] == ["append_entries"]
+    port.send("follower", {"type": "append_entries", "term": 1, "commit_index": 0,
+                           "entries": [(b"\x00e1", 1, 1)], "prevLogIdx": 0, "prevLogTerm": 0})
     port.flush_held()
-    assert [e[2] for e in log] == ["append_entries", "apply_command_response"]
+    assert [e[2]["type"] for e in log] == ["append_entries"]
+    assert j.needs_sync                                     # the leader's sync has not ended
+    settle(port, j)
+    assert [e[2]["type"] for e in log] == ["append_entries", "apply_command_response"]
 
 
 def test_every_message_carries_this_directory_id(tmp_path):
@@ -137,8 +232,14 @@ def test_commit_index_is_stored_after_its_entries_and_clamped_on_load(tmp_path):
     for i in range(1, 6):
         j.add(b"\x00c", i, 1)
     j.setRaftCommitIndex(5)
-    j.onOneSecondTimer()                       # syncs the entries first, then the meta
-    assert disk.fsyncs_of(j.path) >= 1
+    j.onOneSecondTimer()                       # nothing synced: nothing covered is stored
+    assert json.loads((tmp_path / "raft.log.meta").read_bytes())["commit_index"] <= 0
+    j.start_sync()                             # on the sync thread; stored once it ended
+    deadline = time.monotonic() + 10
+    while not j.collect_synced():
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    j.onOneSecondTimer()
     disk.power_loss(str(tmp_path))
     again = open_journal(tmp_path, disk)
     assert again.getRaftCommitIndex() == 5 and len(again) == 5

@@ -17,6 +17,7 @@ from metadata_quorum.quorum.raft import MetadataLog
 from metadata_quorum import records as r
 from metadata_quorum.controller_stats import ControllerStats
 from metadata_quorum.pipeline import CommandPipeline
+from metadata_quorum.raft_inbox import RaftInbox
 from metadata_quorum.service import ControllerService, NotActive
 
 import pytest
@@ -54,6 +55,7 @@ async def make_service() -> ControllerService:
     svc.role_changed = trio.Event()
     svc.stats = ControllerStats()
     svc.token = trio.lowlevel.current_trio_token()
+    svc.inbox = RaftInbox(svc.token)
     svc.pipeline = CommandPipeline()
     svc.pipelined = True
     svc._install(svc.quorum.log.subscribe(svc._on_event_threadsafe))
