@@ -46,7 +46,9 @@ class TransactionIndex:
         try:
             with open(self.path, "rb") as f:
                 data = f.read()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
+            # nothing there; NotADirectoryError: its log directory is a file (a log dir that
+            # failed at start: the replica is hosted offline, lazily, without its files)
             return
         whole = len(data) - len(data) % ENTRY.size
         for pos in range(0, whole, ENTRY.size):

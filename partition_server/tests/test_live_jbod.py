@@ -504,3 +504,49 @@ def test_a_throttled_move_resumes_after_a_restart_and_takes_a_new_rate(cluster):
            "the move finished once the throttle was lifted")
     assert not os.path.exists(future)
     _read_back(cluster, topic, 1, acked)
+
+
+def test_a_directory_unreadable_at_start_keeps_its_replicas_offline(cluster):
+    """A broker started with one of its directories unreadable (a file where the directory
+    should be): the partitions not found in its readable directory may live there, so they are
+    hosted there as offline replicas (Kafka's LOST directory) and assigned to it: never led,
+    never recreated empty; the broker's other replicas serve. The directory back and the broker
+    restarted, everything it held is led and read again."""
+    victim = 0
+    solo = f"unread-{uuid.uuid4().hex[:6]}"
+    cluster.admin.create_topics([NewTopic(solo, replica_assignments={p: [victim] for p in
+                                                                     range(4)})])
+    _until(lambda: len(_layout(cluster, solo)) == 4 and all(
+        leader == victim for leader, _ in _layout(cluster, solo).values()), 30, "topic led")
+    # one replica: acks=1 (the fixture's min.insync.replicas refuses acks=all here)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "1"})
+    acked = {}
+    for i in range(200):
+        p.produce(solo, b"%d-u" % i, partition=i % 4, on_delivery=lambda e, m: acked.__setitem__(
+            (m.partition(), m.offset()), m.value()) if e is None else None)
+    assert p.flush(30) == 0 and len(acked) == 200
+    bad = _dirs(cluster, victim)[1]
+    doomed = {q for (b, q), where in _where(cluster, solo).items() if where == [(bad, False)]}
+    assert doomed and len(doomed) < 4, _where(cluster, solo)
+    cluster.kill(f"broker-{victim}")
+    os.rename(bad, bad + ".away")
+    with open(bad, "w") as f:
+        f.write("not a directory")
+    try:
+        cluster.restart_broker(victim)
+        _until(lambda: all(_layout(cluster, solo)[q][0] == (-1 if q in doomed else victim)
+                           for q in range(4)), 60,
+               f"only the unreadable directory's replicas out of leadership ({doomed})")
+        _until(lambda: all((victim in _offline_replicas(cluster, solo)[q]) == (q in doomed)
+                           for q in range(4)), 30, "offline_replicas")
+        # nothing was recreated empty in the readable directory
+        assert not any(q in doomed for (b, q) in _where(cluster, solo))
+    finally:
+        cluster.kill(f"broker-{victim}")
+        os.unlink(bad)
+        os.rename(bad + ".away", bad)
+        cluster.restart_broker(victim)
+    _until(lambda: all(leader == victim for leader, _ in _layout(cluster, solo).values()), 60,
+           "every partition led again")
+    assert all(not x for x in _offline_replicas(cluster, solo).values())
+    _read_back(cluster, solo, 4, acked)
