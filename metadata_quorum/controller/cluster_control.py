@@ -5,7 +5,8 @@ Broker lifecycle, as the controller sees it:
 
     (unknown) ──register──▶ FENCED ──heartbeat with metadata offset ≥ registration offset──▶ ACTIVE
     ACTIVE ──session lapses (no heartbeat for broker.session.timeout.ms)──▶ FENCED
-    ACTIVE ──heartbeat wants shutdown──▶ CONTROLLED_SHUTDOWN ──leads nothing──▶ told to shut down
+    ACTIVE ──heartbeat wants shutdown──▶ CONTROLLED_SHUTDOWN ──leads nothing──▶ FENCED, told to
+                                                                              shut down
     any ──register again (new incarnation)──▶ FENCED with a new broker epoch
 
 Heartbeat times are soft state on the active controller, never logged: a newly elected controller
@@ -129,6 +130,13 @@ def broker_heartbeat(image: MetadataImage, tracker: HeartbeatTracker, broker_id:
         return records, HeartbeatResult(ErrorCode.NONE, caught_up, False, False)
     if b.in_controlled_shutdown or (want_shutdown and b.fenced):
         leads = any(True for _ in image.partitions_led_by(broker_id))
+        if not leads and not b.fenced:
+            # controlled shutdown done (Kafka's SHUTDOWN_NOW): fenced now, so the restarted
+            # process registers at once; with its session left alive, every broker of a full
+            # restart was refused DUPLICATE_BROKER_REGISTRATION for a session timeout (9 s)
+            records += leadership_changes(image, {broker_id}, default_min_isr=default_min_isr)
+            records.append(r.FenceBrokerRecord(broker_id, broker_epoch))
+            return records, HeartbeatResult(ErrorCode.NONE, caught_up, True, True)
         return [], HeartbeatResult(ErrorCode.NONE, caught_up, b.fenced, not leads)
     if b.fenced and caught_up and not want_fence:
         records.append(r.UnfenceBrokerRecord(broker_id, broker_epoch))
