@@ -208,6 +208,11 @@ def test_wrong_or_no_password_decodes_nothing_and_fuzz_crashes_nothing(tmp_path)
                     f"controller {IDS[i]} kept a connection with {what}"
         trio.run(q.commit, "after-attacks")
         assert not marker.exists(), "a controller unpickled a peer's message without the password"
+        # the node's output reaches its log file through a pump thread: wait for the line
+        deadline = time.monotonic() + 15
+        while not all(q.log_lines(cid, DROP_LINE) for cid in IDS) and \
+                time.monotonic() < deadline:
+            time.sleep(0.1)
         for cid in IDS:
             assert q.log_lines(cid, DROP_LINE), f"controller {cid} did not log the drop"
 
