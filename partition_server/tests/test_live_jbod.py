@@ -345,6 +345,11 @@ def test_one_failed_directory_takes_only_its_replicas_offline(cluster):
     cluster.restart_broker(victim)
     _until(lambda: all(victim in isr for _, isr in _layout(cluster, topic).values()), 60,
            "the restarted broker is back in every ISR")
+    # the shut-down broker was fenced at once (Kafka's SHUTDOWN_NOW), so it left Metadata for
+    # a moment; kafka-python's admin keeps the controller id it had and answers
+    # UnknownBrokerIdError from its cached brokers until it refreshes: a new client reads afresh
+    cluster.admin.close()
+    cluster.admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
 
 
 def _active_controller(c) -> str | None:
