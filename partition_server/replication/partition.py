@@ -230,7 +230,7 @@ class PartitionState:
         # of every partition (the leader's own log end always counts, in the ISR or not)
         candidate = self.log.log_end_offset
         me, followers = self.broker_id, self.followers
-        for r in (self.isr if self.pending_isr is None else self.maximal_isr):
+        for r in self.maximal_isr:          # the committed ISR itself, unless one is pending
             if r != me:
                 state = followers.get(r)
                 offset = state.log_end_offset if state is not None else UNKNOWN_OFFSET

@@ -133,8 +133,8 @@ class Verifications:
             await self.peers.drop(node)
             return
         answers = {r.transactional_id: r for r in resp.results_by_transaction}
+        top = ErrorCode(resp.error_code) if resp.error_code else ErrorCode.INVALID_TXN_STATE
         for e in batch:
-            top = ErrorCode(resp.error_code) if resp.error_code else ErrorCode.INVALID_TXN_STATE
             e.results = {tp: top for tp in e.payload[2]}
             r = answers.get(e.key)
             for t in (r.topic_results if r is not None else ()):
