@@ -7,12 +7,14 @@ or loses leadership before the records commit; brokers and admin tools retry ano
 from __future__ import annotations
 
 import time
+import uuid
 
 import trio
 
 from metadata_quorum.records import encode_record  # noqa: F401  (re-exported for tests)
 from metadata_quorum.voter_handlers import handle_add_raft_voter, handle_remove_raft_voter
 from wire.errors import ErrorCode
+from wire.primitives import ZERO_UUID
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS, RESPONSES
 from wire.records.batch import Record, build_batch
@@ -406,7 +408,9 @@ async def handle_describe_quorum(svc, req):
             leo = st["commit_index"]
         else:
             leo = st["match_index"].get(nid, -1) if svc.active else -1
-        voters.append(cls.ReplicaState(replica_id=nid, log_end_offset=leo,
+        voters.append(cls.ReplicaState(replica_id=nid, replica_directory_id=_directory_uuid(
+                                           st.get("voter_directories", {}).get(nid)),
+                                       log_end_offset=leo,
                                        last_fetch_timestamp=-1, last_caught_up_timestamp=-1))
     observers = [cls.ReplicaState(replica_id=b, log_end_offset=off, last_fetch_timestamp=ts,
                                   last_caught_up_timestamp=ts if off >= svc.next_offset else -1)
@@ -419,6 +423,14 @@ async def handle_describe_quorum(svc, req):
              for nid, v in sorted(current.items())]
     return cls(error_code=0, topics=[cls.TopicData(topic_name=METADATA_TOPIC, partitions=[part])],
                nodes=nodes)
+
+
+def _directory_uuid(directory: str | None) -> uuid.UUID:
+    """A voter's directory id as DescribeQuorum v2 carries it (zero: not known here)."""
+    try:
+        return uuid.UUID(hex=directory) if directory else ZERO_UUID
+    except ValueError:
+        return ZERO_UUID
 
 
 def _records_batch(base_offset: int, encoded: list[bytes]) -> bytes:

@@ -364,7 +364,20 @@ class RaftQuorum:
         return {"term": st.get("raft_term", 0), "commit_index": st.get("commit_idx", 0),
                 "last_applied": st.get("last_applied", 0), "leader_id": self.leader_id,
                 "match_index": match, "log_len": st.get("log_len", 0),
-                "directory_id": self.journal.directory_id}
+                "directory_id": self.journal.directory_id,
+                "voter_directories": self.voter_directories()}
+
+    def voter_directories(self) -> dict[int, str]:
+        """The directory id this controller counts each voter by (KIP-853): its own, and each
+        peer's pin. A wiped peer shows its old id here until its re-admission is committed
+        and applied on this controller, so an operator (or a test) can see when it votes again."""
+        pins = dict(self.directories.pins)          # pysyncobj's thread adds pins: copy once
+        out = {self.node_id: self.journal.directory_id}
+        for address, directory in pins.items():
+            nid = self.address_to_id.get(address)
+            if nid is not None and nid != self.node_id and directory:
+                out[nid] = directory
+        return out
 
     # -- membership (pysyncobj's dynamic membership) ------------------------------------------
 

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import time
+import uuid
 
 import pytest
 import trio
@@ -71,7 +72,6 @@ async def _request(port, message, version, timeout=3.0):
 async def register_broker(q: Quorum) -> None:
     """Register broker 0 (it stays fenced) so topics can be assigned to it."""
     br = REQUESTS[ApiKey.BROKER_REGISTRATION]
-    import uuid
     msg = br(broker_id=0, cluster_id="raftka", incarnation_id=uuid.uuid4(),
              listeners=[br.Listener(name="PLAINTEXT", host="127.0.0.1", port=1)])
     for _ in range(200):
@@ -310,6 +310,32 @@ def test_wiped_controller_recovers_and_nothing_committed_is_lost(tmp_path):
             await trio.sleep(0.1)
         raise AssertionError(f"controller {index} did not get back {written}")
 
+    async def directories(index: int) -> dict[int, uuid.UUID]:
+        """The directory id `index` counts each voter by (DescribeQuorum v2)."""
+        resp = await _request(q.port(index), REQUESTS[ApiKey.DESCRIBE_QUORUM](
+            topics=[REQUESTS[ApiKey.DESCRIBE_QUORUM].TopicData(
+                topic_name="__cluster_metadata",
+                partitions=[REQUESTS[ApiKey.DESCRIBE_QUORUM].PartitionData(partition_index=0)])]),
+            2, timeout=2)
+        voters = resp.topics[0].partitions[0].current_voters
+        return {v.replica_id: v.replica_directory_id for v in voters}
+
+    async def readmitted(index: int) -> None:
+        """Every live controller counts the wiped `index` by its new directory id: its
+        re-admission is committed and applied everywhere, so its vote counts again. Until then
+        it is no voter, and a wipe of another node would leave no majority (by design)."""
+        own = None
+        for _ in range(200):
+            try:
+                own = own or (await directories(index))[CONTROLLER_IDS[index]]
+                seen = [(await directories(i)).get(CONTROLLER_IDS[index]) for i in q.procs]
+                if all(d == own for d in seen):
+                    return
+            except (ConnectionClosed, OSError, DecodeError, trio.TooSlowError):
+                pass
+            await trio.sleep(0.1)
+        raise AssertionError(f"controller {index} was not re-admitted by every controller")
+
     try:
         async def scenario():
             await register_broker(q)
@@ -323,12 +349,15 @@ def test_wiped_controller_recovers_and_nothing_committed_is_lost(tmp_path):
                 active, _ = await create_topic(q, f"w-{n}", 20)
                 written.append(f"w-{n}")
             await caught_up(follower, written)
+            await readmitted(follower)
+            wiped_active = active
             wipe(active)                      # the active one now: a new leader takes over
             for n in range(8, 11):
                 active, _ = await create_topic(q, f"w-{n}", 20)
                 written.append(f"w-{n}")
             for i in range(3):
                 await caught_up(i, written)
+            await readmitted(wiped_active)
             # the majority without the last active controller includes both wiped nodes
             q.kill(active)
             await create_topic(q, "after", 20)
