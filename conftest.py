@@ -65,3 +65,38 @@ def _close_partition_logs(monkeypatch):
             plog.close(sync=False)
         except Exception:          # noqa: BLE001 - a test may have left it broken on purpose
             pass
+
+
+NODE_LOG_LINES = 25            # notable lines per node log shown with a failed test
+_NOTABLE = (" WARNING ", " ERROR ", " CRITICAL ", "Traceback", "Error:", "Exception:")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report gets the warnings and errors its live nodes logged while it ran:
+    CI keeps only pytest's output, and the cluster's logs are gone with the machine (a node can
+    fail a request without dying, which LiveCluster.unexpected_exits cannot show)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    try:
+        base = item.config._tmp_path_factory.getbasetemp()
+    except Exception:          # noqa: BLE001 - no tmp dirs made: no live nodes either
+        return
+    started = call.start
+    sections = []
+    for path in sorted(base.glob("**/logs/*.log")):
+        try:
+            if path.stat().st_mtime < started:
+                continue
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        notable = [line for line in lines if any(mark in line for mark in _NOTABLE)]
+        if notable:
+            sections.append(f"--- {path.relative_to(base)}: {len(notable)} notable lines, "
+                            f"the last {min(len(notable), NODE_LOG_LINES)}:\n" +
+                            "\n".join(line[:300] for line in notable[-NODE_LOG_LINES:]))
+    if sections:
+        report.sections.append(("node logs (warnings and errors)", "\n".join(sections)))
