@@ -21,14 +21,14 @@ import random
 import threading
 import time
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, \
     NewTopic
 
 from chaos_tests.checkers import OK, UNKNOWN, History
 from chaos_tests.checkers import ops as oplog_mod
 from chaos_tests.checkers.ops import OpLog
-from chaos_tests.live.workload import Reader, leader_epoch
+from chaos_tests.live.workload import Reader, high_watermark, leader_epoch
 
 KEYS = 10
 CONFIG = "retention.ms"
@@ -102,7 +102,7 @@ def final_read_with_epochs(bootstrap: str, topic: str, partitions: int, history:
     try:
         for p in range(partitions):
             tp = TopicPartition(topic, p, 0)
-            high = _high_watermark(c, tp, timeout_s)
+            high = high_watermark(c, tp, timeout_s)
             c.assign([tp])
             seen, deadline = 0, time.monotonic() + timeout_s
             while seen < high and time.monotonic() < deadline:
@@ -119,21 +119,6 @@ def final_read_with_epochs(bootstrap: str, topic: str, partitions: int, history:
     finally:
         c.close()
     return total
-
-
-def _high_watermark(c: Consumer, tp: TopicPartition, timeout_s: float) -> int:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return c.get_watermark_offsets(tp, timeout=10)[1]
-        except KafkaException as exc:
-            if time.monotonic() > deadline:
-                raise
-            if exc.args[0].code() not in (KafkaError.NOT_LEADER_FOR_PARTITION,
-                                          KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TIMED_OUT,
-                                          KafkaError.OFFSET_NOT_AVAILABLE):
-                raise
-            time.sleep(0.5)
 
 
 # librdkafka's names where they differ from Kafka's (the checkers speak Kafka's)

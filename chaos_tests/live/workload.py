@@ -362,21 +362,40 @@ class Reader:
         self.c.close()
 
 
+# librdkafka 2.x answers _UNKNOWN_PARTITION when its metadata has the partition without a
+# leader (leader -1, e.g. its only ISR member was fenced under load), and keeps answering so
+# from that cached metadata: _high_watermark refreshes it before asking again
 _LEADER_MOVING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                  KafkaError._TIMED_OUT, KafkaError.OFFSET_NOT_AVAILABLE}
+                  KafkaError._TIMED_OUT, KafkaError.OFFSET_NOT_AVAILABLE,
+                  KafkaError._UNKNOWN_PARTITION}
 
 
-def _high_watermark(c: Consumer, tp: TopicPartition, timeout_s: float) -> int:
+def high_watermark(c: Consumer, tp: TopicPartition, timeout_s: float) -> int:
     """The partition's high watermark, asked again while leadership is still moving after the
-    faults (a preferred-leader election can answer NOT_LEADER_FOR_PARTITION once)."""
+    faults (a preferred-leader election can answer NOT_LEADER_FOR_PARTITION once; a broker
+    fenced under load leaves a partition leaderless until it is back)."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             return c.get_watermark_offsets(tp, timeout=15)[1]
         except KafkaException as exc:
             if exc.args[0].code() not in _LEADER_MOVING or time.monotonic() > deadline:
-                raise
+                raise AssertionError(f"no high watermark for {tp.topic}-{tp.partition} in "
+                                     f"{timeout_s}s: {exc.args[0]}; the partition: "
+                                     f"{_partition_state(c, tp)}") from exc
+            if exc.args[0].code() == KafkaError._UNKNOWN_PARTITION:
+                _partition_state(c, tp)          # a Metadata request renews librdkafka's cache
             time.sleep(0.5)
+
+
+def _partition_state(c: Consumer, tp: TopicPartition) -> str:
+    try:
+        topic = c.list_topics(tp.topic, timeout=10).topics[tp.topic]
+        part = topic.partitions.get(tp.partition)
+        return (f"topic error {topic.error}" if part is None else
+                f"leader {part.leader} isr {part.isrs} replicas {part.replicas} error {part.error}")
+    except KafkaException as exc:
+        return f"(metadata failed: {exc.args[0]})"
 
 
 def final_read(bootstrap: str, topic: str, partitions: int, history: History,
@@ -388,7 +407,7 @@ def final_read(bootstrap: str, topic: str, partitions: int, history: History,
     try:
         for p in range(partitions):
             tp = TopicPartition(topic, p, 0)
-            high = _high_watermark(c, tp, timeout_s)
+            high = high_watermark(c, tp, timeout_s)
             c.assign([tp])
             seen = 0
             deadline = time.monotonic() + timeout_s
@@ -418,7 +437,7 @@ def open_transactions(bootstrap: str, topic: str, partitions: int) -> dict[int, 
         try:
             # asked again while leadership moves (a restarted broker's preferred-leader
             # election): a NOT_LEADER here once ended a campaign run
-            ends[level] = [_high_watermark(c, TopicPartition(topic, p), 30)
+            ends[level] = [high_watermark(c, TopicPartition(topic, p), 30)
                            for p in range(partitions)]
         finally:
             c.close()
@@ -442,7 +461,7 @@ def final_read_committed(bootstrap: str, topic: str, partitions: int, history: H
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"final-rc-{topic}",
                   "isolation.level": "read_committed", "enable.auto.commit": False,
                   "enable.partition.eof": True})
-    ends = {p: _high_watermark(c, TopicPartition(topic, p), timeout_s) for p in range(partitions)}
+    ends = {p: high_watermark(c, TopicPartition(topic, p), timeout_s) for p in range(partitions)}
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     total, done = 0, {p for p, end in ends.items() if end == 0}
     try:
