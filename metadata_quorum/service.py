@@ -46,7 +46,8 @@ from metadata_quorum.pipeline import CommandPipeline, NotProposable, Proposal
 from metadata_quorum.quorum.raft import FAIL_REASON, Committed, RaftQuorum, Reset, fail_reason
 from metadata_quorum.raft_inbox import RaftInbox
 from metadata_quorum.voter_handlers import resolve_pending
-from metadata_quorum.records import AbortTransactionRecord, NoOpRecord, RecordTooLarge
+from metadata_quorum.records import AbortTransactionRecord, FenceBrokerRecord, NoOpRecord, \
+    RecordTooLarge
 from common.network import serve_listener
 from wire.messages.api_keys import ApiKey
 
@@ -401,9 +402,18 @@ class ControllerService:
             self._check_membership()
             if self.active:
                 try:
-                    await self.mutate(lambda now: (self.controller.tick(now, rebalance), None))
+                    await self.mutate(lambda now: (self._tick(now, rebalance), None))
                 except NotActive:
                     pass
+
+    def _tick(self, now_ms: int, rebalance: bool) -> list:
+        records = self.controller.tick(now_ms, rebalance)
+        fenced = [rec.broker_id for rec in records if isinstance(rec, FenceBrokerRecord)]
+        if fenced:
+            # an operator's first question after an outage: which broker, and why
+            log.warning("fencing broker(s) %s: no heartbeat within broker.session.timeout.ms "
+                        "(%d ms)", fenced, self.controller.heartbeats.session_timeout_ms)
+        return records
 
     # -- requests -----------------------------------------------------------------------------
 

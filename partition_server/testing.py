@@ -101,7 +101,8 @@ class LiveCluster:
         path = self.layout.data_dir / "configs" / f"broker-{broker_id}.properties"
         new = ManagedProcess(f"broker-{broker_id}",
                              [sys.executable, "-m", "partition_server", "--config", str(path)],
-                             "unfenced", True, self.layout.log_path(f"broker-{broker_id}"))
+                             "unfenced", True, self.layout.log_path(f"broker-{broker_id}"),
+                             self.layout.node_env.get(f"broker-{broker_id}"))
         self.procs[self.procs.index(old)] = new
         self._stopped_by_us.discard(new.name)
         problem = wait_ready([new], timeout_s)
@@ -118,7 +119,8 @@ class LiveCluster:
         write_properties(path, self.layout.controller_properties(index))
         new = ManagedProcess(f"controller-{cid}",
                              [sys.executable, "-m", "metadata_quorum", "--config", str(path)],
-                             "listening on", True, self.layout.log_path(f"controller-{cid}"))
+                             "listening on", True, self.layout.log_path(f"controller-{cid}"),
+                             self.layout.node_env.get(f"controller-{cid}"))
         self.procs[self.procs.index(old)] = new
         self._stopped_by_us.discard(new.name)
         problem = wait_ready([new], timeout_s)

@@ -22,7 +22,7 @@ import time
 import traceback
 from pathlib import Path
 
-from chaos_tests.campaign import disk, report as report_mod
+from chaos_tests.campaign import disk, report as report_mod, timejump
 from chaos_tests.campaign.nemesis import CLOCK_FILE
 from chaos_tests.campaign.runner import RoundResult, run_round
 from chaos_tests.campaign.schedule import (check_available, ddmin, dumps, loads, make_schedule,
@@ -78,11 +78,15 @@ def _shrink(cluster, failed: RoundResult, args) -> dict:
 
 def _cluster(data: Path, faults: list[str]):
     """The campaign's cluster, with what the asked classes need: each node's clock offset
-    file (clock), each broker's log dir on a tmpfs of its own (disk-full)."""
+    file (clock), each broker's log dir on a tmpfs of its own (disk-full), every node under
+    libfaketime (time-jump)."""
     overrides = dict(OVERRIDES)
     if "clock" in faults:
         overrides["raftka.clock.offset.file"] = CLOCK_FILE
     cluster = low_port_cluster(data, overrides, node_addresses=True)
+    if "time-jump" in faults:           # every node under libfaketime, at offset 0 until a jump
+        for node in cluster.layout.node_hosts():
+            cluster.layout.node_env[node] = timejump.node_env(timejump.node_dir(data, node))
     mounts = [data / f"broker-{b}" for b in cluster.layout.broker_ids] \
         if "disk-full" in faults else []
     for m in mounts:

@@ -1,7 +1,8 @@
 """The campaign's nemesis: injects and heals schedule.py's fault classes on a live cluster —
 processes through `LiveCluster` (signals, restarts), the network through nftables tables of
 this cluster's own (`raftka_camp<port>_<n>`, matching only its node addresses), clocks through
-each node's `raftka.clock.offset.file`, disks through the brokers' own tmpfs (disk.py).
+each node's `raftka.clock.offset.file`, disks through the brokers' own tmpfs (disk.py), process
+clocks through libfaketime's offset files (timejump.py).
 
 `run_schedule` plays a schedule as timed events (inject at `at`, heal at `end`), so faults may
 overlap: each fault keeps its own table, thread or file, and heals only what it made.
@@ -15,7 +16,7 @@ import signal
 import threading
 import time
 
-from chaos_tests.campaign import disk
+from chaos_tests.campaign import disk, timejump
 from chaos_tests.campaign.schedule import FaultStep
 from clients.cli.dev import CONTROLLER_IDS
 
@@ -96,6 +97,11 @@ class Nemesis:
             return lambda: self.set_clock(t[0], 0.0)
         if step.fault == "disk-full":
             return self._disk_full(t[0])
+        if step.fault == "time-jump":
+            total = timejump.jump(timejump.node_dir(c.layout.data_dir, t[0]), step.param)
+            self.notes.append(f"time-jump({t[0]}) {step.param:+.0f}s: its clocks now "
+                              f"{total:.0f}s ahead")
+            return lambda: None         # a leap is not undone: the clocks stay ahead
         return self._net(step)
 
     def set_clock(self, node: str, offset_s: float) -> None:

@@ -16,7 +16,8 @@ from pathlib import Path
 BUCKET_S = 0.5
 COLORS = {"kill": "#d62728", "pause": "#9467bd", "restart": "#8c564b", "controller-kill": "#e377c2",
           "isolate": "#1f77b4", "split": "#17becf", "bridge": "#bcbd22", "oneway": "#ff7f0e",
-          "loss": "#7f7f7f", "flap": "#aec7e8", "clock": "#2ca02c", "disk-full": "#393b79"}
+          "loss": "#7f7f7f", "flap": "#aec7e8", "clock": "#2ca02c", "disk-full": "#393b79",
+          "time-jump": "#98df8a"}
 _QUOTED = re.compile(r"'([^']+)'")
 
 

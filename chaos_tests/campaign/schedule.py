@@ -21,10 +21,13 @@ then points at one fault or a short sequence, and shrinking removes steps cleanl
 |                 | every 0.5-2 s, seeded by `param`                 |                          |
 | clock           | a node's wall clock jumps `param` s (±5 s-10 min) | its clock back to true  |
 | disk-full       | a broker's log dir (its own tmpfs) filled up     | free it, restart broker  |
+| time-jump       | a node's monotonic and wall clocks leap `param` s | (none: clocks stay ahead)|
+|                 | forward (2-60 s; libfaketime, timejump.py)       |                          |
 
 The nftables classes need root and nft; disk-full needs root and tmpfs mounts (the campaign
 puts each broker's log dir on its own size-limited tmpfs); clock needs nothing (the nodes run
-with `raftka.clock.offset.file`, common/clock.py). `check_available` says what is missing.
+with `raftka.clock.offset.file`, common/clock.py); time-jump needs libfaketime (the nodes start
+under its LD_PRELOAD). `check_available` says what is missing.
 """
 
 from __future__ import annotations
@@ -35,9 +38,10 @@ import random
 
 PROCESS_FAULTS = ("kill", "pause", "restart", "controller-kill")
 NET_FAULTS = ("isolate", "split", "bridge", "oneway", "loss", "flap")
-NEW_FAULTS = ("clock", "disk-full")
+NEW_FAULTS = ("clock", "disk-full", "time-jump")
 FAULT_CLASSES = PROCESS_FAULTS + NET_FAULTS + NEW_FAULTS
 MAX_CLOCK_JUMP_S = 600
+MAX_TIME_JUMP_S = 60               # a monotonic leap past every timeout the cluster has
 BROKERS = ("broker-0", "broker-1", "broker-2")
 CONTROLLERS = ("controller-3000", "controller-3001", "controller-3002")
 NODES = CONTROLLERS + BROKERS
@@ -49,14 +53,14 @@ class FaultStep:
     targets: tuple[str, ...]        # the node(s) it acts on (split/bridge: side A, bridge node)
     at: float                       # seconds after the round's workload started
     duration: float                 # how long it lasts before its heal
-    param: float = 0.0              # clock: the jump in seconds; flap: its timing seed
+    param: float = 0.0              # clock, time-jump: the jump in seconds; flap: its timing seed
 
     @property
     def end(self) -> float:
         return self.at + self.duration
 
     def label(self) -> str:
-        extra = f",{self.param:+.0f}s" if self.fault == "clock" else ""
+        extra = f",{self.param:+.0f}s" if self.fault in ("clock", "time-jump") else ""
         return (f"{self.fault}({','.join(self.targets)}{extra})@{self.at:.1f}s"
                 f"+{self.duration:.1f}s")
 
@@ -84,7 +88,7 @@ def _targets(rng: random.Random, fault: str) -> tuple[str, ...]:
         return (rng.choice(BROKERS),)
     if fault == "controller-kill":
         return (rng.choice(CONTROLLERS),)
-    if fault in ("isolate", "oneway", "loss", "clock"):
+    if fault in ("isolate", "oneway", "loss", "clock", "time-jump"):
         return (rng.choice(NODES),)
     nodes = list(NODES)
     rng.shuffle(nodes)
@@ -102,6 +106,8 @@ def _param(rng: random.Random, fault: str) -> float:
         return float(rng.choice((-1, 1)) * rng.randint(5, MAX_CLOCK_JUMP_S))
     if fault == "flap":
         return float(rng.getrandbits(31) or 1)
+    if fault == "time-jump":            # forward only: a monotonic clock never goes back
+        return float(rng.randint(2, MAX_TIME_JUMP_S))
     return 0.0
 
 
@@ -209,6 +215,11 @@ def check_available(faults: list[str]) -> None:
         except NetFaultUnavailable as exc:
             raise NetFaultUnavailable(f"fault classes {', '.join(dict.fromkeys(wanted))} need "
                                       f"kernel packet filtering: {exc}") from None
+    if "time-jump" in faults:
+        from chaos_tests.campaign.timejump import check
+        problem = check()
+        if problem:
+            raise NetFaultUnavailable(f"fault class time-jump: {problem}")
     if "disk-full" in faults:
         from chaos_tests.campaign.disk import check_tmpfs
         problem = check_tmpfs()

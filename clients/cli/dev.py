@@ -17,6 +17,7 @@ the config files are rewritten identically and every process recovers its own st
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -58,6 +59,9 @@ class DevLayout:
     node_prefix: str | None = None
     # log directories per broker (JBOD): broker-N, then broker-N-d1, broker-N-d2, ...
     log_dirs: int = 1
+    # extra environment variables per node name (broker-N, controller-C), on top of ours: the
+    # campaign's time-jump class starts nodes under libfaketime this way (chaos_tests/campaign)
+    node_env: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def controller_host(self, index: int) -> str:
         return "127.0.0.1" if self.node_prefix is None else f"{self.node_prefix}.{11 + index}"
@@ -190,7 +194,7 @@ class ManagedProcess:
     """One child process whose output is echoed with a prefix and scanned for a ready line."""
 
     def __init__(self, name: str, argv: list[str], ready_marker: str, quiet: bool,
-                 log_path: Path | None = None):
+                 log_path: Path | None = None, env: dict[str, str] | None = None):
         self.name = name
         self.ready = threading.Event()
         self._terminated = False
@@ -203,7 +207,8 @@ class ManagedProcess:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = open(log_path, "a", buffering=1)
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, text=True, bufsize=1)
+                                     stdin=subprocess.DEVNULL, text=True, bufsize=1,
+                                     env={**os.environ, **env} if env else None)
         self._pump_thread = threading.Thread(target=self._pump, daemon=True)
         self._pump_thread.start()
 
@@ -256,7 +261,8 @@ def start_controller(layout: DevLayout, index: int, quiet: bool) -> ManagedProce
     write_properties(path, layout.controller_properties(index))
     return ManagedProcess(f"controller-{cid}",
                           [sys.executable, "-m", "metadata_quorum", "--config", str(path)],
-                          "listening on", quiet, layout.log_path(f"controller-{cid}"))
+                          "listening on", quiet, layout.log_path(f"controller-{cid}"),
+                          layout.node_env.get(f"controller-{cid}"))
 
 
 def start_node(layout: DevLayout, name: str, quiet: bool) -> ManagedProcess:
@@ -273,7 +279,8 @@ def start_broker(layout: DevLayout, broker_id: int, quiet: bool) -> ManagedProce
     write_properties(path, layout.broker_properties(broker_id))
     return ManagedProcess(f"broker-{broker_id}",
                           [sys.executable, "-m", "partition_server", "--config", str(path)],
-                          "unfenced", quiet, layout.log_path(f"broker-{broker_id}"))
+                          "unfenced", quiet, layout.log_path(f"broker-{broker_id}"),
+                          layout.node_env.get(f"broker-{broker_id}"))
 
 
 def wait_ready(procs: list[ManagedProcess], timeout_s: float) -> str | None:

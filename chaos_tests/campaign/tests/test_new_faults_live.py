@@ -7,6 +7,10 @@ and tmpfs are needed; a machine without them fails here with the reason, it is n
   and nothing it acknowledged is missing from the final log;
 - clock: a partition leader's wall clock jumps minutes forward, then back, seen in the
   LogAppendTime it stamps, which never goes back; then a campaign round with jumps;
+- time-jump (every node here runs under libfaketime): the active controller's monotonic and wall
+  clocks leap 30 s, three session timeouts: it reads the leap as a stall of its own (its log
+  says so) or pysyncobj steps down first (no follower heard for 30 s), and no broker is
+  fenced; then a campaign round of leaps on a broker and on controllers;
 - flap: a campaign round with a link cut and restored every 0.5-2 s (the rules dropped packets);
 - overlap: a campaign round of kill + isolate and pause + split, each pair at once.
 Each campaign round is judged by every checker.
@@ -18,6 +22,7 @@ import re
 import time
 
 import pytest
+import trio
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -37,9 +42,9 @@ ROUND_S = 9.0
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    check_available(["flap", "disk-full", "clock"])
+    check_available(["flap", "disk-full", "clock", "time-jump"])
     data = tmp_path_factory.mktemp("newfaults")
-    c, mounts = campaign._cluster(data, ["clock", "disk-full", "flap"])
+    c, mounts = campaign._cluster(data, ["clock", "disk-full", "flap", "time-jump"])
     try:
         c.start()
         yield c
@@ -144,6 +149,42 @@ def test_clock_jump_moves_the_leaders_wall_clock_and_append_time_never_goes_back
                                         FaultStep("clock", ("controller-3000",), 1.0, 4, -600.0),
                                         FaultStep("clock", ("broker-2",), 5.5, 2, -45.0)],
                   ROUND_S)
+    assert_round_clean(r)
+
+
+def test_time_jump_of_the_active_controller_reads_as_a_stall_and_fences_no_broker(cluster):
+    from clients.cli.quorum import describe
+    layout = cluster.layout
+    leader = wait_for(lambda: next((lid for lid in [trio.run(
+        describe, layout.controller_host(0), layout.controller_port(0))["leader_id"]]
+        if lid >= 0), None), 30, "a quorum leader")
+    name = f"controller-{leader}"
+    log_path = layout.log_path(name)
+
+    def lines(marker: str) -> int:
+        return log_path.read_text(errors="replace").count(marker)
+    marks = ("controller stalled for", "is no longer active")
+    before, fences = [lines(m) for m in marks], lines("fencing broker")
+    Nemesis(cluster).inject(FaultStep("time-jump", (name,), 0, 0, 30.0))
+    # libfaketime re-reads the offset within a second. Then either the controller's next tick
+    # sees 30 s gone by and says it stalled, or pysyncobj's thread first saw no follower answer
+    # for 30 s and stepped down (a new activation starts every session afresh)
+    wait_for(lambda: any(lines(m) > n for m, n in zip(marks, before)), 30,
+             f"{name} noticing its clocks leapt 30 s")
+    stalled = [int(m) for m in re.findall(r"controller stalled for (\d+) ms",
+                                          log_path.read_text(errors="replace"))][before[0]:]
+    assert all(ms >= 25_000 for ms in stalled), f"a leap of 30 s read as stalls of {stalled} ms"
+    # unforgiven, the leap fences every broker at the tick that sees it (each session looks
+    # 30 s old); forgiven, each gets 1 s to be heard: 5 s later nobody was fenced
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        assert lines("fencing broker") == fences, "brokers fenced after the controller's leap"
+        time.sleep(0.5)
+    r = run_round(cluster, "leap", 4, [FaultStep("time-jump", ("broker-1",), 0.5, 1, 20.0),
+                                       FaultStep("time-jump", ("controller-3001",), 3.0, 1, 45.0),
+                                       FaultStep("time-jump", ("controller-3002",), 5.5, 1, 8.0)],
+                  ROUND_S)
+    assert sum("time-jump(" in n for n in r.notes) == 3, r.notes
     assert_round_clean(r)
 
 

@@ -225,3 +225,36 @@ def test_flaps_hold_long_enough_to_flap():
     assert len(held) > 100
     assert all(s.duration >= 2.5 or abs(s.end - 12 * 0.8) < 0.02 for s in held)
     assert sum(s.duration for s in held) / len(held) > 3.5
+
+
+def test_time_jumps_go_forward_on_any_node_and_accumulate(tmp_path):
+    from chaos_tests.campaign import timejump
+    jumps = [s for seed in range(200) for s in make_schedule(seed, ["time-jump"], 12)]
+    assert {s.targets[0] for s in jumps} == set(sch.NODES)
+    assert all(2 <= s.param <= sch.MAX_TIME_JUMP_S and f"{s.param:+.0f}s" in s.label()
+               for s in jumps)
+    node = timejump.node_dir(tmp_path, "broker-1")
+    assert timejump.read_offset(node) == 0.0
+    assert timejump.jump(node, 12) == 12.0 and timejump.jump(node, 2.5) == 14.5
+    assert timejump.offset_file(node).read_text() == "+14.500\n"   # libfaketime's relative form
+    with pytest.raises(ValueError, match="forward only"):
+        timejump.jump(node, -3)
+    assert timejump.read_offset(node) == 14.5
+
+
+def test_time_jump_class_starts_every_node_under_libfaketime(tmp_path, monkeypatch):
+    from chaos_tests.campaign import __main__ as campaign
+    from chaos_tests.campaign import timejump
+    from clients.cli.netfaults import nft
+    cluster, _ = campaign._cluster(tmp_path, ["time-jump"])
+    env = cluster.layout.node_env
+    assert set(env) == set(sch.NODES)
+    for node, extra in env.items():
+        assert extra["LD_PRELOAD"] == timejump.library()
+        assert extra["FAKETIME_TIMESTAMP_FILE"] == str(
+            timejump.offset_file(timejump.node_dir(tmp_path, node)))
+    plain, _ = campaign._cluster(tmp_path / "p", ["kill"])
+    assert plain.layout.node_env == {}
+    monkeypatch.setattr(timejump, "LIBRARY_GLOBS", ())
+    with pytest.raises(nft.NetFaultUnavailable, match="time-jump: libfaketime is not installed"):
+        sch.check_available(["time-jump"])
