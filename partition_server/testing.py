@@ -33,12 +33,27 @@ def _ports_free(ports) -> bool:
     return True
 
 
+def port_range(low: int = 10000, high: int = 31500) -> tuple[int, int]:
+    """The slice of [low, high) this test process picks listening ports from. Under
+    pytest-xdist each worker gets a slice of its own: picking at random and checking that the
+    ports are free does not stop two workers from picking the same block at once (the check
+    comes a second or two before the nodes bind)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not worker.startswith("gw") or count <= 1:
+        return low, high
+    index = int(worker[2:]) % count
+    width = (high - low) // count
+    return low + index * width, low + (index + 1) * width
+
+
 def free_base_port(broker_ids=BROKER_IDS) -> int:
     rng = random.Random(os.getpid() ^ time.time_ns())
+    # below Linux's ephemeral range (32768+): a client socket's random local port must not
+    # take a port a node is about to listen on (base + up to 1202)
+    low, high = port_range()
     for _ in range(200):
-        # below Linux's ephemeral range (32768+): a client socket's random local port must not
-        # take a port a node is about to listen on (base + up to 1202)
-        base = rng.randrange(10000, 31500)
+        base = rng.randrange(low, high - 1300)
         ports = [base + b for b in broker_ids] + [base + 1000 + i for i in range(3)] + \
                 [base + 1050 + i for i in range(3)] + [base + 1100 + i for i in range(3)] + \
                 [base + 1200 + b for b in broker_ids]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from chaos_tests.live.proxy import ProxyThread
 from clients.cli.dev import BROKER_IDS, CONTROLLER_IDS, DevLayout
-from partition_server.testing import LiveCluster, _ports_free
+from partition_server.testing import LiveCluster, _ports_free, port_range
 
 
 def _ephemeral_low() -> int:
@@ -33,10 +33,10 @@ def low_base_port() -> int:
     """A base port whose whole block (base .. base+1202) lies below the kernel's ephemeral
     range: outgoing connections (ours, the proxies', other tests') take ephemeral ports, and a
     broker that starts a moment later cannot bind one of those ("Address already in use")."""
-    top = _ephemeral_low() - 1300
+    low, high = port_range(10000, max(11400, _ephemeral_low()))
     rng = random.Random(os.getpid() ^ time.time_ns())
     for _ in range(200):
-        base = rng.randrange(10000, max(10001, top))
+        base = rng.randrange(low, max(low + 1, high - 1300))
         ports = [base + b for b in BROKER_IDS] + [base + 1000 + i for i in range(3)] + \
                 [base + 1100 + i for i in range(3)] + [base + 1200 + b for b in BROKER_IDS]
         if _ports_free(ports):

@@ -42,7 +42,7 @@ import trio
 from clients.cli.dev import ManagedProcess, wait_ready, write_properties
 from clients.cli.secure_dev import dev_raft_password
 from clients.connection import BrokerConnection, ConnectionClosed
-from partition_server.testing import free_base_port
+from partition_server.testing import free_base_port, port_range
 from wire.errors import DecodeError, ErrorCode
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
@@ -364,7 +364,8 @@ def wait_closed(socks, timeout_s: float) -> dict:
 
 def _free_on_all(hosts, rng: random.Random, span: int) -> int:
     for _ in range(200):
-        port = rng.randrange(10000, 31500)
+        low, high = port_range()
+        port = rng.randrange(low, high - span)
         try:
             for host in hosts:
                 for p in (port, port + span):
