@@ -460,10 +460,12 @@ class RaftQuorum:
 
 def record_synced_length(path: str, length: int) -> None:
     """Tests' power-loss record: the journal's length on disk after its latest fsync (written
-    after the fsync returned, to the page cache, which a SIGKILL keeps)."""
+    after the fsync returned, to the page cache, which a SIGKILL keeps), with the journal
+    file's inode: a rewrite replaces the file (durably) before its record is written, so a
+    SIGKILL in between leaves a record of the file it replaced, which the inode tells."""
     fd = os.open(path + ".synced", os.O_WRONLY | os.O_CREAT, 0o644)
     try:
-        os.pwrite(fd, b"%20d\n" % length, 0)
+        os.pwrite(fd, b"%20d %20d\n" % (length, os.stat(path).st_ino), 0)
     finally:
         os.close(fd)
 

@@ -355,8 +355,13 @@ async def test_kip890_part2_epoch_bump_fences_a_late_write_of_the_previous_trans
         assert await p.lso_reaches(2)
         if version >= 5:
             assert (end.producer_id, end.producer_epoch) == (p.pid, first_epoch + 1)
-            # a retried EndTxn of the same transaction is answered as done, same new epoch
-            again = await p.end(True, version, epoch=first_epoch)
+            # a retried EndTxn of the same transaction is answered as done, same new epoch —
+            # once the coordinator finished it: the markers are in the partition (the LSO
+            # moved) a moment before it logs CompleteCommit, and a retry in between is told
+            # CONCURRENT_TRANSACTIONS (51) to ask again, as Kafka's coordinator does
+            with trio.fail_after(30):
+                while (again := await p.end(True, version, epoch=first_epoch)).error_code == 51:
+                    await trio.sleep(0.05)
             assert (again.error_code, again.producer_epoch) == (0, first_epoch + 1)
             p.epoch = end.producer_epoch
         # the next transaction, on the same partition
