@@ -149,7 +149,7 @@ class ProducerBatch:
                  "attempts", "retry_at", "data", "sealed", "record_count", "last_error",
                  "base_ts", "max_ts", "size", "order", "producer_id", "producer_epoch",
                  "base_sequence", "n_callbacks", "done", "base_offset", "log_append_time", "exc",
-                 "event", "split_into", "record_excs")
+                 "event", "split_into", "record_excs", "in_doubt")
 
     def __init__(self, tp: TopicPartition, compression: int, created: float, alloc: int,
                  order: tuple = (0,)):
@@ -165,6 +165,10 @@ class ProducerBatch:
         self.retry_at = 0.0
         self.data: bytes | None = None      # built once, resent unchanged
         self.sealed = False                 # drained at least once: no more appends
+        # an attempt ended without the broker's answer for it (timed out, connection lost):
+        # the broker may have written it, so only its own producer id and sequence may resend
+        # it (the broker then drops the duplicate); never restamped under a new producer id
+        self.in_doubt = False
         self.record_count = 0
         self.last_error: Exception | None = None    # the latest retriable failure, for timeouts
         self.base_ts = -1
@@ -408,6 +412,16 @@ class RecordAccumulator:
         for dq in self.batches.values():
             while dq and now - dq[0].created >= delivery_timeout_s:
                 out.append(dq.popleft())
+        return out
+
+    def take(self, which) -> list[ProducerBatch]:
+        """Remove and return the waiting batches for which `which(batch)` holds."""
+        out = []
+        for tp, dq in self.batches.items():
+            if any(which(b) for b in dq):
+                keep = collections.deque(b for b in dq if not which(b))
+                out += [b for b in dq if which(b)]
+                self.batches[tp] = keep
         return out
 
     def empty(self) -> bool:

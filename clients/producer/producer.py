@@ -44,7 +44,8 @@ Idempotence (`enable.idempotence`, default true as in Kafka 3+): the producer ge
 with InitProducerId; every batch takes the partition's next sequence number when it is first
 sent and keeps the same bytes on every retry, so the broker drops a duplicate of a batch whose
 acknowledgement was lost (a batch sealed under a producer id since replaced is restamped with
-the new id and sequence). It needs acks=all: left at its default, idempotence is switched off by
+the new id and sequence — unless an attempt of it went unanswered: the broker may have written
+it, so it fails as in doubt instead, since under a new id it would be written again). It needs acks=all: left at its default, idempotence is switched off by
 acks=0/1 (Kafka does the same); asked for explicitly with acks=0/1 it is a configuration error.
 After a batch fails for good, later batches would leave a sequence gap, so the producer takes a
 new producer id (sequences restart at 0) — the same recovery Kafka's epoch bump gives.

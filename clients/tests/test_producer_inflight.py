@@ -298,6 +298,51 @@ async def test_out_of_order_right_after_an_acked_batch_is_an_error():
     assert batches[2].base_sequence == 0
 
 
+async def test_a_batch_in_doubt_is_never_restamped_under_a_new_producer_id():
+    """A batch whose answer was lost (the broker may have written it) and a batch of another
+    partition that then fails for good: the producer takes a new producer id, and the batch in
+    doubt fails (in doubt) instead of going out again under the new id and sequence, which the
+    broker would take for a new batch — a duplicate (found live: one record at offsets 310
+    and 323). A batch that was answered without being written is still restamped and sent."""
+    from clients.errors import KafkaConnectionError, KafkaTimeoutError
+    other = TopicPartition(TP.topic, TP.partition + 1)
+    p = Producer("127.0.0.1:1", {"batch.size": 100, "retry.backoff.ms": 1})
+    p._ids.producer_id, p._ids.producer_epoch = 5, 0
+    now = trio.current_time()
+    lost, _ = p._acc.append(TP, None, b"A" * 90, None, 1, now=now)
+    refused, _ = p._acc.append(other, None, b"B" * 90, None, 1, now=now)
+    clean, _ = p._acc.append(other, None, b"C" * 90, None, 1, now=now)
+    p._sender.incomplete = 3
+    a = p._acc.drain([TP], 1 << 20)[0]
+    b = p._acc.drain([other], 1 << 20)[0]
+
+    async def connection_lost(*args, **kwargs):
+        raise KafkaConnectionError("connection lost with the request written")
+    p._sender._produce_call = connection_lost
+    for batch in (a, b):
+        p._sender._inflight[0] = 1
+        p._sender._tp_inflight[batch.tp] = 1
+        p._sender._build_produce([batch])              # sealed under producer id 5
+        await p._sender._send_to(0, [batch])
+    assert a.in_doubt and b.in_doubt and not lost.done()
+    # b's resend is refused for good: a sequence gap would follow, so a new producer id
+    c = p._acc.drain([other], 1 << 20)[0]               # b, back in its place
+    assert c is b
+    p._sender._produce_call = _fake_answers([ErrorCode.INVALID_RECORD])
+    p._sender._inflight[0] = 1
+    p._sender._tp_inflight[other] = 1
+    await p._sender._send_to(0, [b])
+    assert refused.exception() is not None and p._ids.need_new_producer_id
+    p._ids.reset(6, 0)                                  # what InitProducerId answers
+    p._sender._fail_in_doubt_batches()                  # the sender loop's next step
+    assert isinstance(lost.exception(), KafkaTimeoutError)
+    assert "in doubt" in str(lost.exception())
+    # never sent: sealed under the new id as usual
+    rest = p._acc.drain([other], 1 << 20)
+    assert rest and decode_batch(p._sender._seal(rest[0])).header.producer_id == 6
+    assert not clean.done() and not p._acc.batches[TP]
+
+
 @pytest.mark.live
 async def test_inflight_many_batches_in_order_no_errors(live):
     """Thousands of small batches pipelined to 6 partitions with idempotence: no errors, and
