@@ -468,6 +468,11 @@ class Consumer:
                 await self.cluster.refresh_metadata({tp.topic for tp in self._assigned},
                                                     force=True)
             records = self._drain()
+            if self._nursery is None:
+                # closed by another task while this poll awaited (the group, a commit): what
+                # was buffered is handed out, nothing more is fetched (seen: a member closed
+                # during a rebalance, its poll then started a fetch on the closed consumer)
+                return records
             in_flight = self._start_fetches()
             if records:
                 return records

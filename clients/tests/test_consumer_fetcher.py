@@ -68,3 +68,26 @@ def test_parse_config():
                 {"max.poll.records": "many"}, {"enable.auto.commit": "yes"}):
         with pytest.raises(ValueError):
             parse_config(bad, {})
+
+
+async def test_a_poll_that_outlives_a_close_fetches_nothing():
+    """Another task closes the consumer while a poll awaits the group: the poll returns what
+    was buffered instead of starting a fetch on the closed consumer (it raised AttributeError
+    on its released nursery, seen with cooperative members leaving during a rebalance)."""
+    from clients.cluster import TopicPartition
+    from clients.consumer import Consumer
+    c = Consumer("127.0.0.1:1", {"group.id": "g"})
+
+    async def no_broker_needed(*args, **kwargs):
+        return None
+    c.cluster.start = no_broker_needed                 # no broker: nothing here asks one
+    c.cluster.aclose = no_broker_needed
+    await c.start()
+    c._assigned = [TopicPartition("t", 0)]
+    c._positions = {TopicPartition("t", 0): 0}
+
+    async def closed_meanwhile():
+        await c.close(commit=False)
+    c._ensure_group = closed_meanwhile
+    assert await c.poll(100) == []
+    assert c.closed
