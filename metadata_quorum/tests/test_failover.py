@@ -283,6 +283,33 @@ def test_far_behind_broker_catches_up_through_a_snapshot(tmp_path):
         q.stop_all()
 
 
+async def directories(q: Quorum, index: int) -> dict[int, uuid.UUID]:
+    """The directory id `index` counts each voter by (DescribeQuorum v2)."""
+    resp = await _request(q.port(index), REQUESTS[ApiKey.DESCRIBE_QUORUM](
+        topics=[REQUESTS[ApiKey.DESCRIBE_QUORUM].TopicData(
+            topic_name="__cluster_metadata",
+            partitions=[REQUESTS[ApiKey.DESCRIBE_QUORUM].PartitionData(partition_index=0)])]),
+        2, timeout=2)
+    voters = resp.topics[0].partitions[0].current_voters
+    return {v.replica_id: v.replica_directory_id for v in voters}
+
+async def readmitted(q: Quorum, index: int) -> None:
+    """Every live controller counts the wiped `index` by its new directory id: its
+    re-admission is committed and applied everywhere, so its vote counts again. Until then
+    it is no voter, and a wipe of another node would leave no majority (by design)."""
+    own = None
+    for _ in range(200):
+        try:
+            own = own or (await directories(q, index))[CONTROLLER_IDS[index]]
+            seen = [(await directories(q, i)).get(CONTROLLER_IDS[index]) for i in q.procs]
+            if all(d == own for d in seen):
+                return
+        except (ConnectionClosed, OSError, DecodeError, trio.TooSlowError):
+            pass
+        await trio.sleep(0.1)
+    raise AssertionError(f"controller {index} was not re-admitted by every controller")
+
+
 def test_wiped_controller_recovers_and_nothing_committed_is_lost(tmp_path):
     """Fault F10 (chaos_tests/README.md): one controller's disk is wiped (a follower, then the active one) and it
     restarts empty. The others hold every committed entry (a majority had each), the wiped node
@@ -310,32 +337,6 @@ def test_wiped_controller_recovers_and_nothing_committed_is_lost(tmp_path):
             await trio.sleep(0.1)
         raise AssertionError(f"controller {index} did not get back {written}")
 
-    async def directories(index: int) -> dict[int, uuid.UUID]:
-        """The directory id `index` counts each voter by (DescribeQuorum v2)."""
-        resp = await _request(q.port(index), REQUESTS[ApiKey.DESCRIBE_QUORUM](
-            topics=[REQUESTS[ApiKey.DESCRIBE_QUORUM].TopicData(
-                topic_name="__cluster_metadata",
-                partitions=[REQUESTS[ApiKey.DESCRIBE_QUORUM].PartitionData(partition_index=0)])]),
-            2, timeout=2)
-        voters = resp.topics[0].partitions[0].current_voters
-        return {v.replica_id: v.replica_directory_id for v in voters}
-
-    async def readmitted(index: int) -> None:
-        """Every live controller counts the wiped `index` by its new directory id: its
-        re-admission is committed and applied everywhere, so its vote counts again. Until then
-        it is no voter, and a wipe of another node would leave no majority (by design)."""
-        own = None
-        for _ in range(200):
-            try:
-                own = own or (await directories(index))[CONTROLLER_IDS[index]]
-                seen = [(await directories(i)).get(CONTROLLER_IDS[index]) for i in q.procs]
-                if all(d == own for d in seen):
-                    return
-            except (ConnectionClosed, OSError, DecodeError, trio.TooSlowError):
-                pass
-            await trio.sleep(0.1)
-        raise AssertionError(f"controller {index} was not re-admitted by every controller")
-
     try:
         async def scenario():
             await register_broker(q)
@@ -349,7 +350,7 @@ def test_wiped_controller_recovers_and_nothing_committed_is_lost(tmp_path):
                 active, _ = await create_topic(q, f"w-{n}", 20)
                 written.append(f"w-{n}")
             await caught_up(follower, written)
-            await readmitted(follower)
+            await readmitted(q, follower)
             wiped_active = active
             wipe(active)                      # the active one now: a new leader takes over
             for n in range(8, 11):
@@ -357,7 +358,7 @@ def test_wiped_controller_recovers_and_nothing_committed_is_lost(tmp_path):
                 written.append(f"w-{n}")
             for i in range(3):
                 await caught_up(i, written)
-            await readmitted(wiped_active)
+            await readmitted(q, wiped_active)
             # the majority without the last active controller includes both wiped nodes
             q.kill(active)
             await create_topic(q, "after", 20)
