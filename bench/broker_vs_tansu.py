@@ -37,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -153,7 +154,6 @@ class SingleNode:
         if self.proc.poll() is not None:
             raise RuntimeError("the single-node Raftka exited at start")
         # keep draining its output, or a full pipe would stop it
-        import threading
         threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
 
     def stop(self) -> None:
