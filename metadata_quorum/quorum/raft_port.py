@@ -46,7 +46,7 @@ from pysyncobj.transport import TCPTransport
 
 log = logging.getLogger(__name__)
 
-LOG_EVERY_S = 10.0          # per peer host: one line, then a count of what was dropped since
+LOG_EVERY_S = 10.0          # per peer host and reason: one line, then a count of what was dropped since
 # a controller's first message (a 32-byte key) is a ~200-byte token and its second its address;
 # both arrive within milliseconds of connecting
 PRE_AUTH_TIMEOUT_S = 10.0
@@ -57,7 +57,11 @@ MAX_PRE_AUTH_PER_HOST = 8     # controllers have one each at most, for milliseco
 
 
 class DropLog:
-    """Rate-limited warnings about dropped Raft connections, one stream per peer host."""
+    """Rate-limited warnings about dropped Raft connections, one stream per peer host and reason.
+
+    Keyed by reason too: a burst of one kind (a flood over the pre-auth cap) must not hide
+    the first line of another (connections timing out idle), which says something else about
+    the peer; a handful of reasons keeps it to a few lines per host per interval."""
 
     def __init__(self, every_s: float = LOG_EVERY_S, clock=time.monotonic):
         self._every_s, self._clock = every_s, clock
@@ -68,16 +72,17 @@ class DropLog:
 
     def dropped_from(self, peer: str, why: str) -> None:
         host = peer.rpartition(":")[0] or peer
+        key = (host, why)          # every `why` is a fixed sentence: a handful of streams
         with self._lock:
             self.dropped += 1
             now = self._clock()
-            last = self._last.get(host)
+            last = self._last.get(key)
             if last is not None and now - last < self._every_s:
-                self._quiet[host] = self._quiet.get(host, 0) + 1
+                self._quiet[key] = self._quiet.get(key, 0) + 1
                 return
-            self._last[host] = now
-            since = self._quiet.pop(host, 0)
-        more = f" ({since} more {host} dropped since the last such line)" if since else ""
+            self._last[key] = now
+            since = self._quiet.pop(key, 0)
+        more = f" ({since} more {host} dropped for this since the last such line)" if since else ""
         log.warning("Raft port: dropped the connection %s: %s; nothing it sent was decoded "
                     "(a controller with another raftka.controller.raft.password, or not a "
                     "controller at all)%s", peer, why, more)
@@ -85,13 +90,13 @@ class DropLog:
     def closed_by(self, peer: str) -> None:
         """Our connection `peer` was closed before the peer's first message: most likely it
         could not authenticate ours (another password), or it stopped at that moment."""
-        host = peer.rpartition(":")[0] or peer
+        key = (peer.rpartition(":")[0] or peer, "closed by the peer")
         with self._lock:
             now = self._clock()
-            last = self._last.get(host)
+            last = self._last.get(key)
             if last is not None and now - last < self._every_s:
                 return
-            self._last[host] = now
+            self._last[key] = now
         log.warning("Raft port: the connection %s was closed by the peer during the key "
                     "exchange: it probably has another raftka.controller.raft.password (its log "
                     "says so), or it was stopping", peer)

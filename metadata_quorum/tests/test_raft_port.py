@@ -21,19 +21,22 @@ class Clock:
         return self.now
 
 
-def test_drops_are_logged_once_per_host_per_window_with_a_count(caplog):
+def test_drops_are_logged_once_per_host_and_reason_per_window_with_a_count(caplog):
     clock = Clock()
     drops = DropLog(every_s=10, clock=clock)
     with caplog.at_level(logging.WARNING, "metadata_quorum.quorum.raft_port"):
         drops.dropped_from("from 10.0.0.1:5000", "bad")
         drops.dropped_from("from 10.0.0.1:5001", "bad")      # same host, same window: counted
         drops.dropped_from("from 10.0.0.2:5000", "bad")      # another host: its own line
+        drops.dropped_from("from 10.0.0.1:5003", "idle")     # another reason: its own line
+        drops.dropped_from("from 10.0.0.1:5004", "idle")     # counted
         clock.now += 10
         drops.dropped_from("from 10.0.0.1:5002", "bad")
     lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 3 and drops.dropped == 4
+    assert len(lines) == 4 and drops.dropped == 6
     assert "10.0.0.1:5000" in lines[0] and "10.0.0.2:5000" in lines[1]
-    assert "10.0.0.1:5002" in lines[2] and "1 more from 10.0.0.1 dropped" in lines[2]
+    assert "10.0.0.1:5003: idle" in lines[2]
+    assert "10.0.0.1:5002" in lines[3] and "1 more from 10.0.0.1 dropped for this" in lines[3]
     assert all("nothing it sent was decoded" in x for x in lines)
 
 
