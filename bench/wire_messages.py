@@ -18,6 +18,7 @@ from wire.records.batch import build_batch  # noqa: E402
 
 Produce = ALL["ProduceRequest"]
 MetadataResponse = ALL["MetadataResponse"]
+FetchResponse = ALL["FetchResponse"]
 
 
 def produce_request(record_size: int, partitions: int = 6, total: int = 1 << 20) -> bytes:
@@ -53,6 +54,18 @@ def main() -> None:
     t_enc = rate(lambda: md.encode(12))
     t_dec = rate(lambda: MetadataResponse.decode(enc, 12))
     print(f"Metadata v12 response, 100 topics x 10 partitions ({len(enc)} B): "
+          f"encode {t_enc * 1e3:.2f} ms, decode {t_dec * 1e3:.2f} ms")
+    # a follower's fetch answer while 1,000 partitions take produce (issue #17): a small batch
+    # each; every PartitionData v12 carries three tagged structs
+    batch = build_batch([(None, b"x" * 100, [], 1_700_000_000_000)] * 3)
+    fr = FetchResponse(responses=[FetchResponse.FetchableTopicResponse(
+        topic=f"topic-{t}", partitions=[FetchResponse.PartitionData(
+            partition_index=p, high_watermark=1000, last_stable_offset=1000, log_start_offset=0,
+            records=batch) for p in range(100)]) for t in range(10)])
+    enc = b"".join(fr.encode_chunks(12)) if hasattr(fr, "encode_chunks") else fr.encode(12)
+    t_enc = rate(lambda: fr.encode(12))
+    t_dec = rate(lambda: FetchResponse.decode(enc, 12))
+    print(f"Fetch v12 response, 10 topics x 100 partitions x 3 records ({len(enc)} B): "
           f"encode {t_enc * 1e3:.2f} ms, decode {t_dec * 1e3:.2f} ms")
 
 
