@@ -119,6 +119,11 @@ def test_paused_follower_leaves_isr_and_rejoins(cluster):
     admin = _create(cluster, topic)
     w = Writer(cluster, topic)
     w.write_for(1.0)
+    # acknowledged before the pause: the producer's first request (InitProducerId) may still be
+    # in flight after a second on a loaded machine, and one sent to the broker about to be
+    # paused would hang until librdkafka's request timeout, longer than this test waits
+    w.p.flush(30)
+    assert w.acked, "nothing acknowledged before the pause"
     part = _partition(admin, topic)
     follower = next(r for r in part.replicas if r != part.leader)
     # ask only the leader from now on: a paused broker accepts connections but never answers
