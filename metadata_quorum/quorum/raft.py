@@ -237,6 +237,26 @@ class DurableSyncObj(SyncObj):
             else:
                 callbacks.append(callback)
 
+    def _SyncObj__loadDumpFile(self, clearJournal):
+        """pysyncobj's dump load, with the journal first aligned to the dump it reads
+        (DurableJournal.align_to_snapshot says why); a snapshot installed from the leader
+        (`clearJournal`) replaces the journal anyway."""
+        serializer = self.__dict__.get("_SyncObj__serializer")
+        journal = self.__dict__.get("_SyncObj__raftLog")
+        if clearJournal or serializer is None or not isinstance(journal, DurableJournal):
+            return super()._SyncObj__loadDumpFile(clearJournal)
+        read = serializer.deserialize
+
+        def deserialize():
+            data = read()
+            journal.align_to_snapshot(data[2], data[1])
+            return data
+        serializer.deserialize = deserialize
+        try:
+            return super()._SyncObj__loadDumpFile(clearJournal)
+        finally:
+            del serializer.deserialize
+
     def flush_durable(self, block: bool = False) -> None:
         transport = self.__dict__.get("_SyncObj__transport")
         if transport is not None:

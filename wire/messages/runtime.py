@@ -26,7 +26,7 @@ import struct
 from typing import Any
 
 from wire.errors import DecodeError
-from wire.messages.struct_init import lazy_init
+from wire.messages.struct_init import default_source, lazy_init
 from wire.primitives import (ZERO_UUID, read_uvarint, take, uuid_bytes, uvarint_bytes)
 
 INF = 1 << 30
@@ -273,17 +273,6 @@ class _Src:
     def emit(self, indent: int, line: str) -> None:
         self.lines.append("    " * indent + line)
 
-    def default(self, f: "F") -> str:
-        """An expression for `f.make_default()` without the call: the literal bound as a
-        constant, or a fresh list / struct. Decoders fill every absent and every tagged field
-        this way (a follower fetch answer has three tagged structs per partition), and the
-        method call was a visible share of decoding one (issue #17's produce profile)."""
-        if f.default is not _MISSING:
-            return self.const(f.default, "d")
-        if f.is_array:
-            return "[]"
-        return self.const(f.struct, "s") + "()"
-
 
 def _field_flexible(f: F, version: int, flexible: bool) -> bool:
     if f.flexible == "__inherit__":
@@ -318,7 +307,7 @@ def _compile(cls, version: int, flexible: bool, lenient: bool = False):
     dec_src.lines.insert(0, "def dec(mv, pos):")
     dec_src.lines.insert(1, "    o = new(cls)")
     for f in absent:
-        dec_src.emit(1, f"o.{f.name} = {dec_src.default(f)}")
+        dec_src.emit(1, f"o.{f.name} = {default_source(f, _MISSING, dec_src.ns, f'_a_{f.name}_')}")
     if flexible:
         _emit_tagged(enc_src, dec_src, cls, tagged, version, lenient)
     else:
@@ -565,7 +554,7 @@ def _emit_tagged(enc: _Src, dec: _Src, cls, tagged: list[F], version: int,
     enc.emit(2, "b += data")
 
     for f in tagged:
-        dec.emit(1, f"o.{f.name} = {dec.default(f)}")
+        dec.emit(1, f"o.{f.name} = {default_source(f, _MISSING, dec.ns, f'_t_{f.name}_')}")
     dec.emit(1, "o._unknown_tagged = None")
     dec.emit(1, "nt, pos = read_uvarint(mv, pos)")
     dec.emit(1, "take(mv, pos, nt * 2)")

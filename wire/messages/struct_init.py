@@ -26,16 +26,23 @@ def compile_init(cls, missing):
     params, body = [], []
     for i, f in enumerate(cls.FIELDS):
         params.append(f"{f.name}=_R_MISSING")
-        if f.default is not missing:
-            ns[f"_R_d{i}"] = f.default
-            fresh = f"_R_d{i}"
-        elif f.is_array:
-            fresh = "[]"
-        else:
-            ns[f"_R_s{i}"] = f.struct
-            fresh = f"_R_s{i}()"
+        fresh = default_source(f, missing, ns, f"_R_{i}_")
         body.append(f"    self.{f.name} = {fresh} if {f.name} is _R_MISSING else {f.name}")
     src = "\n".join([f"def __init__(self{', *, ' if params else ''}{', '.join(params)}):",
                      *body, "    self._unknown_tagged = None"])
     exec(compile(src, f"<init {cls.__name__}>", "exec"), ns)
     return ns["__init__"]
+
+
+def default_source(f, missing, ns: dict, prefix: str) -> str:
+    """An expression for field `f`'s default, without a call to `F.make_default`: the literal
+    bound in `ns` as a constant, or a fresh list / struct (a mutable default is never shared).
+    The compiled `__init__` and the decoders (absent and tagged fields: a follower fetch answer
+    has three tagged structs per partition) use it; the method call showed in profiles."""
+    if f.default is not missing:
+        ns[prefix + "d"] = f.default
+        return prefix + "d"
+    if f.is_array:
+        return "[]"
+    ns[prefix + "s"] = f.struct
+    return prefix + "s()"
