@@ -62,7 +62,7 @@ def main() -> None:
         topic=f"topic-{t}", partitions=[FetchResponse.PartitionData(
             partition_index=p, high_watermark=1000, last_stable_offset=1000, log_start_offset=0,
             records=batch) for p in range(100)]) for t in range(10)])
-    enc = b"".join(fr.encode_chunks(12)) if hasattr(fr, "encode_chunks") else fr.encode(12)
+    enc = fr.encode(12)
     t_enc = rate(lambda: fr.encode(12))
     t_dec = rate(lambda: FetchResponse.decode(enc, 12))
     print(f"Fetch v12 response, 10 topics x 100 partitions x 3 records ({len(enc)} B): "

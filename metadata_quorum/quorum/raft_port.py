@@ -46,7 +46,7 @@ from pysyncobj.transport import TCPTransport
 
 log = logging.getLogger(__name__)
 
-LOG_EVERY_S = 10.0          # per peer host and reason: one line, then a count of what was dropped since
+LOG_EVERY_S = 10.0          # per peer host and reason: one line, then a count of drops since
 # a controller's first message (a 32-byte key) is a ~200-byte token and its second its address;
 # both arrive within milliseconds of connecting
 PRE_AUTH_TIMEOUT_S = 10.0
