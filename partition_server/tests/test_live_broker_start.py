@@ -55,6 +55,14 @@ def test_requests_wait_for_the_first_metadata_catch_up(tmp_path):
         t0 = time.monotonic()
         answer = trio.run(metadata, 60.0)
         assert answer is not None, "no answer after the controllers came up"
+        # caught up, the broker is registered but still fenced until its next heartbeat, and
+        # Metadata lists unfenced brokers only (as Kafka's broker, which also opens its
+        # listeners between catch-up and unfencing); on a loaded machine an answer can come
+        # in between: then the next ones name it
+        while [b.node_id for b in answer.brokers] != [0] and time.monotonic() - t0 < 60:
+            time.sleep(0.2)
+            answer = trio.run(metadata, 10.0)
+            assert answer is not None, "a caught-up broker stopped answering"
         assert [b.node_id for b in answer.brokers] == [0]
         assert time.monotonic() - t0 < 60
     finally:
