@@ -3,8 +3,9 @@
 Producer ids come in blocks of 1,000 from the controller (AllocateProducerIds, committed as a
 ProducerIdsRecord, so ids are never reused across brokers or restarts). Every call hands out a
 fresh id with epoch 0 — also when a producer asks to bump its epoch (KIP-360): a new id is the
-simplest correct answer without a transaction coordinator. Transactional ids are not supported
-yet: COORDINATOR_NOT_AVAILABLE (the exactly-once issue).
+simplest correct answer without a transaction coordinator. A request with a transactional id
+goes to the transaction coordinator (handlers/txn.py, which sends only the others here); one
+reaching this handler anyway is answered COORDINATOR_NOT_AVAILABLE.
 """
 
 from __future__ import annotations
