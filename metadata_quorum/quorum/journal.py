@@ -362,17 +362,16 @@ class DurableJournal(_pysyncobj_journal.Journal):
         writer can finish after its parent exited). That lost committed entries on a full
         restart under load (the metadata-scale test: two controllers' journals cut from 63 to
         53 entries, the third then truncating applied ones). Returns whether it rewrote."""
-        for pos in range(self._len - 1):
-            if self._entries[pos][1] == before[1]:
-                if pos == 0 or self._entries[pos] != tuple(before) or \
-                        self._entries[pos + 1] != tuple(last):
-                    return False            # already aligned, or another history: pysyncobj's call
-                self.sync()
-                self._rewrite(self._entries[pos:self._len])
-                log.info("%s: dropped %d entries the snapshot at index %d covers (its writer "
-                         "finished after the last compaction step)", self.path, pos, last[1])
-                return True
-        return False
+        if not self._len:
+            return False
+        pos = before[1] - self._entries[0][1]       # Raft indexes are consecutive in the file
+        if pos <= 0 or pos + 1 >= self._len or self._entries[pos] != tuple(before) or \
+                self._entries[pos + 1] != tuple(last):
+            return False        # already aligned, not held, or another history: pysyncobj's call
+        self.deleteEntriesTo(pos)
+        log.info("%s: dropped %d entries the snapshot at index %d covers (its writer finished "
+                 "after the last compaction step)", self.path, pos, last[1])
+        return True
 
     def deleteEntriesTo(self, entryTo):
         # after pysyncobj's snapshot is on disk (durable_replace in its writer): drop what it covers
