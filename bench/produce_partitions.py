@@ -249,7 +249,8 @@ def main() -> int:
                          "linger longer than the enqueue, every partition gets exactly one "
                          "request, so the brokers' CPU per request compares trees fairly")
     ap.add_argument("--hold", type=float, default=0,
-                    help="instead: produce wide for this many seconds (for a profiler)")
+                    help="instead: produce wide for this many seconds (for a profiler), with "
+                         "the first --linger-ms/--configs set if one is given")
     ap.add_argument("--clients", default="confluent",
                     help="producers to measure, comma-separated: confluent (librdkafka, the "
                          "headline), raftka (ours), kafka-python")
@@ -272,7 +273,9 @@ def main() -> int:
             for c in clusters:
                 first = args.clients.split(",")[0]         # the first client holds the load
                 run = "wide" if first == "confluent" else f"wide/{first}"
-                r = c.runs[run].round(args.records, 600, consume=False)
+                # the first extra configuration, if any, shapes the held load
+                r = c.runs[run].round(args.records, 600, consume=False,
+                                      producer_config=extra[0] if extra else None)
                 print(f"{c.tree} wide {r}", file=sys.stderr, flush=True)
         for rnd in range(0 if args.hold else args.rounds):
             for c in clusters:

@@ -130,7 +130,7 @@ def _notify_all_parts(hctx: HandlerContext, parts) -> None:
     """A sessionless follower fetch: the high watermarks may have moved (acks=all produces
     wait on them)."""
     for topic, _, p in parts:
-        hctx.purgatory.notify((topic, p.partition))
+        hctx.purgatory.notify_high_watermark((topic, p.partition))
 
 
 def _response(req, results, session_id: int, image=None):

@@ -4,10 +4,11 @@ A plain session fetch covers every partition of the session: at thousands of par
 follower that is thousands of reads per long poll even when nothing happens. Here the session
 keeps a watch in the fetch purgatory on all its partitions (registered once, when the session is
 created, and kept up to date as partitions join and leave it): each `notify(key)` — a log grew, a
-high watermark or log start moved, a replica went offline, leadership changed — marks the key
-dirty and wakes a fetch waiting on the session. A fetch reads only the partitions its request
-names (their position moved) and the dirty ones; it long-polls on the session's wake-up, not on
-one registration per partition.
+log start moved, a replica went offline, leadership changed — marks the key dirty and wakes a
+fetch waiting on the session; a move of the high watermark alone (`notify_high_watermark`) only
+marks it, as Kafka's follower fetches learn it with the next records or at the end of the long
+poll. A fetch reads only the partitions its request names (their position moved) and the dirty
+ones; it long-polls on the session's wake-up, not on one registration per partition.
 
 The partitions not read are still fetched, as far as the follower's ISR membership goes: the
 session's `FetchClock` (replication/partition.py) moves on every fetch, and a follower whose last
@@ -51,7 +52,7 @@ class SessionWatch:
         self.clock = FetchClock(now_ms)
         self.event = trio.Event()
         self.next_scan_ms = now_ms + FULL_SCAN_MS
-        self.watch = hctx.purgatory.watch(list(session.partitions), self.wake)
+        self.watch = hctx.purgatory.watch(list(session.partitions), self.wake, self.note)
 
     def wake(self, key) -> None:
         if key is None:
@@ -59,6 +60,11 @@ class SessionWatch:
         else:
             self.session.dirty.add(key)
         self.event.set()
+
+    def note(self, key) -> None:
+        """Only the high watermark moved (`notify_high_watermark`): the next answer carries it,
+        whatever ends the long poll (records, the wait)."""
+        self.session.dirty.add(key)
 
     def close(self) -> None:
         self.watch.cancel()
@@ -218,7 +224,7 @@ def _read_one(hctx: HandlerContext, key, p, replica_id: int, now_ms: int, remain
     except KafkaError as exc:
         res = FetchResult(exc.error_code)
     if hosted is not None and hosted.state.high_watermark != hw:
-        hctx.purgatory.notify(key)                # acks=all produces and other sessions
+        hctx.purgatory.notify_high_watermark(key)     # acks=all produces; other sessions note it
     return leader_throttle(hctx, key, hosted, replica_id, res, now_ms)
 
 

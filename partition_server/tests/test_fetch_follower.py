@@ -24,7 +24,7 @@ T0 = 1_700_000_000_000
 
 
 class FakeBroker:
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, replicas=(0, 1)):
         def opener(topic, partition, cfg):
             return PartitionLog(str(tmp_path / f"{topic}-{partition}"), LogConfig())
         self.purgatory = Purgatory()
@@ -36,7 +36,8 @@ class FakeBroker:
             topics={"t": object()}, topic_names={},
             partition=lambda topic, p: object() if topic == "t" and 0 <= p < N else None)
         for p in range(N):
-            self.replicas.apply_partition("t", None, p, [0, 1], [0, 1], 0, 1, 1, {}, 1, 0)
+            self.replicas.apply_partition("t", None, p, list(replicas), list(replicas), 0, 1, 1,
+                                          {}, 1, 0)
         self.reads = []
         read = self.replicas.read
 
@@ -46,13 +47,13 @@ class FakeBroker:
         self.replicas.read = counting_read
 
 
-def fetch(session_id, epoch, offsets=None, forgotten=(), max_wait_ms=0):
+def fetch(session_id, epoch, offsets=None, forgotten=(), max_wait_ms=0, replica_id=1):
     cls = REQUESTS[ApiKey.FETCH]
     parts = [cls.FetchPartition(partition=p, current_leader_epoch=1, fetch_offset=o,
                                 last_fetched_epoch=-1, log_start_offset=0,
                                 partition_max_bytes=1 << 20)
              for p, o in (offsets or {}).items()]
-    body = cls(replica_id=1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=16 << 20,
+    body = cls(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=16 << 20,
                isolation_level=0, session_id=session_id, session_epoch=epoch,
                topics=[cls.FetchTopic(topic="t", partitions=parts)] if parts else [],
                forgotten_topics_data=[cls.ForgottenTopic(topic="t", partitions=list(forgotten))]
@@ -108,6 +109,40 @@ async def test_append_wakes_the_session_and_only_that_partition_is_read(tmp_path
     b.reads.clear()
     resp = await handle_fetch(b, fetch(sid, 3))
     assert b.reads == [] and answered(resp) == []
+
+
+async def test_a_high_watermark_move_alone_does_not_wake_another_session(tmp_path,
+                                                                         autojump_clock):
+    """RF 3: follower 1's fetch moves the high watermark; follower 2's long poll is not woken
+    for it (as Kafka's DelayedFetch, it completes on records) and its answer at the end of the
+    wait carries the new high watermark."""
+    b = FakeBroker(tmp_path, replicas=(0, 1, 2))
+    sids = {r: (await handle_fetch(b, fetch(0, 0, {p: 0 for p in range(N)}, replica_id=r)))
+            .session_id for r in (1, 2)}
+    assert b.replicas.append_records("t", 7, build_batch([(None, b"x", [], T0)]), 1,
+                                     T0).error == 0
+    for r in (1, 2):                              # both read the record
+        assert answered(await handle_fetch(b, fetch(sids[r], 1, replica_id=r))) == [7]
+    await handle_fetch(b, fetch(sids[2], 2, {7: 1}, replica_id=2))    # follower 2 has it
+    assert b.replicas.get("t", 7).state.high_watermark == 0
+    out = []
+
+    async def long_poll():
+        start = trio.current_time()
+        out.append((await handle_fetch(b, fetch(sids[2], 3, max_wait_ms=5_000, replica_id=2)),
+                    trio.current_time() - start))
+
+    async with trio.open_nursery() as n:
+        n.start_soon(long_poll)
+        await trio.testing.wait_all_tasks_blocked()
+        await handle_fetch(b, fetch(sids[1], 2, {7: 1}, replica_id=1))
+        assert b.replicas.get("t", 7).state.high_watermark == 1
+        b.reads.clear()
+        await trio.testing.wait_all_tasks_blocked()
+        assert b.reads == []                      # follower 2's session was not woken to read
+    resp, waited = out[0]
+    assert waited >= 5 and answered(resp) == [7]
+    assert resp.responses[0].partitions[0].high_watermark == 1
 
 
 async def _woken_fetch_with_appends(b, sid, partitions) -> list:

@@ -163,6 +163,28 @@ async def test_notify_wakes_only_watchers_of_that_key():
     assert p.watched_keys() == 1
 
 
+@MODES
+async def test_a_high_watermark_move_wakes_waiters_and_only_notes_for_sessions(mode):
+    """notify_high_watermark: a produce waiter wakes; a watch with `note` (a follower's fetch
+    session) is only noted, and a plain notify still wakes it."""
+    async with purgatory(mode) as p:
+        noted, woken, hw = [], [], {"t": 0}
+        p.watch(["k"], lambda k: woken.append(k), note=lambda k: noted.append(k))
+        out = []
+
+        async def produce_waiter():
+            out.append(await p.wait_until(["k"], lambda: hw["t"] >= 1, timeout_s=10))
+
+        async with trio.open_nursery() as n:
+            n.start_soon(produce_waiter)
+            await trio.testing.wait_all_tasks_blocked()
+            hw["t"] = 1
+            p.notify_high_watermark("k")
+        assert out == [True] and noted == ["k"] and woken == []
+        p.notify("k")
+        assert woken == ["k"] and noted == ["k"]
+
+
 async def test_parked_waiter_times_out_at_its_deadline_among_others(autojump_clock):
     async with purgatory("parked") as p:
         out = {}
