@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import trio
 
+from common import socket_write
 from common.security import PLAINTEXT, AuthenticationError, ClientSecurity, authenticate
 from wire.connection import ClientConnection
 from wire.messages import api_keys
@@ -112,7 +113,7 @@ class BrokerConnection:
             answered = False
             try:
                 with trio.fail_after(timeout_s):
-                    await stream.send_all(data)
+                    await socket_write.send_all(stream, data)     # then waits for the answer
                     if not expect_response:
                         answered = True
                         return None

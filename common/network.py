@@ -46,6 +46,7 @@ from typing import Awaitable, Callable
 import trio
 
 from common import sasl as sasl_mod
+from common import socket_write
 from common.error_response import error_response
 from common.pipeline import ResponsePipeline
 from common.principal import ANONYMOUS
@@ -152,14 +153,14 @@ async def _send_chunks(stream, chunks: list) -> None:
             pending.append(_read_range(chunk))
             continue
         if pending:
-            await stream.send_all(b"".join(pending))
+            await socket_write.send_all(stream, b"".join(pending))
             pending = []
         if isinstance(stream, trio.SocketStream):
             await _sendfile(stream, chunk)
         else:
             await _send_file_range_copy(stream, chunk)
     if pending:
-        await stream.send_all(b"".join(pending))
+        await socket_write.send_all(stream, b"".join(pending))
 
 
 def _read_range(file_range) -> bytes:
@@ -412,6 +413,7 @@ async def _read_requests(stream, ctx: ClientContext, dispatch: Dispatch, conn: S
     # until the first authentication completes: small frames, and a deadline for the exchange
     deadline = trio.current_time() + security.handshake_timeout_s
     received = time.perf_counter()
+    fresh = True            # a receive came since the last request was taken
     while True:
         if ctx.mute_s > 0:                 # muted: the client's next request waits in the socket
             mute_s, ctx.mute_s = ctx.mute_s, 0.0
@@ -441,7 +443,13 @@ async def _read_requests(stream, ctx: ClientContext, dispatch: Dispatch, conn: S
                     raise _Closing("authentication did not finish in time")
                 return
             received = time.perf_counter()
+            fresh = True
             continue
+        if not fresh:
+            # the next of several requests already buffered: answers no longer yield when the
+            # socket takes them (socket_write.py), so yield here, once per request, as before
+            await trio.lowlevel.checkpoint()
+        fresh = False
         request.received_at = received          # the queue time of request_metrics.py
         if request.api_key == PRODUCE and auth.in_session \
                 and not isinstance(request, UnsupportedRequest):
