@@ -1,19 +1,19 @@
 /* C accelerator for the hot loops of wire/records (RecordBatch v2 record bodies).
  *
- * The pure-Python code in batch.py and columns.py is the reference: every function here mirrors
- * one Python function step by step, with the same checks in the same order and the same
+ * The pure-Python code in record_codec.py and columns.py is the reference: every function here
+ * mirrors one Python function step by step, with the same checks in the same order and the same
  * DecodeError messages, so tests can compare the two on any input (valid, truncated, corrupt).
  *
  *   decode_records(data, count, base_offset, base_timestamp, log_append_time)
- *       -> list[DecodedRecord]                         (batch.decode_records_py)
+ *       -> list[DecodedRecord]                         (record_codec.decode_records_py)
  *   decode_columns(body, count, base_offset, base_ts, lat, ts_type, lo, hi, limit,
  *                  offsets, timestamps, types, key_offsets, key_data, key_valid,
  *                  value_offsets, value_data, value_valid, headers) -> records appended
  *                                                      (columns._decode_body)
  *   encode_record(out, attributes, timestamp_delta, offset_delta, key, value, headers)
- *       -> bytes appended to the bytearray `out`       (batch.encode_record_py)
+ *       -> bytes appended to the bytearray `out`       (record_codec.encode_record_py)
  *   encode_records(out, pending, base_timestamp, now, now_marker)
- *       -> (max_timestamp, last_offset_delta)          (batch._encode_records_py)
+ *       -> (max_timestamp, last_offset_delta)          (record_codec._encode_records_py)
  *   configure(DecodedRecord, field_names)              called once by batch.py
  *
  * Safety: every read goes through `reader`, which checks the position against the end of the
@@ -54,8 +54,8 @@ static inline int64_t unzigzag(uint64_t v)
     return (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
 }
 
-/* batch._varint: the 1- and 2-byte fast path, then primitives.read_varint (<= 5 bytes, value
- * below 2**32) or read_varlong (<= 10 bytes, below 2**64). Truncation inside the first two
+/* record_codec._varint: the 1- and 2-byte fast path, then primitives.read_varint (<= 5 bytes,
+ * value below 2**32) or read_varlong (<= 10 bytes, below 2**64). Truncation inside the first two
  * bytes says "varint" even for a varlong, as the Python fast path does.
  * read_head returns -1 (error set), 1 (value read) or 0 (longer: take the slow path). */
 static int read_head(reader *r, int64_t *out)
@@ -130,7 +130,7 @@ static int read_varlong(reader *r, int64_t *out)
     return fail("varlong longer than 10 bytes");
 }
 
-/* batch._read_bytes without the copy: *start = -1 for null, else [start, start+len) */
+/* record_codec._read_bytes without the copy: *start = -1 for null, else [start, start+len) */
 static int read_span(reader *r, Py_ssize_t *start, int64_t *len)
 {
     if (read_varint(r, len) < 0)

@@ -21,9 +21,10 @@ Anything malformed from a peer raises `DecodeError`; misuse by local code raises
 
 The per-record loops (decode_records, encode_record, the builder's record loop) run in C when
 wire/records/_speedups.c is built (`pip install -e .` builds it; `IMPLEMENTATION` says which is
-in use). The Python functions below (`decode_records_py`, `encode_record_py`,
-`_encode_records_py`) are the reference: the C code mirrors them check by check, with the same
-DecodeError messages, and tests compare the two. RAFTKA_PURE_PYTHON=1 forces the reference.
+in use). The Python functions of record_codec.py, re-exported here (`decode_records_py`,
+`encode_record_py`, `_encode_records_py`), are the reference: the C code mirrors them check by
+check, with the same DecodeError messages, and tests compare the two. RAFTKA_PURE_PYTHON=1
+forces the reference. `Record` and `DecodedRecord` live there too.
 `encode_record_fields` appends one record from its fields, for producers that encode as they go.
 """
 
@@ -37,12 +38,14 @@ import time
 from typing import Iterator, NamedTuple
 
 from wire.errors import DecodeError
-from wire.primitives import read_varint, read_varlong, write_uvarint
 from wire.records import compression as codecs
 from wire.records.crc32c import crc32c
+from wire.records.record_codec import (DecodedRecord, Record, _encode_records_py,
+                                       decode_records_py, encode_record_py)
+from wire.records.record_codec import _vb, iter_record_fields  # noqa: F401 - re-exported
 
 # The C accelerator (wire/records/_speedups.c, built by setup.py when a compiler is present).
-# The pure-Python code in this module stays the reference; RAFTKA_PURE_PYTHON=1 forces it.
+# The pure-Python code (record_codec.py) stays the reference; RAFTKA_PURE_PYTHON=1 forces it.
 SPEEDUPS_VERSION = 1           # must equal SPEEDUPS_VERSION in _speedups.c
 speedups = None
 SPEEDUPS_UNUSED_BECAUSE = "RAFTKA_PURE_PYTHON=1"
@@ -232,46 +235,12 @@ def set_partition_leader_epoch(buf, pos: int, epoch: int) -> None:
 
 
 # -- records -------------------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class Record:
-    offset_delta: int = 0
-    timestamp_delta: int = 0
-    key: bytes | None = None
-    value: bytes | None = None
-    headers: list = dataclasses.field(default_factory=list)   # [(str, bytes | None)]
-    attributes: int = 0
-
-
-@dataclasses.dataclass(slots=True)
-class DecodedRecord:
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: list
-
+# (Record, DecodedRecord and the pure-Python reference codec are in record_codec.py)
 
 @dataclasses.dataclass
 class DecodedBatch:
     header: RecordBatchHeader
     records: list[DecodedRecord]
-
-
-_ONE_BYTE = [bytes([z]) for z in range(0x80)]
-_NULL = _ONE_BYTE[1]                        # zig-zag -1: a null key, value or header value
-
-
-def _vb(value: int) -> bytes:
-    """Zig-zag varint bytes (the same encoding serves varint and varlong in range)."""
-    z = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
-    if z < 0x80:
-        return _ONE_BYTE[z]
-    if z < 0x4000:
-        return bytes(((z & 0x7F) | 0x80, z >> 7))
-    out = bytearray()
-    write_uvarint(out, z)
-    return bytes(out)
 
 
 def encode_record(out: bytearray, r: Record) -> None:
@@ -293,113 +262,12 @@ def encode_record_fields(out: bytearray, offset_delta: int, timestamp_delta: int
     return len(out) - start
 
 
-def encode_record_py(out: bytearray, r: Record) -> None:
-    """The pure-Python reference encoder (the C `encode_record` must produce the same bytes)."""
-    key, value = r.key, r.value
-    parts = [_ONE_BYTE[r.attributes & 0x7F], _vb(r.timestamp_delta), _vb(r.offset_delta)]
-    if key is None:
-        parts.append(_NULL)
-    else:
-        parts += (_vb(len(key)), key)
-    if value is None:
-        parts.append(_NULL)
-    else:
-        parts += (_vb(len(value)), value)
-    parts.append(_vb(len(r.headers)))
-    for hk, hv in r.headers:
-        hk = hk.encode("utf-8") if isinstance(hk, str) else hk
-        parts += (_vb(len(hk)), hk)
-        if hv is None:
-            parts.append(_NULL)
-        else:
-            parts += (_vb(len(hv)), hv)
-    body = b"".join(parts)
-    out += _vb(len(body))
-    out += body
-
-
-def _varint(buf: bytes, pos: int, slow=read_varint) -> tuple[int, int]:
-    # fast path for the one- and two-byte varints that make up most of a record
-    try:
-        b = buf[pos]
-        if b < 0x80:
-            return (b >> 1) ^ -(b & 1), pos + 1
-        c = buf[pos + 1]
-        if c < 0x80:
-            v = (b & 0x7F) | c << 7
-            return (v >> 1) ^ -(v & 1), pos + 2
-    except IndexError:
-        raise DecodeError("truncated varint") from None
-    return slow(buf, pos)
-
-
-def _varlong(buf: bytes, pos: int) -> tuple[int, int]:
-    return _varint(buf, pos, read_varlong)
-
-
-def _read_bytes(buf: bytes, pos: int):
-    n, pos = _varint(buf, pos)
-    if n < 0:
-        return None, pos
-    end = pos + n
-    if end > len(buf):
-        raise DecodeError("record field runs past the end of the batch")
-    return buf[pos:end], end
-
-
 def decode_records(data, count: int, base_offset: int, base_timestamp: int,
                    log_append_time: int | None = None) -> list[DecodedRecord]:
     """Exactly `count` records filling `data` (uncompressed); DecodeError on anything else."""
     if _c_decode is not None:
         return _c_decode(data, count, base_offset, base_timestamp, log_append_time)
     return decode_records_py(data, count, base_offset, base_timestamp, log_append_time)
-
-
-def iter_record_fields(data, count: int):
-    """The pure-Python reference parser of an uncompressed records body: yields
-    (timestamp_delta, offset_delta, key, value, headers) for each of `count` records, checking
-    each record as it goes and, once all are read, that they fill `data` exactly. The C
-    decoders mirror its checks and DecodeError messages one by one."""
-    if count < 0 or count > len(data):
-        raise DecodeError(f"record count {count} does not fit the {len(data)} bytes of records")
-    buf = data if isinstance(data, bytes) else bytes(data)   # bytes index and slice fastest
-    n = len(buf)
-    pos = 0
-    for _ in range(count):
-        length, pos = _varint(buf, pos)
-        end = pos + length
-        if length < 1 or end > n:
-            raise DecodeError("record length runs past the end of the batch")
-        ts_delta, pos = _varlong(buf, pos + 1)             # skip the unused attributes
-        off_delta, pos = _varint(buf, pos)
-        key, pos = _read_bytes(buf, pos)
-        value, pos = _read_bytes(buf, pos)
-        nh, pos = _varint(buf, pos)
-        if nh < 0 or nh > end - pos:
-            raise DecodeError("bad header count")
-        headers = []
-        for _ in range(nh):
-            hk, pos = _read_bytes(buf, pos)
-            hv, pos = _read_bytes(buf, pos)
-            if hk is None:
-                raise DecodeError("null header key")
-            # Java decodes header keys leniently (malformed UTF-8 becomes U+FFFD); so do we
-            headers.append((hk.decode("utf-8", "replace"), hv))
-        if pos != end:
-            raise DecodeError("record length does not match its fields")
-        yield ts_delta, off_delta, key, value, headers
-    if pos != n:
-        # Kafka rejects a batch whose records do not fill it exactly ("records still remaining")
-        raise DecodeError(f"{n - pos} bytes left after the batch's {count} records")
-
-
-def decode_records_py(data, count: int, base_offset: int, base_timestamp: int,
-                      log_append_time: int | None = None) -> list[DecodedRecord]:
-    """The pure-Python reference decoder (the C `decode_records` mirrors it check by check)."""
-    return [DecodedRecord(base_offset + off_delta,
-                          log_append_time if log_append_time is not None
-                          else base_timestamp + ts_delta, key, value, headers)
-            for ts_delta, off_delta, key, value, headers in iter_record_fields(data, count)]
 
 
 _c_encode = _c_decode = _c_encode_records = None
@@ -514,23 +382,6 @@ class RecordBatchBuilder:
         body = codecs.compress(self.compression, out)
         return _assemble(self, bytearray(BATCH_HEADER_SIZE), body, base_ts, max_ts, last_delta,
                          len(pending))
-
-
-def _encode_records_py(body: bytearray, pending: list, base_ts: int, now: int, now_marker
-                       ) -> tuple[int | None, int]:
-    """The reference for the C `encode_records`: RecordBatchBuilder.build's record loop."""
-    max_ts = None
-    last_delta = 0
-    for off_delta, ts, key, value, headers, attributes, ts_delta in pending:
-        if ts is not None:
-            ts_delta = (now if ts is now_marker else ts) - base_ts
-        rec_ts = base_ts + ts_delta
-        if max_ts is None or rec_ts > max_ts:
-            max_ts = rec_ts
-        if off_delta > last_delta:
-            last_delta = off_delta
-        encode_record_py(body, Record(off_delta, ts_delta, key, value, headers, attributes))
-    return max_ts, last_delta
 
 
 _NOW = object()          # "stamp with the build time" marker for appended records
