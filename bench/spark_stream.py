@@ -60,7 +60,7 @@ def timed_query(df_stream, name: str):
     return rows, elapsed, in_batches
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=4)
@@ -75,8 +75,10 @@ def main(argv=None) -> int:
                          "instead of compiling it from the zip at every start")
     ap.add_argument("--rounds", type=int, default=2,
                     help="timed runs per source (alternating); the fastest counts")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+def set_up_paths() -> None:
     here = Path(__file__).resolve().parent
     sys.path.insert(0, str(here.parent))
     sys.path.insert(0, str(here))
@@ -86,6 +88,126 @@ def main(argv=None) -> int:
         [str(here), str(here.parent)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def write_sources(spark, bootstrap: str, topic: str, n: int, partitions: int, work: Path):
+    """Phases 1 and 2: the rows into the topic (timed: the sink's rows/s), then the topic's
+    contents into a Parquet directory. Returns (sink seconds, Parquet path, Parquet schema)."""
+    from pyspark.sql import functions as F
+    src = spark.range(n, numPartitions=partitions).select(
+        F.lpad(F.col("id").cast("string"), 16, "0").alias("key"),
+        F.expr("substr(repeat(sha2(cast(id as string), 256), 2), 1, 100)").alias("value"))
+    src.cache().count()
+
+    t0 = time.perf_counter()
+    (src.write.format("raftka").option("kafka.bootstrap.servers", bootstrap)
+     .option("topic", topic).mode("append").save())
+    sink_s = time.perf_counter() - t0
+
+    # the Parquet copy holds exactly what the topic holds, in the source's schema
+    pq = str(work / "parquet")
+    batch = (spark.read.format("raftka").option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribe", topic).load())
+    batch.write.parquet(pq)
+    schema = spark.read.parquet(pq).schema
+    return sink_s, pq, schema
+
+
+def stream_makers(spark, args, bootstrap: str, topic: str, pq: str, schema) -> dict:
+    """name -> a function that starts a fresh streaming DataFrame over that source, in the
+    order the queries alternate: raftka, parquet, then (with --ceiling) ceiling and fixed."""
+    from spark_connector import offsets as off
+
+    def raftka_stream():
+        return (spark.readStream.format("raftka").option("kafka.bootstrap.servers", bootstrap)
+                .option("subscribe", topic).option("startingOffsets", "earliest").load())
+
+    def parquet_stream():
+        return spark.readStream.schema(schema).parquet(pq)
+
+    streams = {"raftka": raftka_stream, "parquet": parquet_stream}
+    if args.ceiling:
+        from spark_ceiling_source import CeilingDataSource
+        spark.dataSource.register(CeilingDataSource)
+        from spark_connector.tests.live_helpers import client
+        ends = client(bootstrap).list_offsets(
+            {(topic, p): -1 for p in range(args.partitions)})
+        ends_json = json.dumps(off.to_json_dict(ends))
+
+        def ceiling_stream():
+            return (spark.readStream.format("raftka_ceiling").option("ends", ends_json)
+                    .option("batchRows", str(args.ceiling_batch_rows)).load())
+        streams["ceiling"] = ceiling_stream
+
+        # A query over one record per partition through the ceiling source: what any query of
+        # a Python streaming source costs before its first row (reported, not in the ratios)
+        tiny_json = json.dumps(off.to_json_dict({tp: min(1, e) for tp, e in ends.items()}))
+        streams["fixed"] = lambda: (spark.readStream.format("raftka_ceiling")
+                                    .option("ends", tiny_json).load())
+    return streams
+
+
+def run_queries(streams: dict, rounds: int) -> tuple[dict, dict]:
+    """One untimed warm-up query per source first (reported as warmup_s): the first streaming
+    query of a JVM pays class loading and code generation shared by both sources, and the
+    first Python data-source query also starts Spark's Python workers; a streaming application
+    pays that once, not per micro-batch. Then each query runs `rounds` times, the sources
+    alternating (raftka, parquet, ceiling, fixed, raftka, ...). Returns (warm-up seconds,
+    name -> [(rows, seconds, seconds in micro-batches)])."""
+    warmup = {name: timed_query(make(), f"{name}_warmup")[1]
+              for name, make in streams.items()}
+    runs: dict[str, list] = {name: [] for name in streams}
+    for i in range(rounds):
+        for name, make in streams.items():
+            runs[name].append(timed_query(make(), f"{name}{i}"))
+    return warmup, runs
+
+
+def report(args, n: int, sink_s: float, warmup: dict, runs: dict, load_before: float) -> dict:
+    """The figures: the fastest run of each source counts."""
+    best = {name: min(r, key=lambda x: x[1]) for name, r in runs.items()}
+    rate = {name: rows / s for name, (rows, s, _) in best.items()}
+    # rows/s inside the micro-batches, the fastest run each (what every later micro-batch of
+    # a long-running query sees; the issue's figure is the wall-clock one above)
+    in_batch = {name: max(rows / b for rows, _, b in r if b > 0) for name, r in runs.items()
+                if name != "fixed"}
+    raftka_rows, raftka_s, _ = best["raftka"]
+    parquet_rows, parquet_s, _ = best["parquet"]
+    out = {
+        "records": n, "value_bytes": 100, "partitions": args.partitions, "master": "local[2]",
+        "sink_rows_per_s": round(n / sink_s),
+        "raftka_stream_rows": raftka_rows, "raftka_stream_s": round(raftka_s, 2),
+        "raftka_stream_rows_per_s": round(raftka_rows / raftka_s),
+        "parquet_stream_rows": parquet_rows, "parquet_stream_s": round(parquet_s, 2),
+        "parquet_stream_rows_per_s": round(parquet_rows / parquet_s),
+        "ratio_raftka_to_parquet": round(rate["raftka"] / rate["parquet"], 3),
+        "runs_s": {k: [round(r[1], 2) for r in v] for k, v in runs.items()},
+        "in_batch_s": {k: [round(r[2], 2) for r in v] for k, v in runs.items()},
+        "in_batch_rows_per_s": {k: round(v) for k, v in in_batch.items()},
+        "in_batch_ratio_raftka_to_parquet": round(in_batch["raftka"] / in_batch["parquet"], 3),
+        "warmup_s": {k: round(v, 2) for k, v in warmup.items()},
+        "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "compiled_pyspark": args.compiled_pyspark,
+    }
+    if "ceiling" in best:
+        c_rows, c_s, _ = best["ceiling"]
+        out.update({
+            "ceiling_stream_rows": c_rows, "ceiling_stream_s": round(c_s, 2),
+            "ceiling_stream_rows_per_s": round(rate["ceiling"]),
+            "ceiling_batch_rows": args.ceiling_batch_rows,
+            "ratio_ceiling_to_parquet": round(rate["ceiling"] / rate["parquet"], 3),
+            "ratio_raftka_to_ceiling": round(rate["raftka"] / rate["ceiling"], 3),
+            "fixed_query_s": round(best["fixed"][1], 2),
+            "in_batch_ratio_ceiling_to_parquet": round(
+                in_batch["ceiling"] / in_batch["parquet"], 3),
+            "in_batch_ratio_raftka_to_ceiling": round(
+                in_batch["raftka"] / in_batch["ceiling"], 3)})
+    return out
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    set_up_paths()
     from spark_connector.spark_home import make_spark_home
     from spark_connector.tests.live_helpers import create_topic, spark_session
 
@@ -103,106 +225,12 @@ def main(argv=None) -> int:
         topic = f"bench-{int(time.time())}"
         create_topic(bootstrap, topic, args.partitions, rf=1)
         spark = spark_session(str(work / "spark"))
-        from pyspark.sql import functions as F
-
-        from spark_connector import offsets as off
         n = args.records
-        src = spark.range(n, numPartitions=args.partitions).select(
-            F.lpad(F.col("id").cast("string"), 16, "0").alias("key"),
-            F.expr("substr(repeat(sha2(cast(id as string), 256), 2), 1, 100)").alias("value"))
-        src.cache().count()
-
-        t0 = time.perf_counter()
-        (src.write.format("raftka").option("kafka.bootstrap.servers", bootstrap)
-         .option("topic", topic).mode("append").save())
-        sink_s = time.perf_counter() - t0
-
-        # the Parquet copy holds exactly what the topic holds, in the source's schema
-        pq = str(work / "parquet")
-        batch = (spark.read.format("raftka").option("kafka.bootstrap.servers", bootstrap)
-                 .option("subscribe", topic).load())
-        batch.write.parquet(pq)
-        schema = spark.read.parquet(pq).schema
-
-        # One untimed warm-up query per source first (reported as warmup_s): the first streaming
-        # query of a JVM pays class loading and code generation shared by both sources, and the
-        # first Python data-source query also starts Spark's Python workers; a streaming
-        # application pays that once, not per micro-batch. Then each query runs --rounds times,
-        # the sources alternating (raftka, parquet, ceiling, fixed, raftka, ...), and the fastest
-        # run of each counts.
-        def raftka_stream():
-            return (spark.readStream.format("raftka").option("kafka.bootstrap.servers", bootstrap)
-                    .option("subscribe", topic).option("startingOffsets", "earliest").load())
-
-        def parquet_stream():
-            return spark.readStream.schema(schema).parquet(pq)
-
-        streams = {"raftka": raftka_stream, "parquet": parquet_stream}
-        if args.ceiling:
-            from spark_ceiling_source import CeilingDataSource
-            spark.dataSource.register(CeilingDataSource)
-            from spark_connector.tests.live_helpers import client
-            ends = client(bootstrap).list_offsets(
-                {(topic, p): -1 for p in range(args.partitions)})
-            ends_json = json.dumps(off.to_json_dict(ends))
-
-            def ceiling_stream():
-                return (spark.readStream.format("raftka_ceiling").option("ends", ends_json)
-                        .option("batchRows", str(args.ceiling_batch_rows)).load())
-            streams["ceiling"] = ceiling_stream
-
-        # A query over one record per partition through the ceiling source: what any query of
-        # a Python streaming source costs before its first row (reported, not in the ratios)
-        if args.ceiling:
-            tiny_json = json.dumps(off.to_json_dict({tp: min(1, e) for tp, e in ends.items()}))
-            streams["fixed"] = lambda: (spark.readStream.format("raftka_ceiling")
-                                        .option("ends", tiny_json).load())
-
+        sink_s, pq, schema = write_sources(spark, bootstrap, topic, n, args.partitions, work)
+        streams = stream_makers(spark, args, bootstrap, topic, pq, schema)
         load_before = os.getloadavg()[0]
-        warmup = {name: timed_query(make(), f"{name}_warmup")[1]
-                  for name, make in streams.items()}
-        runs: dict[str, list] = {name: [] for name in streams}
-        for i in range(args.rounds):
-            for name, make in streams.items():
-                runs[name].append(timed_query(make(), f"{name}{i}"))
-        best = {name: min(r, key=lambda x: x[1]) for name, r in runs.items()}
-        rate = {name: rows / s for name, (rows, s, _) in best.items()}
-        # rows/s inside the micro-batches, the fastest run each (what every later micro-batch of
-        # a long-running query sees; the issue's figure is the wall-clock one above)
-        in_batch = {name: max(rows / b for rows, _, b in r if b > 0) for name, r in runs.items()
-                    if name != "fixed"}
-        raftka_rows, raftka_s, _ = best["raftka"]
-        parquet_rows, parquet_s, _ = best["parquet"]
-        out = {
-            "records": n, "value_bytes": 100, "partitions": args.partitions, "master": "local[2]",
-            "sink_rows_per_s": round(n / sink_s),
-            "raftka_stream_rows": raftka_rows, "raftka_stream_s": round(raftka_s, 2),
-            "raftka_stream_rows_per_s": round(raftka_rows / raftka_s),
-            "parquet_stream_rows": parquet_rows, "parquet_stream_s": round(parquet_s, 2),
-            "parquet_stream_rows_per_s": round(parquet_rows / parquet_s),
-            "ratio_raftka_to_parquet": round(rate["raftka"] / rate["parquet"], 3),
-            "runs_s": {k: [round(r[1], 2) for r in v] for k, v in runs.items()},
-            "in_batch_s": {k: [round(r[2], 2) for r in v] for k, v in runs.items()},
-            "in_batch_rows_per_s": {k: round(v) for k, v in in_batch.items()},
-            "in_batch_ratio_raftka_to_parquet": round(in_batch["raftka"] / in_batch["parquet"], 3),
-            "warmup_s": {k: round(v, 2) for k, v in warmup.items()},
-            "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-            "compiled_pyspark": args.compiled_pyspark,
-        }
-        if "ceiling" in best:
-            c_rows, c_s, _ = best["ceiling"]
-            out.update({
-                "ceiling_stream_rows": c_rows, "ceiling_stream_s": round(c_s, 2),
-                "ceiling_stream_rows_per_s": round(rate["ceiling"]),
-                "ceiling_batch_rows": args.ceiling_batch_rows,
-                "ratio_ceiling_to_parquet": round(rate["ceiling"] / rate["parquet"], 3),
-                "ratio_raftka_to_ceiling": round(rate["raftka"] / rate["ceiling"], 3),
-                "fixed_query_s": round(best["fixed"][1], 2),
-                "in_batch_ratio_ceiling_to_parquet": round(
-                    in_batch["ceiling"] / in_batch["parquet"], 3),
-                "in_batch_ratio_raftka_to_ceiling": round(
-                    in_batch["raftka"] / in_batch["ceiling"], 3)})
-        print(json.dumps(out, indent=2))
+        warmup, runs = run_queries(streams, args.rounds)
+        print(json.dumps(report(args, n, sink_s, warmup, runs, load_before), indent=2))
         spark.stop()
     finally:
         if cluster is not None:

@@ -391,30 +391,7 @@ def _emit_value(enc: _Src, dec: _Src, f: F, src: str, dst: str, version: int, fl
     nullable = _in(f.nullable, version)
     name = f.name
     if f.is_array:
-        enc.emit(ind, f"v = {src}")
-        enc.emit(ind, "if v is None:")
-        if nullable:
-            enc.emit(ind + 1, "b += " + ("b'\\x00'" if flex else "b'\\xff\\xff\\xff\\xff'"))
-        elif lenient:
-            enc.emit(ind + 1, "v = []")      # lenient (responses): null where the version has none
-            enc.emit(ind + 1, "b += " + ("b'\\x01'" if flex else "b'\\x00\\x00\\x00\\x00'"))
-        else:
-            enc.emit(ind + 1, f"raise EncodeError('{name} is not nullable in version {version}')")
-        enc.emit(ind, "else:")
-        enc.emit(ind + 1, "b += uvb(len(v) + 1)" if flex else "b += struct.pack('>i', len(v))")
-        if flex:
-            dec.emit(ind, "n, pos = read_uvarint(mv, pos)")
-            dec.emit(ind, "n -= 1")
-        else:
-            dec.emit(ind, "n, = struct.unpack_from('>i', mv, pos)")
-            dec.emit(ind, "pos += 4")
-        dec.emit(ind, "if n < 0:")
-        if nullable:
-            dec.emit(ind + 1, f"{dst} = None")
-        else:
-            dec.emit(ind + 1, f"raise DecodeError('null array {name}')")
-        dec.emit(ind, "else:")
-        _emit_array_body(enc, dec, f, dst, version, flex, struct_flex, ind + 1, lenient)
+        _emit_array(enc, dec, f, src, dst, version, flex, struct_flex, ind, lenient, nullable)
         return
     t = f.elem
     if t in _FIXED:
@@ -510,6 +487,31 @@ def _emit_string_or_bytes(enc, dec, t, src, dst, name, version, flex, nullable, 
     dec.emit(ind + 1, "e = take(mv, pos, n)")
     dec.emit(ind + 1, f"{dst} = str(mv[pos:e], 'utf-8')" if short else f"{dst} = bytes(mv[pos:e])")
     dec.emit(ind + 1, "pos = e")
+
+
+def _emit_array(enc: _Src, dec: _Src, f: F, src: str, dst: str, version: int, flex: bool,
+                struct_flex: bool, ind: int, lenient: bool, nullable: bool) -> None:
+    """An array field: its length, or null, then the elements (`_emit_array_body`)."""
+    name = f.name
+    enc.emit(ind, f"v = {src}")
+    enc.emit(ind, "if v is None:")
+    if nullable:
+        enc.emit(ind + 1, "b += " + ("b'\\x00'" if flex else "b'\\xff\\xff\\xff\\xff'"))
+    elif lenient:
+        enc.emit(ind + 1, "v = []")      # lenient (responses): null where the version has none
+        enc.emit(ind + 1, "b += " + ("b'\\x01'" if flex else "b'\\x00\\x00\\x00\\x00'"))
+    else:
+        enc.emit(ind + 1, f"raise EncodeError('{name} is not nullable in version {version}')")
+    enc.emit(ind, "else:")
+    enc.emit(ind + 1, "b += uvb(len(v) + 1)" if flex else "b += struct.pack('>i', len(v))")
+    _emit_length(dec, flex, False, ind)
+    dec.emit(ind, "if n < 0:")
+    if nullable:
+        dec.emit(ind + 1, f"{dst} = None")
+    else:
+        dec.emit(ind + 1, f"raise DecodeError('null array {name}')")
+    dec.emit(ind, "else:")
+    _emit_array_body(enc, dec, f, dst, version, flex, struct_flex, ind + 1, lenient)
 
 
 def _emit_array_body(enc, dec, f: F, dst: str, version, flex, struct_flex, ind, lenient) -> None:
