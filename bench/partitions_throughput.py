@@ -60,15 +60,21 @@ class Throughput:
         expected = sum(self.next_offset[tp] - start[tp] for tp in self.tps)
         if not consume:
             return {"produce_rps": round(records / produce_s), "enqueue_s": round(enqueue_s, 3)}
+        # queued.min.messages: librdkafka stops fetching for fetch.queue.backoff.ms (1 s) once
+        # 100,000 messages wait in its queue, which a round over 6 partitions reaches at once
+        # (1 MiB a partition a fetch): that second, not the brokers, set the 6-partition rate
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "bench-partitions",
-                      "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+                      "enable.auto.commit": False, "fetch.wait.max.ms": 100,
+                      "queued.min.messages": 10_000_000})
         try:
             c.assign([TopicPartition(t, q, start[(t, q)]) for t, q in self.tps])
             got = 0
             t1 = time.perf_counter()
             deadline = time.monotonic() + timeout_s
             while got < expected and time.monotonic() < deadline:
-                for m in c.consume(10000, 0.5):
+                # a short timeout: consume() waits for all 10,000 or the timeout, and the
+                # round's last call gets fewer
+                for m in c.consume(10000, 0.05):
                     if m.error() is None:
                         got += 1
             consume_s = time.perf_counter() - t1
