@@ -270,6 +270,29 @@ class DurableSyncObj(SyncObj):
             notifier.notify()
 
 
+def raft_timing(election_timeout_s: tuple[float, float]) -> dict:
+    """pysyncobj's timing settings for election timeouts `election_timeout_s` (min, max)."""
+    heartbeat_s = min(HEARTBEAT_S, election_timeout_s[0] / 3.05)   # min > 3 periods
+    return dict(
+        raftMinTimeout=election_timeout_s[0],
+        raftMaxTimeout=election_timeout_s[1],
+        # pysyncobj requires the minimum election timeout to exceed three periods: 130 ms is
+        # the largest under 400 / 3. Against 100 ms: a fifth fewer heartbeats and 14 % less CPU
+        # for an idle quorum's Raft threads (3.05 → 2.63 % of one core, issue #23), while a
+        # follower's tolerance for a stalled leader moves by at most the 30 ms between heartbeats
+        appendEntriesPeriod=heartbeat_s,
+        # the tick (pysyncobj's poll timeout) matches the heartbeat period: messages and
+        # proposals wake the poll anyway, so a 50 ms tick (the default) only added idle
+        # wake-ups, a visible share of an idle cluster's CPU (issue #23). A shorter tick would
+        # also stretch the heartbeats: the poll restarts at each follower's answer, so a leader
+        # ticking every 100 ms saw a 130 ms period pass only every other tick
+        autoTickPeriod=heartbeat_s,
+        leaderFallbackTimeout=1.0,
+        connectionTimeout=max(election_timeout_s[1], 0.5),
+        connectionRetryTime=0.5,
+    )
+
+
 class RaftQuorum:
     def __init__(self, node_id: int, raft_peers: dict[int, str], data_dir: str, password: str,
                  election_timeout_s: tuple[float, float] = (0.4, 0.8),
@@ -301,28 +324,11 @@ class RaftQuorum:
             on_synced=record_synced_length if sync_record else None)
         durable_journal.import_pysyncobj_journal(os.path.join(data_dir, "raft.journal"),
                                                  self.journal)
-        heartbeat_s = min(HEARTBEAT_S, election_timeout_s[0] / 3.1)
         conf = SyncObjConf(
             journalFile=self.journal,
             fullDumpFile=os.path.join(data_dir, "raft.dump"),
             appendEntriesUseBatch=False,
-            raftMinTimeout=election_timeout_s[0],
-            raftMaxTimeout=election_timeout_s[1],
-            # pysyncobj requires the minimum election timeout to exceed three periods: 130 ms
-            # is the largest under 400 / 3. Against 100 ms: a fifth fewer heartbeats and 14 %
-            # less CPU for an idle quorum's Raft threads (3.05 → 2.63 % of one core, issue #23),
-            # while a follower's tolerance for a stalled leader moves by at most the 30 ms
-            # between heartbeats
-            appendEntriesPeriod=heartbeat_s,
-            # the tick (pysyncobj's poll timeout) matches the heartbeat period: messages and
-            # proposals wake the poll anyway, so a 50 ms tick (the default) only added idle
-            # wake-ups, a visible share of an idle cluster's CPU (issue #23). A shorter tick
-            # would also stretch the heartbeats: the poll restarts at each follower's answer,
-            # so a leader ticking every 100 ms saw a 130 ms period pass only every other tick
-            autoTickPeriod=heartbeat_s,
-            leaderFallbackTimeout=1.0,
-            connectionTimeout=max(election_timeout_s[1], 0.5),
-            connectionRetryTime=0.5,
+            **raft_timing(election_timeout_s),
             password=password,
             # exactly the configured address: never every interface
             bindAddress=raft_peers[node_id],
