@@ -409,11 +409,7 @@ def _emit_value(enc: _Src, dec: _Src, f: F, src: str, dst: str, version: int, fl
         _emit_string_or_bytes(enc, dec, t, src, dst, name, version, flex, nullable, ind, lenient)
     elif t == "records":
         enc.emit(ind, f"encode_records(b, {src}, {flex}, {nullable}, opaque)")
-        _emit_length(dec, flex, False, ind)
-        dec.emit(ind, "if n < 0:")
-        dec.emit(ind + 1, f"{dst} = None" if nullable else
-                 f"raise DecodeError('null records {name}')")
-        dec.emit(ind, "else:")
+        _emit_length(dec, flex, False, ind, dst, nullable, f"records {name}")
         dec.emit(ind + 1, "e = take(mv, pos, n)")
         dec.emit(ind + 1, f"{dst} = mv[pos:e]")
         dec.emit(ind + 1, "pos = e")
@@ -442,8 +438,10 @@ def _emit_value(enc: _Src, dec: _Src, f: F, src: str, dst: str, version: int, fl
         raise ValueError(f"unknown type {f.type}")
 
 
-def _emit_length(dec: _Src, flex: bool, short: bool, ind: int) -> None:
-    """Decode a length into `n` (-1 = null)."""
+def _emit_length(dec: _Src, flex: bool, short: bool, ind: int, dst: str, nullable: bool,
+                 what: str) -> None:
+    """Decode a length into `n`, then a null (-1) into `dst = None`, or a DecodeError naming
+    `what` when the field is not nullable; opens the `else:` the caller's value goes under."""
     if flex:
         dec.emit(ind, "n, pos = read_uvarint(mv, pos)")
         dec.emit(ind, "n -= 1")
@@ -453,6 +451,9 @@ def _emit_length(dec: _Src, flex: bool, short: bool, ind: int) -> None:
     else:
         dec.emit(ind, "n, = struct.unpack_from('>i', mv, pos)")
         dec.emit(ind, "pos += 4")
+    dec.emit(ind, "if n < 0:")
+    dec.emit(ind + 1, f"{dst} = None" if nullable else f"raise DecodeError('null {what}')")
+    dec.emit(ind, "else:")
 
 
 def _emit_string_or_bytes(enc, dec, t, src, dst, name, version, flex, nullable, ind,
@@ -477,13 +478,7 @@ def _emit_string_or_bytes(enc, dec, t, src, dst, name, version, flex, nullable, 
     else:
         enc.emit(ind + 1, f"b += struct.pack('{'>h' if short else '>i'}', len(v))")
     enc.emit(ind + 1, "b += v")
-    _emit_length(dec, flex, short, ind)
-    dec.emit(ind, "if n < 0:")
-    if nullable:
-        dec.emit(ind + 1, f"{dst} = None")
-    else:
-        dec.emit(ind + 1, f"raise DecodeError('null {t} {name}')")
-    dec.emit(ind, "else:")
+    _emit_length(dec, flex, short, ind, dst, nullable, f"{t} {name}")
     dec.emit(ind + 1, "e = take(mv, pos, n)")
     dec.emit(ind + 1, f"{dst} = str(mv[pos:e], 'utf-8')" if short else f"{dst} = bytes(mv[pos:e])")
     dec.emit(ind + 1, "pos = e")
@@ -504,13 +499,7 @@ def _emit_array(enc: _Src, dec: _Src, f: F, src: str, dst: str, version: int, fl
         enc.emit(ind + 1, f"raise EncodeError('{name} is not nullable in version {version}')")
     enc.emit(ind, "else:")
     enc.emit(ind + 1, "b += uvb(len(v) + 1)" if flex else "b += struct.pack('>i', len(v))")
-    _emit_length(dec, flex, False, ind)
-    dec.emit(ind, "if n < 0:")
-    if nullable:
-        dec.emit(ind + 1, f"{dst} = None")
-    else:
-        dec.emit(ind + 1, f"raise DecodeError('null array {name}')")
-    dec.emit(ind, "else:")
+    _emit_length(dec, flex, False, ind, dst, nullable, f"array {name}")
     _emit_array_body(enc, dec, f, dst, version, flex, struct_flex, ind + 1, lenient)
 
 
