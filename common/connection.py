@@ -18,9 +18,11 @@ per connection, because it is a property of the node (every link it opens), like
 
 from __future__ import annotations
 
+import math
+
 import trio
 
-from common import socket_write
+from common import socket_read, socket_write
 from common.security import PLAINTEXT, AuthenticationError, ClientSecurity, authenticate
 from wire.connection import ClientConnection
 from wire.messages import api_keys
@@ -104,39 +106,67 @@ class BrokerConnection:
     async def request(self, message, version: int, timeout_s: float = 30.0, expect_response=True):
         if self._stream is None:
             raise ConnectionClosed("not connected")
-        async with self._lock:
-            stream = self._stream          # aclose() may clear the attribute while we wait
-            if stream is None:
-                raise ConnectionClosed("not connected")
-            data = self._conn.send_request(message, version, self.client_id,
-                                           expect_response=expect_response)
-            answered = False
-            try:
-                with trio.fail_after(timeout_s):
-                    await socket_write.send_all(stream, data)     # then waits for the answer
-                    if not expect_response:
-                        answered = True
-                        return None
-                    while True:
-                        got = self._conn.next_response()
-                        if got is not None:
-                            answered = True
-                            return got[1]
-                        chunk = await stream.receive_some(RECV_BYTES)
-                        if not chunk:
-                            raise ConnectionClosed(f"{self.host}:{self.port} closed the connection")
-                        self._conn.receive_data(chunk)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                raise ConnectionClosed(str(exc)) from None
-            finally:
-                if not answered:
-                    # Timed out, cancelled or failed between sending and reading the answer: a
-                    # late answer (or half a frame) would be taken for the next request's. This
-                    # connection is done; the next request raises ConnectionClosed.
-                    if self._stream is stream:
-                        self._stream = None
-                    with trio.CancelScope(shield=True):
-                        await trio.aclose_forcefully(stream)
+        # trio.Lock's acquire yields even when the lock is free; a request yields anyway while
+        # it waits for its answer (below), so only a contended lock waits here
+        await trio.lowlevel.checkpoint_if_cancelled()      # (no yield unless cancelled)
+        if self._lock.locked():
+            await self._lock.acquire()
+        else:
+            self._lock.acquire_nowait()
+        try:
+            return await self._exchange(message, version, timeout_s, expect_response)
+        finally:
+            self._lock.release()
+
+    async def _exchange(self, message, version: int, timeout_s: float, expect_response: bool):
+        stream = self._stream          # aclose() may clear the attribute while we waited
+        if stream is None:
+            raise ConnectionClosed("not connected")
+        data = self._conn.send_request(message, version, self.client_id,
+                                       expect_response=expect_response)
+        answered = False
+        try:
+            if timeout_s == math.inf:
+                # the caller bounds the exchange: partition_server/replication/fetcher.py
+                # moves one scope's deadline on per fetch instead of a scope per request
+                got, yielded = await self._answer(stream, data, expect_response)
+            else:
+                # a bare cancel scope, not trio.fail_after: no generator context manager
+                with trio.CancelScope(deadline=trio.current_time() + timeout_s) as scope:
+                    got, yielded = await self._answer(stream, data, expect_response)
+                if scope.cancelled_caught:
+                    raise trio.TooSlowError
+            answered = True
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise ConnectionClosed(str(exc)) from None
+        finally:
+            if not answered:
+                # Timed out, cancelled or failed between sending and reading the answer: a
+                # late answer (or half a frame) would be taken for the next request's. This
+                # connection is done; the next request raises ConnectionClosed.
+                if self._stream is stream:
+                    self._stream = None
+                with trio.CancelScope(shield=True):
+                    await trio.aclose_forcefully(stream)
+        await socket_read.checkpoint_unless(yielded)        # one yield per request
+        return got
+
+    async def _answer(self, stream, data, expect_response: bool) -> tuple[object, bool]:
+        """Send `data`, read its answer: (the answer's body, or None for a request without
+        one; whether the task yielded meanwhile)."""
+        await socket_write.send_all(stream, data)
+        if not expect_response:
+            return None, False
+        yielded = False
+        while True:
+            got = self._conn.next_response()
+            if got is not None:
+                return got[1], yielded
+            chunk, waited = await socket_read.receive_some(stream, RECV_BYTES)
+            yielded = yielded or waited
+            if not chunk:
+                raise ConnectionClosed(f"{self.host}:{self.port} closed the connection")
+            self._conn.receive_data(chunk)
 
     async def aclose(self) -> None:
         stream, self._stream = self._stream, None

@@ -46,7 +46,7 @@ from typing import Awaitable, Callable
 import trio
 
 from common import sasl as sasl_mod
-from common import socket_write
+from common import socket_read, socket_write
 from common.error_response import error_response
 from common.pipeline import ResponsePipeline
 from common.principal import ANONYMOUS
@@ -288,14 +288,18 @@ def _pop_raw_frame(conn: ServerConnection, max_bytes: int) -> bytes | None:
     return token
 
 
-async def _receive(stream, conn: ServerConnection, idle_timeout_s: float) -> bool:
-    data = b""
-    with trio.move_on_after(idle_timeout_s):       # connections.max.idle.ms
-        data = await stream.receive_some(RECV_BYTES)
+async def _receive(stream, conn: ServerConnection, idle_timeout_s: float) -> tuple[bool, bool]:
+    """(whether bytes came — False: the peer closed or stayed idle too long —, whether the task
+    yielded meanwhile). The idle timeout's cancel scope is only paid when the socket is empty."""
+    data, waited = socket_read.read_now(stream, RECV_BYTES), False
+    if data is None:
+        data, waited = b"", True
+        with trio.move_on_after(idle_timeout_s):       # connections.max.idle.ms
+            data, _ = await socket_read.receive_some(stream, RECV_BYTES, empty=True)
     if not data:
-        return False
+        return False, waited
     conn.receive_data(data)
-    return True
+    return True, waited
 
 
 async def serve_connection(stream, dispatch: Dispatch, listener: str,
@@ -413,7 +417,7 @@ async def _read_requests(stream, ctx: ClientContext, dispatch: Dispatch, conn: S
     # until the first authentication completes: small frames, and a deadline for the exchange
     deadline = trio.current_time() + security.handshake_timeout_s
     received = time.perf_counter()
-    fresh = True            # a receive came since the last request was taken
+    yielded = True          # the task yielded since it last took a request
     while True:
         if ctx.mute_s > 0:                 # muted: the client's next request waits in the socket
             mute_s, ctx.mute_s = ctx.mute_s, 0.0
@@ -426,7 +430,8 @@ async def _read_requests(stream, ctx: ClientContext, dispatch: Dispatch, conn: S
         if auth.legacy and auth.server is not None:
             token = _pop_raw_frame(conn, security.max_unauthenticated_bytes)
             if token is None:
-                if not await _receive(stream, conn, idle_timeout_s):
+                got, _ = await _receive(stream, conn, idle_timeout_s)
+                if not got:
                     return
                 continue
             answer, close = auth.authenticate(token)
@@ -438,18 +443,20 @@ async def _read_requests(stream, ctx: ClientContext, dispatch: Dispatch, conn: S
         if request is None:
             wait_s = idle_timeout_s if not unauthenticated else \
                 max(0.0, min(idle_timeout_s, deadline - trio.current_time()))
-            if not await _receive(stream, conn, wait_s):
+            got, waited = await _receive(stream, conn, wait_s)
+            if not got:
                 if unauthenticated and trio.current_time() > deadline:
                     raise _Closing("authentication did not finish in time")
                 return
             received = time.perf_counter()
-            fresh = True
+            yielded = yielded or waited
             continue
-        if not fresh:
-            # the next of several requests already buffered: answers no longer yield when the
-            # socket takes them (socket_write.py), so yield here, once per request, as before
-            await trio.lowlevel.checkpoint()
-        fresh = False
+        # Yield once per request: neither a read that found its bytes there (socket_read.py)
+        # nor a send the socket took at once (socket_write.py) yields, and a client whose
+        # requests are always there would otherwise hold the loop. A request read after a
+        # wait (a follower's next fetch, usually) has yielded already.
+        await socket_read.checkpoint_unless(yielded)
+        yielded = False
         request.received_at = received          # the queue time of request_metrics.py
         if request.api_key == PRODUCE and auth.in_session \
                 and not isinstance(request, UnsupportedRequest):
