@@ -11,6 +11,7 @@ lost until some other leader came or went, which a 3-broker cluster may never se
 No sockets: the image names no broker, so a fetcher task only idles in its loop (it registers
 its session under its leader's id, which is how the tests see it running)."""
 
+import functools
 import types
 
 import trio
@@ -77,3 +78,57 @@ async def test_fetchers_follow_a_burst_of_leader_moves(autojump_clock):
         fm.follow("t", 1, 1)
         await _running(fm, {0, 1})
         nursery.cancel_scope.cancel()
+
+
+async def test_a_leader_that_never_answers_a_fetch_is_left_and_reconnected(autojump_clock):
+    """A fetch outliving replica.fetch.wait.max.ms + 5 s ends the link (one cancel scope over
+    the fetcher's requests, its deadline moved per fetch) and the fetcher connects again. A
+    fake leader on loopback answers ApiVersions and swallows every Fetch."""
+    from common.security import PLAINTEXT
+    from wire.connection import ServerConnection
+    from wire.messages.api_keys import ApiKey
+    from wire.messages.index_generated import RESPONSES
+    from partition_server.replication.partition import Role
+
+    fetches: list[float] = []           # when each Fetch arrived
+    connections: list[float] = []
+
+    async def leader(stream):
+        connections.append(trio.current_time())
+        conn = ServerConnection({ApiKey.API_VERSIONS: (0, 3), ApiKey.FETCH: (4, 12)})
+        while True:
+            data = await stream.receive_some(65536)
+            if not data:
+                return
+            conn.receive_data(data)
+            while (req := conn.next_request()) is not None:
+                if req.api_key == ApiKey.FETCH:
+                    fetches.append(trio.current_time())
+                    continue                                # never answered
+                versions = RESPONSES[ApiKey.API_VERSIONS].ApiVersion
+                await stream.send_all(b"".join(conn.send_response_chunks(
+                    req, RESPONSES[ApiKey.API_VERSIONS](error_code=0, api_keys=[
+                        versions(api_key=ApiKey.FETCH, min_version=4, max_version=12)]))))
+
+    hosted = types.SimpleNamespace(
+        offline=False, state=types.SimpleNamespace(role=Role.FOLLOWER, isr=[2], leader_epoch=0),
+        log=types.SimpleNamespace(log_end_offset=0, latest_epoch=-1, log_start_offset=0))
+    replicas = types.SimpleNamespace(get=lambda topic, partition: hosted)
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(functools.partial(trio.serve_tcp, leader, 0,
+                                                            host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        image = types.SimpleNamespace(brokers={1: types.SimpleNamespace(host="127.0.0.1",
+                                                                          port=port)})
+        fm = FetcherManager(2, {"replica.fetch.wait.max.ms": 500,
+                                "replica.fetch.max.bytes": 1 << 20}, replicas, None,
+                            image=lambda: image, security=PLAINTEXT)
+        nursery.start_soon(fm.run)
+        fm.follow("t", 0, 1)
+        with trio.fail_after(60):
+            while len(connections) < 2:
+                await trio.sleep(0.1)
+        nursery.cancel_scope.cancel()
+    assert fetches, "the fetcher never fetched"
+    # the second connection came once the first fetch had waited its whole deadline
+    assert connections[1] - fetches[0] >= 5.5
