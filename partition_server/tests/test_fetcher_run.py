@@ -8,8 +8,9 @@ awaited `nursery.start` for a new fetcher; a `follow` naming a new leader during
 the event `run` was not yet waiting on, and `run` then waited on the fresh one: the wake-up was
 lost until some other leader came or went, which a 3-broker cluster may never see again.
 
-No sockets: the image names no broker, so a fetcher task only idles in its loop (it registers
-its session under its leader's id, which is how the tests see it running)."""
+No sockets in those: the image names no broker, so a fetcher task only idles in its loop (it
+registers its session under its leader's id, which is how the tests see it running). The last
+test gives it a fake leader on loopback that never answers a Fetch: the fetcher's timeout."""
 
 import functools
 import types
