@@ -15,8 +15,9 @@ from partition_server.config import BrokerConfig
 async def _serve(config: BrokerConfig, controller_config=None) -> None:
     from partition_server.broker import Broker
     stop = process.install_stop_signals()
-    from partition_server.log_dirs import LogDirError
+    from partition_server.log_dirs import LogDirError, lock_dirs
     try:
+        held = lock_dirs(config["log.dirs"])     # noqa: F841 - open until the process exits
         broker = Broker(config)
     except LogDirError as exc:
         print(f"raftka broker: {exc}", file=sys.stderr, flush=True)

@@ -85,10 +85,19 @@ def register_broker(image: MetadataImage, tracker: HeartbeatTracker, broker_id: 
                     default_min_isr: int = 1, log_dirs=()):
     """`previous_broker_epoch` (KIP-966): the epoch the broker had when it last shut down
     cleanly, -1 after an unclean shutdown; None when the caller cannot tell (old request
-    versions), then nothing is assumed."""
+    versions), then nothing is assumed.
+
+    Another incarnation registered and alive is DUPLICATE_BROKER_REGISTRATION, unless the
+    newcomer names that incarnation's epoch as its previous one: only a process holding the log
+    directory the old one registered from knows it (partition_server/clean_shutdown.py), and a
+    broker holds its log directories' locks for its life (log_dirs.lock_dirs), so the old
+    process has exited and its session is merely not yet expired. A full cluster restart leaves
+    every broker registered and unfenced (no broker can hand its leaderships to another that is
+    stopping too), and a newly active controller starts every session afresh: each broker was
+    refused for a whole session timeout (9 s) before this, where Kafka refuses the same."""
     old = image.brokers.get(broker_id)
     if old is not None and old.incarnation_id != incarnation_id and not old.fenced \
-            and tracker.alive(broker_id, now_ms):
+            and tracker.alive(broker_id, now_ms) and previous_broker_epoch != old.broker_epoch:
         return [], RegistrationResult(ErrorCode.DUPLICATE_BROKER_REGISTRATION, -1,
                                       f"broker {broker_id} is registered by another live process")
     epoch = max(image.offset + 1, (old.broker_epoch + 1) if old else 0)
