@@ -6,13 +6,19 @@ import sys
 
 import trio
 
-from common import process
+from common import dir_lock, process
 from metadata_quorum.config import ConfigError, ControllerConfig
 
 
 async def _serve(config: ControllerConfig) -> None:
     from metadata_quorum.service import ControllerService
     stop = process.install_stop_signals()
+    try:
+        # the Raft journal's directory is ours until the process exits (the descriptor stays open)
+        held = dir_lock.lock_dirs([config.metadata_dir], "controller")  # noqa: F841
+    except dir_lock.DirectoryInUse as exc:
+        print(f"raftka controller: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
     svc = ControllerService(config)
     try:
         async with trio.open_nursery() as nursery:

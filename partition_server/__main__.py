@@ -7,7 +7,7 @@ import sys
 
 import trio
 
-from common import process
+from common import dir_lock, process
 from common.properties import ConfigError
 from partition_server.config import BrokerConfig
 
@@ -15,11 +15,14 @@ from partition_server.config import BrokerConfig
 async def _serve(config: BrokerConfig, controller_config=None) -> None:
     from partition_server.broker import Broker
     stop = process.install_stop_signals()
-    from partition_server.log_dirs import LogDirError, lock_dirs
+    from partition_server.log_dirs import LogDirError
     try:
-        held = lock_dirs(config["log.dirs"])     # noqa: F841 - open until the process exits
+        # the directories are ours until the process exits (the descriptors stay open)
+        held = dir_lock.lock_dirs(config["log.dirs"], "broker")  # noqa: F841
+        if controller_config is not None:
+            held += dir_lock.lock_dirs([controller_config.metadata_dir], "controller")
         broker = Broker(config)
-    except LogDirError as exc:
+    except (LogDirError, dir_lock.DirectoryInUse) as exc:
         print(f"raftka broker: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
     broker.log_dirs.on_all_failed = stop.set     # Kafka: no log directory left, shut down

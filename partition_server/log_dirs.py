@@ -30,7 +30,6 @@ else discarded (the move is not resumed: it can be asked again).
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import logging
 import os
 import re
@@ -43,7 +42,6 @@ from partition_server.log.fsync import fsync_dir
 log = logging.getLogger(__name__)
 
 META_FILE = "meta.properties"
-LOCK_FILE = ".lock"
 FUTURE_SUFFIX = "-future"
 DELETE_SUFFIX = "-delete"
 _LOG_NAME = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
@@ -100,35 +98,6 @@ def _ensure_meta(d: LogDir, node_id: int) -> None:
         os.fsync(f.fileno())
     os.replace(tmp, os.path.join(d.path, META_FILE))
     fsync_dir(d.path)
-
-
-def lock_dirs(paths: list[str]) -> list[int]:
-    """Take every log directory's `.lock` (an exclusive flock) for the life of the process, as
-    Kafka's LogManager does: two brokers sharing a directory would write the same segment files.
-    The kernel drops the lock when the process ends, however it ends. Returns the descriptors
-    (keep them open). A lock held elsewhere is LogDirError; a directory that cannot be opened at
-    all is left to LogDirs, which takes it offline."""
-    fds = []
-    for path in paths:
-        try:
-            os.makedirs(path, exist_ok=True)
-            fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            for held in fds:
-                os.close(held)
-            raise LogDirError(f"Failed to acquire lock on file {LOCK_FILE} in "
-                              f"{os.path.abspath(path)}. A broker in another process is using "
-                              "this directory.") from None
-        except OSError:
-            os.close(fd)
-            continue
-        fds.append(fd)
-    return fds
 
 
 class LogDirs:

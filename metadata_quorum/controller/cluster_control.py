@@ -90,7 +90,7 @@ def register_broker(image: MetadataImage, tracker: HeartbeatTracker, broker_id: 
     Another incarnation registered and alive is DUPLICATE_BROKER_REGISTRATION, unless the
     newcomer names that incarnation's epoch as its previous one: only a process holding the log
     directory the old one registered from knows it (partition_server/clean_shutdown.py), and a
-    broker holds its log directories' locks for its life (log_dirs.lock_dirs), so the old
+    broker holds its log directories' locks for its life (common/dir_lock.py), so the old
     process has exited and its session is merely not yet expired. A full cluster restart leaves
     every broker registered and unfenced (no broker can hand its leaderships to another that is
     stopping too), and a newly active controller starts every session afresh: each broker was

@@ -1,8 +1,9 @@
-"""A broker holds its log directories' locks for its life (Kafka's `.lock`), and a restarted
+"""A node holds its data directories' locks for its life (Kafka's `.lock`), and a restarted
 broker that proves it holds its predecessor's directory registers at once.
 
 - A second broker process started on a running broker's log directory stops at once with
-  Kafka's words and exit code 1, before it touches a segment or a port.
+  Kafka's words and exit code 1, before it touches a segment or a port; so does a second
+  controller on a running controller's Raft directory (common/dir_lock.py).
 - A broker SIGKILLed and started again names its predecessor's epoch (KIP-966
   `PreviousBrokerEpoch`, from the directory it now holds the lock of), so the controller takes
   the new registration although the old session has not expired (metadata_quorum/controller/
@@ -22,15 +23,19 @@ pytestmark = pytest.mark.live
 SESSION = {"broker.session.timeout.ms": "60000"}
 
 
-def test_a_second_broker_on_a_running_brokers_log_dir_stops_with_a_clear_error(tmp_path):
+def test_a_second_node_on_a_running_nodes_directory_stops_with_a_clear_error(tmp_path):
+    """A broker on a broker's log directory, a controller on a controller's Raft directory."""
     with LiveCluster(tmp_path, brokers=1) as cluster:
-        config = cluster.layout.data_dir / "configs" / "broker-0.properties"
-        second = subprocess.run([sys.executable, "-m", "partition_server", "--config",
-                                 str(config)], capture_output=True, text=True, timeout=120)
-        assert second.returncode == 1, second.stderr[-2000:]
-        assert "Failed to acquire lock on file .lock" in second.stderr
-        assert "A broker in another process is using this directory" in second.stderr
-        cluster.assert_alive()                  # the first broker never noticed
+        configs = cluster.layout.data_dir / "configs"
+        for module, name, holder in (("partition_server", "broker-0", "broker"),
+                                     ("metadata_quorum", "controller-3000", "controller")):
+            second = subprocess.run([sys.executable, "-m", module, "--config",
+                                     str(configs / f"{name}.properties")],
+                                    capture_output=True, text=True, timeout=120)
+            assert second.returncode == 1, second.stderr[-2000:]
+            assert "Failed to acquire lock on file .lock" in second.stderr
+            assert f"A {holder} in another process is using this directory" in second.stderr
+        cluster.assert_alive()                  # the first ones never noticed
 
 
 def test_a_killed_broker_registers_again_before_its_old_session_expires(tmp_path):
