@@ -44,6 +44,8 @@
   of votes and commit counts until a leader re-admits it.
 - A follower truncates only at a conflict (quorum/append_guard.py): pysyncobj cut a follower's
   log back to a stale AppendEntries' prevLogIdx, committed entries included.
+- Committed entries are applied at most APPLY_BUDGET_S per tick (DurableSyncObj): pysyncobj
+  applied a restart's whole backlog in one tick, deaf to heartbeats and votes meanwhile.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Callable, NamedTuple
 
 from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
@@ -73,6 +76,7 @@ UNDECODABLE = -1            # apply's result for an entry it could not decode
 FENCED = -2                 # ... for an entry whose writer or expected offset no longer holds
 JOIN_ELECTION_TIMEOUT_S = 10 ** 6     # a joining node never campaigns before a leader adds it
 HEARTBEAT_S = 0.13          # the leader's AppendEntries period (see RaftQuorum.__init__)
+APPLY_BUDGET_S = 0.05       # committed entries applied per tick at most (DurableSyncObj)
 FAIL_REASONS = {v: k for k, v in vars(FAIL_REASON).items() if not k.startswith("_")}
 
 
@@ -115,6 +119,16 @@ class MetadataLog(SyncObjConsumer):
         written on a state that is not this one, records.fence_entry)."""
         try:
             fence, encoded = unfence_entry(batch)
+            if fence is not None and fence[1] != ACTIVATE \
+                    and (fence[0] != self.writer or fence[1] != self.next_offset):
+                # deterministic too: writer and next_offset are replicated state. Checked before
+                # the records are decoded: a deposed controller's pipeline can leave hundreds of
+                # such entries (a restart replays them all on pysyncobj's thread)
+                log.info("skipping a metadata entry written for offset %d by an earlier active "
+                         "controller (now at %d): its premise did not commit", fence[1],
+                         self.next_offset)
+                self.fenced_local += 1
+                return FENCED
             records = [decode_record(item) for item in encoded]
         except MetadataRecordError as exc:
             # Deterministic on every node: the same bytes fail the same way everywhere.
@@ -122,16 +136,7 @@ class MetadataLog(SyncObjConsumer):
             self.bad_batches_local += 1
             return UNDECODABLE
         if fence is not None:
-            activation, expected = fence
-            if expected == ACTIVATE:
-                self.writer = activation
-            elif activation != self.writer or expected != self.next_offset:
-                # deterministic too: writer and next_offset are replicated state
-                log.info("skipping a metadata entry written for offset %d by an earlier active "
-                         "controller (now at %d): its premise did not commit", expected,
-                         self.next_offset)
-                self.fenced_local += 1
-                return FENCED
+            self.writer = fence[0]          # an activation (the only fenced entry left here)
         with self._lock:
             first = self.next_offset
             self.image = self.image.apply_all(first, records)
@@ -237,6 +242,32 @@ class DurableSyncObj(SyncObj):
                 callbacks.insert(len(callbacks) - 1, callback)
             else:
                 callbacks.append(callback)
+
+    def _SyncObj__applyLogEntries(self):
+        """pysyncobj applies every committed entry in one tick. After a restart that is the
+        whole journal since the snapshot — at 30,000 partitions hundreds of entries of hundreds
+        of records, seconds of work — during which this node neither heartbeats, nor answers
+        AppendEntries or votes: after a full restart the active controller changed eleven
+        times in 12 s (bench/README.md, "A full restart's brokers register at once"). Here a
+        tick applies entries one at a time for at most APPLY_BUDGET_S, and while some wait the
+        next tick comes at once (`wake`), after the messages that came meanwhile."""
+        commit = self._SyncObj__raftCommitIndex
+        if commit - self._SyncObj__raftLastApplied <= 1:
+            return super()._SyncObj__applyLogEntries()
+        deadline = time.monotonic() + APPLY_BUDGET_S
+        send = False
+        try:
+            while self._SyncObj__raftLastApplied < commit:
+                before = self._SyncObj__raftLastApplied
+                self._SyncObj__raftCommitIndex = before + 1
+                send = super()._SyncObj__applyLogEntries() or send
+                if self._SyncObj__raftLastApplied == before or time.monotonic() >= deadline:
+                    break               # (an entry pysyncobj would not apply: as it does)
+        finally:
+            self._SyncObj__raftCommitIndex = commit
+        if self._SyncObj__raftLastApplied < commit:
+            self.wake()
+        return send
 
     def _SyncObj__loadDumpFile(self, clearJournal):
         """pysyncobj's dump load, with the journal first aligned to the dump it reads

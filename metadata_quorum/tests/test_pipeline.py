@@ -58,6 +58,21 @@ def test_an_entry_of_an_earlier_writer_or_for_another_offset_is_skipped_everywhe
     assert apply(mlog, _entry(b"b", 2, topic)) == 2 and "t" in mlog.image.topics
 
 
+def test_a_skipped_entry_is_not_decoded(monkeypatch):
+    """A deposed controller's pipeline can leave hundreds of entries of hundreds of records,
+    replayed by every node at each restart: the fence is checked before the records are
+    decoded (a record that cannot decode shows it: FENCED, not an undecodable batch)."""
+    mlog = MetadataLog()
+    apply(mlog, _entry(b"a", r.ACTIVATE, r.NoOpRecord()))
+    garbage = r.fence_entry(r.msgpack.packb([b"\xff not a record"], use_bin_type=True), b"a", 7)
+    assert apply(mlog, garbage) == FENCED and mlog.bad_batches_local == 0
+    # while the same bytes for the current offset are an undecodable batch, as before
+    good_fence = r.fence_entry(r.msgpack.packb([b"\xff not a record"], use_bin_type=True),
+                               b"a", 1)
+    assert apply(mlog, good_fence) == -1 and mlog.bad_batches_local == 1
+    assert mlog.next_offset == 1
+
+
 def test_an_unfenced_entry_from_an_older_journal_still_applies():
     mlog = MetadataLog()
     assert apply(mlog, r.encode_entries([r.NoOpRecord(), r.NoOpRecord()])[0]) == 0

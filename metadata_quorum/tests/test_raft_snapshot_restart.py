@@ -116,3 +116,37 @@ def test_entries_after_the_snapshot_survive_a_restart_before_the_compaction_step
              lambda: f"{len(set(names) - applied(q))} of {len(names)} committed entries lost")
     finally:
         q.destroy()
+
+
+def test_a_restart_applies_its_journal_a_bounded_slice_per_tick(tmp_path, monkeypatch):
+    """pysyncobj applies every committed entry in one tick, during which a node neither
+    heartbeats nor answers votes; a restart at 30,000 partitions replayed seconds of entries so
+    and the quorum changed leader again and again. DurableSyncObj applies for at most
+    APPLY_BUDGET_S a tick (0 here: one entry a tick), and everything is still applied."""
+    from metadata_quorum.quorum import raft
+    data, port = tmp_path / "c0", free_base_port()
+    names = [f"e{i:03d}" for i in range(120)]
+    q = start(data, port)
+    try:
+        propose(q, names)
+    finally:
+        q.destroy()
+    per_call: list[int] = []
+    bounded = raft.DurableSyncObj._SyncObj__applyLogEntries
+
+    def recording(self):
+        before = self._SyncObj__raftLastApplied
+        try:
+            return bounded(self)
+        finally:
+            per_call.append(self._SyncObj__raftLastApplied - before)
+    monkeypatch.setattr(raft.DurableSyncObj, "_SyncObj__applyLogEntries", recording)
+    monkeypatch.setattr(raft, "APPLY_BUDGET_S", 0.0)
+    q = start(data, port)
+    try:
+        wait(lambda: applied(q) == set(names),
+             lambda: f"{len(set(names) - applied(q))} of {len(names)} entries not applied")
+    finally:
+        q.destroy()
+    assert sum(per_call) >= len(names)
+    assert max(per_call) == 1, sorted(per_call)[-5:]
