@@ -12,12 +12,12 @@ import uuid
 import trio
 
 from metadata_quorum.records import encode_record  # noqa: F401  (re-exported for tests)
+from metadata_quorum.stream_batches import stream_batch
 from metadata_quorum.voter_handlers import handle_add_raft_voter, handle_remove_raft_voter
 from wire.errors import ErrorCode
 from wire.primitives import ZERO_UUID
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS, RESPONSES
-from wire.records.batch import Record, build_batch
 
 METADATA_TOPIC = "__cluster_metadata"
 MAX_FETCH_RECORDS = 5000
@@ -433,12 +433,6 @@ def _directory_uuid(directory: str | None) -> uuid.UUID:
         return ZERO_UUID
 
 
-def _records_batch(base_offset: int, encoded: list[bytes]) -> bytes:
-    ts = int(time.time() * 1000)
-    return build_batch([Record(offset_delta=i, value=e) for i, e in enumerate(encoded)],
-                       base_offset=base_offset, base_timestamp=ts)
-
-
 async def handle_fetch(svc, req):
     """The metadata stream (see service.py)."""
     cls = RESPONSES[ApiKey.FETCH]
@@ -467,7 +461,7 @@ async def handle_fetch(svc, req):
         # older than the records kept for the stream: the broker loads the image (FetchSnapshot)
         pd.snapshot_id = cls.SnapshotId(end_offset=svc.next_offset, epoch=0)
     elif encoded:
-        pd.records = _records_batch(offset, encoded)
+        pd.records = await stream_batch(offset, encoded)
     return cls(responses=[cls.FetchableTopicResponse(topic=METADATA_TOPIC, partitions=[pd])])
 
 
@@ -475,8 +469,7 @@ async def handle_fetch_snapshot(svc, req):
     cls = RESPONSES[ApiKey.FETCH_SNAPSHOT]
     image = svc.committed_image             # not the speculative one: it pairs with next_offset
     end = svc.next_offset
-    encoded = [encode_record(r) for r in image.to_records()]
-    data = _records_batch(0, encoded) if encoded else b""
+    data = await svc.snapshot_batches.batch(image, end)
     pd = cls.PartitionSnapshot(index=0, snapshot_id=cls.SnapshotId(end_offset=end, epoch=0),
                                size=len(data), position=0, unaligned_records=data)
     return cls(topics=[cls.TopicSnapshot(name=METADATA_TOPIC, partitions=[pd])])

@@ -45,6 +45,7 @@ from metadata_quorum.image import Voter
 from metadata_quorum.pipeline import CommandPipeline, NotProposable, Proposal
 from metadata_quorum.quorum.raft import FAIL_REASON, Committed, RaftQuorum, Reset, fail_reason
 from metadata_quorum.raft_inbox import RaftInbox
+from metadata_quorum.stream_batches import SnapshotBatches
 from metadata_quorum.voter_handlers import resolve_pending
 from metadata_quorum.records import AbortTransactionRecord, FenceBrokerRecord, NoOpRecord, \
     RecordTooLarge
@@ -115,6 +116,7 @@ class ControllerService:
         self.tail: list[bytes] = []
         self.tail_start = 0
         self.new_data = trio.Event()
+        self.snapshot_batches = SnapshotBatches()   # FetchSnapshot answers (stream_batches.py)
         self.active = False
         self.lock = trio.Lock()
         self.observers: dict[int, tuple[int, int]] = {}
