@@ -259,8 +259,17 @@ class ControllerService:
         if not proposal.done:
             done = trio.Event()
             proposal.on_finish.append(done.set)
-            with trio.move_on_after(COMMIT_TIMEOUT_S + len(proposal.entries) * 0.1):
-                await done.wait()
+            # An entry's answer comes when this node applies it, after every entry before it:
+            # a node that took over with a backlog to apply (a restart at 30,000 partitions
+            # replays seconds of it) is not out of quorum. While the applied index moves, the
+            # wait goes on; a whole timeout without it moving is a timeout, as before.
+            applied = self.quorum.applied_index()
+            while True:
+                with trio.move_on_after(COMMIT_TIMEOUT_S + len(proposal.entries) * 0.1):
+                    await done.wait()
+                if proposal.done or self.quorum.applied_index() == applied:
+                    break
+                applied = self.quorum.applied_index()
             if not proposal.done:
                 self.pipeline.fail(proposal, "commit timed out (no quorum?)", in_doubt=True)
                 if self.active and not self.pipeline.active:

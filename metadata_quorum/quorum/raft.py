@@ -420,6 +420,10 @@ class RaftQuorum:
             return -1
         return self.address_to_id.get(getattr(leader, "address", str(leader)), -1)
 
+    def applied_index(self) -> int:
+        """The Raft index this node has applied up to (read from any thread)."""
+        return self.obj.__dict__.get("_SyncObj__raftLastApplied", 0)
+
     def status(self) -> dict:
         """Raft term, commit index and, on the leader, each voter's match index."""
         st = self.obj.getStatus()

@@ -37,6 +37,7 @@ class HeldQuorum(FakeQuorum):
         now, self.held = self.held[:n], self.held[n:]
         for batch, callback in now:
             first = self.log.apply.__wrapped__(self.log, batch)
+            self.applied += 1
             self.results.append(first)
             callback(first, 0)
 
@@ -156,3 +157,29 @@ async def test_one_at_a_time_when_pipelining_is_off():
         assert len(svc.quorum.held) == 1
         svc.quorum.release()
     assert {"a", "b"} <= set(svc.committed_image.topics)
+
+
+async def test_a_commit_is_not_timed_out_while_this_node_applies_earlier_entries(monkeypatch):
+    """An entry's answer comes when this node applies it, after every entry before it: a node
+    working through a backlog (a restart's replay) is not out of quorum. While the applied index
+    moves, the wait goes on; a whole timeout without it moving is a timeout, as before."""
+    from metadata_quorum import service
+    monkeypatch.setattr(service, "COMMIT_TIMEOUT_S", 0.05)
+    svc = await held_service()
+    svc.quorum.hold = True
+    answers = []
+
+    async def client():
+        answers.append((await svc.mutate(create(svc, "slow")))[0].error)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client)
+        await settle()
+        for _ in range(10):                     # 0.3 s of earlier entries applied, 6 timeouts
+            await trio.sleep(0.03)
+            svc.quorum.applied += 1
+        svc.quorum.release()
+    assert answers == [0] and svc.active
+    svc.quorum.hold = True                      # nothing applied for a whole timeout: failed
+    with pytest.raises(NotActive):
+        await svc.mutate(create(svc, "stuck"))

@@ -30,6 +30,7 @@ class FakeQuorum:
     def __init__(self):
         self.log = MetadataLog()
         self.proposed = 0
+        self.applied = 0
         self.fail_from: int | None = None
 
     def propose(self, batch: bytes, callback) -> None:
@@ -38,7 +39,12 @@ class FakeQuorum:
             callback(None, 1)           # FAIL_REASON.QUEUE_FULL-style error: not committed
             return
         first = self.log.apply.__wrapped__(self.log, batch)
+        self.applied += 1
         callback(first, 0)
+
+    def applied_index(self) -> int:
+        """RaftQuorum's: how many entries were applied here."""
+        return self.applied
 
 
 async def make_service() -> ControllerService:
