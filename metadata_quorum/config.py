@@ -16,6 +16,7 @@
 | raftka.controller.stream.tail.records | 50000 | committed records kept for the metadata stream; a broker further behind loads a snapshot |
 | raftka.controller.raft.log.compaction.min.entries | 20000 | pysyncobj compacts its Raft log into a snapshot (`raft.dump`) past this many entries... |
 | raftka.controller.raft.log.compaction.min.time.ms | 60000 | ...or this long after the last compaction, whichever comes first |
+| raftka.controller.raft.log.compaction.min.records | 100000 | ...or once this many metadata records were applied since the last one (an entry holds up to hundreds of records: with many partitions the entry count alone is never reached, and a restart replays everything since the last snapshot) |
 | raftka.network.source.address | unset | local IP address this controller's outgoing connections leave from (the Raft port's always leave from the Raft address's host); unset, the kernel chooses |
 | raftka.metrics.listener | unset | host:port of the `/metrics`, `/health/live` and `/health/ready` HTTP endpoint (metadata_quorum/health.py); off when unset. In combined mode the broker serves it and the controller uses `raftka.controller.metrics.listener` |
 | raftka.controller.raft.fsync | true | fsync the Raft journal before an entry counts toward a commit (group commit: one fsync per pysyncobj tick). `false` only to measure what fsync costs (bench/metadata_quorum.py): a power loss of a majority of controllers can then lose committed metadata |
@@ -106,6 +107,7 @@ class ControllerConfig:
     min_insync_replicas: int = 1
     raft_compaction_min_entries: int = 20_000
     raft_compaction_min_time_ms: int = 60_000
+    raft_compaction_min_records: int = 100_000
     voter_change_pause_ms: int = 0          # tests only (see the table)
     # the raw properties, for the listener's security settings (same keys as a broker's:
     # listener.security.protocol.map's CONTROLLER entry, ssl.*, sasl.*, raftka.inter.node.*)
@@ -185,6 +187,7 @@ class ControllerConfig:
                    as_int("min.insync.replicas", 1, 1),
                    as_int("raftka.controller.raft.log.compaction.min.entries", 20_000, 1),
                    as_int("raftka.controller.raft.log.compaction.min.time.ms", 60_000, 1),
+                   as_int("raftka.controller.raft.log.compaction.min.records", 100_000, 1),
                    as_int("raftka.controller.test.voter.change.pause.ms", 0, 0))
         if not problems:
             try:    # the listener's TLS/SASL settings, checked now rather than at first connect

@@ -98,6 +98,7 @@ class ControllerService:
         self.quorum = RaftQuorum(config.node_id, peers, config.metadata_dir, config.password,
                                  compaction_min_entries=config.raft_compaction_min_entries,
                                  compaction_min_time_s=config.raft_compaction_min_time_ms / 1000,
+                                 compaction_min_records=config.raft_compaction_min_records,
                                  joining=config.joining, fsync=config.raft_fsync,
                                  sync_record=config.raft_sync_record)
         if config.password == DEV_PASSWORD:      # config.py refuses it beyond loopback

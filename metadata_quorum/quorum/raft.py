@@ -105,6 +105,7 @@ class MetadataLog(SyncObjConsumer):
         self._lock = threading.Lock()
         self.bad_batches_local = 0
         self.fenced_local = 0
+        self.snapshot_offset_local = 0      # next_offset of the last snapshot loaded here
         super().__init__()
         # Replicated state.
         self.next_offset = 0
@@ -156,6 +157,7 @@ class MetadataLog(SyncObjConsumer):
         and see the next entry as a gap (the restart failure of issue 17)."""
         with self._lock:
             super()._deserialize(data)
+            self.snapshot_offset_local = self.next_offset
             event = Reset(self.image, self.next_offset, self.tail_start, list(self.tail))
         log.info("metadata state loaded from a Raft snapshot: next offset %d", event.next_offset)
         self._notify(event)
@@ -209,7 +211,12 @@ class DurableSyncObj(SyncObj):
     and the tick's AppendEntries leave."""
 
     def __init__(self, *args, **kwargs):
+        # attributes set before SyncObj.__init__ are local: pysyncobj pickles every attribute
+        # added after it into its snapshots as replicated state
         self._raftka_end = self._tick_end
+        self.raftka_log: MetadataLog | None = None      # RaftQuorum sets these two
+        self.raftka_compact_records = 0
+        self._raftka_serialized = self._raftka_compact_from = None
         super().__init__(*args, **kwargs)
         self.addOnTickCallback(self._raftka_end)
 
@@ -225,6 +232,28 @@ class DurableSyncObj(SyncObj):
         if isinstance(journal, DurableJournal):
             matches.set_cap(self._SyncObj__otherNodes, journal.durable_index())
         super()._onTick(timeToWait)
+        self._compact_by_records()
+
+    def _compact_by_records(self) -> None:
+        """pysyncobj compacts past a number of Raft entries or after a time. An entry holds up
+        to hundreds of records, so at 30,000 partitions its entry count alone (20,000) is
+        never reached, and a cluster restarted within a minute of its last snapshot replays
+        everything since at the next start: each quick restart added ~100,000 records to the
+        replay (bench/README.md, "A full restart's brokers register at once"). So a
+        compaction also starts once `raftka_compact_records` records were applied since the
+        last one (`RaftQuorum` sets the limit and the log)."""
+        mlog, limit = self.raftka_log, self.raftka_compact_records
+        if mlog is None or not limit or self._SyncObj__needLoadDumpFile:
+            return                      # (counting starts once the snapshot on disk is loaded)
+        serialized = self._SyncObj__lastSerializedEntry
+        if self._raftka_compact_from is None:
+            self._raftka_serialized, self._raftka_compact_from = serialized, \
+                mlog.snapshot_offset_local
+        elif serialized != self._raftka_serialized:         # a compaction finished
+            self._raftka_serialized, self._raftka_compact_from = serialized, mlog.next_offset
+        if mlog.next_offset - self._raftka_compact_from >= limit:
+            self._raftka_compact_from = mlog.next_offset
+            self.forceLogCompaction()
 
     def _tick_end(self) -> None:
         matches = self._SyncObj__raftMatchIndex
@@ -328,7 +357,7 @@ class RaftQuorum:
     def __init__(self, node_id: int, raft_peers: dict[int, str], data_dir: str, password: str,
                  election_timeout_s: tuple[float, float] = (0.4, 0.8),
                  compaction_min_entries: int = 20_000, compaction_min_time_s: float = 60,
-                 joining: bool = False, fsync: bool = True, sync_record: bool = False,
+                 compaction_min_records: int = 100_000, joining: bool = False, fsync: bool = True, sync_record: bool = False,
                  disk: durable_journal.Disk | None = None):
         """`raft_peers`: {node_id: "host:port"} of every voter's Raft port, this node included
         (a joining node: the current voters and itself). `fsync=False` only for benchmarks;
@@ -386,6 +415,8 @@ class RaftQuorum:
         self.obj = DurableSyncObj(raft_peers[node_id], others, conf, consumers=[self.log],
                                   transportClass=transport)
         self.journal.on_sync_done = self.obj.wake
+        self.obj.raftka_log = self.log          # compaction by records (DurableSyncObj)
+        self.obj.raftka_compact_records = compaction_min_records
 
     def _propose_noop(self, payload: bytes) -> None:
         # pysyncobj's own no-op command type (what a new leader appends): skipped on apply

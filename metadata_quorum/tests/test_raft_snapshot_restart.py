@@ -53,9 +53,10 @@ def test_another_history_or_a_journal_without_the_snapshot_is_left_to_pysyncobj(
 
 # -- through pysyncobj: one voter, restarted three times -------------------------------------------
 
-def start(data_dir, port) -> RaftQuorum:
+def start(data_dir, port, min_records: int = 10 ** 9) -> RaftQuorum:
     q = RaftQuorum(0, {0: f"127.0.0.1:{port}"}, str(data_dir), "test-password",
-                   compaction_min_entries=10 ** 6, compaction_min_time_s=10 ** 6)
+                   compaction_min_entries=10 ** 6, compaction_min_time_s=10 ** 6,
+                   compaction_min_records=min_records)
     deadline = time.monotonic() + 30
     while not q.is_leader:
         assert time.monotonic() < deadline, "a single voter did not lead"
@@ -150,3 +151,30 @@ def test_a_restart_applies_its_journal_a_bounded_slice_per_tick(tmp_path, monkey
         q.destroy()
     assert sum(per_call) >= len(names)
     assert max(per_call) == 1, sorted(per_call)[-5:]
+
+
+def test_the_log_compacts_by_records_too(tmp_path):
+    """An entry holds up to hundreds of records: with many partitions pysyncobj's entry count
+    is never reached, and a restart within its time limit replayed everything since the last
+    snapshot. Past `compaction_min_records` records a compaction starts (entry count and time
+    limits out of reach here), and a restart loads it and the rest."""
+    data, port = tmp_path / "c0", free_base_port()
+    q = start(data, port, min_records=100)
+    names = [f"r{i:03d}" for i in range(150)]
+    try:
+        for i in range(0, 150, 10):             # 15 entries of 10 records each
+            batch = r.encode_entries([r.ConfigRecord(resource_type=CONFIG[0],
+                                                     resource_name=CONFIG[1], name=n, value="v")
+                                      for n in names[i:i + 10]])[0]
+            q.propose(batch, lambda result, error: None)
+        wait(lambda: applied(q) == set(names), "records applied")
+        wait(lambda: (data / "raft.dump").exists() and len(q.journal) < 15,
+             lambda: f"no compaction: {len(q.journal)} entries in the journal")
+    finally:
+        q.destroy()
+    q = start(data, port, min_records=100)
+    try:
+        wait(lambda: applied(q) == set(names), "records after the restart")
+        assert q.log.snapshot_offset_local >= 100
+    finally:
+        q.destroy()
