@@ -196,6 +196,8 @@ def leadership_changes(image: MetadataImage, gone: set[int], back: set[int] = fr
     hypothetically applied: `gone` must not be elected, `back` may be. `only`: just these
     (topic, partition)s (replicas of an offline log directory, controller/log_dirs.py)."""
     records = []
+    # once per call, not per partition: a full restart elects leaders for every partition
+    usable = ({b.broker_id for b in image.usable_brokers()} | set(back)) - set(gone)
     for topic in image.topics.values():
         for p in topic.partitions.values():
             if only is not None and (topic.name, p.partition_id) not in only:
@@ -208,7 +210,7 @@ def leadership_changes(image: MetadataImage, gone: set[int], back: set[int] = fr
             unclean = False
             last_known = p.last_known_elr
             if leader in gone or leader == NO_LEADER:
-                leader, how = _elect_with(image, topic.name, p, isr, gone, back)
+                leader, how = _elect_with(image, topic.name, p, isr, usable)
                 if how in ("elr", "unclean", "recovery"):
                     isr = (leader,)           # its log is the truth now
                 unclean = how in ("unclean", "recovery")
@@ -226,9 +228,9 @@ def leadership_changes(image: MetadataImage, gone: set[int], back: set[int] = fr
     return records
 
 
-def _elect_with(image, topic, p, isr, gone, back) -> tuple[int, str | None]:
-    """(leader, how): from the ISR, else the ELR (KIP-966), else unclean if allowed."""
-    usable = ({b.broker_id for b in image.usable_brokers()} | set(back)) - set(gone)
+def _elect_with(image, topic, p, isr, usable: set[int]) -> tuple[int, str | None]:
+    """(leader, how): from the ISR, else the ELR (KIP-966), else unclean if allowed; `usable`:
+    the brokers that may lead."""
     for replica in p.replicas:
         if replica in isr and replica in usable:
             return replica, "isr"
@@ -358,7 +360,8 @@ def unclean_election(image: MetadataImage, topic: str, partition: int):
         return [], ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     if p.leader != NO_LEADER:
         return [], ErrorCode.ELECTION_NOT_NEEDED
-    usable = [x for x in p.replicas if x in {b.broker_id for b in image.usable_brokers()}]
+    brokers = {b.broker_id for b in image.usable_brokers()}
+    usable = [x for x in p.replicas if x in brokers]
     if not usable:
         return [], ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
     return [r.PartitionChangeRecord(t.topic_id, partition, leader=usable[0],

@@ -107,11 +107,14 @@ class ReplicaLogInfos:
             self.reports.setdefault((topic_id, partition), {})[broker_id] = ReplicaLogInfo(
                 broker_epoch, partition_epoch, last_epoch, leo)
 
-    def answers(self, image: MetadataImage, key, p) -> dict[int, ReplicaLogInfo]:
+    def answers(self, image: MetadataImage, key, p, usable: dict[int, int] | None = None
+                ) -> dict[int, ReplicaLogInfo]:
         """Reports that still hold: from a usable replica's current registration, about the
         partition's current state. A reassignment's new replica (adding) never was in sync —
-        the move ends when it joins the ISR — so it is not a candidate: its log may be empty."""
-        usable = {b.broker_id: b.broker_epoch for b in image.usable_brokers()}
+        the move ends when it joins the ISR — so it is not a candidate: its log may be empty.
+        `usable`: {broker id: epoch} of the usable brokers, when the caller has it."""
+        if usable is None:
+            usable = usable_epochs(image)
         return {b: info for b, info in self.reports.get(key, {}).items()
                 if b in p.replicas and b not in p.adding_replicas
                 and usable.get(b) == info.broker_epoch
@@ -123,11 +126,18 @@ class ReplicaLogInfos:
                 del table[key]
 
 
+def usable_epochs(image: MetadataImage) -> dict[int, int]:
+    return {b.broker_id: b.broker_epoch for b in image.usable_brokers()}
+
+
 def elections(image: MetadataImage, infos: ReplicaLogInfos, now_ms: int) -> list:
     """Records electing the longest-log replica of each partition that needs recovery and whose
-    strategy has heard enough; forgets the state of partitions that no longer need it."""
+    strategy has heard enough; forgets the state of partitions that no longer need it. (Every
+    tick: while a full restart's brokers are fenced every partition needs recovery, and the
+    usable brokers were sorted again for each — seconds of the controller's loop at 30,000.)"""
     records, pending = [], set()
     limit = timeout_ms(image)
+    usable = usable_epochs(image)
     for topic in image.topics.values():
         kind = strategy(image, topic.name)
         if kind == "None":
@@ -138,7 +148,7 @@ def elections(image: MetadataImage, infos: ReplicaLogInfos, now_ms: int) -> list
             key = (topic.topic_id, p.partition_id)
             pending.add(key)
             since = infos.since_ms.setdefault(key, now_ms)
-            answers = infos.answers(image, key, p)
+            answers = infos.answers(image, key, p, usable)
             if answers and ready(kind, set(answers), p, now_ms - since, limit):
                 records.append(_elect(topic.topic_id, p, choose(answers, p)))
     infos.forget_except(pending)
