@@ -357,7 +357,8 @@ class RaftQuorum:
     def __init__(self, node_id: int, raft_peers: dict[int, str], data_dir: str, password: str,
                  election_timeout_s: tuple[float, float] = (0.4, 0.8),
                  compaction_min_entries: int = 20_000, compaction_min_time_s: float = 60,
-                 compaction_min_records: int = 100_000, joining: bool = False, fsync: bool = True, sync_record: bool = False,
+                 compaction_min_records: int = 100_000, joining: bool = False,
+                 fsync: bool = True, sync_record: bool = False,
                  disk: durable_journal.Disk | None = None):
         """`raft_peers`: {node_id: "host:port"} of every voter's Raft port, this node included
         (a joining node: the current voters and itself). `fsync=False` only for benchmarks;
