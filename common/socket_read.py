@@ -13,10 +13,10 @@ once per request (a connection whose bytes are always there would otherwise star
 tasks) yields only when the read did not: `checkpoint_unless(waited)`.
 
 Errors are trio's: ClosedResourceError for a socket closed before or during the wait,
-BrokenResourceError for a broken connection (a reset, say), as `trio.SocketStream` raises them. Callers must not read one
-stream from two tasks at once (trio would detect that; this fast path does not): the broker reads
-a connection from its reader task only, the client connection holds its lock. TLS and other
-streams take trio's path (which always checkpoints: `waited` is True).
+BrokenResourceError for a broken connection (a reset, say), as `trio.SocketStream` raises them.
+Callers must not read one stream from two tasks at once (trio would detect that; this fast path
+does not): the broker reads a connection from its reader task only, the client connection holds
+its lock. TLS and other streams take trio's path (which always checkpoints: `waited` is True).
 """
 
 from __future__ import annotations
