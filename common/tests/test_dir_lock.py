@@ -16,9 +16,10 @@ HOLD = textwrap.dedent("""
     dir_lock.lock_dirs(sys.argv[1:], "broker")
     if os.environ.get("FORK_CHILD"):
         if os.fork() == 0:              # a child that outlives its parent, as a snapshot writer
+            os.write(1, b"child\\n")    # one write each: the lines cannot interleave
             time.sleep(60)
             os._exit(0)
-    print("held", flush=True)
+    os.write(1, b"held\\n")
     time.sleep(60)
 """)
 
@@ -27,7 +28,8 @@ def _holder(paths, **env):
     proc = subprocess.Popen([sys.executable, "-c", HOLD, *map(str, paths)],
                             stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": os.getcwd(), **env})
-    assert proc.stdout.readline().strip() == "held"
+    expected = {"held", "child"} if env.get("FORK_CHILD") else {"held"}
+    assert {proc.stdout.readline().strip() for _ in expected} == expected
     return proc
 
 
