@@ -159,10 +159,12 @@ async def test_one_at_a_time_when_pipelining_is_off():
     assert {"a", "b"} <= set(svc.committed_image.topics)
 
 
-async def test_a_commit_is_not_timed_out_while_this_node_applies_earlier_entries(monkeypatch):
+async def test_a_commit_is_not_timed_out_while_this_node_applies_earlier_entries(
+        monkeypatch, autojump_clock):
     """An entry's answer comes when this node applies it, after every entry before it: a node
     working through a backlog (a restart's replay) is not out of quorum. While the applied index
-    moves, the wait goes on; a whole timeout without it moving is a timeout, as before."""
+    moves, the wait goes on; a whole timeout without it moving is a timeout, as before. (Trio's
+    virtual clock: the steps below fall where they are written, whatever the machine's load.)"""
     from metadata_quorum import service
     monkeypatch.setattr(service, "COMMIT_TIMEOUT_S", 0.05)
     svc = await held_service()
