@@ -107,14 +107,11 @@ class ReplicaLogInfos:
             self.reports.setdefault((topic_id, partition), {})[broker_id] = ReplicaLogInfo(
                 broker_epoch, partition_epoch, last_epoch, leo)
 
-    def answers(self, image: MetadataImage, key, p, usable: dict[int, int] | None = None
-                ) -> dict[int, ReplicaLogInfo]:
+    def answers(self, key, p, usable: dict[int, int]) -> dict[int, ReplicaLogInfo]:
         """Reports that still hold: from a usable replica's current registration, about the
         partition's current state. A reassignment's new replica (adding) never was in sync —
         the move ends when it joins the ISR — so it is not a candidate: its log may be empty.
-        `usable`: {broker id: epoch} of the usable brokers, when the caller has it."""
-        if usable is None:
-            usable = usable_epochs(image)
+        `usable`: {broker id: epoch} of the usable brokers (`usable_epochs`)."""
         return {b: info for b, info in self.reports.get(key, {}).items()
                 if b in p.replicas and b not in p.adding_replicas
                 and usable.get(b) == info.broker_epoch
@@ -148,7 +145,7 @@ def elections(image: MetadataImage, infos: ReplicaLogInfos, now_ms: int) -> list
             key = (topic.topic_id, p.partition_id)
             pending.add(key)
             since = infos.since_ms.setdefault(key, now_ms)
-            answers = infos.answers(image, key, p, usable)
+            answers = infos.answers(key, p, usable)
             if answers and ready(kind, set(answers), p, now_ms - since, limit):
                 records.append(_elect(topic.topic_id, p, choose(answers, p)))
     infos.forget_except(pending)

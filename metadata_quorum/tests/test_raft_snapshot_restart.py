@@ -64,6 +64,19 @@ def start(data_dir, port, min_records: int = 10 ** 9) -> RaftQuorum:
     return q
 
 
+def restarted_with(data_dir, port, names, what: str, **kw) -> RaftQuorum:
+    """Start the node again on `data_dir` and wait until every one of `names` is applied
+    (`what`: the failure's words); the caller destroys the running node."""
+    q = start(data_dir, port, **kw)
+    try:
+        wait(lambda: applied(q) == set(names),
+             lambda: f"{len(set(names) - applied(q))} of {len(names)} {what}")
+    except BaseException:
+        q.destroy()
+        raise
+    return q
+
+
 def propose(q: RaftQuorum, names) -> None:
     left = set(names)
     for name in names:
@@ -110,13 +123,8 @@ def test_entries_after_the_snapshot_survive_a_restart_before_the_compaction_step
     old._destroy()
     os.remove(tmp_path / "before-compaction")
 
-    q = start(data, port)
-    try:
-        # without the alignment pysyncobj cleared the journal to the dump: names[30:] were gone
-        wait(lambda: applied(q) == set(names),
-             lambda: f"{len(set(names) - applied(q))} of {len(names)} committed entries lost")
-    finally:
-        q.destroy()
+    # without the alignment pysyncobj cleared the journal to the dump: names[30:] were gone
+    restarted_with(data, port, names, "committed entries lost").destroy()
 
 
 def test_a_restart_applies_its_journal_a_bounded_slice_per_tick(tmp_path, monkeypatch):
@@ -143,12 +151,7 @@ def test_a_restart_applies_its_journal_a_bounded_slice_per_tick(tmp_path, monkey
             per_call.append(self._SyncObj__raftLastApplied - before)
     monkeypatch.setattr(raft.DurableSyncObj, "_SyncObj__applyLogEntries", recording)
     monkeypatch.setattr(raft, "APPLY_BUDGET_S", 0.0)
-    q = start(data, port)
-    try:
-        wait(lambda: applied(q) == set(names),
-             lambda: f"{len(set(names) - applied(q))} of {len(names)} entries not applied")
-    finally:
-        q.destroy()
+    restarted_with(data, port, names, "entries not applied").destroy()
     assert sum(per_call) >= len(names)
     assert max(per_call) == 1, sorted(per_call)[-5:]
 
@@ -172,9 +175,8 @@ def test_the_log_compacts_by_records_too(tmp_path):
              lambda: f"no compaction: {len(q.journal)} entries in the journal")
     finally:
         q.destroy()
-    q = start(data, port, min_records=100)
+    q = restarted_with(data, port, names, "records missing after the restart", min_records=100)
     try:
-        wait(lambda: applied(q) == set(names), "records after the restart")
         assert q.log.snapshot_offset_local >= 100
     finally:
         q.destroy()
