@@ -31,11 +31,17 @@ def _record(type_id: int, version: int = 0):
         cls.TYPE = type_id
         cls.VERSION = version
         RECORD_TYPES[type_id] = cls
+        _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+        _FIELD_SET[cls] = frozenset(_FIELD_NAMES[cls])
         return cls
     return wrap
 
 
 RECORD_TYPES: dict[int, type] = {}
+# Each record type's field names, looked up once: `dataclasses.fields` per record was a quarter of
+# a controller's Raft-thread time while it applied a 30,000-partition cluster's changes.
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}     # in declaration order: stable encodings
+_FIELD_SET: dict[type, frozenset[str]] = {}
 
 
 @_record(0)
@@ -227,6 +233,7 @@ class VotersRecord(Record):
 
 _UUID_FIELDS = {"topic_id", "acl_id"}
 _UUID_TUPLE_FIELDS = {"log_dirs", "directories"}       # tuples of uuids (KIP-858)
+_UUID_ANY = frozenset(_UUID_FIELDS | _UUID_TUPLE_FIELDS)
 
 
 def _to_wire(value):
@@ -238,33 +245,42 @@ def _to_wire(value):
 
 
 def encode_record(record: Record) -> bytes:
-    fields = {f.name: _to_wire(getattr(record, f.name)) for f in dataclasses.fields(record)}
+    # msgpack packs tuples as arrays itself: only uuid fields need converting
+    fields = {name: getattr(record, name) for name in _FIELD_NAMES[type(record)]}
+    for name in _UUID_ANY.intersection(fields):
+        fields[name] = _to_wire(fields[name])
     return msgpack.packb([record.TYPE, record.VERSION, fields], use_bin_type=True)
 
 
 def _from_wire(name: str, value):
+    """A uuid field's value from its bytes (arrays already arrive as tuples: use_list=False)."""
     if name in _UUID_FIELDS:
         if not isinstance(value, bytes) or len(value) != 16:
             raise MetadataRecordError(f"{name} is not a 16-byte uuid")
         return uuid.UUID(bytes=value)
-    if name in _UUID_TUPLE_FIELDS and value is not None:
-        if not isinstance(value, list) or \
+    if value is not None:
+        if not isinstance(value, tuple) or \
                 not all(isinstance(v, bytes) and len(v) == 16 for v in value):
             raise MetadataRecordError(f"{name} is not a list of 16-byte uuids")
         return tuple(uuid.UUID(bytes=v) for v in value)
-    if isinstance(value, list):
-        return tuple(_from_wire("", v) for v in value)
     return value
 
 
 def decode_record(data: bytes) -> Record:
+    # Every controller decodes every committed record on its Raft thread (30,000 for one
+    # broker's controlled shutdown at 30,000 partitions): msgpack builds the tuples, and only
+    # uuid fields take a Python call.
     try:
-        type_id, version, fields = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        type_id, version, fields = msgpack.unpackb(data, raw=False, strict_map_key=False,
+                                                   use_list=False)
         cls = RECORD_TYPES[type_id]
         if version > cls.VERSION:
             raise MetadataRecordError(f"{cls.__name__} version {version} is newer than ours")
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: _from_wire(k, v) for k, v in fields.items() if k in names})
+        names = _FIELD_SET[cls]
+        kwargs = {k: v for k, v in fields.items() if k in names}
+        for k in _UUID_ANY.intersection(kwargs):
+            kwargs[k] = _from_wire(k, kwargs[k])
+        return cls(**kwargs)
     except MetadataRecordError:
         raise
     except Exception as exc:  # noqa: BLE001 - any malformed input becomes one error type

@@ -58,7 +58,8 @@ from typing import Callable, NamedTuple
 
 from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.config import FAIL_REASON
-from pysyncobj.syncobj import _COMMAND_TYPE
+from pysyncobj.monotonic import monotonic as raft_clock   # pysyncobj's deadlines' clock
+from pysyncobj.syncobj import _COMMAND_TYPE, _RAFT_STATE
 
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.quorum import journal as durable_journal
@@ -231,8 +232,22 @@ class DurableSyncObj(SyncObj):
         journal = self._SyncObj__raftLog
         if isinstance(journal, DurableJournal):
             matches.set_cap(self._SyncObj__otherNodes, journal.durable_index())
+        self._read_before_electing()
         super()._onTick(timeToWait)
         self._compact_by_records()
+
+    def _read_before_electing(self) -> None:
+        """pysyncobj checks a follower's election deadline at the start of a tick and reads
+        its sockets only at the end. A follower held up past its deadline (its process
+        descheduled on a loaded machine, its Raft thread waiting for the GIL) therefore called
+        an election while the leader's heartbeats sat unread in its socket, and deposed a
+        healthy leader (pysyncobj has no pre-vote). Reading what arrived first covers hold-ups
+        shorter than the Raft connection timeout (connectionTimeout, 0.8 s): pysyncobj drops a
+        connection silent for longer, on both ends, so a longer hold-up still ends in an
+        election."""
+        if self._SyncObj__raftState != _RAFT_STATE.LEADER and \
+                self._SyncObj__raftElectionDeadline < raft_clock():
+            self._poller.poll(0)
 
     def _compact_by_records(self) -> None:
         """pysyncobj compacts past a number of Raft entries or after a time. An entry holds up
