@@ -43,6 +43,8 @@ import logging
 import time
 from typing import Callable
 
+from metadata_quorum.quorum.pre_vote import PRE_VOTE, PRE_VOTE_RESPONSE
+
 log = logging.getLogger(__name__)
 
 DIRECTORY_KEY = "raftka_directory_id"
@@ -93,11 +95,11 @@ class DirectoryGuard:
             self._maybe_announce(address, directory)
             return message
         kind = message.get("type")
-        if kind == "response_vote":
+        if kind in ("response_vote", PRE_VOTE_RESPONSE):
             self.dropped += 1
             self._warn(address, directory, "its votes are dropped")
             return None
-        if kind == "request_vote":
+        if kind in ("request_vote", PRE_VOTE):
             # seen as a candidate whose log is behind everyone's: its term still moves the
             # quorum on (dropping it would leave it campaigning at a term no leader reaches,
             # ignoring every leader's lower-term AppendEntries), but no vote is granted
@@ -289,6 +291,9 @@ def durable_transport(base: type, journal, guard: DirectoryGuard, append_guard=N
                 message = append_guard.admit(message)
             if message is None:
                 return
+            hook = getattr(self.__dict__.get("_syncObj"), "raftka_on_message", None)
+            if hook is not None and hook(node, message):
+                return                                  # pre-vote (quorum/pre_vote.py)
             if not is_plain_ack(message):
                 super()._onMessageReceived(node, message)
                 return
