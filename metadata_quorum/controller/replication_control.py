@@ -281,8 +281,10 @@ class AlterPartitionResult:
 
 def alter_partition(image: MetadataImage, broker_id: int, broker_epoch: int,
                     topic_id: uuid.UUID, partition: int, leader_epoch: int, partition_epoch: int,
-                    new_isr: list[int], default_min_isr: int = 1):
-    """AlterPartition from a leader: records + per-partition result."""
+                    new_isr: list[int], default_min_isr: int = 1, usable: set | None = None):
+    """AlterPartition from a leader: records + per-partition result. `usable`: the ids of
+    `image.usable_brokers()`, when the caller has them (one request names thousands of
+    partitions)."""
     b = image.brokers.get(broker_id)
     if b is None or (broker_epoch != -1 and b.broker_epoch != broker_epoch):
         return [], AlterPartitionResult(ErrorCode.STALE_BROKER_EPOCH)
@@ -299,7 +301,8 @@ def alter_partition(image: MetadataImage, broker_id: int, broker_epoch: int,
     isr = tuple(new_isr)
     if broker_id not in isr or not set(isr) <= set(p.replicas) or len(set(isr)) != len(isr):
         return [], AlterPartitionResult(ErrorCode.INVALID_REQUEST)
-    usable = {x.broker_id for x in image.usable_brokers()}
+    if usable is None:
+        usable = {x.broker_id for x in image.usable_brokers()}
     if any(x not in usable for x in isr if x not in p.isr):
         return [], AlterPartitionResult(ErrorCode.INELIGIBLE_REPLICA)
     ok = AlterPartitionResult(ErrorCode.NONE, p.leader, p.leader_epoch, isr, p.partition_epoch + 1)
