@@ -39,8 +39,8 @@ def should_grant(*, is_leader: bool, heard_from_leader_s: float | None, min_time
                  proposed_term: int, current_term: int, candidate_log: tuple[int, int],
                  own_log: tuple[int, int]) -> bool:
     """Whether this voter would vote for a candidate at `proposed_term` now.
-    `heard_from_leader_s`: seconds since a leader's AppendEntries at this voter's term (None:
-    none since it started or since the term moved)."""
+    `heard_from_leader_s`: seconds since the last AppendEntries from a leader at this voter's
+    term or a later one (None: none since it started)."""
     if is_leader:
         return False            # alive and answering: no one needs replacing
     if heard_from_leader_s is not None and heard_from_leader_s < min_timeout_s:

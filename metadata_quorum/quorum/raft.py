@@ -46,6 +46,9 @@
   log back to a stale AppendEntries' prevLogIdx, committed entries included.
 - Committed entries are applied at most APPLY_BUDGET_S per tick (DurableSyncObj): pysyncobj
   applied a restart's whole backlog in one tick, deaf to heartbeats and votes meanwhile.
+- Elections go through pre-vote first (quorum/pre_vote.py, KIP-996), and a follower past its
+  election deadline reads what arrived before deciding: a follower merely held up (loaded
+  machine, GIL) no longer deposes a healthy leader.
 """
 
 from __future__ import annotations
@@ -245,10 +248,10 @@ class DurableSyncObj(SyncObj):
         its sockets only at the end. A follower held up past its deadline (its process
         descheduled on a loaded machine, its Raft thread waiting for the GIL) therefore called
         an election while the leader's heartbeats sat unread in its socket, and deposed a
-        healthy leader (pysyncobj has no pre-vote). Reading what arrived first covers hold-ups
-        shorter than the Raft connection timeout (connectionTimeout, 0.8 s): pysyncobj drops a
-        connection silent for longer, on both ends, so a longer hold-up still ends in an
-        election."""
+        healthy leader. Reading what arrived first covers hold-ups shorter than the Raft
+        connection timeout (connectionTimeout, 0.8 s); pysyncobj drops a connection silent for
+        longer, on both ends, and those heartbeats are lost: longer hold-ups are left to
+        pre-vote (`_pre_vote_first`)."""
         if self._SyncObj__raftState != _RAFT_STATE.LEADER and \
                 self._SyncObj__raftElectionDeadline < raft_clock():
             self._poller.poll(0)
