@@ -235,6 +235,16 @@ def take_durable(held: list | None, durable_seq: int) -> list:
     return coalesce_acks(batch)
 
 
+def queue_append(queued: list, message: dict) -> None:
+    """One more AppendEntries for a node this tick: merged into the last one queued where
+    that is possible, so the tick sends one message per node."""
+    merged = merge_append_entries(queued[-1], message) if queued else None
+    if merged is not None:
+        queued[-1] = merged
+    else:
+        queued.append(message)
+
+
 def durable_transport(base: type, journal, guard: DirectoryGuard, append_guard=None) -> type:
     """`base` (a pysyncobj TCPTransport class) holding sends until the journal writes before
     them are synced, merging a tick's AppendEntries, and stamping/filtering directory ids;
@@ -247,12 +257,7 @@ def durable_transport(base: type, journal, guard: DirectoryGuard, append_guard=N
             if message.get("type") == "append_entries":
                 # out at the end of this tick (flush_held), merged with the tick's others
                 appends = self.__dict__.setdefault("_raftka_appends", {})
-                queued = appends.setdefault(node, [])
-                merged = merge_append_entries(queued[-1], message) if queued else None
-                if merged is not None:
-                    queued[-1] = merged
-                else:
-                    queued.append(message)
+                queue_append(appends.setdefault(node, []), message)
                 return True     # pysyncobj reads connection loss from its own node set
             held = self.__dict__.setdefault("_raftka_held", [])
             if journal.needs_sync or held:

@@ -1,9 +1,9 @@
 """A Raft follower held up past its election timeout while the leader heartbeats the others
-does not depose it (quorum/raft.py DurableSyncObj): a short hold-up reads the heartbeats that
-came meanwhile before the deadline is checked (`_read_before_electing`); a long one, after which
-pysyncobj has dropped the silent connection, asks for pre-votes first and gets none
-(`_pre_vote_first`, quorum/pre_vote.py). A leader that is really gone is still replaced. Three
-voters in one process; the hold-up is a sleep at the start of one follower's tick, where
+does not depose it (quorum/elections.py, in DurableSyncObj): a short hold-up reads the
+heartbeats that came meanwhile before the deadline is checked (`_read_before_electing`); a long
+one, after which pysyncobj has dropped the silent connection, asks for pre-votes first and gets
+none (`_pre_vote_first`, quorum/pre_vote.py). A leader that is really gone is still replaced.
+Three voters in one process; the hold-up is a sleep at the start of one follower's tick, where
 pysyncobj checks the deadline, which is set to pass during it."""
 
 import threading
@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from metadata_quorum.quorum.raft import RaftQuorum, raft_clock
+from metadata_quorum.quorum.elections import raft_clock
+from metadata_quorum.quorum.raft import RaftQuorum
 from partition_server.testing import free_base_port
 
 CONNECTION_TIMEOUT_S = 0.8      # raft_timing's connectionTimeout for the default timeouts
