@@ -83,8 +83,10 @@ class ElectionGuards:
                                                  "term": message.get("term"), "granted": grant})
             return True
         if kind == PRE_VOTE_RESPONSE:
+            # a voter counts once by its address, whichever connection its answer came on
+            voter = getattr(node, "address", node)
             if self._SyncObj__raftState != _RAFT_STATE.LEADER and self._raftka_pre_vote.on_response(
-                    node, message.get("term"), bool(message.get("granted"))):
+                    voter, message.get("term"), bool(message.get("granted"))):
                 self._SyncObj__raftElectionDeadline = 0         # the election, at the next tick
             return True
         return False
