@@ -174,6 +174,11 @@ class MetadataImage:
     def usable_brokers(self) -> list[BrokerRegistration]:
         return sorted((b for b in self.brokers.values() if b.usable), key=lambda b: b.broker_id)
 
+    def usable_ids(self) -> set[int]:
+        """The usable brokers' ids, unsorted: what membership tests need (AlterPartition asks
+        once per partition, thousands of times per request)."""
+        return {b.broker_id for b in self.brokers.values() if b.usable}
+
     def topic_config(self, topic: str) -> dict[str, str]:
         return self.configs.get((TOPIC_RESOURCE, topic), {})
 

@@ -62,9 +62,6 @@ class QuorumController:
         self.loads = load_reports.LoadReports()
         # replicas' log ends from their heartbeats, for KIP-966 unclean recovery (soft state)
         self.log_infos = unclean_recovery.ReplicaLogInfos()
-        # the usable brokers' ids of one image, for AlterPartition's thousands of partitions
-        self._usable_of: MetadataImage | None = None
-        self._usable: set[int] = set()
 
     # -- replay -----------------------------------------------------------------------------------
 
@@ -208,12 +205,9 @@ class QuorumController:
         """An ISR change; when it completes a reassignment, the completion is a second record,
         so the answer (the ISR change alone) never names a leadership the leader no longer
         has: a later partition epoch from the metadata stream supersedes it."""
-        if self._usable_of is not self.image:   # images are immutable: once per image
-            self._usable_of = self.image
-            self._usable = {b.broker_id for b in self.image.usable_brokers()}
         records, result = replication_control.alter_partition(
             self.image, broker_id, broker_epoch, topic_id, partition, leader_epoch,
-            partition_epoch, new_isr, self.default_min_isr, self._usable)
+            partition_epoch, new_isr, self.default_min_isr)
         # only a partition under reassignment can complete: the image is applied ahead for
         # those alone (per partition, it was half the cost of an AlterPartition from a leader
         # taking a restarted broker back into 20,000 ISRs)

@@ -63,7 +63,7 @@ def in_progress(p: PartitionState) -> bool:
 
 
 def _usable(image: MetadataImage) -> set[int]:
-    return {b.broker_id for b in image.usable_brokers()}
+    return image.usable_ids()
 
 
 def validate_target(image: MetadataImage, target) -> str | None:

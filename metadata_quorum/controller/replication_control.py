@@ -109,7 +109,7 @@ def create_topic(image: MetadataImage, name: str, num_partitions: int, replicati
     records: list = [r.TopicRecord(name, topic_id)]
     for k, v in sorted(configs.items()):
         records.append(r.ConfigRecord(2, name, k, v))
-    usable = {b.broker_id for b in image.usable_brokers()}
+    usable = image.usable_ids()
     for pid, replicas in enumerate(placement):
         isr = tuple(x for x in replicas if x in usable) or tuple(replicas)
         leader = next((x for x in replicas if x in usable), NO_LEADER)
@@ -147,7 +147,7 @@ def create_partitions(image: MetadataImage, name: str, count: int,
         if placement is None:
             return [], TopicResult(name, ErrorCode.INVALID_REPLICATION_FACTOR,
                                    "not enough available brokers")
-    usable = {b.broker_id for b in image.usable_brokers()}
+    usable = image.usable_ids()
     records = []
     for i, replicas in enumerate(placement):
         isr = tuple(x for x in replicas if x in usable) or tuple(replicas)
@@ -197,7 +197,7 @@ def leadership_changes(image: MetadataImage, gone: set[int], back: set[int] = fr
     (topic, partition)s (replicas of an offline log directory, controller/log_dirs.py)."""
     records = []
     # once per call, not per partition: a full restart elects leaders for every partition
-    usable = ({b.broker_id for b in image.usable_brokers()} | set(back)) - set(gone)
+    usable = (image.usable_ids() | set(back)) - set(gone)
     for topic in image.topics.values():
         for p in topic.partitions.values():
             if only is not None and (topic.name, p.partition_id) not in only:
@@ -281,10 +281,8 @@ class AlterPartitionResult:
 
 def alter_partition(image: MetadataImage, broker_id: int, broker_epoch: int,
                     topic_id: uuid.UUID, partition: int, leader_epoch: int, partition_epoch: int,
-                    new_isr: list[int], default_min_isr: int = 1, usable: set | None = None):
-    """AlterPartition from a leader: records + per-partition result. `usable`: the ids of
-    `image.usable_brokers()`, when the caller has them (one request names thousands of
-    partitions)."""
+                    new_isr: list[int], default_min_isr: int = 1):
+    """AlterPartition from a leader: records + per-partition result."""
     b = image.brokers.get(broker_id)
     if b is None or (broker_epoch != -1 and b.broker_epoch != broker_epoch):
         return [], AlterPartitionResult(ErrorCode.STALE_BROKER_EPOCH)
@@ -301,8 +299,7 @@ def alter_partition(image: MetadataImage, broker_id: int, broker_epoch: int,
     isr = tuple(new_isr)
     if broker_id not in isr or not set(isr) <= set(p.replicas) or len(set(isr)) != len(isr):
         return [], AlterPartitionResult(ErrorCode.INVALID_REQUEST)
-    if usable is None:
-        usable = {x.broker_id for x in image.usable_brokers()}
+    usable = image.usable_ids()
     if any(x not in usable for x in isr if x not in p.isr):
         return [], AlterPartitionResult(ErrorCode.INELIGIBLE_REPLICA)
     ok = AlterPartitionResult(ErrorCode.NONE, p.leader, p.leader_epoch, isr, p.partition_epoch + 1)
@@ -322,7 +319,7 @@ def preferred_election(image: MetadataImage, topic: str, partition: int):
     preferred = p.replicas[0]
     if p.leader == preferred:
         return [], ErrorCode.ELECTION_NOT_NEEDED
-    usable = {b.broker_id for b in image.usable_brokers()}
+    usable = image.usable_ids()
     if preferred not in p.isr or preferred not in usable:
         return [], ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
     return [r.PartitionChangeRecord(t.topic_id, partition, leader=preferred)], ErrorCode.NONE
@@ -331,7 +328,7 @@ def preferred_election(image: MetadataImage, topic: str, partition: int):
 def preferred_rebalance(image: MetadataImage) -> list:
     """auto.leader.rebalance: move leadership back to each partition's first replica when it is
     usable and in the ISR, so a restarted cluster does not keep every leader on one broker."""
-    usable = {b.broker_id for b in image.usable_brokers()}
+    usable = image.usable_ids()
     records = []
     for topic in image.topics.values():
         for p in topic.partitions.values():
@@ -363,7 +360,7 @@ def unclean_election(image: MetadataImage, topic: str, partition: int):
         return [], ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     if p.leader != NO_LEADER:
         return [], ErrorCode.ELECTION_NOT_NEEDED
-    brokers = {b.broker_id for b in image.usable_brokers()}
+    brokers = image.usable_ids()
     usable = [x for x in p.replicas if x in brokers]
     if not usable:
         return [], ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE

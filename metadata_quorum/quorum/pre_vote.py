@@ -20,8 +20,8 @@ needed, under pysyncobj's rules, so safety is pysyncobj's. A controller of an ol
 ignores the new messages (pysyncobj drops unknown types): its elections run as before, and a
 newer node's pre-vote needs a majority of newer nodes, or an older node's election, to proceed.
 
-This module is the decision logic only; quorum/raft.py (DurableSyncObj) and quorum/
-durable_port.py carry the messages on pysyncobj's thread.
+This module is the decision logic only; quorum/elections.py (a mixin of raft.py's
+DurableSyncObj) and quorum/durable_port.py carry the messages on pysyncobj's thread.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class PreVoteRound:
         returns the message for the others."""
         self.term = current_term + 1
         self.granted = set()
-        self.needed = voters // 2 + 1 - 1   # this node grants itself
+        self.needed = voters // 2           # other yeses for a majority: it grants itself
         self.won_term = self.term if self.needed <= 0 else None
         return {"type": PRE_VOTE, "term": self.term}
 
