@@ -4,6 +4,7 @@ fsync-tracking disk that drops whatever was not synced (metadata_quorum/testing_
 import json
 import os
 import struct
+import threading
 import time
 
 import pytest
@@ -114,9 +115,22 @@ def test_an_ack_leaves_only_after_the_entries_it_covers_are_fsynced(tmp_path):
 
 def test_a_held_message_waits_only_for_the_writes_made_before_it(tmp_path):
     """Group commit with a sync under way: an ack for entries written before the sync started
-    leaves when it ends; one for entries written meanwhile waits for the next sync."""
-    disk = SlowDisk(0.05)
+    leaves when it ends; one for entries written meanwhile waits for the next sync. The next
+    sync ends only when the test says so: on a loaded machine this thread could otherwise sleep
+    through both syncs and see the two acks leave together (seen in a full suite run)."""
+    syncs, second_may_end = None, threading.Event()
+
+    def fsync_time():
+        if syncs is None:
+            return 0                                        # opening the journal
+        syncs.append(time.monotonic())
+        if len(syncs) == 1:
+            return 0.05
+        assert second_may_end.wait(10)
+        return 0
+    disk = SlowDisk(fsync_time)
     j, _, port, log = make_port(tmp_path, disk)
+    syncs = []
     j.add(b"\x00e1", 1, 1)
     port.send("leader", {"type": "next_node_idx", "next_node_idx": 2, "success": True})
     port.flush_held()                                       # sync 1 (covers e1) under way
@@ -129,6 +143,7 @@ def test_a_held_message_waits_only_for_the_writes_made_before_it(tmp_path):
         port.flush_held()
     assert [m["next_node_idx"] for _, _, m in log] == [2]   # e2 is not on disk yet
     assert disk.fsyncs_of(j.path) >= 1
+    second_may_end.set()
     settle(port, j)
     assert [m["next_node_idx"] for _, _, m in log] == [2, 3]
 
