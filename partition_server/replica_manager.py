@@ -54,6 +54,20 @@ class HostedPartition:
         (restart, new leader)."""
         self.producers = producer_snapshot.rebuild(self.log)
 
+    def truncated(self) -> None:
+        """The log lost its tail (a diverged or out-of-range follower): the high watermark and
+        the producer state must describe the shorter log. When state of batches past the new end
+        existed, the state is reloaded from the newest snapshot below it plus the batches after
+        (Kafka's truncateAndReload). Trimming the dedup window in place forgot a producer whose
+        last five batches were all cut although earlier ones remained (its retry then got
+        UNKNOWN_PRODUCER_ID), and the out-of-range path did not trim at all: a window naming
+        batches no longer in the log answers their retry as a duplicate at offsets that now
+        hold other records."""
+        end = self.log.log_end_offset
+        self.state.truncated_to(end)
+        if self.producers.reaches(end):
+            self.rebuild_producer_state()
+
     def last_stable_offset(self) -> int:
         return self.producers.last_stable_offset(self.state.high_watermark)
 
@@ -406,23 +420,22 @@ class ReplicaManager:
         state = hosted.state
         if hosted.offline:
             return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR)
-        if state.role is not Role.LEADER:
-            return ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if records is None or len(records) == 0:
             return ProduceResult(ErrorCode.INVALID_RECORD, message="empty record set")
-        if acks == -1 and state.in_sync_count() < hosted.min_insync_replicas:
-            return ProduceResult(ErrorCode.NOT_ENOUGH_REPLICAS,
-                                 log_start_offset=hosted.log.log_start_offset)
         headers = _idempotent_headers(records)
-        for h, last_seq in headers:
-            verdict = hosted.producers.check(h.producer_id, h.producer_epoch, h.base_sequence,
-                                             last_seq)
-            if verdict.duplicate_of is not None and len(headers) == 1:
-                dup = verdict.duplicate_of       # a retry of an appended batch: same answer
-                return ProduceResult(ErrorCode.NONE, dup.first_offset, dup.last_offset, -1,
-                                     hosted.log.log_start_offset)
-            if verdict.error != ErrorCode.NONE:
-                return ProduceResult(verdict.error, log_start_offset=hosted.log.log_start_offset)
+        if state.role is not Role.LEADER:
+            refuse = ErrorCode.NOT_LEADER_OR_FOLLOWER       # (leader maybe in a moment)
+        elif acks == -1 and state.in_sync_count() < hosted.min_insync_replicas:
+            refuse = ErrorCode.NOT_ENOUGH_REPLICAS
+        else:
+            refuse = None
+        verdict = hosted.producers.admit(headers, now_ms, refuse)
+        if verdict.duplicate_of is not None:
+            dup = verdict.duplicate_of           # a retry of an appended batch: same answer
+            return ProduceResult(ErrorCode.NONE, dup.first_offset, dup.last_offset, -1,
+                                 hosted.log.log_start_offset)
+        if verdict.error != ErrorCode.NONE:
+            return ProduceResult(verdict.error, log_start_offset=hosted.log.log_start_offset)
         try:
             self.check_storage(hosted)
             info = hosted.log.append_as_leader(records, state.leader_epoch, now_ms)

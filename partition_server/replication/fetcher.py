@@ -366,10 +366,10 @@ class FetcherManager:
         if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
             if p.high_watermark >= 0 and plog.log_end_offset > p.high_watermark:
                 plog.truncate_to(p.high_watermark)
-                state.truncated_to(plog.log_end_offset)
+                hosted.truncated()
             elif p.log_start_offset > plog.log_end_offset:
                 plog.truncate_fully_and_start_at(p.log_start_offset)
-                state.truncated_to(plog.log_end_offset)
+                hosted.truncated()
             return True
         if p.error_code != ErrorCode.NONE:
             return True
@@ -386,8 +386,7 @@ class FetcherManager:
             log.info("%s-%d diverged at epoch %d: truncating to %d", hosted.topic,
                      hosted.partition, p.diverging_epoch.epoch, target)
             plog.truncate_to(target)
-            state.truncated_to(plog.log_end_offset)
-            hosted.producers.truncate_after(plog.log_end_offset)
+            hosted.truncated()
             return False
         if p.records is not None and len(p.records):
             data = bytes(p.records)

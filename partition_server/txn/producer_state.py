@@ -81,6 +81,7 @@ class FinishedTxn:
     aborted: bool
 
 
+REFUSAL_KEPT_MS = 120_000       # a refused batch not retried by then never will be (in this epoch)
 MAX_FINISHED = 100_000          # recent finished transactions, kept to undo a truncated marker
 
 
@@ -95,23 +96,69 @@ class ProducerStateManager:
         # producer id → newest transaction coordinator epoch seen in its markers: a marker from
         # an older coordinator (a zombie after failover) is refused (TRANSACTION_COORDINATOR_FENCED)
         self.coordinator_epochs: dict[int, int] = {}
+        # producer id → (epoch, base sequence, error, when): the batch next in its sequence that
+        # this leader refused before appending, with a retriable error (see `admit`)
+        self.refusals: dict[int, tuple[int, int, ErrorCode, int]] = {}
 
     def check(self, producer_id: int, epoch: int, base_seq: int, last_seq: int) -> Verdict:
         if producer_id < 0:
             return OK
         entry = self.producers.get(producer_id)
         if entry is None:
-            return OK if base_seq == 0 else Verdict(ErrorCode.UNKNOWN_PRODUCER_ID)
+            return OK if base_seq == 0 else \
+                self._refused_gap(producer_id, epoch, 0, ErrorCode.UNKNOWN_PRODUCER_ID)
         if epoch < entry.epoch:
             return Verdict(ErrorCode.INVALID_PRODUCER_EPOCH)
         if epoch > entry.epoch:
-            return OK if base_seq == 0 else Verdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+            return OK if base_seq == 0 else \
+                self._refused_gap(producer_id, epoch, 0, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
         for cached in entry.batches:
             if cached.first_seq == base_seq and cached.last_seq == last_seq:
                 return Verdict(ErrorCode.DUPLICATE_SEQUENCE_NUMBER, cached)
-        if base_seq != _next_seq(entry.last_seq):
-            return Verdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+        expected = _next_seq(entry.last_seq)
+        if base_seq != expected:
+            return self._refused_gap(producer_id, epoch, expected,
+                                     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
         return OK
+
+    def _refused_gap(self, producer_id: int, epoch: int, expected: int,
+                     otherwise: ErrorCode) -> Verdict:
+        """A batch past a gap. When the gap starts at a batch this replica refused with a
+        retriable error, the client is about to send that one again: this one gets the same
+        retriable error. OUT_OF_ORDER_SEQUENCE_NUMBER (or UNKNOWN_PRODUCER_ID) would tell
+        librdkafka that every batch it has not seen acknowledged is lost: it bumps its epoch and
+        sends them all again, renumbered — including a batch that is in the log but was
+        answered as not written (NOT_LEADER_OR_FOLLOWER from a deposed leader, a retry refused
+        NOT_ENOUGH_REPLICAS), which the new numbers then write twice. Such a gap opens when the
+        ISR grows back, or this broker becomes the leader, between two requests in flight: the
+        first is refused, the second is not."""
+        refused = self.refusals.get(producer_id)
+        if refused is not None and refused[0] == epoch and refused[1] == expected:
+            return Verdict(refused[2])
+        return Verdict(otherwise)
+
+    def admit(self, headers, now_ms: int, refuse: ErrorCode | None = None) -> Verdict:
+        """A produce's verdict: `headers` are (header, last sequence) of its idempotent
+        batches; `refuse`, the retriable error the replica answers before any append (not the
+        leader, or acks=all with fewer in-sync replicas than min.insync.replicas). A batch so
+        refused that was next in its sequence is remembered (`_refused_gap`).
+
+        A leader short of in-sync replicas still answers the retry of a batch it holds from
+        the window. Kafka refuses it NOT_ENOUGH_REPLICAS first, which tells the client that a
+        batch in the log is not there: librdkafka may renumber it and write it again. Its
+        acks=all wait then holds it until the ISR is whole, or times out ("maybe written")."""
+        verdicts = [self.check(h.producer_id, h.producer_epoch, h.base_sequence, last)
+                    for h, last in headers]
+        if refuse is not ErrorCode.NOT_LEADER_OR_FOLLOWER and len(verdicts) == 1 and \
+                verdicts[0].duplicate_of is not None:
+            return verdicts[0]
+        if refuse is not None:
+            for (h, _), verdict in zip(headers, verdicts):
+                if verdict.error == ErrorCode.NONE:
+                    self.refusals[h.producer_id] = (h.producer_epoch, h.base_sequence, refuse,
+                                                    now_ms)
+            return Verdict(refuse)
+        return next((v for v in verdicts if v.error != ErrorCode.NONE), OK)
 
     def update(self, producer_id: int, epoch: int, base_seq: int, last_seq: int,
                first_offset: int, last_offset: int, timestamp_ms: int = -1) -> None:
@@ -125,6 +172,8 @@ class ProducerStateManager:
             return
         entry.batches.append(CachedBatch(base_seq, last_seq, first_offset, last_offset))
         entry.last_ms = max(entry.last_ms, timestamp_ms)
+        if self.refusals:
+            self.refusals.pop(producer_id, None)      # the refused batch (or a bump) came
 
     def expire_producers(self, now_ms: int, expiration_ms: int) -> list[int]:
         """producer.id.expiration.ms: forget producers idle that long with no open transaction
@@ -135,6 +184,8 @@ class ProducerStateManager:
                 if e.last_ms >= 0 and now_ms - e.last_ms > expiration_ms and pid not in self.ongoing]
         for pid in gone:
             del self.producers[pid]
+        for pid in [pid for pid, r in self.refusals.items() if now_ms - r[3] > REFUSAL_KEPT_MS]:
+            del self.refusals[pid]
         return gone
 
     def update_from_header(self, h, marker=None) -> None:
@@ -203,22 +254,13 @@ class ProducerStateManager:
         first = self.first_unstable_offset()
         return high_watermark if first is None else min(first, high_watermark)
 
-    def truncate_after(self, end_offset: int) -> None:
-        """The log was truncated: forget batches at or after `end_offset`."""
-        kept = [t for t in self.finished if t.marker_offset < end_offset]
-        for t in self.finished:
-            if t.marker_offset >= end_offset and t.first_offset < end_offset:
-                self.ongoing[t.producer_id] = t.first_offset     # its marker was cut
-        self.finished.clear()
-        self.finished.extend(kept)
-        self.ongoing = {pid: first for pid, first in self.ongoing.items() if first < end_offset}
-        for pid in list(self.producers):
-            entry = self.producers[pid]
-            kept = [b for b in entry.batches if b.last_offset < end_offset]
-            entry.batches.clear()
-            entry.batches.extend(kept)
-            if not kept:
-                del self.producers[pid]
+    def reaches(self, end_offset: int) -> bool:
+        """Whether any batch, open transaction or marker here is at or past `end_offset` (a
+        truncation to it changes this state)."""
+        return any(e.batches and e.batches[-1].last_offset >= end_offset
+                   for e in self.producers.values()) or \
+            any(first >= end_offset for first in self.ongoing.values()) or \
+            bool(self.finished and self.finished[-1].marker_offset >= end_offset)  # log order
 
 
 def marker_of(batch) -> tuple[int, int] | None:
