@@ -201,6 +201,7 @@ class Simulation:
             for p in t.partitions.values():
                 lines.append(f"  controller {t.name}-{p.partition_id}: leader {p.leader} "
                              f"epoch {p.leader_epoch} replicas {p.replicas} isr {p.isr} "
+                             f"elr {p.elr} last known elr {p.last_known_elr} "
                              f"adding {p.adding_replicas} removing {p.removing_replicas} "
                              f"partition epoch {p.partition_epoch}")
         for b in self.brokers:

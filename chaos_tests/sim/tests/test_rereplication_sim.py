@@ -9,7 +9,9 @@ Seeds 1-60 were run (6,000 events each); the ones left out of CI (traced one by 
 - 5, 21, 34, 52, 54, 56 (stall): the partition's only eligible copy ends up on the lost broker —
   its ISR is (lost) (5, 34: e.g. an AlterPartition the broker sent just before it died shrank
   the ISR to itself), or its ISR emptied after unclean restarts of the others and its ELR is
-  (lost) (21, 52, 54, 56: the loss had put it in the ELR, KIP-966). Nothing is left to copy
+  (lost) (4, 21, 52, 54, 56: the loss had put it in the ELR, KIP-966; seed 4 passed until a
+  leader short of in-sync replicas answered a retried batch from its dedup window instead of
+  refusing it, which changed the seed's event sequence). Nothing is left to copy
   from, so the partition stays offline (re-replication skips leaderless partitions; only an
   operator's unclean election could bring it back) and the producers never finish. 5, 21, 34
   and 52 stall the same way with the timeout set beyond the run; in 54 and 56 re-replication
@@ -29,7 +31,7 @@ import pytest
 from chaos_tests.sim.__main__ import parse_seeds
 from chaos_tests.sim.simulation import run
 
-SEEDS = parse_seeds(os.environ.get("RAFTKA_SIM_REREPLICATE_SEEDS", "1-4,6-12"))
+SEEDS = parse_seeds(os.environ.get("RAFTKA_SIM_REREPLICATE_SEEDS", "1-3,6-13"))
 EVENTS = int(os.environ.get("RAFTKA_SIM_EVENTS", "6000"))
 
 
