@@ -106,3 +106,16 @@ def test_a_refusal_covers_only_the_gap_it_opened():
     assert s.refusals
     s.expire_producers(T0 + REFUSAL_KEPT_MS + 1, expiration_ms=10**12)
     assert not s.refusals
+
+
+def test_a_request_of_several_batches_with_one_held_is_refused_whole(tmp_path):
+    """Only a request of one batch is answered from the window; with more, the held one makes
+    the whole a DUPLICATE_SEQUENCE_NUMBER error (nothing appended, nothing claimed appended)."""
+    rm = _leader(tmp_path)
+    assert _produce(rm, 0, acks=1).base_offset == 0
+    two = b"".join(bytes(build_batch([(None, b"%d" % seq, [], T0)], producer_id=PID,
+                                     producer_epoch=0, base_sequence=seq)) for seq in (0, 1))
+    res = rm.append_records("t", 0, two, 1, T0)
+    assert res.error == ErrorCode.DUPLICATE_SEQUENCE_NUMBER and res.base_offset == -1
+    assert rm.get("t", 0).log.log_end_offset == 1
+    rm.get("t", 0).log.close()

@@ -82,7 +82,7 @@ class FinishedTxn:
 
 
 REFUSAL_KEPT_MS = 120_000       # a refused batch not retried by then never will be (in this epoch)
-MAX_FINISHED = 100_000          # recent finished transactions, kept to undo a truncated marker
+MAX_FINISHED = 100_000          # recent finished transactions (snapshots keep some; `reaches`)
 
 
 class ProducerStateManager:
@@ -158,7 +158,8 @@ class ProducerStateManager:
                     self.refusals[h.producer_id] = (h.producer_epoch, h.base_sequence, refuse,
                                                     now_ms)
             return Verdict(refuse)
-        return next((v for v in verdicts if v.error != ErrorCode.NONE), OK)
+        # several batches with one already here: refused whole, never answered as appended
+        return next((Verdict(v.error) for v in verdicts if v.error != ErrorCode.NONE), OK)
 
     def update(self, producer_id: int, epoch: int, base_seq: int, last_seq: int,
                first_offset: int, last_offset: int, timestamp_ms: int = -1) -> None:
