@@ -420,16 +420,17 @@ class ReplicaManager:
         state = hosted.state
         if hosted.offline:
             return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR)
+        if state.role is not Role.LEADER:
+            if records:         # remembered: this broker may lead in a moment (admit)
+                hosted.producers.admit(_idempotent_headers(records), now_ms,
+                                       ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            return ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if records is None or len(records) == 0:
             return ProduceResult(ErrorCode.INVALID_RECORD, message="empty record set")
         headers = _idempotent_headers(records)
-        if state.role is not Role.LEADER:
-            refuse = ErrorCode.NOT_LEADER_OR_FOLLOWER       # (leader maybe in a moment)
-        elif acks == -1 and state.in_sync_count() < hosted.min_insync_replicas:
-            refuse = ErrorCode.NOT_ENOUGH_REPLICAS
-        else:
-            refuse = None
-        verdict = hosted.producers.admit(headers, now_ms, refuse)
+        short = acks == -1 and state.in_sync_count() < hosted.min_insync_replicas
+        verdict = hosted.producers.admit(headers, now_ms,
+                                         ErrorCode.NOT_ENOUGH_REPLICAS if short else None)
         if verdict.duplicate_of is not None:
             dup = verdict.duplicate_of           # a retry of an appended batch: same answer
             return ProduceResult(ErrorCode.NONE, dup.first_offset, dup.last_offset, -1,

@@ -69,6 +69,7 @@ def test_a_follower_made_leader_between_two_requests_keeps_them_in_order(tmp_pat
     rm = ReplicaManager(0, lambda t, p, cfg: PartitionLog(str(tmp_path / f"{t}-{p}"),
                                                             LogConfig()))
     rm.apply_partition("t", None, 0, [0, 1], [0, 1], 1, 0, 0, {}, 1, T0)    # follower of 1
+    assert rm.append_records("t", 0, b"", 1, T0).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert _produce(rm, 0, acks=1).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
     rm.apply_partition("t", None, 0, [0, 1], [0, 1], 0, 1, 1, {}, 1, T0)    # now the leader
     assert _produce(rm, 1, acks=1).error == ErrorCode.NOT_LEADER_OR_FOLLOWER  # not a gap error
