@@ -12,8 +12,16 @@ batches. On the leader, before a batch is appended:
     same epoch, same range as a cached one → DUPLICATE: answer with the original offsets
     same epoch, base ≠ last sequence + 1   → OUT_OF_ORDER_SEQUENCE_NUMBER
 
+Two refinements for librdkafka, which renumbers and resends everything unacknowledged when told a
+batch behind its first unacknowledged one is out of order (`admit`, `_refused_gap`): the gap
+errors above become the retriable error this replica just refused the gap's first batch with
+(short ISR, not yet the leader), and a retry of a cached batch is answered from the window even
+while the ISR is short.
+
 Followers and a restarted broker rebuild the same state by feeding every batch header of the log
-to `update`, so the window survives leader failover and restarts.
+to `update`, so the window survives leader failover and restarts; a follower whose log is
+truncated reloads it from the newest snapshot plus the log (replica_manager.HostedPartition
+.truncated).
 
 Transactions (KIP-98) on the partition: a transactional batch of a producer with no open
 transaction here opens one at its base offset; a COMMIT/ABORT control batch (transaction marker,
