@@ -62,10 +62,6 @@ def in_progress(p: PartitionState) -> bool:
     return bool(p.adding_replicas or p.removing_replicas)
 
 
-def _usable(image: MetadataImage) -> set[int]:
-    return image.usable_ids()
-
-
 def validate_target(image: MetadataImage, target) -> str | None:
     """Why `target` is not a valid replica list (Kafka's messages), or None."""
     if not target:
@@ -153,7 +149,7 @@ def alter(image: MetadataImage, topic: str, partition: int, target):
         return [], ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, (
             f"Unable to find partition {topic}-{partition}." if t else
             f"Unable to find a topic named {topic}.")
-    usable = _usable(image)
+    usable = image.usable_ids()
     if target is None and not in_progress(p):
         return [], ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, (
             f"No ongoing reassignment for {topic}-{partition}.")
@@ -184,7 +180,7 @@ def after_isr_change(image: MetadataImage, topic_id, partition: int, isr: tuple)
     if p is None or not in_progress(p):
         return None
     pl = Placement(p.replicas, tuple(isr), p.leader, p.adding_replicas, p.removing_replicas)
-    done = complete(pl, _usable(image))
+    done = complete(pl, image.usable_ids())
     if done is None:
         return None
     # computed against the partition as the ISR change leaves it
@@ -195,7 +191,7 @@ def after_isr_change(image: MetadataImage, topic_id, partition: int, isr: tuple)
 def completions(image: MetadataImage) -> list:
     """Moves that can finish now (the controller's tick): normally finished by AlterPartition
     already, this catches one that waited for a usable leader."""
-    usable = _usable(image) if image.brokers else set()
+    usable = image.usable_ids() if image.brokers else set()
     records = []
     for t in image.topics.values():
         for p in t.partitions.values():

@@ -154,11 +154,14 @@ class ProducerStateManager:
         A leader short of in-sync replicas still answers the retry of a batch it holds from
         the window. Kafka refuses it NOT_ENOUGH_REPLICAS first, which tells the client that a
         batch in the log is not there: librdkafka may renumber it and write it again. Its
-        acks=all wait then holds it until the ISR is whole, or times out ("maybe written")."""
+        acks=all wait then holds it until the ISR is whole, or times out ("maybe written").
+        (A replica that is not the leader only records its refusal: its caller answers
+        NOT_LEADER_OR_FOLLOWER whatever this returns.)"""
+        if not headers:                 # not idempotent: nothing to check or remember
+            return OK if refuse is None else Verdict(refuse)
         verdicts = [self.check(h.producer_id, h.producer_epoch, h.base_sequence, last)
                     for h, last in headers]
-        if refuse is not ErrorCode.NOT_LEADER_OR_FOLLOWER and len(verdicts) == 1 and \
-                verdicts[0].duplicate_of is not None:
+        if len(verdicts) == 1 and verdicts[0].duplicate_of is not None:
             return verdicts[0]
         if refuse is not None:
             for (h, _), verdict in zip(headers, verdicts):
