@@ -120,3 +120,19 @@ def test_a_request_of_several_batches_with_one_held_is_refused_whole(tmp_path):
     assert res.error == ErrorCode.DUPLICATE_SEQUENCE_NUMBER and res.base_offset == -1
     assert rm.get("t", 0).log.log_end_offset == 1
     rm.get("t", 0).log.close()
+
+
+def test_an_old_batch_behind_a_refusal_is_still_out_of_order():
+    """A refusal covers batches ahead of it only. A retry of an old batch that left the window
+    (its answer lost long ago) keeps Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER: answered with the
+    retriable refusal instead, our producer retried it, in order before everything else, until
+    its delivery timeout (two minutes stalled in test_live_idempotence_faults), then resent."""
+    s = ProducerStateManager()
+    for seq in range(10):
+        s.update(PID, 0, seq, seq, seq, seq)
+    h = next(iter_batches(build_batch([(None, b"v", [], T0)], producer_id=PID,
+                                      producer_epoch=0, base_sequence=10)))
+    s.admit([(h, 10)], T0, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    assert s.refusals
+    assert s.check(PID, 0, 2, 2).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER    # behind
+    assert s.check(PID, 0, 11, 11).error == ErrorCode.NOT_LEADER_OR_FOLLOWER        # ahead

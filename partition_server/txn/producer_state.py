@@ -81,6 +81,11 @@ def _next_seq(seq: int) -> int:
     return 0 if seq == INT32_MAX else seq + 1
 
 
+def _ahead(seq: int, expected: int) -> bool:
+    """`seq` is past `expected` (sequences wrap at INT32_MAX)."""
+    return 0 < (seq - expected) % (INT32_MAX + 1) < (INT32_MAX + 1) // 2
+
+
 @dataclasses.dataclass(frozen=True, order=True)
 class FinishedTxn:
     marker_offset: int          # sort key: the offset of the COMMIT/ABORT marker
@@ -124,10 +129,14 @@ class ProducerStateManager:
             if cached.first_seq == base_seq and cached.last_seq == last_seq:
                 return Verdict(ErrorCode.DUPLICATE_SEQUENCE_NUMBER, cached)
         expected = _next_seq(entry.last_seq)
-        if base_seq != expected:
-            return self._refused_gap(producer_id, epoch, expected,
-                                     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
-        return OK
+        if base_seq == expected:
+            return OK
+        if not _ahead(base_seq, expected):
+            # behind: an old batch no longer in the window (its retry after the window moved
+            # on), never a gap a refusal opened: OUT_OF_ORDER_SEQUENCE_NUMBER, as Kafka
+            return Verdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+        return self._refused_gap(producer_id, epoch, expected,
+                                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
 
     def _refused_gap(self, producer_id: int, epoch: int, expected: int,
                      otherwise: ErrorCode) -> Verdict:
