@@ -41,6 +41,7 @@ from metadata_quorum.controller.quorum_controller import QuorumController
 from metadata_quorum.controller_handlers import HANDLERS, SUPPORTED
 from metadata_quorum.controller_stats import ControllerStats, elections
 from metadata_quorum.health import metrics_listener
+from metadata_quorum.heartbeat_connections import HeartbeatConnections
 from metadata_quorum.image import Voter
 from metadata_quorum.pipeline import CommandPipeline, NotProposable, Proposal
 from metadata_quorum.quorum.raft import FAIL_REASON, Committed, RaftQuorum, Reset, fail_reason
@@ -123,7 +124,7 @@ class ControllerService:
         self.observers: dict[int, tuple[int, int]] = {}
         self.token = None
         self.inbox: RaftInbox | None = None     # pysyncobj's thread -> the trio loop
-        self.heartbeat_conns: dict[int, object] = {}      # broker id → its latest heartbeat connection
+        self.heartbeat_conns = HeartbeatConnections(config.disconnect_fence_ms)
         self.role_changed = trio.Event()
         # per-API request counters and latency histograms, when /metrics is served
         self.request_stats = RequestStats() if metrics_listener(config.props) \
@@ -421,10 +422,10 @@ class ControllerService:
     def _tick(self, now_ms: int, rebalance: bool) -> list:
         records = self.controller.tick(now_ms, rebalance)
         fenced = [rec.broker_id for rec in records if isinstance(rec, FenceBrokerRecord)]
-        if fenced:
+        for broker_id in fenced:
             # an operator's first question after an outage: which broker, and why
-            log.warning("fencing broker(s) %s: no heartbeat within broker.session.timeout.ms "
-                        "(%d ms)", fenced, self.controller.heartbeats.session_timeout_ms)
+            log.warning("fencing broker %d: %s", broker_id,
+                        self.controller.heartbeats.why_expired(broker_id, now_ms))
         return records
 
     # -- requests -----------------------------------------------------------------------------
@@ -456,31 +457,33 @@ class ControllerService:
             task_status.started(bound)
 
     async def _dispatch_wire(self, ctx, request):
-        if request.api_key == ApiKey.BROKER_HEARTBEAT:                       # BrokerHeartbeat
-            self._watch_heartbeat_connection(ctx, request.body.broker_id)
-        return await HANDLERS[request.api_key](self, request)
+        if request.api_key != ApiKey.BROKER_HEARTBEAT:
+            return await HANDLERS[request.api_key](self, request)
+        broker_id, arrived = request.body.broker_id, now_ms()
+        self._heartbeat_arrived(request.body, arrived)
+        if self.heartbeat_conns.arrived(ctx, broker_id, arrived) and \
+                self.config.disconnect_fence_ms > 0:
+            ctx.on_close.append(lambda: self._heartbeat_connection_closed(ctx, broker_id))
+        try:
+            return await HANDLERS[request.api_key](self, request)
+        finally:
+            self.heartbeat_conns.answered(ctx, now_ms())
 
-    def _watch_heartbeat_connection(self, ctx, broker_id: int) -> None:
-        """A process that dies (SIGKILL, crash) has its sockets closed by the kernel. When a
-        broker's heartbeat connection closes and no heartbeat follows within
-        `raftka.controller.disconnect.fence.ms`, fence it then instead of waiting out its whole
-        session (broker.session.timeout.ms, 9 s): leadership moves ~0.5 s after a leader
-        crashes. A live broker whose connection dropped retries its heartbeat on a new
-        connection at once (brokers keep heartbeats on a connection of their own); a paused
-        or partitioned broker keeps its socket, so only the session timeout applies to it.
-        Fencing a live broker by mistake is safe: it is unfenced at its next heartbeat."""
-        if self.config.disconnect_fence_ms <= 0 or self.heartbeat_conns.get(broker_id) is ctx:
-            return
-        self.heartbeat_conns[broker_id] = ctx
+    def _heartbeat_arrived(self, body, now: int) -> None:
+        """The session counts from a heartbeat's arrival, not from its turn among the commands
+        (as Kafka since KAFKA-17793): at 30,000 partitions heartbeats waited seconds behind
+        commands thousands of ISR changes long. A stale or unknown registration is not
+        touched (the command refuses it)."""
+        registered = self.controller.image.brokers.get(body.broker_id)
+        if self.active and registered is not None and registered.broker_epoch == body.broker_epoch:
+            self.controller.heartbeats.touch(body.broker_id, now)
 
-        def closed():
-            if self.heartbeat_conns.get(broker_id) is not ctx:
-                return                                  # it heartbeats on a newer connection
-            del self.heartbeat_conns[broker_id]
-            if self.active:
-                self.controller.heartbeats.cut_short(broker_id, now_ms(),
-                                                     self.config.disconnect_fence_ms)
-        ctx.on_close.append(closed)
+    def _heartbeat_connection_closed(self, ctx, broker_id: int) -> None:
+        """Disconnect fencing: see heartbeat_connections.py. Fencing a live broker by mistake
+        is safe: it is unfenced at its next heartbeat."""
+        if self.heartbeat_conns.closed(ctx, broker_id) and self.active:
+            self.controller.heartbeats.cut_short(broker_id, now_ms(),
+                                                 self.config.disconnect_fence_ms)
 
     def close(self) -> None:
         self.quorum.destroy()

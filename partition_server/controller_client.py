@@ -235,6 +235,10 @@ class ControllerClient:
                                               error_of=lambda r: r.error_code,
                                               pool=self._heartbeat_conns)
             except ControllerUnavailable:
+                # the controller fences a broker whose heartbeat connection closed and no
+                # heartbeat follows soon: say so, a fencing after this is explained here
+                log.warning("heartbeat not answered within %.1f s; trying again",
+                            self.heartbeat_interval_s * 2)
                 await trio.sleep(0.2)
                 continue
             if report is not None and resp.error_code == ErrorCode.NONE:

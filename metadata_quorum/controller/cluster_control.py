@@ -45,9 +45,11 @@ class HeartbeatTracker:
     def __init__(self, session_timeout_ms: int):
         self.session_timeout_ms = session_timeout_ms
         self.last_seen: dict[int, int] = {}
+        self.closed_at: dict[int, int] = {}     # a session cut short: when its connection closed
 
     def touch(self, broker_id: int, now_ms: int) -> None:
         self.last_seen[broker_id] = now_ms
+        self.closed_at.pop(broker_id, None)
 
     def alive(self, broker_id: int, now_ms: int) -> bool:
         seen = self.last_seen.get(broker_id)
@@ -59,6 +61,16 @@ class HeartbeatTracker:
         seen = self.last_seen.get(broker_id)
         if seen is not None:
             self.last_seen[broker_id] = min(seen, now_ms + grace_ms - self.session_timeout_ms)
+            self.closed_at[broker_id] = now_ms
+
+    def why_expired(self, broker_id: int, now_ms: int) -> str:
+        """An operator's first question after a fencing: which broker, and why."""
+        closed = self.closed_at.get(broker_id)
+        seen = self.last_seen.get(broker_id)
+        if closed is not None:
+            return f"its heartbeat connection closed {now_ms - closed} ms ago and no heartbeat came"
+        return (f"no heartbeat for {now_ms - seen} ms" if seen is not None else "never heard from"
+                ) + f" (broker.session.timeout.ms {self.session_timeout_ms})"
 
     def forgive(self, now_ms: int, grace_ms: int) -> None:
         """This controller was not running for a while (CPU starvation, a GC or swap pause,

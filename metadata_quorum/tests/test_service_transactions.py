@@ -16,6 +16,7 @@ from metadata_quorum.controller.quorum_controller import QuorumController
 from metadata_quorum.quorum.raft import MetadataLog
 from metadata_quorum import records as r
 from metadata_quorum.controller_stats import ControllerStats
+from metadata_quorum.heartbeat_connections import HeartbeatConnections
 from metadata_quorum.pipeline import CommandPipeline
 from metadata_quorum.raft_inbox import RaftInbox
 from metadata_quorum.service import ControllerService, NotActive
@@ -57,7 +58,8 @@ async def make_service() -> ControllerService:
     svc.new_data = trio.Event()
     svc.active = False
     svc.lock = trio.Lock()
-    svc.observers, svc.heartbeat_conns = {}, {}
+    svc.observers = {}
+    svc.heartbeat_conns = HeartbeatConnections(svc.config.disconnect_fence_ms)
     svc.role_changed = trio.Event()
     svc.stats = ControllerStats()
     svc.token = trio.lowlevel.current_trio_token()
