@@ -367,11 +367,7 @@ class Broker:
             nursery.start_soon(self.client.heartbeat_loop, self.on_heartbeat_state)
             nursery.start_soon(self.fetchers.run)
             nursery.start_soon(self.purgatory.run)      # times out purgatory waiters
-            from partition_server.replication.isr import send_alter_partition
-            nursery.start_soon(housekeeping.isr_loop, self.replicas,
-                               self.config["replica.lag.time.max.ms"], self.isr_eligible,
-                               functools.partial(send_alter_partition, self.client,
-                                                 self.broker_id, self.replicas, self.purgatory))
+            nursery.start_soon(self._isr_loop)
             nursery.start_soon(housekeeping.housekeeping_loop, self.replicas, self.purgatory,
                                self.config["log.retention.check.interval.ms"] / 1000,
                                self.config["replica.high.watermark.checkpoint.interval.ms"] / 1000,
@@ -418,19 +414,36 @@ class Broker:
         """Once caught up with the metadata log: logs of partitions no longer ours (stray_logs.py,
         e.g. a reassignment that finished while this broker was down)."""
         from partition_server.stray_logs import delete_stray_logs
-        await self.caught_up_once.wait()
-        # "caught up" is about the metadata the client has *replayed*; on_image may still be
-        # opening logs ahead (in threads) with the previous image in place, in which every log
-        # of this broker looks stray (a restart with 2,000 partitions lost them all). Wait until
-        # what was replayed then is applied: on_image sets the image and applies its partitions
-        # in one step.
-        replayed = self.client.image.offset
-        while self.image.offset < replayed:
-            await trio.sleep(0.1)
+        # every log of this broker looks stray in the image before the catch-up (a restart
+        # with 2,000 partitions lost them all)
+        await self.caught_up_applied()
         for d in self.log_dirs.online():
             await delete_stray_logs(d.path, self.image, self.broker_id,
                                     set(self.replicas.partitions))
         self.replicas.dir_moves.drop_unhosted_futures()     # interrupted moves no longer ours
+
+    async def caught_up_applied(self) -> None:
+        """Until the first metadata catch-up is applied. "Caught up" is about the metadata the
+        client has *replayed*; on_image may still be opening logs ahead (in threads) with the
+        previous image in place. Wait until what was replayed then is applied: on_image sets
+        the image and applies its partitions in one step."""
+        await self.caught_up_once.wait()
+        replayed = self.client.image.offset
+        while self.image.offset < replayed:
+            await trio.sleep(0.1)
+
+    async def _isr_loop(self) -> None:
+        """ISR changes proposed from a caught-up image only, as Kafka's broker publishes no
+        metadata before its first catch-up: a restart's image is the one before it, where the
+        other brokers look usable and leaderships are stale. At 30,000 partitions one broker's
+        first AlterPartition was refused 30,000 times (INELIGIBLE_REPLICA, NOT_LEADER_OR_FOLLOWER),
+        seconds of the active controller's loop while every broker's heartbeat waited."""
+        from partition_server.replication.isr import send_alter_partition
+        await self.caught_up_applied()
+        await housekeeping.isr_loop(
+            self.replicas, self.config["replica.lag.time.max.ms"], self.isr_eligible,
+            functools.partial(send_alter_partition, self.client, self.broker_id, self.replicas,
+                              self.purgatory))
 
     async def controlled_shutdown(self, timeout_s: float = 10.0) -> None:
         """Ask the controller to move our leaderships away, wait until told to stop (an

@@ -56,12 +56,14 @@ async def send_alter_partition(client: ControllerClient, broker_id: int,
             replicas.isr_candidates.add((hosted.topic, hosted.partition))   # send again
         return
     results = {(t.topic_id, p.partition_index): p for t in resp.topics for p in t.partitions}
+    changed, refused = _Lines("ISR changes"), _Lines("refused ISR changes")
     for hosted, change in changes:
         res = results.get((hosted.topic_id, change.partition))
         if res is None or res.error_code != ErrorCode.NONE:
             code = res.error_code if res is not None else -1
-            log.info("AlterPartition %s-%d → %s refused: %s", hosted.topic, change.partition,
-                     list(change.new_isr), ErrorCode(code).name if code in ErrorCode._value2member_map_ else code)
+            refused.note("AlterPartition %s-%d → %s refused: %s", hosted.topic, change.partition,
+                         list(change.new_isr),
+                         ErrorCode(code).name if code in ErrorCode._value2member_map_ else code)
             if code in NOT_APPLIED:
                 hosted.state.isr_change_failed()
             else:
@@ -72,7 +74,7 @@ async def send_alter_partition(client: ControllerClient, broker_id: int,
             # (the completion is the controller's next record), and the stream got here first
             continue
         else:
-            log.info("ISR of %s-%d is now %s", hosted.topic, change.partition, list(res.isr))
+            changed.note("ISR of %s-%d is now %s", hosted.topic, change.partition, res.isr)
             # Kafka's IsrShrinks/IsrExpands, against the ISR when proposed: the metadata
             # stream may have brought the new ISR in before this answer
             if len(res.isr) < before[id(hosted)]:
@@ -84,3 +86,29 @@ async def send_alter_partition(client: ControllerClient, broker_id: int,
                                        list(hosted.state.replicas), list(res.isr), 0)
             hosted.state.maybe_advance_high_watermark()
             purgatory.notify((hosted.topic, hosted.partition))
+    changed.flush()
+    refused.flush()
+
+
+LOGGED_EACH = 10        # more lines of one kind per answer: the first few and a count
+
+
+class _Lines:
+    """One AlterPartition answer's log lines of one kind: each when few, the first few and a
+    count when thousands (a broker's restart at 30,000 partitions logged ~10,000 "ISR of ...
+    is now" lines in seconds: a fifth of its CPU while it caught up, its event loop held)."""
+
+    def __init__(self, kind: str):
+        self.kind, self.lines, self.count = kind, [], 0
+
+    def note(self, fmt: str, *args) -> None:
+        self.count += 1
+        if len(self.lines) < LOGGED_EACH:
+            self.lines.append((fmt, args))
+
+    def flush(self) -> None:
+        for fmt, args in self.lines:
+            log.info(fmt, *args)
+        if self.count > len(self.lines):
+            log.info("... and %d more %s in the same AlterPartition answer",
+                     self.count - len(self.lines), self.kind)

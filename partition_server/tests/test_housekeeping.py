@@ -84,3 +84,32 @@ async def test_isr_tick_checks_a_slice_of_the_led_partitions_and_flagged_ones(tm
     with trio.move_on_after(2.05):                   # a whole sweep: every led partition
         await housekeeping.isr_loop(rm, 8000, lambda b: True, fake_send)
     assert set(checked) == set(rm.led) and len(rm.led) == 100
+
+
+async def test_no_isr_change_is_proposed_before_the_first_metadata_catch_up_is_applied(
+        tmp_path, autojump_clock):
+    """A restarted broker's image is the one before the restart (other brokers usable, stale
+    leaderships): its ISR proposals wait for the catch-up, as Kafka's broker publishes no
+    metadata before it."""
+    rm = _manager(tmp_path, 4)
+    checked = []
+    for key, hosted in rm.partitions.items():
+        hosted.state.isr_change_needed = lambda now, lag, eligible=None, key=key: \
+            checked.append(key)
+    fake = types.SimpleNamespace(
+        caught_up_once=trio.Event(), client=types.SimpleNamespace(image=types.SimpleNamespace(
+            offset=10)), image=types.SimpleNamespace(offset=5), replicas=rm,
+        config={"replica.lag.time.max.ms": 8000}, isr_eligible=lambda b: True, broker_id=0,
+        purgatory=None)
+    fake.caught_up_applied = lambda: Broker.caught_up_applied(fake)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(Broker._isr_loop, fake)
+        await trio.sleep(5)
+        assert checked == []
+        fake.caught_up_once.set()               # replayed up to offset 10, applied only 5
+        await trio.sleep(5)
+        assert checked == []
+        fake.image.offset = 10
+        await trio.sleep(2.1)
+        assert set(checked) == set(rm.led)
+        nursery.cancel_scope.cancel()
