@@ -14,6 +14,7 @@ stream, and forwarding admin requests to the active controller.
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from typing import Awaitable, Callable
@@ -70,6 +71,7 @@ class ControllerClient:
         self.unregistered = False         # UnregisterBroker removed us (KIP-631)
         self._active_hint = next(iter(self.voters))
         self._failed_at: dict[int, float] = {}     # voter -> when a call to it last failed
+        self._heard_at: dict[int, float] = {}      # voter -> when it last answered as active
         self._conns: dict[int, BrokerConnection] = {}        # requests to the active controller
         self._fetch_conns: dict[int, BrokerConnection] = {}  # the long-polled metadata stream
         # heartbeats only: the controller fences a broker soon after this connection closes
@@ -152,6 +154,7 @@ class ControllerClient:
                         continue
                     if error_of is not None and error_of(resp) == ErrorCode.NOT_CONTROLLER:
                         continue
+                    self._heard_at[voter] = trio.current_time()
                     self._active_hint = voter
                     self._failed_at.pop(voter, None)
                     return resp
@@ -161,9 +164,16 @@ class ControllerClient:
             # fails no faster than a heartbeat's whole budget (2 intervals): if every call
             # started with it, none reached the controller elected in its place and the brokers
             # were fenced (issue 20's netfaults test). It goes last; the next call starts with
-            # the voter that failed longest ago.
-            self._failed_at[voter] = trio.current_time()
-            if voter == self._active_hint:
+            # the voter that failed longest ago. Unless it answered another call as the active
+            # controller meanwhile (a heartbeat): then it is slow, not cut off. At 30,000
+            # partitions an AlterPartition of thousands of ISR changes outlasted its budget on
+            # a busy active controller; the hint moved, the next heartbeat went to the two
+            # followers first (NOT_CONTROLLER, seconds on loaded machines), and a live broker
+            # was fenced.
+            now = trio.current_time()
+            self._failed_at[voter] = now
+            if voter == self._active_hint and \
+                    now - self._heard_at.get(voter, -math.inf) >= timeout_s:
                 self._active_hint = min((v for v in self.voters if v != voter),
                                         key=lambda v: self._failed_at.get(v, 0.0), default=voter)
         raise ControllerUnavailable("no active controller answered")

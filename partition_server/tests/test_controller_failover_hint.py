@@ -52,3 +52,48 @@ async def test_a_call_that_times_out_on_the_hinted_voter_moves_the_hint_on(autoj
     assert client._active_hint == 3002                   # and later calls go there first
     await client.call_active(req, timeout_s=1.0, error_of=lambda r: r.error_code)
     assert not_controller.calls == 1
+
+
+class SlowForAlterPartition:
+    """The active controller, busy: heartbeats answered, a big AlterPartition not in time."""
+
+    def __init__(self):
+        self.heartbeats = 0
+
+    async def request(self, message, version, timeout_s):
+        if message.API_KEY == ApiKey.ALTER_PARTITION:
+            await trio.sleep_forever()
+        self.heartbeats += 1
+        return HEARTBEAT(error_code=0)
+
+    async def aclose(self):
+        pass
+
+
+async def test_a_slow_call_does_not_move_the_hint_off_a_controller_that_answers_others(
+        autojump_clock):
+    client = ControllerClient(0, {3000: ("h", 1), 3001: ("h", 2), 3002: ("h", 3)}, "h", 9, None)
+    busy, follower = SlowForAlterPartition(), Answers(HEARTBEAT(error_code=41))
+    conns = {3000: busy, 3001: follower, 3002: follower}
+
+    async def conn(voter, pool=None):
+        return conns[voter]
+    client._conn = conn
+    heartbeat = REQUESTS[ApiKey.BROKER_HEARTBEAT](broker_id=0, broker_epoch=1)
+    alter = REQUESTS[ApiKey.ALTER_PARTITION](broker_id=0, broker_epoch=1)
+
+    async def heartbeat_midway():
+        await trio.sleep(2)
+        await client.call_active(heartbeat, timeout_s=4.0, error_of=lambda r: r.error_code)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(heartbeat_midway)
+        try:
+            await client.call_active(alter, timeout_s=5.0)
+        except ControllerUnavailable:
+            pass
+        else:
+            raise AssertionError("the busy controller answered the AlterPartition")
+    assert busy.heartbeats == 1
+    assert client._active_hint == 3000          # slow, not cut off: calls still start there
+    await client.call_active(heartbeat, timeout_s=4.0, error_of=lambda r: r.error_code)
+    assert follower.calls == 0 and busy.heartbeats == 2
