@@ -15,7 +15,9 @@ measures, in this order:
   partitions (the first ten bench topics) and over one 6-partition topic, then read back with an
   assigned consumer; alternating, `--rounds` each, in the same run, reported as a ratio;
 - broker restart: SIGTERM one broker (broker-1; broker-0 for rf1), start it again on the same
-  data: time to `unfenced` and until it is back in the ISR of every partition it replicates;
+  data: time to `unfenced` and until it is back in the ISR of every partition it replicates,
+  and how many times meanwhile the controllers fenced another (live) broker and the active
+  controller changed (from the controllers' logs);
 - active-controller SIGKILL: the active controller (DescribeQuorum to each controller) is killed;
   time until a CreateTopics of a new 1-partition topic succeeds through a broker (so through the
   next active controller); the killed controller is started again;
@@ -326,6 +328,32 @@ def replicas_of(bootstrap: str, names: list[str], broker_id: int) -> list[tuple[
             for pid, p in topics[n].partitions.items() if broker_id in p.replicas]
 
 
+class ControllerLogs:
+    """What the controllers logged since a point: fencings of brokers other than the one being
+    restarted (a live broker fenced: leaderships move for nothing) and active-controller
+    changes, read from the appended part of each controller's log."""
+
+    def __init__(self, cluster: BenchCluster):
+        self.paths = [cluster.layout.log_path(f"controller-{cid}") for cid in CONTROLLER_IDS]
+        self.start = [p.stat().st_size if p.exists() else 0 for p in self.paths]
+
+    def lines(self) -> list[str]:
+        out = []
+        for path, start in zip(self.paths, self.start):
+            if path.exists():
+                with open(path, "rb") as f:
+                    f.seek(start)
+                    out += f.read().decode(errors="replace").splitlines()
+        return out
+
+    def counts(self, restarted: int) -> dict:
+        lines = self.lines()
+        fenced = [line.split("fencing broker ", 1)[1].split(":", 1)[0]
+                  for line in lines if "fencing broker " in line]
+        return {"other_brokers_fenced": sum(1 for b in fenced if b != str(restarted)),
+                "controller_changes": sum(1 for line in lines if " is now active " in line)}
+
+
 def broker_restart(cluster: BenchCluster, names: list[str], partitions: int) -> dict:
     broker = 1 if 1 in cluster.broker_ids else cluster.broker_ids[0]
     name = f"broker-{broker}"
@@ -333,6 +361,15 @@ def broker_restart(cluster: BenchCluster, names: list[str], partitions: int) -> 
     if not mine:
         raise StepFailed(f"Metadata shows no replica on broker {broker}")
     out = {"broker": broker, "replicas": len(mine)}
+    logs = ControllerLogs(cluster)
+    try:
+        return _broker_restart(cluster, broker, name, mine, partitions, out)
+    finally:
+        out.update(logs.counts(broker))
+
+
+def _broker_restart(cluster: BenchCluster, broker: int, name: str, mine, partitions: int,
+                    out: dict) -> dict:
     t0 = time.monotonic()
     cluster.proc(name).stop(timeout=scaled(partitions, 30, 5))
     out["stop_s"] = round(time.monotonic() - t0, 2)
@@ -506,6 +543,8 @@ COLUMNS = [  # title, JSON paths shown joined by " / "
      "throughput.narrow_consume_rps", "throughput.consume_rps_ratio_wide_to_narrow"]),
     ("broker restart: unfenced / in every ISR s", ["broker_restart.unfenced_s",
                                                    "broker_restart.in_every_isr_s"]),
+    ("broker restart: others fenced / controller changes",
+     ["broker_restart.other_brokers_fenced", "broker_restart.controller_changes"]),
     ("controller SIGKILL → commit s", ["controller_failover.first_commit_median_s"]),
     ("full restart → ready s", ["full_restart.ready_s"]),
     ("unclean exits at full stop", ["full_restart.not_clean"]),
