@@ -461,8 +461,9 @@ class ControllerService:
             return await HANDLERS[request.api_key](self, request)
         broker_id, arrived = request.body.broker_id, now_ms()
         self._heartbeat_arrived(request.body, arrived)
-        if self.heartbeat_conns.arrived(ctx, broker_id, arrived) and \
-                self.config.disconnect_fence_ms > 0:
+        if self.config.disconnect_fence_ms <= 0:            # disconnect fencing off
+            return await HANDLERS[request.api_key](self, request)
+        if self.heartbeat_conns.arrived(ctx, broker_id, arrived):
             ctx.on_close.append(lambda: self._heartbeat_connection_closed(ctx, broker_id))
         try:
             return await HANDLERS[request.api_key](self, request)

@@ -85,6 +85,7 @@ class HeartbeatTracker:
 
     def reset_sessions(self, broker_ids, now_ms: int) -> None:
         self.last_seen = {b: now_ms for b in broker_ids}
+        self.closed_at = {}
 
     def expired(self, image: MetadataImage, now_ms: int) -> list[int]:
         return sorted(b.broker_id for b in image.brokers.values()

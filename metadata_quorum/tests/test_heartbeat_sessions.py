@@ -162,3 +162,6 @@ def test_a_fencing_says_why():
         "its heartbeat connection closed 600 ms ago and no heartbeat came"
     tracker.touch(2, 1_700)                     # a heartbeat came after all
     assert tracker.why_expired(2, 11_000).startswith("no heartbeat for 9300 ms")
+    tracker.cut_short(2, 12_000, 500)
+    tracker.reset_sessions([1, 2], 13_000)      # a newly active controller: fresh sessions
+    assert tracker.why_expired(2, 22_500).startswith("no heartbeat for 9500 ms")
