@@ -62,6 +62,7 @@ from clients.cli.dev import (BROKER_IDS, CONTROLLER_IDS, ManagedProcess,  # noqa
                              start_cluster, stop_cluster, wait_ready, write_properties)
 from clients.cli.quorum import describe as describe_quorum  # noqa: E402
 from partition_server.testing import LiveCluster  # noqa: E402
+from controller_logs import ControllerLogs  # noqa: E402
 from partitions_throughput import StepFailed, Throughput  # noqa: E402
 
 TOPIC_PARTITIONS = 100
@@ -326,32 +327,6 @@ def replicas_of(bootstrap: str, names: list[str], broker_id: int) -> list[tuple[
     topics = metadata(bootstrap, metadata_timeout(len(names) * TOPIC_PARTITIONS))
     return [(n, pid) for n in names if n in topics
             for pid, p in topics[n].partitions.items() if broker_id in p.replicas]
-
-
-class ControllerLogs:
-    """What the controllers logged since a point: fencings of brokers other than the one being
-    restarted (a live broker fenced: leaderships move for nothing) and active-controller
-    changes, read from the appended part of each controller's log."""
-
-    def __init__(self, cluster: BenchCluster):
-        self.paths = [cluster.layout.log_path(f"controller-{cid}") for cid in CONTROLLER_IDS]
-        self.start = [p.stat().st_size if p.exists() else 0 for p in self.paths]
-
-    def lines(self) -> list[str]:
-        out = []
-        for path, start in zip(self.paths, self.start):
-            if path.exists():
-                with open(path, "rb") as f:
-                    f.seek(start)
-                    out += f.read().decode(errors="replace").splitlines()
-        return out
-
-    def counts(self, restarted: int) -> dict:
-        lines = self.lines()
-        fenced = [line.split("fencing broker ", 1)[1].split(":", 1)[0]
-                  for line in lines if "fencing broker " in line]
-        return {"other_brokers_fenced": sum(1 for b in fenced if b != str(restarted)),
-                "controller_changes": sum(1 for line in lines if " is now active " in line)}
 
 
 def broker_restart(cluster: BenchCluster, names: list[str], partitions: int) -> dict:
