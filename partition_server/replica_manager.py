@@ -151,6 +151,7 @@ class ReplicaManager:
         self._epochs_unsynced = False
         # logs opened ahead by `preopen` (threads), taken by `apply_partition`
         self._preopened: dict[TopicPartition, tuple[PartitionLog, object]] = {}
+        self._log_configs: dict[frozenset, LogConfig] = {}     # see _log_config
 
     @property
     def log_dir_failed(self) -> bool:
@@ -275,7 +276,7 @@ class ReplicaManager:
         cleanup.policy, max.message.bytes…) at once, as Kafka's LogManager.updateTopicConfig
         does; before, an open log kept the config it was opened with until a restart."""
         try:
-            new = LogConfig.from_kafka(topic_config)
+            new = self._log_config(topic_config)
         except LogConfigError as exc:       # the controller validates; never fail an apply
             log.warning("%s-%d keeps its log config: %s", key[0], key[1], exc)
             return
@@ -284,6 +285,22 @@ class ReplicaManager:
         hosted.log.config = new
         (self.timed_flush.add if new.flush_ms != NEVER else self.timed_flush.discard)(key)
         (self.compacted.add if "compact" in new.cleanup_policy else self.compacted.discard)(key)
+
+    def _log_config(self, topic_config: dict) -> LogConfig:
+        """LogConfig.from_kafka once per distinct topic config, not once per partition: a
+        broker applying 30,000 partitions' leaderships spent over half of it there (its
+        partitions share a few configs; LogConfig is immutable)."""
+        try:
+            key = frozenset(topic_config.items())
+        except TypeError:                   # an unhashable value: no caching
+            return LogConfig.from_kafka(topic_config)
+        cfg = self._log_configs.get(key)
+        if cfg is None:
+            cfg = LogConfig.from_kafka(topic_config)
+            if len(self._log_configs) >= 1024:      # topics with configs of their own
+                self._log_configs.clear()
+            self._log_configs[key] = cfg
+        return cfg
 
     def _note_move(self, key: TopicPartition, adding_here: bool | None) -> None:
         """Keep `moving` ({partition being reassigned: this replica is a new one}) current;
