@@ -281,7 +281,9 @@ class SimBroker:
 
     def _isr_tick(self) -> None:
         """`Broker._isr_loop` + `send_alter_partition`: every proposed change in one request,
-        and the loop waits for its answer (or the timeout) before proposing again."""
+        and the loop waits for its answer (or the timeout) before proposing again. (The real
+        loop also waits for the first metadata catch-up, and sends more than
+        `housekeeping.ALTER_PARTITION_MAX` changes as several requests: never reached here.)"""
         if self.alter_inflight or not self.registered:
             return
         now = self.sim.sched.now

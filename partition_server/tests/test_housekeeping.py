@@ -113,3 +113,22 @@ async def test_no_isr_change_is_proposed_before_the_first_metadata_catch_up_is_a
         await trio.sleep(2.1)
         assert set(checked) == set(rm.led)
         nursery.cancel_scope.cancel()
+
+
+async def test_thousands_of_isr_changes_go_in_bounded_requests(tmp_path, autojump_clock,
+                                                              monkeypatch):
+    """The controller handles one AlterPartition in one step of its loop: thousands of changes
+    (a restarted broker rejoining every ISR) go as several requests, one after another."""
+    monkeypatch.setattr(housekeeping, "ALTER_PARTITION_MAX", 40)
+    rm = _manager(tmp_path, 100)
+    for key, hosted in rm.partitions.items():
+        hosted.state.isr_change_needed = lambda now, lag, eligible=None, key=key: key
+    sent = []
+
+    async def fake_send(changes):
+        sent.append(list(changes))
+    rm.isr_candidates |= set(rm.led)
+    with trio.move_on_after(0.55):
+        await housekeeping.isr_loop(rm, 8000, lambda b: True, fake_send)
+    assert [len(s) for s in sent] == [40, 40, 20]
+    assert sorted(change for s in sent for _, change in s) == sorted(rm.led)
