@@ -37,9 +37,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # ISR changes per AlterPartition: the active controller handles a request in one step of its
-# event loop (~40 us a partition, from decoding it to proposing the records), so 30,000 in one
-# request held it for over a second while heartbeats and other brokers waited (at 30,000
-# partitions a restarted broker's followers rejoin every ISR at once)
+# event loop (tens of microseconds a partition, from decoding it to proposing the records), so
+# 30,000 in one request held it for over a second while heartbeats and other brokers waited
+# (at 30,000 partitions a restarted broker's followers rejoin every ISR at once)
 ALTER_PARTITION_MAX = 2_000
 COMPACTION_BUDGET_BYTES = 4 << 20
 
