@@ -290,10 +290,7 @@ class ReplicaManager:
         """LogConfig.from_kafka once per distinct topic config, not once per partition: a
         broker applying 30,000 partitions' leaderships spent over half of it there (its
         partitions share a few configs; LogConfig is immutable)."""
-        try:
-            key = frozenset(topic_config.items())
-        except TypeError:                   # an unhashable value: no caching
-            return LogConfig.from_kafka(topic_config)
+        key = frozenset(topic_config.items())       # the image's config values: strings
         cfg = self._log_configs.get(key)
         if cfg is None:
             cfg = LogConfig.from_kafka(topic_config)
