@@ -104,10 +104,18 @@ class Broker:
         self.authorizer = security.build_authorizer(self.image, config.values.get)
         self.unfenced_once = trio.Event()
         self.dir_failed = trio.Event()
-        # Like Kafka's broker, requests wait until the first metadata catch-up: before it the
-        # image is empty, and a Metadata answer naming no brokers (or a NOT_LEADER for a
-        # partition we will lead in a moment) sends clients astray.
+        # Like Kafka's broker, requests wait until the first metadata catch-up is *applied*:
+        # before it the image is empty or stale, and a Metadata answer naming no brokers or no
+        # topics (librdkafka then refuses to produce: "Unknown topic"), or a NOT_LEADER for a
+        # partition we will lead in a moment, sends clients astray. "Caught up" is what the
+        # client replayed; with thousands of logs to open ahead of applying it, the image can
+        # stay empty for seconds after it (a restart at 10,000 partitions answered Metadata
+        # with no topics). Nor does the broker ask to be unfenced before (Kafka's
+        # readyToUnfence): leaders elected onto it would wait for it.
         self.caught_up_once = trio.Event()
+        self.serving = trio.Event()
+        self._serve_from: int | None = None     # the replayed offset at the first catch-up
+        self.client.ready_to_unfence = False
         self.stopping = False
         self.request_stats = RequestStats()         # filled when the metrics listener is on
         # what request handlers may touch (handlers/context.py), instead of this whole object
@@ -262,6 +270,7 @@ class Broker:
         self.txn.on_image()
         if config_topics is None:
             self.purgatory.notify_all()     # a broker-level default changed: anything may have
+        self._maybe_serve()
 
     async def _open_logs_ahead(self, image: MetadataImage, delta) -> None:
         """Many partitions new to this broker (a start, a big CreateTopics): open their logs in
@@ -308,9 +317,21 @@ class Broker:
     def on_heartbeat_state(self) -> None:
         if self.client.caught_up and not self.caught_up_once.is_set():
             self.caught_up_once.set()
+            self._serve_from = self.client.image.offset
+            self._maybe_serve()
         if not self.client.fenced and not self.unfenced_once.is_set():
             print(f"broker {self.broker_id} unfenced: serving on {self.host}:{self.port}", flush=True)
             self.unfenced_once.set()
+
+    def _maybe_serve(self) -> None:
+        """Serve requests, and ask to be unfenced, once the image applied reaches what was
+        replayed at the first catch-up (see `serving`)."""
+        if self.serving.is_set() or self._serve_from is None or \
+                self.image.offset < self._serve_from:
+            return
+        self.serving.set()
+        self.client.ready_to_unfence = True
+        self.client.heartbeat_soon()
 
     # -- housekeeping -----------------------------------------------------------------------------
 
@@ -344,8 +365,8 @@ class Broker:
         inter_name = self.listener_set.inter_broker
 
         async def dispatch_on(ctx, req):
-            if not self.caught_up_once.is_set():
-                await self.caught_up_once.wait()
+            if not self.serving.is_set():
+                await self.serving.wait()
             response = await dispatch(self.handler_context, ctx, req)
             if ctx.listener != inter_name and response is not None:
                 rewrite(self.image, ctx.listener, req.api_key, response)   # per-listener addresses
@@ -425,12 +446,9 @@ class Broker:
     async def caught_up_applied(self) -> None:
         """Until the first metadata catch-up is applied. "Caught up" is about the metadata the
         client has *replayed*; on_image may still be opening logs ahead (in threads) with the
-        previous image in place. Wait until what was replayed then is applied: on_image sets
-        the image and applies its partitions in one step."""
-        await self.caught_up_once.wait()
-        replayed = self.client.image.offset
-        while self.image.offset < replayed:
-            await trio.sleep(0.1)
+        previous image in place. `serving` is set once what was replayed then is applied
+        (on_image sets the image and applies its partitions in one step)."""
+        await self.serving.wait()
 
     async def _isr_loop(self) -> None:
         """ISR changes proposed from a caught-up image only, as Kafka's broker publishes no

@@ -63,6 +63,9 @@ class ControllerClient:
         self.image = MetadataImage()
         self.fenced = True
         self.caught_up = False
+        # False: heartbeats ask to stay fenced (Kafka's readyToUnfence); a broker sets it once
+        # it serves requests from its caught-up image
+        self.ready_to_unfence = True
         self.heard_offset = -1            # last metadata offset the quorum told us of (health)
         self._want_shutdown = False
         self._heartbeat_now = trio.Event()    # set: send the next heartbeat without waiting
@@ -236,7 +239,8 @@ class ControllerClient:
         while True:
             req = req_cls(broker_id=self.broker_id, broker_epoch=self.broker_epoch,
                           current_metadata_offset=self.image.offset,
-                          want_fence=False, want_shut_down=self.want_shutdown,
+                          want_fence=not self.ready_to_unfence,
+                          want_shut_down=self.want_shutdown,
                           offline_log_dirs=self.offline_log_dir_ids())
             report = self._load_report(req)
             self._log_info_report(req)

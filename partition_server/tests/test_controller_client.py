@@ -120,3 +120,40 @@ def test_controlled_shutdown_heartbeats_at_once_not_after_the_interval():
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert [want for _, want in sent][:1] == [False] and sent[-1][1] is True
     assert sent[-1][0] < 5
+
+
+def test_heartbeats_ask_to_stay_fenced_until_the_broker_is_ready():
+    """Kafka's readyToUnfence: a broker that has caught up but not yet applied its image (it
+    opens thousands of logs first) heartbeats with want_fence, so no leader is elected onto it
+    while it cannot serve; once ready, at once (not after the interval) without it."""
+    import trio
+    import trio.testing
+
+    from wire.messages.index_generated import RESPONSES
+    from wire.messages.api_keys import ApiKey
+
+    c = ControllerClient(0, {3000: ("127.0.0.1", 1)}, "127.0.0.1", 9092, None,
+                         heartbeat_interval_ms=60_000)
+    c.ready_to_unfence = False
+    sent: list[tuple[float, bool]] = []
+
+    async def call_active(req, **_):
+        sent.append((trio.current_time(), req.want_fence))
+        return RESPONSES[ApiKey.BROKER_HEARTBEAT](error_code=0, is_caught_up=True,
+                                                  is_fenced=req.want_fence)
+    c.call_active = call_active
+
+    async def main():
+        async with trio.open_nursery() as n:
+            n.start_soon(c.heartbeat_loop, lambda: None)
+            await trio.sleep(1)
+            assert sent and all(want for _, want in sent) and c.fenced
+            c.ready_to_unfence = True
+            c.heartbeat_soon()
+            await trio.sleep(0.01)
+            assert sent[-1] == (1.0, False) and not c.fenced
+            n.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert ControllerClient(0, {3000: ("127.0.0.1", 1)}, "127.0.0.1", 9092,
+                            None).ready_to_unfence          # other users: as before

@@ -96,20 +96,29 @@ async def test_no_isr_change_is_proposed_before_the_first_metadata_catch_up_is_a
     for key, hosted in rm.partitions.items():
         hosted.state.isr_change_needed = lambda now, lag, eligible=None, key=key: \
             checked.append(key)
+    pokes = []
     fake = types.SimpleNamespace(
-        caught_up_once=trio.Event(), client=types.SimpleNamespace(image=types.SimpleNamespace(
-            offset=10)), image=types.SimpleNamespace(offset=5), replicas=rm,
+        caught_up_once=trio.Event(), serving=trio.Event(), _serve_from=None,
+        unfenced_once=trio.Event(), client=types.SimpleNamespace(
+            image=types.SimpleNamespace(offset=10), caught_up=False, fenced=True,
+            ready_to_unfence=False, heartbeat_soon=lambda: pokes.append(1)),
+        image=types.SimpleNamespace(offset=5), replicas=rm,
         config={"replica.lag.time.max.ms": 8000}, isr_eligible=lambda b: True, broker_id=0,
         purgatory=None)
     fake.caught_up_applied = lambda: Broker.caught_up_applied(fake)
+    fake._maybe_serve = lambda: Broker._maybe_serve(fake)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(Broker._isr_loop, fake)
         await trio.sleep(5)
         assert checked == []
-        fake.caught_up_once.set()               # replayed up to offset 10, applied only 5
+        fake.client.caught_up = True            # replayed up to offset 10, applied only 5
+        Broker.on_heartbeat_state(fake)
         await trio.sleep(5)
-        assert checked == []
-        fake.image.offset = 10
+        assert checked == [] and not fake.serving.is_set()
+        assert not fake.client.ready_to_unfence and pokes == []
+        fake.image.offset = 10                  # what on_image does last
+        Broker._maybe_serve(fake)
+        assert fake.serving.is_set() and fake.client.ready_to_unfence and pokes == [1]
         await trio.sleep(2.1)
         assert set(checked) == set(rm.led)
         nursery.cancel_scope.cancel()

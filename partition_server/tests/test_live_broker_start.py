@@ -2,6 +2,7 @@
 Metadata answer from its empty image would name no brokers and send clients astray (kafka-python
 drops such an answer and keeps producing to a stale leader)."""
 
+import signal
 import sys
 import time
 
@@ -68,3 +69,78 @@ def test_requests_wait_for_the_first_metadata_catch_up(tmp_path):
     finally:
         for p in procs:
             p.stop(10)
+
+
+def test_a_restarted_broker_answers_from_its_caught_up_image_only(tmp_path):
+    """Found by the chaos campaign at 10,000 partitions (issue 17): "caught up" is what the
+    broker has replayed, and it then opens thousands of logs ahead of applying that image.
+    Requests were served meanwhile from the image before it — empty after a restart — so a
+    Metadata answer named no topics and librdkafka refused to produce ("Unknown topic").
+    Every answer of a restarted broker now names every topic, and it is unfenced only once it
+    serves (Kafka's readyToUnfence)."""
+    import threading
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from partition_server.testing import LiveCluster
+    # a short stream tail: the restarted broker loads a metadata snapshot (the path where the
+    # replayed image waited longest behind opening the logs)
+    cluster = LiveCluster(tmp_path, {"raftka.controller.raft.log.compaction.min.entries": "20",
+                                     "raftka.controller.stream.tail.records": "100"}).start()
+    try:
+        names = [f"many-{i}" for i in range(30)]
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        for fut in admin.create_topics([NewTopic(n, 100, 3) for n in names],
+                                       operation_timeout=60).values():
+            fut.result(60)
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 50})
+        for n in names:                 # a record in every partition: every log has files
+            for p in range(100):
+                producer.produce(n, b"x", partition=p)
+        assert producer.flush(120) == 0
+        dumps = [tmp_path / f"controller-{cid}" / "raft.dump" for cid in CONTROLLER_IDS]
+        deadline = time.monotonic() + 120
+        while not all(d.exists() for d in dumps):       # compacted: the snapshot path below
+            assert time.monotonic() < deadline, "no Raft log compaction"
+            time.sleep(0.2)
+        port = cluster.layout.broker_port(1)
+        cluster.kill("broker-1", signal.SIGTERM)
+        restarted = threading.Thread(target=cluster.restart_broker, args=(1, 120))
+        restarted.start()
+        answers = trio.run(_metadata_answers_while, restarted.is_alive, port)
+        restarted.join()
+        assert answers, "the restarted broker never answered Metadata"
+        wrong = [a for a in answers if a != set(names)]
+        assert not wrong, f"{len(wrong)} of {len(answers)} answers lacked topics: " \
+                          f"{sorted(len(a) for a in wrong)[:5]} of {len(names)}"
+        assert cluster.unexpected_exits() == []
+    finally:
+        cluster.stop()
+
+
+async def _metadata_answers_while(starting, port) -> list[set]:
+    """Every Metadata answer (its topic names) from the broker at `port`, asked again and
+    again while `starting()` and once after."""
+    answers = []
+    while True:
+        last = not starting()
+        try:
+            client = await connect(port)
+        except OSError:
+            if last:
+                return answers
+            await trio.sleep(0.02)
+            continue
+        try:
+            while True:
+                with trio.move_on_after(1.0):
+                    resp = await client.call(REQUESTS[ApiKey.METADATA](topics=None), 12)
+                    answers.append({t.name for t in resp.topics if t.name.startswith("many-")})
+                if last:
+                    return answers
+                last = not starting()
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, EOFError):
+            await trio.sleep(0.02)
+        finally:
+            await client.stream.aclose()
