@@ -10,6 +10,9 @@ or the harness could not finish one (the rounds before it are still reported),
 
     --schedule '<json>'  run exactly this schedule (what a report's shrunk section prints)
     --overlap            faults come in overlapping pairs (two at once, on different nodes)
+    --idle-partitions N  the cluster holds N partitions besides the rounds' topics (RF 3, in
+                         topics of 100, created and fully replicated before the first round)
+    --partitions P       the round's keyed topic has P partitions (3), its keys spread over them
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from pathlib import Path
 
 from chaos_tests.campaign import disk, report as report_mod, timejump
 from chaos_tests.campaign.nemesis import CLOCK_FILE
-from chaos_tests.campaign.runner import RoundResult, run_round
+from chaos_tests.campaign.runner import PARTITIONS, RoundResult, run_round
+from chaos_tests.campaign.scale import create_idle_partitions, replicas_converged
 from chaos_tests.campaign.schedule import (check_available, ddmin, dumps, loads, make_schedule,
                                            parse_faults, round_seed)
 from chaos_tests.live.cluster import low_port_cluster
@@ -47,9 +51,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--schedule", default=None, help="a JSON schedule to run instead")
     p.add_argument("--overlap", action="store_true",
                    help="each fault joined by a second one on other nodes while it holds")
+    p.add_argument("--idle-partitions", type=int, default=0,
+                   help="partitions the cluster holds besides the rounds' topics")
+    p.add_argument("--partitions", type=int, default=PARTITIONS,
+                   help="partitions of the round's keyed topic")
     args = p.parse_args(argv)
     if args.rounds < 1 or args.round_seconds < 3:
         p.error("--rounds must be ≥ 1 and --round-seconds ≥ 3")
+    if args.idle_partitions < 0 or not 1 <= args.partitions <= 10_000:
+        p.error("--idle-partitions must be ≥ 0 and --partitions from 1 to 10000")
     try:
         args.fault_list = parse_faults(args.faults)
         args.fixed = loads(args.schedule) if args.schedule else None
@@ -63,13 +73,14 @@ def _shrink(cluster, failed: RoundResult, args) -> dict:
 
     def fails(steps) -> bool:
         r = run_round(cluster, f"{failed.round}s{len(tries)}", failed.seed, steps,
-                      args.round_seconds)
+                      args.round_seconds, args.partitions, args.idle_partitions)
         tries.append(r)
         return not r.ok
     steps, runs = ddmin(list(failed.schedule), fails, args.shrink_runs)
     cmd = (f"python -m chaos_tests.campaign --rounds 1 --seed {failed.seed} "
            f"--round-seconds {args.round_seconds} --faults {args.faults} "
            f"{'--overlap ' if args.overlap else ''}"
+           f"--idle-partitions {args.idle_partitions} --partitions {args.partitions} "
            f"--schedule '{dumps(steps)}'")
     return {"round": failed.round, "seed": failed.seed, "runs": runs,
             "schedule": [s.as_dict() for s in steps],
@@ -142,13 +153,26 @@ def _play(cluster, args, rounds: list) -> str | None:
     """Run the rounds into `rounds`; a round the harness could not finish (a client call that
     gave up, a node that would not restart) ends the campaign with what it says, and the
     rounds done so far are still reported. Returns that reason, or None."""
+    if args.idle_partitions:
+        started = time.monotonic()
+        try:
+            create_idle_partitions(cluster.bootstrap, args.idle_partitions)
+        except Exception as exc:        # noqa: BLE001 - reported as the campaign's end
+            traceback.print_exc()
+            return f"creating {args.idle_partitions} idle partitions: {type(exc).__name__}: {exc}"
+        ready = replicas_converged(cluster, "", args.idle_partitions)
+        if not ready.ok:
+            return f"{args.idle_partitions} idle partitions never fully replicated: {ready}"
+        print(f"{args.idle_partitions} idle partitions created and fully replicated in "
+              f"{time.monotonic() - started:.1f} s", flush=True)
     for n in range(args.rounds):
         seed = args.seed if args.fixed else round_seed(args.seed, n)
         schedule = args.fixed if args.fixed is not None else \
             make_schedule(seed, args.fault_list, args.round_seconds, args.max_faults,
                           args.overlap)
         try:
-            r = run_round(cluster, n, seed, schedule, args.round_seconds)
+            r = run_round(cluster, n, seed, schedule, args.round_seconds, args.partitions,
+                          args.idle_partitions)
         except Exception as exc:        # noqa: BLE001 - reported, with the rounds before it
             traceback.print_exc()
             return f"round {n} seed {seed} [{', '.join(s.label() for s in schedule)}]: " \

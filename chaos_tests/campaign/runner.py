@@ -15,6 +15,7 @@ from chaos_tests.campaign.schedule import FaultStep
 from chaos_tests.campaign.workloads import (CONFIG, epoch_reader, KeyedProducer, MetadataWorker,
                                             final_read_with_epochs)
 from chaos_tests.campaign.group_workload import GroupWorker
+from chaos_tests.campaign.scale import controllers_agree, drop_topics, replicas_converged
 from chaos_tests.campaign.txn_workload import TxnWorker
 from chaos_tests.checkers import History, check_all, check_transactions
 from chaos_tests.checkers.checks import CheckResult
@@ -50,18 +51,21 @@ class RoundResult:
 
 
 def run_round(cluster, round_no: int, seed: int, schedule: list[FaultStep],
-              round_s: float) -> RoundResult:
+              round_s: float, partitions: int = PARTITIONS, idle: int = 0) -> RoundResult:
+    """`partitions`: the keyed topic's (the producer's keys spread over them); `idle`: how
+    many partitions the cluster holds besides the round's (the convergence deadlines grow
+    with them)."""
     topic, config_topic = f"camp-{round_no}-{seed}", f"camp-cfg-{round_no}-{seed}"
     txn_topic = f"camp-txn-{round_no}-{seed}"
-    for t in (topic, config_topic, txn_topic):
-        wait_for(lambda t=t: create_topic(cluster.bootstrap, t, PARTITIONS, exist_ok=True) or True, 60,
-                 f"topic {t} created")
-    wait_for(lambda: full_isr(cluster.bootstrap, topic, PARTITIONS), 60, "a full ISR",
-             describe=lambda: _isr_state(cluster, topic))
+    for t, n in ((topic, partitions), (config_topic, PARTITIONS), (txn_topic, PARTITIONS)):
+        wait_for(lambda t=t, n=n: create_topic(cluster.bootstrap, t, n, exist_ok=True) or True,
+                 60, f"topic {t} created")
+    wait_for(lambda: full_isr(cluster.bootstrap, topic, partitions), 60 + 10 * idle / 1000,
+             "a full ISR", describe=lambda: _isr_state(cluster, topic))
     history, log, notes, txn_history = History(), OpLog(), [], History()
     names = [f"camp-meta-{round_no}-{seed}-{i}" for i in range(3)]
-    producer = KeyedProducer(cluster.bootstrap, topic, history, log)
-    reader = epoch_reader(cluster.bootstrap, topic, PARTITIONS, history)
+    producer = KeyedProducer(cluster.bootstrap, topic, history, log, keys=max(10, partitions))
+    reader = epoch_reader(cluster.bootstrap, topic, partitions, history)
     admin = MetadataWorker(cluster.bootstrap, names, config_topic, log, seed)
     txn = TxnWorker(cluster.bootstrap, txn_topic, PARTITIONS, log, seed)
     txn_reader = epoch_reader(cluster.bootstrap, txn_topic, PARTITIONS, txn_history)
@@ -78,24 +82,30 @@ def run_round(cluster, round_no: int, seed: int, schedule: list[FaultStep],
         notes += nemesis.notes
     admin.stop()
     txn.stop()
-    wait_for(lambda: full_isr(cluster.bootstrap, topic, PARTITIONS), 90,
+    wait_for(lambda: full_isr(cluster.bootstrap, topic, partitions), 90 + 10 * idle / 1000,
              "every partition's ISR whole after the heal",
              describe=lambda: _isr_state(cluster, topic))
     left = producer.stop()
     if left:
         notes.append(f"{left} produce(s) never answered (recorded as in doubt)")
+    if producer.refused:
+        notes.append(f"{producer.refused} produce(s) refused by librdkafka before sending "
+                     f"(recorded as failed)")
     reader.stop()
     txn_reader.stop()
-    group.stop(PARTITIONS)
-    final_read_with_epochs(cluster.bootstrap, topic, PARTITIONS, history)
+    group.stop(partitions)
+    final_read_with_epochs(cluster.bootstrap, topic, partitions, history)
     final_read_committed(cluster.bootstrap, txn_topic, PARTITIONS, txn_history)
     admin.final_reads()
     notes += txn.notes[:5] + group.notes
     checks = run_checkers(history, log, config_topic) + txn_checkers(txn, txn_history) + \
-        check_groups(group.reads, group.commits)
+        check_groups(group.reads, group.commits) + \
+        [replicas_converged(cluster, topic, idle + partitions + 6), controllers_agree(cluster)]
     counts = {"group-read": len(group.reads), **{
         f"group-commit:{o}": sum(c.outcome == o and not c.fetched for c in group.commits)
         for o in ("ok", "fail", "unknown")}}
+    if all(c.ok for c in checks):           # a failed round's topics stay for a post-mortem
+        notes += drop_topics(cluster.bootstrap, [topic, config_topic, txn_topic, *names])
     return RoundResult(round_no, seed, schedule, checks, history, log, txn_history, t0, windows,
                        notes, counts)
 

@@ -3,7 +3,8 @@ acknowledged, read, and the final log) and `OpLog` (every operation's invoke and
 times: the linearizability checker and the throughput/latency timeline read it).
 
 - `KeyedProducer`: idempotent acks=all confluent-kafka producer; values `w-<n>` (sequenced:
-  `sequence-order` applies), keys `k0..k9` (the key picks the partition: `key-order`).
+  `sequence-order` applies), keys `k0..k9`, or as many as the topic's partitions when it has
+  more (the key picks the partition: `key-order`).
 - `epoch_reader`: reads every partition from offset 0 as records come (read_committed),
   recording each record's key and partition leader epoch.
 - `MetadataWorker`: CreateTopics / DeleteTopics on a few topic names and config writes
@@ -38,9 +39,10 @@ QUIET = {"log_level": 2}
 
 
 class KeyedProducer:
-    def __init__(self, bootstrap: str, topic: str, history: History, log: OpLog):
-        self.topic, self.history, self.log = topic, history, log
-        self.n = self.acked = 0
+    def __init__(self, bootstrap: str, topic: str, history: History, log: OpLog,
+                 keys: int = KEYS):
+        self.topic, self.history, self.log, self.keys = topic, history, log, keys
+        self.n = self.acked = self.refused = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.p = Producer({"bootstrap.servers": bootstrap, "acks": "all",
@@ -70,13 +72,18 @@ class KeyedProducer:
     def _run(self, rate_per_s: float = 200) -> None:
         while not self._stop.is_set():
             self.n += 1
-            key, value = f"k{self.n % KEYS}", f"w-{self.n}"
+            key, value = f"k{self.n % self.keys}", f"w-{self.n}"
             index = self.log.invoke("w", "produce", value, time.monotonic())
             try:
                 self.p.produce(self.topic, value.encode(), key=key.encode(),
                                on_delivery=lambda e, m, i=index, k=key: self._cb(e, m, i, k))
             except BufferError:
                 self.log.complete(index, oplog_mod.FAIL, time.monotonic(), error="BufferError")
+            except KafkaException as exc:   # refused before it was queued ("Unknown topic"):
+                # certainly not written; before, it ended the thread and the round wrote nothing
+                self.log.complete(index, oplog_mod.FAIL, time.monotonic(),
+                                  error=_error_name(exc))
+                self.refused += 1
             self.p.poll(1 / rate_per_s)
 
     def stop(self, flush_s: float = 90) -> int:
@@ -96,25 +103,29 @@ def epoch_reader(bootstrap: str, topic: str, partitions: int, history: History) 
 
 def final_read_with_epochs(bootstrap: str, topic: str, partitions: int, history: History,
                            timeout_s: float = 60) -> int:
+    """Every partition read from offset 0 to its high watermark, all assigned at once (one
+    partition after another cost librdkafka's fetch start, ~0.2 s each, over hundreds)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"final-{topic}",
                   "enable.auto.commit": False, **QUIET})
     total = 0
     try:
-        for p in range(partitions):
-            tp = TopicPartition(topic, p, 0)
-            high = high_watermark(c, tp, timeout_s)
-            c.assign([tp])
-            seen, deadline = 0, time.monotonic() + timeout_s
-            while seen < high and time.monotonic() < deadline:
-                m = c.poll(0.5)
-                if m is None or m.error():
-                    continue
-                history.consume(m.value().decode(), p, m.offset(), final=True, process="final",
-                                time=time.monotonic(), epoch=leader_epoch(m),
-                                key=m.key().decode() if m.key() else None)
-                seen, total = m.offset() + 1, total + 1
-            if seen < high:
-                raise RuntimeError(f"final read of {topic}-{p} stopped at {seen} of {high}")
+        highs = {p: high_watermark(c, TopicPartition(topic, p, 0), timeout_s)
+                 for p in range(partitions)}
+        seen = {p: 0 for p, high in highs.items() if high > 0}
+        c.assign([TopicPartition(topic, p, 0) for p in seen])
+        deadline = time.monotonic() + timeout_s
+        while any(seen[p] < highs[p] for p in seen) and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None or m.error() or m.offset() >= highs[m.partition()]:
+                continue
+            p = m.partition()
+            history.consume(m.value().decode(), p, m.offset(), final=True, process="final",
+                            time=time.monotonic(), epoch=leader_epoch(m),
+                            key=m.key().decode() if m.key() else None)
+            seen[p], total = m.offset() + 1, total + 1
+        short = {p: f"{seen[p]} of {highs[p]}" for p in seen if seen[p] < highs[p]}
+        if short:
+            raise RuntimeError(f"final read of {topic} stopped short: {short}")
         history.final_read_complete = True
     finally:
         c.close()

@@ -22,7 +22,8 @@ EXPECTED = {"lost-write", "inconsistent-offsets", "nonmonotonic-send", "order", 
             "offsets-dense", "key-order", "linearizable-topics", "linearizable-configs",
             "txn-aborted-read", "txn-lost-committed-txn", "txn-partial-txn", "txn-duplicate",
             "txn-phantom-read", "txn-truncated-read", "txn-cycles",
-            "committed-offset-regress", "double-processing", "stale-commit-accepted"}
+            "committed-offset-regress", "double-processing", "stale-commit-accepted",
+            "replicas-converged", "controllers-agree"}
 
 
 def run(out, *args, timeout_s):
@@ -59,6 +60,46 @@ def test_short_campaign_writes_a_report_with_every_checker(tmp_path):
            for c in r["checkers"] if not c["ok"]]
     assert done.returncode == (1 if bad else 0), done.stdout[-2000:]
     assert not bad, f"anomalies found (seed 11): {bad}; report in {out}"
+
+
+def _partitions_acknowledged(out, round_no: int) -> set:
+    lines = (out / f"round-{round_no}.history.jsonl").read_text().splitlines()
+    return {e["partition"] for e in map(json.loads, lines)
+            if e["kind"] == "produce" and e["outcome"] == "ok"}
+
+
+def test_campaign_at_scale_kills_nodes_that_hold_thousands_of_partitions(tmp_path):
+    """Issue 17: brokers killed, restarted and paused, a controller killed, on a cluster of
+    2,000 idle partitions besides a round topic of 200 written all over; every promise kept and
+    every replica back in its ISR, every controller's image the same, after each heal."""
+    out = tmp_path / "scale"
+    done = run(out, "--rounds", "2", "--faults", "kill,restart,pause,controller-kill",
+               "--seed", "12", "--round-seconds", "8", "--shrink-runs", "0",
+               "--idle-partitions", "2000", "--partitions", "200", timeout_s=600)
+    assert "2000 idle partitions created" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    assert len(report["rounds"]) == 2, report["summary"]
+    for r in report["rounds"]:
+        assert {c["name"] for c in r["checkers"]} == EXPECTED
+        assert r["operations"].get("produce:ok", 0) > 100, r["operations"]
+        assert len(_partitions_acknowledged(out, r["round"])) > 100
+        assert {s["fault"] for s in r["schedule"]} <= {"kill", "restart", "pause",
+                                                       "controller-kill"}
+    bad = [(r["round"], c["name"], c["anomalies"][:2]) for r in report["rounds"]
+           for c in r["checkers"] if not c["ok"]]
+    assert not bad and done.returncode == 0, f"{bad}; {report['summary']}; report in {out}"
+
+
+@pytest.mark.slow
+def test_soak_campaign_at_10000_partitions(tmp_path):
+    rounds = int(os.environ.get("RAFTKA_CAMPAIGN_ROUNDS", "100"))
+    out = tmp_path / "scale"
+    done = run(out, "--rounds", str(rounds), "--faults", "kill,restart,pause,controller-kill,"
+               "isolate,split,bridge", "--overlap", "--seed", "22", "--round-seconds", "12",
+               "--idle-partitions", "10000", "--partitions", "1000", timeout_s=rounds * 180)
+    report = json.loads((out / "report.json").read_text())
+    assert len(report["rounds"]) == rounds, report["summary"]
+    assert done.returncode == 0, f"{report['summary']}; shrunk: {report['shrunk']}; in {out}"
 
 
 @pytest.mark.slow
