@@ -76,9 +76,10 @@ def install_source_address(props: dict[str, str]) -> None:
 
 def run(prog: str, async_fn, *args) -> int:
     """trio.run, turning an OSError from binding a listener into one line and exit code 1."""
+    from common.gc_policy import GcPolicy
     from common.stall_trace import instruments_from_env
     try:
-        trio.run(async_fn, *args, instruments=instruments_from_env())
+        trio.run(async_fn, *args, instruments=[GcPolicy(), *instruments_from_env()])
     except BaseExceptionGroup as group:
         errors = group.subgroup(lambda e: isinstance(e, OSError))
         if errors is None:

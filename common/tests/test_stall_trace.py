@@ -39,3 +39,19 @@ def test_the_environment_switches_it_on(monkeypatch):
     assert tracer.threshold_s == 0.25
     monkeypatch.setenv(stall_trace.ENV, "soon")
     assert stall_trace.instruments_from_env() == []
+
+
+async def _collect() -> None:
+    import gc
+    gc.collect()                    # a full collection inside this task's step
+    end = time.perf_counter() + 0.05
+    while time.perf_counter() < end:
+        pass
+    await trio.sleep(0)
+
+
+def test_the_line_says_how_much_of_the_step_was_garbage_collection(caplog):
+    with caplog.at_level(logging.WARNING, logger=stall_trace.__name__):
+        trio.run(_collect, instruments=[stall_trace.StallTracer(40)])
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "(garbage collection " in line and ", 1 full)" in line
