@@ -51,6 +51,7 @@ TopicPartition = tuple[str, int]
 # Kafka's reserved directory id (DirectoryId.LOST) for a directory whose own id is unknown: one
 # that could not be read at start is reported offline under it
 LOST_DIRECTORY_ID = uuid.UUID(int=1)
+OF_LOG_MEMORY = 200_000          # partition paths remembered by LogDirs.of_log
 
 
 class LogDirError(Exception):
@@ -121,6 +122,7 @@ class LogDirs:
         self.on_all_failed = None           # the broker shuts down (Kafka's rule)
         self.changes = 0                    # placements made: offline_replicas re-checks on change
         self._lock = threading.Lock()       # `place` runs in the log-open threads too
+        self._of_log: dict[str, LogDir | None] = {}
         self._scan()
 
     # -- lookups ----------------------------------------------------------------------------------
@@ -134,8 +136,16 @@ class LogDirs:
         return next((d for d in self.dirs if d.path == path), None)
 
     def of_log(self, directory: str) -> LogDir | None:
-        """The log directory holding a partition log's `directory`."""
-        return self.by_path(os.path.dirname(os.path.abspath(directory)))
+        """The log directory holding a partition log's `directory`. Remembered per path (two
+        `abspath` calls were most of it, once per hosted replica in walks over all of them;
+        a path always lies in the same directory), forgotten wholesale past OF_LOG_MEMORY."""
+        d = self._of_log.get(directory)
+        if d is None:
+            d = self.by_path(os.path.dirname(os.path.abspath(directory)))
+            if len(self._of_log) >= OF_LOG_MEMORY:
+                self._of_log.clear()        # deleted partitions' paths do not pile up
+            self._of_log[directory] = d
+        return d
 
     def online(self) -> list[LogDir]:
         return [d for d in self.dirs if d.online]

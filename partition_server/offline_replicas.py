@@ -31,12 +31,14 @@ def pending(replicas, image, broker_id: int) -> dict:
     """{dir id: {topic id: [partition]}}: hosted replicas whose directory the image must learn."""
     out: dict = {}
     for (topic, partition), hosted in replicas.partitions.items():
-        d = replicas.dir_of(hosted.log.directory)
         p = image.partition(topic, partition)
-        if d is None or d.dir_id is None or p is None or broker_id not in p.replicas:
+        if p is None or broker_id not in p.replicas:
             continue
         assigned = p.directory(broker_id)
-        if assigned == d.dir_id or (assigned == UNASSIGNED_DIR and not hosted.offline):
+        if assigned == UNASSIGNED_DIR and not hosted.offline:
+            continue        # the common case, decided without looking up the directory
+        d = replicas.dir_of(hosted.log.directory)
+        if d is None or d.dir_id is None or assigned == d.dir_id:
             continue
         out.setdefault(d.dir_id, {}).setdefault(hosted.topic_id, []).append(partition)
     return out

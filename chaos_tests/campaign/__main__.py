@@ -28,7 +28,8 @@ from pathlib import Path
 from chaos_tests.campaign import disk, report as report_mod, timejump
 from chaos_tests.campaign.nemesis import CLOCK_FILE
 from chaos_tests.campaign.runner import PARTITIONS, RoundResult, run_round
-from chaos_tests.campaign.scale import create_idle_partitions, replicas_converged
+from chaos_tests.campaign.scale import (create_idle_partitions, idle_topic_names,
+                                        replicas_converged)
 from chaos_tests.campaign.schedule import (check_available, ddmin, dumps, loads, make_schedule,
                                            parse_faults, round_seed)
 from chaos_tests.live.cluster import low_port_cluster
@@ -160,7 +161,8 @@ def _play(cluster, args, rounds: list) -> str | None:
         except Exception as exc:        # noqa: BLE001 - reported as the campaign's end
             traceback.print_exc()
             return f"creating {args.idle_partitions} idle partitions: {type(exc).__name__}: {exc}"
-        ready = replicas_converged(cluster, "", args.idle_partitions)
+        ready = replicas_converged(cluster, idle_topic_names(args.idle_partitions)[0],
+                                   args.idle_partitions)
         if not ready.ok:
             return f"{args.idle_partitions} idle partitions never fully replicated: {ready}"
         print(f"{args.idle_partitions} idle partitions created and fully replicated in "

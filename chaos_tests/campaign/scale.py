@@ -10,7 +10,7 @@ the way users run it, not on three partitions of a fresh cluster.
   thousands of partitions are metadata churn the next round's faults meet).
 - the two convergence checks every round ends with, after the heal:
   `replicas-converged` (every partition of the cluster led, its ISR all its replicas, every
-  broker registered and unfenced, as the active controller's image says, within a deadline
+  broker registered and unfenced, as a controller's image says, within a deadline
   that grows with the partition count) and `controllers-agree` (every controller holds the
   same metadata image at one end offset).
 """
@@ -38,7 +38,7 @@ def idle_topic_names(partitions: int) -> list[str]:
 
 def create_idle_partitions(bootstrap: str, partitions: int, timeout_s: float = 300) -> list[str]:
     """Create `partitions` partitions in topics of 100 (the last one smaller); returns the
-    topic names. TOPIC_ALREADY_EXISTS counts as created (a retry after an answer in doubt)."""
+    topic names. TOPIC_ALREADY_EXISTS counts as created."""
     names = idle_topic_names(partitions)
     admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
     sizes = {n: min(PER_TOPIC, partitions - i * PER_TOPIC) for i, n in enumerate(names)}
