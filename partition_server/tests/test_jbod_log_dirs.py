@@ -106,3 +106,15 @@ def test_failing_every_directory_calls_for_a_shutdown(tmp_path):
     assert calls == [True]
     with pytest.raises(OSError):
         dirs.least_loaded()
+
+
+def test_the_directory_of_a_log_is_remembered_and_the_memory_bounded(tmp_path, monkeypatch):
+    from partition_server import log_dirs as log_dirs_mod
+    monkeypatch.setattr(log_dirs_mod, "OF_LOG_MEMORY", 2)
+    dirs = LogDirs(_dirs(tmp_path), 1)
+    a, b = dirs.dirs[:2]
+    assert dirs.of_log(os.path.join(a.path, "t-0")) is a
+    assert dirs.of_log(os.path.join(b.path, "t-1")) is b
+    assert dirs.of_log(str(tmp_path / "elsewhere" / "t-2")) is None
+    assert len(dirs._of_log) == 1                   # the third path cleared the first two
+    assert dirs.of_log(os.path.join(a.path, "t-0")) is a       # looked up again
