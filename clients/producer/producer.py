@@ -218,8 +218,10 @@ class Producer:
 
     async def send(self, topic: str, value: bytes | str | None = None, key: bytes | str | None = None,
                    *, partition: int | None = None, headers=None, timestamp_ms: int | None = None,
-                   on_delivery: Callable | None = None) -> DeliveryFuture:
-        """Queue one record; returns its DeliveryFuture. Waits only for metadata or buffer space."""
+                   on_delivery: Callable | None = None,
+                   buffer_wait_s: float | None = None) -> DeliveryFuture:
+        """Queue one record; returns its DeliveryFuture. Waits only for metadata or buffer space
+        (up to max.block.ms, or `buffer_wait_s` for the buffer)."""
         if self._closing:
             raise KafkaError("producer is closed", ErrorCode.UNKNOWN_SERVER_ERROR)
         if self._txn is not None:
@@ -249,13 +251,16 @@ class Producer:
                 break
             # buffer.memory is full: wait for the sender to free some (back-pressure)
             if deadline is None:
-                deadline = trio.current_time() + self._max_block_s
+                deadline = trio.current_time() + (
+                    self._max_block_s if buffer_wait_s is None else buffer_wait_s)
             self._wake()
             with trio.move_on_at(deadline):
                 await self._sender.space.wait()
             if trio.current_time() >= deadline:
-                raise KafkaTimeoutError(f"buffer.memory full for {self._max_block_s:g} s "
-                                        "(max.block.ms)")
+                raise KafkaTimeoutError(
+                    f"buffer.memory full for {self._max_block_s:g} s (max.block.ms)"
+                    if buffer_wait_s is None else
+                    f"buffer.memory full for {buffer_wait_s:g} s (delivery.timeout.ms)")
         if on_delivery is not None:
             fut.add_callback(on_delivery)
         return fut

@@ -338,11 +338,16 @@ class SyncProducer:
         return n, size
 
     async def _send_blocking(self, h: SendFuture) -> None:
+        # A record `send` already accepted waits for buffer.memory up to delivery.timeout.ms,
+        # not max.block.ms: in Kafka's producer an accepted record is in the accumulator and
+        # only delivery.timeout.ms fails it; the caller is back-pressured by the queue bound.
+        # With max.block.ms, every 1.5 s a paused leader lasted failed one more accepted record.
         key, partition, headers, ts = h._extra or (None, None, None, None)
         try:
-            h._out = await self._producer.send(h._topic, h._value, key, partition=partition,
-                                               headers=headers, timestamp_ms=ts,
-                                               on_delivery=h._cb)
+            h._out = await self._producer.send(
+                h._topic, h._value, key, partition=partition, headers=headers,
+                timestamp_ms=ts, on_delivery=h._cb,
+                buffer_wait_s=self._producer.config["delivery.timeout.ms"] / 1000)
         except Exception as exc:  # noqa: BLE001 - reported through the handle
             h._out = exc
         self._blocked = False

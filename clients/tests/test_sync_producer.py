@@ -186,10 +186,10 @@ def test_close_with_records_pending_delivers_them(live):
 def test_back_pressure_bounds_the_queue_then_delivers(live):
     """The partition's leader is paused (SIGSTOP): nothing is acknowledged, so a caller that
     keeps sending blocks once buffer.memory and the queue are full and gets KafkaTimeoutError
-    after max.block.ms; what it queued stays bounded. A queued record that waited for
-    buffer.memory longer than max.block.ms on the loop thread fails the same way, through its
-    handle (as the async send raises). Resumed, every other accepted record is delivered, in
-    order."""
+    after max.block.ms; what it queued stays bounded. A record `send` accepted waits for
+    buffer.memory up to delivery.timeout.ms, as in Kafka's accumulator (it used to fail after
+    max.block.ms: one more record for every 1.5 s the pause lasted, 3 or 4 by the machine's
+    load). Resumed, every accepted record is delivered, in order."""
     topic = _topic(live, "sync-bp", 1, rf=1)
     cfg = {"acks": "1", "linger.ms": 1, "batch.size": 16384, "buffer.memory": 64 * 1024,
            "max.block.ms": 1500, "request.timeout.ms": 20000}
@@ -218,12 +218,10 @@ def test_back_pressure_bounds_the_queue_then_delivers(live):
         assert 64 <= len(accepted) and len(accepted) * 1000 <= 2 * 64 * 1024 + 2000
         assert 1.3 <= t_block < 10
         p.flush(60)
-        failed = [f for f in accepted if f.exception() is not None]
-        delivered = [f for f in accepted if f.exception() is None]
-        offsets = [f.result().offset for f in delivered]
-    assert all(isinstance(f.exception(), KafkaTimeoutError) for f in failed)
-    assert len(failed) <= 3 and len(delivered) >= len(accepted) - 3
-    assert offsets == list(range(1, len(delivered) + 1))
+        failed = [f.exception() for f in accepted if f.exception() is not None]
+        offsets = [f.result().offset for f in accepted if f.exception() is None]
+    assert failed == []
+    assert offsets == list(range(1, len(accepted) + 1))
 
 
 def test_close_while_broker_paused_fails_records_instead_of_hanging(live):

@@ -12,7 +12,7 @@ from chaos_tests.live import workload
 def test_a_round_the_harness_cannot_finish_ends_the_run_with_the_rounds_before_it(monkeypatch):
     played = []
 
-    def fake_round(cluster, n, seed, schedule, round_s):
+    def fake_round(cluster, n, seed, schedule, round_s, *_):
         if n == 2:
             raise KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
         played.append(n)

@@ -112,7 +112,7 @@ def test_shrink_reports_a_replayable_schedule(monkeypatch):
     from chaos_tests.campaign import __main__ as campaign
     runs = []
 
-    def fake_round(cluster, round_no, seed, steps, round_s):
+    def fake_round(cluster, round_no, seed, steps, round_s, *_):
         runs.append((round_no, list(steps)))
         return types.SimpleNamespace(ok=not any(s.fault == "kill" for s in steps))
     monkeypatch.setattr(campaign, "run_round", fake_round)
