@@ -57,6 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--partitions", type=int, default=PARTITIONS,
                    help="partitions of the round's keyed topic")
     args = p.parse_args(argv)
+    args.out_dir = None                 # main's report directory
     if args.rounds < 1 or args.round_seconds < 3:
         p.error("--rounds must be ≥ 1 and --round-seconds ≥ 3")
     if args.idle_partitions < 0 or not 1 <= args.partitions <= 10_000:
@@ -181,24 +182,38 @@ def _play(cluster, args, rounds: list) -> str | None:
                    f"{type(exc).__name__}: {exc}"
         print(f"round {n} seed {seed}: {'ok' if r.ok else 'ANOMALY'} "
               f"[{', '.join(s.label() for s in schedule) or 'no fault'}]", flush=True)
+        if not r.ok:                # said at once: a crash later must not lose it
+            for c in r.checks:
+                if not c.ok:
+                    print(f"  {c}", flush=True)
+        if args.out_dir is not None:
+            _dump_round(args.out_dir, r)
         rounds.append(r)
     return None
+
+
+def _dump_round(out: Path, r: RoundResult) -> None:
+    """A round's raw histories, for post-mortems, written as soon as the round ends (a client
+    library that crashes the campaign later — librdkafka once segfaulted after a fenced
+    transactional producer's fatal error — leaves them behind)."""
+    r.history.dump(out / f"round-{r.round}.history.jsonl")
+    r.txn_history.dump(out / f"round-{r.round}.txn-history.jsonl")
+    (out / f"round-{r.round}.ops.jsonl").write_text(r.log.dumps())
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     from clients.cli.netfaults.nft import NetFaultUnavailable
+    out = args.out or Path(tempfile.mkdtemp(prefix="raftka-campaign-report-"))
+    out.mkdir(parents=True, exist_ok=True)
+    args.out_dir = out
+    print(f"round histories and the report go to {out}", flush=True)
     try:
         report = run_campaign(args)
     except NetFaultUnavailable as exc:
         print(f"campaign: {exc}", file=sys.stderr)
         return 2
-    out = args.out or Path(tempfile.mkdtemp(prefix="raftka-campaign-report-"))
     j, h = report_mod.write(report, out)
-    for r in args.results:                 # the raw histories, for post-mortems
-        r.history.dump(out / f"round-{r.round}.history.jsonl")
-        r.txn_history.dump(out / f"round-{r.round}.txn-history.jsonl")
-        (out / f"round-{r.round}.ops.jsonl").write_text(r.log.dumps())
     print(f"{report['summary']}\nreport: {j}\n        {h}")
     return 1 if report["aborted"] or any(not r["ok"] for r in report["rounds"]) else 0
 
