@@ -37,13 +37,8 @@ log = logging.getLogger(__name__)
 SWEEP_EVERY_S = 3600.0
 
 
-class GcPolicy(trio.abc.Instrument):
-    def __init__(self, sweep_every_s: float = SWEEP_EVERY_S, clock=time.monotonic):
-        self.sweep_every_s = sweep_every_s
-        self._clock = clock
-        self._next_sweep = clock() + sweep_every_s
-        self._sweeping = False
-        self.freezes = self.sweeps = 0
+class GcHooked(trio.abc.Instrument):
+    """An instrument whose `_on_gc(phase, info)` hears every collection while trio runs."""
 
     def before_run(self) -> None:
         gc.callbacks.append(self._on_gc)
@@ -51,6 +46,18 @@ class GcPolicy(trio.abc.Instrument):
     def after_run(self) -> None:
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        raise NotImplementedError
+
+
+class GcPolicy(GcHooked):
+    def __init__(self, sweep_every_s: float = SWEEP_EVERY_S, clock=time.monotonic):
+        self.sweep_every_s = sweep_every_s
+        self._clock = clock
+        self._next_sweep = clock() + sweep_every_s
+        self._sweeping = False
+        self.freezes = self.sweeps = 0
 
     def _on_gc(self, phase: str, info: dict) -> None:
         if phase == "stop" and info["generation"] == 2 and not self._sweeping:

@@ -9,31 +9,25 @@ step, two per collection."""
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import time
 
 import trio
 
+from common.gc_policy import GcHooked
+
 log = logging.getLogger(__name__)
 ENV = "RAFTKA_STALL_TRACE_MS"
 
 
-class StallTracer(trio.abc.Instrument):
+class StallTracer(GcHooked):
     def __init__(self, threshold_ms: float):
         self.threshold_s = threshold_ms / 1000
         self._started = 0.0
         self._gc_started = 0.0
         self._gc_s = 0.0                # collections during the current step
         self._gc_full = 0
-
-    def before_run(self) -> None:
-        gc.callbacks.append(self._on_gc)
-
-    def after_run(self) -> None:
-        if self._on_gc in gc.callbacks:
-            gc.callbacks.remove(self._on_gc)
 
     def _on_gc(self, phase: str, info: dict) -> None:
         if phase == "start":

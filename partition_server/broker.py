@@ -112,7 +112,6 @@ class Broker:
         # stay empty for seconds after it (a restart at 10,000 partitions answered Metadata
         # with no topics). Nor does the broker ask to be unfenced before (Kafka's
         # readyToUnfence): leaders elected onto it would wait for it.
-        self.caught_up_once = trio.Event()
         self.serving = trio.Event()
         self._serve_from: int | None = None     # the replayed offset at the first catch-up
         self.client.ready_to_unfence = False
@@ -315,8 +314,7 @@ class Broker:
         self.purgatory.notify(key)          # waiters and fetch sessions re-check this partition
 
     def on_heartbeat_state(self) -> None:
-        if self.client.caught_up and not self.caught_up_once.is_set():
-            self.caught_up_once.set()
+        if self.client.caught_up and self._serve_from is None:
             self._serve_from = self.client.image.offset
             self._maybe_serve()
         if not self.client.fenced and not self.unfenced_once.is_set():

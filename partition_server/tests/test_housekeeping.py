@@ -98,7 +98,7 @@ async def test_no_isr_change_is_proposed_before_the_first_metadata_catch_up_is_a
             checked.append(key)
     pokes = []
     fake = types.SimpleNamespace(
-        caught_up_once=trio.Event(), serving=trio.Event(), _serve_from=None,
+        serving=trio.Event(), _serve_from=None,
         unfenced_once=trio.Event(), client=types.SimpleNamespace(
             image=types.SimpleNamespace(offset=10), caught_up=False, fenced=True,
             ready_to_unfence=False, heartbeat_soon=lambda: pokes.append(1)),
