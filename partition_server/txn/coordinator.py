@@ -74,6 +74,21 @@ def partition_for(transactional_id: str, partitions: int) -> int:
     return (java_string_hash(transactional_id) & 0x7FFFFFFF) % partitions
 
 
+# Answers that end a client's transaction for good (librdkafka raises them as fatal or as
+# needing an epoch bump): rare, and each one is worth a line that says what we held.
+_REFUSALS_TO_LOG = frozenset((ErrorCode.INVALID_TXN_STATE, ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                              ErrorCode.PRODUCER_FENCED))
+
+
+def _log_refusal(api: str, tid: str, pid: int, epoch: int, err: ErrorCode,
+                 meta: S.TransactionMetadata | None) -> None:
+    held = "nothing" if meta is None else (
+        f"{meta.state.name} producer {meta.producer_id} epoch {meta.producer_epoch} "
+        f"(last {meta.last_producer_id}/{meta.last_producer_epoch})")
+    log.info("%s of %s by producer %d epoch %d refused %s: the coordinator holds %s",
+             api, tid, pid, epoch, err.name, held)
+
+
 def _record_batch(meta: S.TransactionMetadata, ts: int) -> bytes:
     """The `__transaction_state` record of `meta` (key [0, id], msgpack value)."""
     return build_batch([(msgpack.packb([TXN_KEY, meta.transactional_id]),
@@ -290,6 +305,9 @@ class TransactionCoordinator:
             return err, -1, -1
         await self._wait_completion(tid)
         async with self._lock(tid):
+            err = self.owns(tid)                 # the waits above may have outlived it
+            if err != ErrorCode.NONE:
+                return err, -1, -1
             fresh = None
             for _ in range(2):
                 result = S.init_producer_id(self.txns.get(tid), tid, timeout_ms, expected_pid,
@@ -316,9 +334,15 @@ class TransactionCoordinator:
             return err
         await self._wait_completion(tid)
         async with self._lock(tid):
-            err, new = S.add_partitions(self.txns.get(tid), pid, epoch, partitions, now_ms())
+            err = self.owns(tid)                 # the waits above may have outlived it
+            if err != ErrorCode.NONE:
+                return err
+            meta = self.txns.get(tid)
+            err, new = S.add_partitions(meta, pid, epoch, partitions, now_ms())
             if err == ErrorCode.NONE and new is not None:
                 err = await self._persist(new)
+            elif err in _REFUSALS_TO_LOG:
+                _log_refusal("AddPartitionsToTxn", tid, pid, epoch, err, meta)
             return err
 
     def verify(self, tid: str, pid: int, epoch: int, partitions) -> dict:
@@ -337,12 +361,18 @@ class TransactionCoordinator:
         async with self._lock(tid):
             fresh = None
             for _ in range(2):
+                err = self.owns(tid)             # the lock and an id allocation wait
+                if err != ErrorCode.NONE:
+                    return err, -1, -1
                 result = S.end_txn(self.txns.get(tid), pid, epoch, commit, now_ms(), bump, fresh)
                 if not result.needs_new_producer_id:
                     break
                 fresh = await self._allocate_producer_id()
                 if fresh is None:
                     return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1
+            if result.error in _REFUSALS_TO_LOG:
+                _log_refusal("EndTxn(commit)" if commit else "EndTxn(abort)", tid, pid, epoch,
+                             result.error, self.txns.get(tid))
             if result.error != ErrorCode.NONE:
                 return result.error, -1, -1
             if result.metadata is not None:
