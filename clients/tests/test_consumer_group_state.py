@@ -368,6 +368,108 @@ def test_random_churn_soak(monkeypatch):
         churn(seed, monkeypatch)
 
 
+class _ChurnSim:
+    """The state of one seeded churn simulation (see churn): the broker's coordinator state, the
+    members by key and the heartbeats sent but not yet delivered. Every random choice comes from
+    `rng`, in a fixed order, so that a failing seed replays exactly."""
+
+    def __init__(self, seed, rng):
+        self.seed, self.rng = seed, rng
+        self.coord = ConsumerGroupCoordinatorState(heartbeat_interval_ms=100)
+        self.topics = {"orders": (T1, 5), "payments": (T2, 3)}
+        self.names = {T1: "orders", T2: "payments"}
+        self.members: dict[int, ConsumerGroupMemberState] = {}
+        self.pending: list = []             # (member key, request) sent, not yet delivered
+        self.now = 0
+        self.next_key = 0
+
+    def deliver(self, key, hb):
+        """The coordinator handles hb; the answer goes back to the member if it is still there."""
+        m = self.members.get(key)
+        owned = None if hb.topic_partitions is None else {t: list(ps) for t, ps in
+                                                          hb.topic_partitions.items()}
+        r = self.coord.heartbeat("g", hb.member_id, hb.member_epoch, instance_id=hb.instance_id,
+                                 rebalance_timeout_ms=hb.rebalance_timeout_ms,
+                                 subscribed_names=hb.subscribed_topic_names,
+                                 subscribed_regex=hb.subscribed_topic_regex,
+                                 server_assignor=hb.server_assignor, owned=owned,
+                                 topics=self.topics, now_ms=self.now)
+        if m is not None:
+            m.on_response(self.now, r.error, r.message, r.member_id, r.member_epoch, 100,
+                          None if r.assignment is None else {t: list(p) for t, p in
+                                                             r.assignment.items()})
+
+    def check(self):
+        """No partition is owned by two members."""
+        seen = {}
+        for key, m in self.members.items():
+            for tp in m.assigned:
+                assert tp not in seen, f"seed {self.seed}: {tp} owned by {seen[tp]} and {key}"
+                seen[tp] = key
+
+    def churn_event(self, roll):
+        """With the probabilities given by `roll`: a member joins, one leaves (its in-flight
+        request dropped with the connection, its leave heartbeat on its way) or one changes its
+        subscription; otherwise nothing."""
+        rng, members, pending = self.rng, self.members, self.pending
+        if roll < 0.05 and len(members) < 5:
+            m = ConsumerGroupMemberState("g", server_assignor=rng.choice(("uniform", "range")),
+                                         retry_backoff_ms=20)
+            m.subscribe(names=rng.choice((["orders"], ["orders", "payments"], ["payments"])))
+            members[self.next_key] = m
+            self.next_key += 1
+        elif roll < 0.08 and members:
+            key = rng.choice(sorted(members))
+            m = members.pop(key)
+            if m.in_flight:                  # closing drops the connection and its request
+                pending[:] = [(k, hb) for k, hb in pending if k != key]
+                m.on_failure(self.now)
+            if m.leave():
+                pending.append((key, m.heartbeat_request(self.now)))    # on its way
+        elif roll < 0.1 and members:
+            members[rng.choice(sorted(members))].subscribe(
+                names=rng.choice((["orders"], ["orders", "payments"])))
+
+    def members_act(self, churn: bool):
+        """Each member hands over lost partitions, maybe reconciles (late), and sends its next
+        heartbeat, which during churn sometimes never reaches the coordinator."""
+        rng = self.rng
+        for key, m in self.members.items():
+            if m.state is MemberState.FENCED:
+                m.lost_handed_over()
+            if rng.random() < 0.5:
+                rec = m.reconciliation(self.names)
+                if rec is not None:
+                    m.reconciled(rec)
+            hb = m.heartbeat_request(self.now)
+            if hb is not None:
+                if churn and rng.random() < 0.05:
+                    m.on_failure(self.now, coordinator=True)      # never reached the coordinator
+                else:
+                    self.pending.append((key, hb))
+
+    def deliver_some(self):
+        """Deliver a random part of the heartbeats in flight, in random order; keep the rest."""
+        rng = self.rng
+        rng.shuffle(self.pending)
+        keep = []
+        for key, hb in self.pending:
+            if rng.random() < 0.6:
+                self.deliver(key, hb)
+            else:
+                keep.append((key, hb))
+        self.pending[:] = keep
+
+    def step(self, churn: bool):
+        self.now += self.rng.choice((1, 10, 50, 100))
+        roll = self.rng.random()
+        if churn:
+            self.churn_event(roll)
+        self.members_act(churn)
+        self.deliver_some()
+        self.check()
+
+
 def churn(seed, monkeypatch):
     """Seeded simulation: members join, leave and change subscriptions at random, heartbeats
     are delivered late and in any order across members (one in flight per member), some never
@@ -379,86 +481,14 @@ def churn(seed, monkeypatch):
     # member ids from the seed, so that a failing seed replays exactly
     monkeypatch.setattr("partition_server.group.consumer_group.uuid.uuid4",
                         lambda: uuid.UUID(int=rng.getrandbits(128)))
-    coord = ConsumerGroupCoordinatorState(heartbeat_interval_ms=100)
-    topics = {"orders": (T1, 5), "payments": (T2, 3)}
-    names = {T1: "orders", T2: "payments"}
-    members: dict[int, ConsumerGroupMemberState] = {}
-    pending: list = []                      # (member key, request) sent, not yet delivered
-    now = 0
-    next_key = 0
-
-    def deliver(key, hb):
-        m = members.get(key)
-        owned = None if hb.topic_partitions is None else {t: list(ps) for t, ps in
-                                                          hb.topic_partitions.items()}
-        r = coord.heartbeat("g", hb.member_id, hb.member_epoch, instance_id=hb.instance_id,
-                            rebalance_timeout_ms=hb.rebalance_timeout_ms,
-                            subscribed_names=hb.subscribed_topic_names,
-                            subscribed_regex=hb.subscribed_topic_regex,
-                            server_assignor=hb.server_assignor, owned=owned, topics=topics,
-                            now_ms=now)
-        if m is not None:
-            m.on_response(now, r.error, r.message, r.member_id, r.member_epoch, 100,
-                          None if r.assignment is None else {t: list(p) for t, p in
-                                                             r.assignment.items()})
-
-    def check():
-        seen = {}
-        for key, m in members.items():
-            for tp in m.assigned:
-                assert tp not in seen, f"seed {seed}: {tp} owned by {seen[tp]} and {key}"
-                seen[tp] = key
-
-    def step(churn: bool):
-        nonlocal now, next_key
-        now += rng.choice((1, 10, 50, 100))
-        roll = rng.random()
-        if churn and roll < 0.05 and len(members) < 5:
-            m = ConsumerGroupMemberState("g", server_assignor=rng.choice(("uniform", "range")),
-                                         retry_backoff_ms=20)
-            m.subscribe(names=rng.choice((["orders"], ["orders", "payments"], ["payments"])))
-            members[next_key] = m
-            next_key += 1
-        elif churn and roll < 0.08 and members:
-            key = rng.choice(sorted(members))
-            m = members.pop(key)
-            if m.in_flight:                  # closing drops the connection and its request
-                pending[:] = [(k, hb) for k, hb in pending if k != key]
-                m.on_failure(now)
-            if m.leave():
-                pending.append((key, m.heartbeat_request(now)))    # on its way
-        elif churn and roll < 0.1 and members:
-            members[rng.choice(sorted(members))].subscribe(
-                names=rng.choice((["orders"], ["orders", "payments"])))
-        for key, m in members.items():
-            if m.state is MemberState.FENCED:
-                m.lost_handed_over()
-            if rng.random() < 0.5:
-                rec = m.reconciliation(names)
-                if rec is not None:
-                    m.reconciled(rec)
-            hb = m.heartbeat_request(now)
-            if hb is not None:
-                if churn and rng.random() < 0.05:
-                    m.on_failure(now, coordinator=True)      # never reached the coordinator
-                else:
-                    pending.append((key, hb))
-        rng.shuffle(pending)
-        keep = []
-        for key, hb in pending:
-            if rng.random() < 0.6:
-                deliver(key, hb)
-            else:
-                keep.append((key, hb))
-        pending[:] = keep
-        check()
-
+    sim = _ChurnSim(seed, rng)
+    members, topics = sim.members, sim.topics
     for _ in range(400):
-        step(churn=True)
+        sim.step(churn=True)
     if not members:
         return
     for _ in range(300):
-        step(churn=False)
+        sim.step(churn=False)
     subscribed = set()
     for m in members.values():
         subscribed |= set(m.subscribed_names)

@@ -72,6 +72,81 @@ def _read(cluster, topic, positions, limit):
     return out
 
 
+def _kill_coordinator_then_output_leader(live, tid, dst, faults):
+    """The chaos thread: SIGKILL and restart the transaction coordinator of `tid` (after 2 s),
+    then the leader of dst-0 (3 s later); each victim is appended to `faults`."""
+    for step in range(2):
+        time.sleep(2 if step == 0 else 3)
+        probe = SyncProducer(live.bootstrap, {})
+        try:
+            if step == 0:
+                victim = probe._loop.run(probe._producer.cluster.find_coordinator, tid, 1)
+            else:
+                probe._loop.run(probe._producer.cluster.refresh_metadata, [dst])
+                victim = probe._producer.cluster.leader_for(dst, 0)
+        finally:
+            probe.close()
+        faults.append(victim)
+        live.restart_broker(victim)
+
+
+def _transform_in_one_transaction(p, src, dst, group, positions, batch):
+    """One output per input and the next positions, in one transaction (raises KafkaError)."""
+    p.begin_transaction()
+    nxt = dict(positions)
+    for part, off, value in batch:
+        p.send(dst, f"out-{value}", partition=int(value) % PARTS)
+        nxt[part] = off + 1
+    p.send_offsets_to_transaction({(src, q): o for q, o in nxt.items()}, group)
+    p.commit_transaction()
+
+
+def _abort_or_replace(p, new_producer):
+    """After a failed round: abort if the transaction is abortable and the abort works (same
+    producer); otherwise the producer is replaced (returned)."""
+    state = p._producer.transaction_state
+    if state in (State.IN_TRANSACTION, State.ABORTABLE_ERROR):
+        try:
+            p.abort_transaction()
+            return p
+        except KafkaError:
+            pass
+    # fenced, or stuck committing/aborting: a new instance takes over the id (fencing
+    # this one; the coordinator completes or aborts what it left)
+    try:
+        p.close(5)
+    except Exception:  # noqa: BLE001 - the old instance may be unusable
+        pass
+    return new_producer()
+
+
+def _transform_until_done(live, chaos, new_producer, src, dst, group):
+    """The application loop (up to 240 s): redo rounds from the committed positions until all
+    input is committed and the chaos thread is over. Returns (failed rounds, input left to do
+    when the faults ended)."""
+    p = new_producer()
+    failures = rounds = work_after_faults = 0
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        positions = _committed(live, group, src)
+        if sum(positions.values()) >= N_INPUT and not chaos.is_alive():
+            break
+        rounds += 1
+        if not chaos.is_alive() and not work_after_faults:
+            work_after_faults = N_INPUT - sum(positions.values())
+        batch = _read(live, src, positions, 25)
+        if not batch:
+            time.sleep(0.2)
+            continue
+        try:
+            _transform_in_one_transaction(p, src, dst, group, positions, batch)
+        except KafkaError:
+            failures += 1
+            p = _abort_or_replace(p, new_producer)
+    p.close()
+    return failures, work_after_faults
+
+
 def test_consume_transform_produce_exactly_once_across_broker_kills(live):
     src, dst, group, tid = "eos-in", "eos-out", "eos-group", "eos-app"
     admin = AdminClient({"bootstrap.servers": live.bootstrap})
@@ -91,63 +166,11 @@ def test_consume_transform_produce_exactly_once_across_broker_kills(live):
         return p
 
     faults = []
-
-    def chaos():
-        for step in range(2):
-            time.sleep(2 if step == 0 else 3)
-            probe = SyncProducer(live.bootstrap, {})
-            try:
-                if step == 0:
-                    victim = probe._loop.run(probe._producer.cluster.find_coordinator, tid, 1)
-                else:
-                    probe._loop.run(probe._producer.cluster.refresh_metadata, [dst])
-                    victim = probe._producer.cluster.leader_for(dst, 0)
-            finally:
-                probe.close()
-            faults.append(victim)
-            live.restart_broker(victim)
-    t = threading.Thread(target=chaos, daemon=True)
+    t = threading.Thread(target=_kill_coordinator_then_output_leader,
+                         args=(live, tid, dst, faults), daemon=True)
     t.start()
 
-    p = new_producer()
-    failures = rounds = work_after_faults = 0
-    deadline = time.time() + 240
-    while time.time() < deadline:
-        positions = _committed(live, group, src)
-        if sum(positions.values()) >= N_INPUT and not t.is_alive():
-            break
-        rounds += 1
-        if not t.is_alive() and not work_after_faults:
-            work_after_faults = N_INPUT - sum(positions.values())
-        batch = _read(live, src, positions, 25)
-        if not batch:
-            time.sleep(0.2)
-            continue
-        try:
-            p.begin_transaction()
-            nxt = dict(positions)
-            for part, off, value in batch:
-                p.send(dst, f"out-{value}", partition=int(value) % PARTS)
-                nxt[part] = off + 1
-            p.send_offsets_to_transaction({(src, q): o for q, o in nxt.items()}, group)
-            p.commit_transaction()
-        except KafkaError:
-            failures += 1
-            state = p._producer.transaction_state
-            if state in (State.IN_TRANSACTION, State.ABORTABLE_ERROR):
-                try:
-                    p.abort_transaction()
-                    continue
-                except KafkaError:
-                    pass
-            # fenced, or stuck committing/aborting: a new instance takes over the id (fencing
-            # this one; the coordinator completes or aborts what it left)
-            try:
-                p.close(5)
-            except Exception:  # noqa: BLE001 - the old instance may be unusable
-                pass
-            p = new_producer()
-    p.close()
+    failures, work_after_faults = _transform_until_done(live, t, new_producer, src, dst, group)
     t.join(120)
     assert len(faults) == 2
     assert work_after_faults > 0, "the work was over before the faults ended"

@@ -224,6 +224,89 @@ def names_in(values: list[bytes]) -> set[str]:
     return {r.name for r in map(decode_record, values) if isinstance(r, TopicRecord)}
 
 
+async def _join_a_fourth_then_remove_an_original(c: Cluster, load: Load, boot):
+    """While `load` writes (run by the caller): controller 3 joins, is added and catches up,
+    then an original that is not the active controller is removed; waits for 5 more
+    acknowledged writes after the changes. Returns (removed index, voter indexes)."""
+    await until(lambda: _value(len(load.acked) >= 5), "first writes", 30)
+    # a fourth controller joins: it knows the voters, waits until added
+    assert wait_ready([c.start_controller(3, [0, 1, 2])], 30) is None
+    t0 = time.monotonic()
+    await cli.add_controller(boot, cid(3), ("127.0.0.1", c.port(3)),
+                             ("127.0.0.1", c.layout.raft_port(3)))
+    t1 = time.monotonic()
+    await cli.wait_caught_up(boot, cid(3), 30)
+    t2 = time.monotonic()
+    acked_at_add = len(load.acked)
+    # remove an original that is not the active controller
+    leader = (await cli.describe("127.0.0.1", c.port(3)))["leader_id"]
+    gone = next(i for i in range(3) if cid(i) != leader)
+    await cli.remove_controller(boot, cid(gone))
+    print(f"add {t1 - t0:.2f} s, caught up {t2 - t1:.2f} s later, remove "
+          f"{time.monotonic() - t2:.2f} s (load {load_average()})")
+    voters = [i for i in range(4) if i != gone]
+    await until(lambda: _value(len(load.acked) >= acked_at_add + 5),
+                "writes after the changes", 30)
+    return gone, voters
+
+
+async def _check_after_the_removal(c: Cluster, load: Load, broker_port: int, gone: int, voters):
+    """The removed controller stops serving the stream (then it is stopped); the voter set is
+    the new one; the voters are identical and hold every acknowledged topic; so does the
+    broker."""
+    # the removed controller no longer serves brokers
+    f = REQUESTS[ApiKey.FETCH]
+    resp = await request(c.port(gone), f(replica_id=99, max_wait_ms=0, topics=[
+        f.FetchTopic(topic="__cluster_metadata", partitions=[f.FetchPartition(
+            partition=0, fetch_offset=0)])]), 12)
+    assert resp.responses[0].partitions[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    c.stop(f"controller-{cid(gone)}")
+    status = await cli.describe("127.0.0.1", c.port(voters[0]))
+    assert sorted(v["id"] for v in status["voters"]) == sorted(cid(i) for i in voters)
+    assert {v["endpoint"] for v in status["voters"]} == \
+        {f"127.0.0.1:{c.port(i)}" for i in voters}
+    end, image = await identical_voters([c.port(i) for i in voters], full_stream=True)
+    assert set(load.acked) <= names_in(image), "an acknowledged topic is missing"
+    # the broker still follows the stream: it has every acknowledged topic
+    await until(lambda: _has(broker_port, load.acked), "broker has every topic", 30)
+
+
+async def _the_active_controller_leaves(c: Cluster, load: Load, broker_port: int, voters):
+    """The active controller itself is removed (it hands leadership over first), then writes go
+    on and voters and broker agree. Returns the remaining voter indexes."""
+    # the active controller itself can leave: it hands leadership over first
+    leader = (await cli.describe("127.0.0.1", c.port(voters[0])))["leader_id"]
+    # (through the broker, which forwards RemoveRaftVoter to the active controller)
+    await cli.remove_controller(("127.0.0.1", broker_port), leader, timeout_s=30,
+                                via_broker=True)
+    c.stop(f"controller-{leader}")
+    voters = [i for i in voters if cid(i) != leader]
+    assert (await cli.describe("127.0.0.1", c.port(voters[0])))["leader_id"] != leader
+    assert await load.create("after-leader-left") == 0
+    load.acked.append("after-leader-left")
+    end, image = await identical_voters([c.port(i) for i in voters], full_stream=True)
+    assert set(load.acked) <= names_in(image)
+    await until(lambda: _has(broker_port, load.acked), "broker has every topic", 30)
+    status = await cli.describe("127.0.0.1", c.port(voters[0]))
+    assert sorted(v["id"] for v in status["voters"]) == sorted(cid(i) for i in voters)
+    return voters
+
+
+async def _check_after_a_full_restart(c: Cluster, load: Load, broker_port: int, voters):
+    """A full restart with the original (now stale) config files: each voter rebuilds its
+    membership from its Raft journal, the quorum elects and commits. Returns (metadata end
+    offset, quorum status)."""
+    await restart_voters(c, voters)
+    assert await load.create("after-restart") == 0
+    load.acked.append("after-restart")
+    end, image = await identical_voters([c.port(i) for i in voters], full_stream=True)
+    assert set(load.acked) <= names_in(image)
+    status = await cli.describe("127.0.0.1", c.port(voters[0]))
+    assert sorted(v["id"] for v in status["voters"]) == sorted(cid(i) for i in voters)
+    await until(lambda: _has(broker_port, load.acked), "broker has every topic", 30)
+    return end, status
+
+
 def test_add_and_remove_controllers_under_metadata_load(tmp_path):
     c = Cluster(tmp_path)
     try:
@@ -238,66 +321,13 @@ def test_add_and_remove_controllers_under_metadata_load(tmp_path):
             load = Load(broker_port, "t")
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(load.run)
-                await until(lambda: _value(len(load.acked) >= 5), "first writes", 30)
-                # a fourth controller joins: it knows the voters, waits until added
-                assert wait_ready([c.start_controller(3, [0, 1, 2])], 30) is None
-                t0 = time.monotonic()
-                await cli.add_controller(boot, cid(3), ("127.0.0.1", c.port(3)),
-                                         ("127.0.0.1", c.layout.raft_port(3)))
-                t1 = time.monotonic()
-                await cli.wait_caught_up(boot, cid(3), 30)
-                t2 = time.monotonic()
-                acked_at_add = len(load.acked)
-                # remove an original that is not the active controller
-                leader = (await cli.describe("127.0.0.1", c.port(3)))["leader_id"]
-                gone = next(i for i in range(3) if cid(i) != leader)
-                await cli.remove_controller(boot, cid(gone))
-                print(f"add {t1 - t0:.2f} s, caught up {t2 - t1:.2f} s later, remove "
-                      f"{time.monotonic() - t2:.2f} s (load {load_average()})")
-                voters = [i for i in range(4) if i != gone]
-                await until(lambda: _value(len(load.acked) >= acked_at_add + 5),
-                            "writes after the changes", 30)
+                gone, voters = await _join_a_fourth_then_remove_an_original(c, load, boot)
                 load.stop.set()
-            # the removed controller no longer serves brokers
-            f = REQUESTS[ApiKey.FETCH]
-            resp = await request(c.port(gone), f(replica_id=99, max_wait_ms=0, topics=[
-                f.FetchTopic(topic="__cluster_metadata", partitions=[f.FetchPartition(
-                    partition=0, fetch_offset=0)])]), 12)
-            assert resp.responses[0].partitions[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
-            c.stop(f"controller-{cid(gone)}")
-            status = await cli.describe("127.0.0.1", c.port(voters[0]))
-            assert sorted(v["id"] for v in status["voters"]) == sorted(cid(i) for i in voters)
-            assert {v["endpoint"] for v in status["voters"]} == \
-                {f"127.0.0.1:{c.port(i)}" for i in voters}
-            end, image = await identical_voters([c.port(i) for i in voters], full_stream=True)
-            assert set(load.acked) <= names_in(image), "an acknowledged topic is missing"
-            # the broker still follows the stream: it has every acknowledged topic
-            await until(lambda: _has(broker_port, load.acked), "broker has every topic", 30)
-            # the active controller itself can leave: it hands leadership over first
-            leader = (await cli.describe("127.0.0.1", c.port(voters[0])))["leader_id"]
-            # (through the broker, which forwards RemoveRaftVoter to the active controller)
-            await cli.remove_controller(("127.0.0.1", broker_port), leader, timeout_s=30,
-                                        via_broker=True)
-            c.stop(f"controller-{leader}")
-            voters = [i for i in voters if cid(i) != leader]
-            assert (await cli.describe("127.0.0.1", c.port(voters[0])))["leader_id"] != leader
-            assert await load.create("after-leader-left") == 0
-            load.acked.append("after-leader-left")
-            end, image = await identical_voters([c.port(i) for i in voters], full_stream=True)
-            assert set(load.acked) <= names_in(image)
-            await until(lambda: _has(broker_port, load.acked), "broker has every topic", 30)
-            status = await cli.describe("127.0.0.1", c.port(voters[0]))
-            assert sorted(v["id"] for v in status["voters"]) == sorted(cid(i) for i in voters)
+            await _check_after_the_removal(c, load, broker_port, gone, voters)
+            voters = await _the_active_controller_leaves(c, load, broker_port, voters)
             # a full restart with the original (now stale) config files: each voter rebuilds
             # its membership from its Raft journal, the quorum elects and commits
-            await restart_voters(c, voters)
-            assert await load.create("after-restart") == 0
-            load.acked.append("after-restart")
-            end, image = await identical_voters([c.port(i) for i in voters], full_stream=True)
-            assert set(load.acked) <= names_in(image)
-            status = await cli.describe("127.0.0.1", c.port(voters[0]))
-            assert sorted(v["id"] for v in status["voters"]) == sorted(cid(i) for i in voters)
-            await until(lambda: _has(broker_port, load.acked), "broker has every topic", 30)
+            end, status = await _check_after_a_full_restart(c, load, broker_port, voters)
             return len(load.acked), load.failed, end, status
         acked, failed, end, status = trio.run(scenario)
         assert not c.logs_say("differs from the voter set")
@@ -337,6 +367,61 @@ async def _has(port: int, names) -> bool:
     return set(names) <= await broker_topics(port)
 
 
+async def _create_ten(load: Load, prefix: str) -> None:
+    """Ten topics `prefix`-0..9 through the broker, each acknowledged."""
+    for n in range(10):
+        assert await load.create(f"{prefix}-{n}") == 0
+        load.acked.append(f"{prefix}-{n}")
+
+
+async def _refused_while_the_dead_one_is_a_voter(c: Cluster, boot, leader: int, live) -> None:
+    """While the dead one is a voter: no add (2 reachable of a 4-voter set), and no removal of
+    a live voter (1 reachable of the 2 left); a voter that is not running is not added either;
+    an unknown voter is not found."""
+    with pytest.raises(cli.QuorumError, match="REQUEST_TIMED_OUT.*does not answer"):
+        await cli.add_controller(boot, cid(3), ("127.0.0.1", c.port(3)),
+                                 ("127.0.0.1", c.layout.raft_port(3)), timeout_s=20)
+    assert wait_ready([c.start_controller(3, range(3))], 30) is None
+    with pytest.raises(cli.QuorumError, match="INVALID_REQUEST.*remove the unreachable"):
+        await cli.add_controller(boot, cid(3), ("127.0.0.1", c.port(3)),
+                                 ("127.0.0.1", c.layout.raft_port(3)), timeout_s=20)
+    c.stop(f"controller-{cid(3)}")
+    other = next(i for i in live if cid(i) != leader)
+    with pytest.raises(cli.QuorumError, match="INVALID_REQUEST.*below a majority"):
+        await cli.remove_controller(boot, cid(other), timeout_s=20)
+    with pytest.raises(cli.QuorumError, match="VOTER_NOT_FOUND"):
+        await cli.remove_controller(boot, 4242, timeout_s=20)
+
+
+async def _cli_removes_the_dead_one(ctl: str, dead: int) -> None:
+    """The CLI, as a user runs it: a refusal is one line with Kafka's error, exit 1; then the
+    dead controller is removed."""
+    out = await raftka("remove-controller", "--bootstrap-controller", ctl,
+                       "--controller-id", "4242")
+    assert out.returncode == 1 and "VOTER_NOT_FOUND" in out.stderr, out
+    out = await raftka("remove-controller", "--bootstrap-controller", ctl,
+                       "--controller-id", str(cid(dead)))
+    assert out.returncode == 0 and f"controller {cid(dead)} removed" in out.stdout, out
+
+
+async def _fresh_controller_joins(c: Cluster, dead: int, live, ctl: str, broker_port: int):
+    """A fresh controller, empty directory, same id and address, joins the two voters through
+    the CLI; it is a voter again (the broker an observer) and loaded a Raft snapshot."""
+    assert not c.data_dir(dead).exists()
+    assert wait_ready([c.start_controller(dead, live)], 30) is None
+    config = c.layout.data_dir / "configs" / f"controller-{cid(dead)}.properties"
+    out = await raftka("add-controller", "--bootstrap-controller", ctl,
+                       "--command-config", str(config), "--timeout-ms", "30000")
+    assert out.returncode == 0 and "caught up with the leader" in out.stdout, out
+    out = await raftka("describe", "--bootstrap-server", f"127.0.0.1:{broker_port}",
+                       "--output", "json")
+    status = json.loads(out.stdout)
+    assert sorted(v["id"] for v in status["voters"]) == [cid(i) for i in range(3)]
+    assert 0 in [o["id"] for o in status["observers"]]
+    log = c.layout.log_path(f"controller-{cid(dead)}").read_text()
+    assert "metadata state loaded from a Raft snapshot" in log
+
+
 def test_replace_a_controller_whose_disk_is_lost(tmp_path):
     # compaction every 2 s: the replacement catches up from a Raft snapshot, not the whole log
     c = Cluster(tmp_path, {"raftka.controller.raft.log.compaction.min.time.ms": "2000"})
@@ -349,60 +434,20 @@ def test_replace_a_controller_whose_disk_is_lost(tmp_path):
 
         async def scenario():
             load = Load(broker_port, "r")
-            for n in range(10):
-                assert await load.create(f"before-{n}") == 0
-                load.acked.append(f"before-{n}")
+            await _create_ten(load, "before")
             leader = (await cli.describe("127.0.0.1", c.port(0)))["leader_id"]
             dead = next(i for i in range(3) if cid(i) != leader)
             live = [i for i in range(3) if i != dead]
             boot = ("127.0.0.1", c.port(live[0]))
             c.stop(f"controller-{cid(dead)}", signal.SIGKILL)
             shutil.rmtree(c.data_dir(dead))
-            # while the dead one is a voter: no add (2 reachable of a 4-voter set), and no
-            # removal of a live voter (1 reachable of the 2 left); a voter that is not running
-            # is not added either
-            with pytest.raises(cli.QuorumError, match="REQUEST_TIMED_OUT.*does not answer"):
-                await cli.add_controller(boot, cid(3), ("127.0.0.1", c.port(3)),
-                                         ("127.0.0.1", c.layout.raft_port(3)), timeout_s=20)
-            assert wait_ready([c.start_controller(3, range(3))], 30) is None
-            with pytest.raises(cli.QuorumError, match="INVALID_REQUEST.*remove the unreachable"):
-                await cli.add_controller(boot, cid(3), ("127.0.0.1", c.port(3)),
-                                         ("127.0.0.1", c.layout.raft_port(3)), timeout_s=20)
-            c.stop(f"controller-{cid(3)}")
-            other = next(i for i in live if cid(i) != leader)
-            with pytest.raises(cli.QuorumError, match="INVALID_REQUEST.*below a majority"):
-                await cli.remove_controller(boot, cid(other), timeout_s=20)
-            with pytest.raises(cli.QuorumError, match="VOTER_NOT_FOUND"):
-                await cli.remove_controller(boot, 4242, timeout_s=20)
-            # the CLI, as a user runs it: a refusal is one line with Kafka's error, exit 1
+            await _refused_while_the_dead_one_is_a_voter(c, boot, leader, live)
             ctl = f"127.0.0.1:{c.port(live[0])}"
-            out = await raftka("remove-controller", "--bootstrap-controller", ctl,
-                               "--controller-id", "4242")
-            assert out.returncode == 1 and "VOTER_NOT_FOUND" in out.stderr, out
-            out = await raftka("remove-controller", "--bootstrap-controller", ctl,
-                               "--controller-id", str(cid(dead)))
-            assert out.returncode == 0 and f"controller {cid(dead)} removed" in out.stdout, out
-            for n in range(10):
-                assert await load.create(f"between-{n}") == 0
-                load.acked.append(f"between-{n}")
+            await _cli_removes_the_dead_one(ctl, dead)
+            await _create_ten(load, "between")
             await trio.sleep(2.5)      # past a compaction interval: the log now starts later
-            # a fresh controller, empty directory, same id and address, joins the two voters
-            assert not c.data_dir(dead).exists()
-            assert wait_ready([c.start_controller(dead, live)], 30) is None
-            config = c.layout.data_dir / "configs" / f"controller-{cid(dead)}.properties"
-            out = await raftka("add-controller", "--bootstrap-controller", ctl,
-                               "--command-config", str(config), "--timeout-ms", "30000")
-            assert out.returncode == 0 and "caught up with the leader" in out.stdout, out
-            out = await raftka("describe", "--bootstrap-server", f"127.0.0.1:{broker_port}",
-                               "--output", "json")
-            status = json.loads(out.stdout)
-            assert sorted(v["id"] for v in status["voters"]) == [cid(i) for i in range(3)]
-            assert 0 in [o["id"] for o in status["observers"]]
-            log = c.layout.log_path(f"controller-{cid(dead)}").read_text()
-            assert "metadata state loaded from a Raft snapshot" in log
-            for n in range(10):
-                assert await load.create(f"after-{n}") == 0
-                load.acked.append(f"after-{n}")
+            await _fresh_controller_joins(c, dead, live, ctl, broker_port)
+            await _create_ten(load, "after")
             end, image = await identical_voters([c.port(i) for i in range(3)], full_stream=False)
             assert set(load.acked) <= names_in(image)
             # a full restart: membership comes back from each voter's Raft snapshot + journal

@@ -263,71 +263,68 @@ def test_acls_are_stored_by_the_controller(cluster):
     assert list(admin.delete_acls([flt]).values())[0].result(20) == []   # gone
 
 
-def test_incremental_fetch_sessions(cluster):
-    """KIP-227 on the wire: a full fetch opens a session; incremental fetches carry only what
-    changed both ways; wrong epochs and unknown sessions get their top-level errors; then
-    kafka-python 3.x (which uses sessions) reads a 4-partition topic completely and in order."""
-    import trio
+def _session_fetch(topic, session_id, epoch, positions, forgotten=()):
+    """A consumer Fetch (v12 fields) of `topic` in fetch session `session_id` at `epoch`:
+    `positions` [(partition, offset)] to add or update, `forgotten` partitions to drop."""
+    from wire.messages.index_generated import REQUESTS
+    fr = REQUESTS[ApiKey.FETCH]
+    return fr(replica_id=-1, max_wait_ms=200, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+              session_id=session_id, session_epoch=epoch,
+              topics=[fr.FetchTopic(topic=topic, partitions=[
+                  fr.FetchPartition(partition=q, fetch_offset=off, partition_max_bytes=1 << 20,
+                                    current_leader_epoch=-1, last_fetched_epoch=-1,
+                                    log_start_offset=-1) for q, off in positions])]
+              if positions else [],
+              forgotten_topics_data=[fr.ForgottenTopic(topic=topic, partitions=list(forgotten))]
+              if forgotten else [], rack_id="")
 
+
+def _fetched_partitions(resp):
+    return {q.partition_index: q for t in resp.responses for q in t.partitions}
+
+
+async def _fetch_session_scenario(cluster, topic, p):
+    """KIP-227 on the wire against broker 0 (which leads both partitions of `topic`, each holding
+    one record; `p` produces more): open, quiet, news, wrong epoch, unknown id, forget, close."""
     from clients.connection import BrokerConnection
     from wire.errors import ErrorCode
-    from wire.messages.index_generated import REQUESTS
-    topic = "sessions"
-    admin = _admin(cluster)
-    # both partitions on broker 0 so one connection fetches both
-    for fut in admin.create_topics([NewTopic(topic, 2, replica_assignment=[[0], [0]])]).values():
-        fut.result(30)
-    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "1"})    # RF 1 < min.insync 2
-    for part in (0, 1):
-        p.produce(topic, b"first", partition=part)
-    assert p.flush(30) == 0
-    fr = REQUESTS[ApiKey.FETCH]
 
     def fetch(session_id, epoch, positions, forgotten=()):
-        return fr(replica_id=-1, max_wait_ms=200, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
-                  session_id=session_id, session_epoch=epoch,
-                  topics=[fr.FetchTopic(topic=topic, partitions=[
-                      fr.FetchPartition(partition=q, fetch_offset=off, partition_max_bytes=1 << 20,
-                                        current_leader_epoch=-1, last_fetched_epoch=-1,
-                                        log_start_offset=-1) for q, off in positions])]
-                  if positions else [],
-                  forgotten_topics_data=[fr.ForgottenTopic(topic=topic, partitions=list(forgotten))]
-                  if forgotten else [], rack_id="")
+        return _session_fetch(topic, session_id, epoch, positions, forgotten)
+    parts = _fetched_partitions
+    conn = BrokerConnection("127.0.0.1", cluster.layout.broker_port(0))
+    await conn.connect()
+    full = await conn.request(fetch(0, 0, [(0, 0), (1, 0)]), 12)
+    assert full.error_code == 0 and full.session_id != 0
+    assert sorted(parts(full)) == [0, 1] and all(q.records for q in parts(full).values())
+    sid = full.session_id
+    # the client moves both positions to 1; nothing new: the answer lists no partition
+    quiet = await conn.request(fetch(sid, 1, [(0, 1), (1, 1)]), 12)
+    assert quiet.error_code == 0 and quiet.session_id == sid and parts(quiet) == {}
+    p.produce(topic, b"second", partition=1)
+    assert p.flush(30) == 0
+    news = await conn.request(fetch(sid, 2, []), 12)        # positions come from the session
+    assert list(parts(news)) == [1] and parts(news)[1].high_watermark == 2
+    assert parts(news)[1].records
+    bad_epoch = await conn.request(fetch(sid, 7, []), 12)
+    assert bad_epoch.error_code == ErrorCode.INVALID_FETCH_SESSION_EPOCH
+    unknown = await conn.request(fetch(sid + 1, 1, []), 12)
+    assert unknown.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    gone = await conn.request(fetch(sid, 3, [], forgotten=[0, 1]), 12)
+    assert gone.error_code == 0 and parts(gone) == {}
+    closed = await conn.request(fetch(sid, -1, [(0, 0)]), 12)
+    assert closed.session_id == 0 and list(parts(closed)) == [0]
+    again = await conn.request(fetch(sid, 4, []), 12)
+    assert again.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    await conn.aclose()
 
-    def parts(resp):
-        return {q.partition_index: q for t in resp.responses for q in t.partitions}
 
-    async def scenario():
-        conn = BrokerConnection("127.0.0.1", cluster.layout.broker_port(0))
-        await conn.connect()
-        full = await conn.request(fetch(0, 0, [(0, 0), (1, 0)]), 12)
-        assert full.error_code == 0 and full.session_id != 0
-        assert sorted(parts(full)) == [0, 1] and all(q.records for q in parts(full).values())
-        sid = full.session_id
-        # the client moves both positions to 1; nothing new: the answer lists no partition
-        quiet = await conn.request(fetch(sid, 1, [(0, 1), (1, 1)]), 12)
-        assert quiet.error_code == 0 and quiet.session_id == sid and parts(quiet) == {}
-        p.produce(topic, b"second", partition=1)
-        assert p.flush(30) == 0
-        news = await conn.request(fetch(sid, 2, []), 12)        # positions come from the session
-        assert list(parts(news)) == [1] and parts(news)[1].high_watermark == 2
-        assert parts(news)[1].records
-        bad_epoch = await conn.request(fetch(sid, 7, []), 12)
-        assert bad_epoch.error_code == ErrorCode.INVALID_FETCH_SESSION_EPOCH
-        unknown = await conn.request(fetch(sid + 1, 1, []), 12)
-        assert unknown.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
-        gone = await conn.request(fetch(sid, 3, [], forgotten=[0, 1]), 12)
-        assert gone.error_code == 0 and parts(gone) == {}
-        closed = await conn.request(fetch(sid, -1, [(0, 0)]), 12)
-        assert closed.session_id == 0 and list(parts(closed)) == [0]
-        again = await conn.request(fetch(sid, 4, []), 12)
-        assert again.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
-        await conn.aclose()
-    trio.run(scenario)
-
+def _kafka_python_reads_with_sessions(cluster, admin, many):
+    """Create `many` (4 partitions, RF 3) with 2000 records, read it with kafka-python 3.x (small
+    fetches, so many incremental ones, up to 60 s); returns the values per partition and the
+    number of fetch sessions the brokers report open while the consumer still runs."""
     from kafka import KafkaConsumer
     from kafka import TopicPartition as KTP
-    many = "sessions-many"
     for fut in admin.create_topics([NewTopic(many, 4, 3)]).values():
         fut.result(30)
     prod = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
@@ -350,6 +347,27 @@ def test_incremental_fetch_sessions(cluster):
         sessions += int(next(line.split()[1] for line in text.splitlines()
                              if line.startswith("raftka_fetch_sessions ")))
     kc.close()
+    return got, sessions
+
+
+def test_incremental_fetch_sessions(cluster):
+    """KIP-227 on the wire: a full fetch opens a session; incremental fetches carry only what
+    changed both ways; wrong epochs and unknown sessions get their top-level errors; then
+    kafka-python 3.x (which uses sessions) reads a 4-partition topic completely and in order."""
+    import trio
+    topic = "sessions"
+    admin = _admin(cluster)
+    # both partitions on broker 0 so one connection fetches both
+    for fut in admin.create_topics([NewTopic(topic, 2, replica_assignment=[[0], [0]])]).values():
+        fut.result(30)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "1"})    # RF 1 < min.insync 2
+    for part in (0, 1):
+        p.produce(topic, b"first", partition=part)
+    assert p.flush(30) == 0
+    trio.run(_fetch_session_scenario, cluster, topic, p)
+
+    many = "sessions-many"
+    got, sessions = _kafka_python_reads_with_sessions(cluster, admin, many)
     leaders = {m.leader for m in admin.list_topics(many, timeout=10).topics[many].partitions.values()}
     assert sessions >= len(leaders)
     for q in range(4):

@@ -181,23 +181,12 @@ def test_coordinator_sigkill_keeps_committed_offsets(cluster):
     assert first["t"] - t0 < 6 + 5             # session timeout + 5 s
 
 
-def test_kip848_consumer_protocol_with_librdkafka(cluster):
-    """group.protocol=consumer (KIP-848): the coordinator assigns (uniform assignor) through
-    ConsumerGroupHeartbeat; three librdkafka members share the partitions with commit after
-    processing, every record is processed, the final assignments are disjoint and complete, a
-    classic JoinGroup for the same group is refused, and a restarted member resumes from the
-    committed offsets."""
-    import trio
-
-    from clients.connection import BrokerConnection
-    from wire.errors import ErrorCode
-    from wire.messages.index_generated import REQUESTS
-    topic, group = "grp-kip848", "g-kip848"
-    # The previous test SIGKILLs and restarts a broker; this one is about a steady cluster (the
-    # failover path is test_live_group_failover.py::test_kip848_group_keeps_its_epochs_*): wait
-    # until every __consumer_offsets partition has its full ISR again.
+def _wait_offsets_topic_fully_replicated(cluster, timeout_s=60):
+    """Wait (up to timeout_s, without failing) until every __consumer_offsets partition has a
+    leader and its full ISR of 3: an earlier test SIGKILLs and restarts a broker, and the caller
+    is about a steady cluster."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    settled = time.time() + 60
+    settled = time.time() + timeout_s
     while time.time() < settled:
         try:
             parts = admin.list_topics("__consumer_offsets", timeout=10).topics["__consumer_offsets"].partitions
@@ -206,72 +195,69 @@ def test_kip848_consumer_protocol_with_librdkafka(cluster):
         except KafkaException:
             pass
         time.sleep(0.5)
-    _topic(cluster, topic)
-    seen, assignments, lock = [], {}, threading.Lock()
-    done = threading.Event()
 
-    def member(name):
-        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
-                      "group.protocol": "consumer", "auto.offset.reset": "earliest",
-                      "enable.auto.commit": False})
-        c.subscribe([topic])
-        end = time.time() + 90
-        while time.time() < end and not done.is_set():
-            m = c.poll(0.2)
-            if m is None or m.error():
-                continue
-            with lock:
-                seen.append((m.partition(), m.offset()))
-                if len(set(seen)) >= 600:
-                    done.set()
-            c.commit(m, asynchronous=False)
-        # settle: keep polling until every member holds partitions (the group reconciles)
-        settle = time.time() + 30
-        while time.time() < settle and not (len(assignments) == 3 and all(assignments.values())
-                                             and sum(map(len, assignments.values())) == 6):
-            c.poll(0.2)
-            assignments[name] = {tp.partition for tp in c.assignment()}
+
+def _kip848_all_hold_partitions(assignments):
+    """Settled = all three members hold partitions and all 6 are held (m0 holding all 6 while the
+    others are still empty is the moment before the revocation, not the settled state)."""
+    return (len(assignments) == 3 and all(assignments.values())
+            and sum(map(len, assignments.values())) == 6)
+
+
+def _kip848_member(cluster, topic, group, name, seen, assignments, lock, done, stop):
+    """One group.protocol=consumer member: consume with commit after processing until all 600
+    records were seen (by any member), then keep polling so the group reconciles, record this
+    member's assignment, and stay in the group until `stop` (or 30 s)."""
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                  "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    c.subscribe([topic])
+    end = time.time() + 90
+    while time.time() < end and not done.is_set():
+        m = c.poll(0.2)
+        if m is None or m.error():
+            continue
+        with lock:
+            seen.append((m.partition(), m.offset()))
+            if len(set(seen)) >= 600:
+                done.set()
+        c.commit(m, asynchronous=False)
+    # settle: keep polling until every member holds partitions (the group reconciles)
+    settle = time.time() + 30
+    while time.time() < settle and not _kip848_all_hold_partitions(assignments):
+        c.poll(0.2)
         assignments[name] = {tp.partition for tp in c.assignment()}
-        stop.wait(30)
-        c.close()
-    stop = threading.Event()
-    threads = [threading.Thread(target=member, args=(f"m{i}",)) for i in range(3)]
-    for t in threads:
-        t.start()
-    done.wait(90)
-    deadline = time.time() + 40
-    # settled = every member holds partitions and all 6 are held (m0 holding all 6 while the
-    # others are still empty is the moment before the revocation, not the settled state)
-    while time.time() < deadline and not (len(assignments) == 3 and all(assignments.values())
-                                          and sum(map(len, assignments.values())) == 6):
-        time.sleep(0.2)
-    snapshot = {k: set(v) for k, v in assignments.items()}
+    assignments[name] = {tp.partition for tp in c.assignment()}
+    stop.wait(30)
+    c.close()
 
-    async def classic_join():
-        host, port = cluster.bootstrap.split(",")[0].rsplit(":", 1)
-        from partition_server.group.coordinator import partition_for
-        md = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(
-            "__consumer_offsets", timeout=10).topics["__consumer_offsets"]
-        node = md.partitions[partition_for(group, len(md.partitions))].leader
-        port = int(cluster.bootstrap.split(",")[node].rsplit(":", 1)[1])
-        conn = BrokerConnection(host, port)
-        await conn.connect()
-        try:
-            jg = REQUESTS[ApiKey.JOIN_GROUP]
-            return await conn.request(jg(group_id=group, session_timeout_ms=10000,
-                                         rebalance_timeout_ms=10000, member_id="",
-                                         protocol_type="consumer", protocols=[
-                                             jg.JoinGroupRequestProtocol(name="range", metadata=b"")]), 5)
-        finally:
-            await conn.aclose()
-    joined = trio.run(classic_join)
-    stop.set()
-    for t in threads:
-        t.join()
-    assert len(set(seen)) == 600
-    owned = sorted(p for parts in snapshot.values() for p in parts)
-    assert owned == list(range(6)) and all(snapshot.values()), snapshot
-    assert joined.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+async def _kip848_classic_join(cluster, group):
+    """A classic JoinGroup for the KIP-848 group, sent straight to its coordinator; returns the
+    response (the caller expects INCONSISTENT_GROUP_PROTOCOL)."""
+    from clients.connection import BrokerConnection
+    from wire.messages.index_generated import REQUESTS
+    host, port = cluster.bootstrap.split(",")[0].rsplit(":", 1)
+    from partition_server.group.coordinator import partition_for
+    md = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(
+        "__consumer_offsets", timeout=10).topics["__consumer_offsets"]
+    node = md.partitions[partition_for(group, len(md.partitions))].leader
+    port = int(cluster.bootstrap.split(",")[node].rsplit(":", 1)[1])
+    conn = BrokerConnection(host, port)
+    await conn.connect()
+    try:
+        jg = REQUESTS[ApiKey.JOIN_GROUP]
+        return await conn.request(jg(group_id=group, session_timeout_ms=10000,
+                                     rebalance_timeout_ms=10000, member_id="",
+                                     protocol_type="consumer", protocols=[
+                                         jg.JoinGroupRequestProtocol(name="range", metadata=b"")]), 5)
+    finally:
+        await conn.aclose()
+
+
+def _kip848_produce_and_resume(cluster, topic, group):
+    """Write 30 more records, then a restarted KIP-848 member of the group reads (up to 40 s);
+    returns the (partition, offset) pairs it got."""
     p = Producer({"bootstrap.servers": cluster.bootstrap})
     for i in range(600, 630):
         p.produce(topic, str(i).encode(), partition=i % 6)
@@ -285,6 +271,48 @@ def test_kip848_consumer_protocol_with_librdkafka(cluster):
         if m is not None and not m.error():
             later.append((m.partition(), m.offset()))
     c.close()
+    return later
+
+
+def test_kip848_consumer_protocol_with_librdkafka(cluster):
+    """group.protocol=consumer (KIP-848): the coordinator assigns (uniform assignor) through
+    ConsumerGroupHeartbeat; three librdkafka members share the partitions with commit after
+    processing, every record is processed, the final assignments are disjoint and complete, a
+    classic JoinGroup for the same group is refused, and a restarted member resumes from the
+    committed offsets."""
+    import trio
+
+    from wire.errors import ErrorCode
+    topic, group = "grp-kip848", "g-kip848"
+    # The previous test SIGKILLs and restarts a broker; this one is about a steady cluster (the
+    # failover path is test_live_group_failover.py::test_kip848_group_keeps_its_epochs_*): wait
+    # until every __consumer_offsets partition has its full ISR again.
+    _wait_offsets_topic_fully_replicated(cluster)
+    _topic(cluster, topic)
+    seen, assignments, lock = [], {}, threading.Lock()
+    done = threading.Event()
+    stop = threading.Event()
+    threads = [threading.Thread(target=_kip848_member,
+                                args=(cluster, topic, group, f"m{i}", seen, assignments, lock,
+                                      done, stop))
+               for i in range(3)]
+    for t in threads:
+        t.start()
+    done.wait(90)
+    deadline = time.time() + 40
+    # wait for the settled state (see _kip848_all_hold_partitions)
+    while time.time() < deadline and not _kip848_all_hold_partitions(assignments):
+        time.sleep(0.2)
+    snapshot = {k: set(v) for k, v in assignments.items()}
+    joined = trio.run(_kip848_classic_join, cluster, group)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert len(set(seen)) == 600
+    owned = sorted(p for parts in snapshot.values() for p in parts)
+    assert owned == list(range(6)) and all(snapshot.values()), snapshot
+    assert joined.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    later = _kip848_produce_and_resume(cluster, topic, group)
     assert len(later) == 30 and not set(later) & set(seen)     # resumed from the commits
 
 
@@ -386,46 +414,73 @@ def test_kafka_python_three_members_join_and_leave(cluster):
     assert sorted(p for parts in settled.values() for p in parts) == list(range(6)), settled
 
 
+async def _aio_member(cluster, topic, group, name, seconds, stop, seen, history, final):
+    """One aiokafka member for `seconds` or until `stop`: record each assignment with its
+    generation in `history`, commit after each non-empty poll (a refusal during a rebalance means
+    redelivery), keep `final[name]` as its current assignment and drop it on leaving."""
+    from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+    c = AIOKafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id=group,
+                         auto_offset_reset="earliest", enable_auto_commit=False,
+                         session_timeout_ms=6000, heartbeat_interval_ms=500)
+
+    class Listener(ConsumerRebalanceListener):
+        async def on_partitions_revoked(self, revoked):
+            pass
+
+        async def on_partitions_assigned(self, assigned):
+            gen = c._coordinator.generation
+            history.append((gen, name, frozenset(tp.partition for tp in assigned)))
+    c.subscribe([topic], listener=Listener())
+    await c.start()
+    try:
+        end = time.time() + seconds
+        while time.time() < end and not stop.is_set():
+            batch = await c.getmany(timeout_ms=200)
+            for msgs in batch.values():
+                seen.extend((m.partition, m.offset) for m in msgs)
+            if batch:
+                try:
+                    await c.commit()
+                except Exception:  # noqa: BLE001 - refused during a rebalance
+                    pass
+            final[name] = {tp.partition for tp in c.assignment()}
+    finally:
+        final.pop(name, None)
+        await c.stop()
+
+
+async def _aio_produce_and_resume(cluster, topic, group, total):
+    """Write 30 more records, then a restarted aiokafka member of the group reads (up to 30 s);
+    returns the (partition, offset) pairs it got."""
+    from aiokafka import AIOKafkaConsumer
+    p = Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(total, total + 30):
+        p.produce(topic, str(i).encode(), partition=i % 6)
+    p.flush(30)
+    c = AIOKafkaConsumer(topic, bootstrap_servers=cluster.bootstrap, group_id=group,
+                         auto_offset_reset="earliest", enable_auto_commit=False)
+    await c.start()
+    got, end = [], time.time() + 30
+    try:
+        while len(got) < 30 and time.time() < end:
+            for msgs in (await c.getmany(timeout_ms=300)).values():
+                got.extend((m.partition, m.offset) for m in msgs)
+    finally:
+        await c.stop()
+    return got
+
+
 def test_aiokafka_three_members_join_and_leave(cluster):
     """The same with aiokafka: three members, one leaves and a new one joins while a producer
     writes; at least once, one owner per partition per generation, complete final ownership;
     then a restarted member resumes from the committed offsets."""
     import asyncio
-
-    from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
     topic, group, total = "grp-aio3", "g-aio3", 900
     _topic(cluster, topic, n=0)
     seen, history, final = [], [], {}
 
-    async def member(name, seconds, stop):
-        c = AIOKafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id=group,
-                             auto_offset_reset="earliest", enable_auto_commit=False,
-                             session_timeout_ms=6000, heartbeat_interval_ms=500)
-
-        class Listener(ConsumerRebalanceListener):
-            async def on_partitions_revoked(self, revoked):
-                pass
-
-            async def on_partitions_assigned(self, assigned):
-                gen = c._coordinator.generation
-                history.append((gen, name, frozenset(tp.partition for tp in assigned)))
-        c.subscribe([topic], listener=Listener())
-        await c.start()
-        try:
-            end = time.time() + seconds
-            while time.time() < end and not stop.is_set():
-                batch = await c.getmany(timeout_ms=200)
-                for msgs in batch.values():
-                    seen.extend((m.partition, m.offset) for m in msgs)
-                if batch:
-                    try:
-                        await c.commit()
-                    except Exception:  # noqa: BLE001 - refused during a rebalance
-                        pass
-                final[name] = {tp.partition for tp in c.assignment()}
-        finally:
-            final.pop(name, None)
-            await c.stop()
+    def member(name, seconds, stop):
+        return _aio_member(cluster, topic, group, name, seconds, stop, seen, history, final)
 
     async def main():
         stop = asyncio.Event()
@@ -448,22 +503,5 @@ def test_aiokafka_three_members_join_and_leave(cluster):
     assert len(set(seen)) == total
     _check_generations(history)
     assert sorted(p for parts in settled.values() for p in parts) == list(range(6)), settled
-
-    async def resume():
-        p = Producer({"bootstrap.servers": cluster.bootstrap})
-        for i in range(total, total + 30):
-            p.produce(topic, str(i).encode(), partition=i % 6)
-        p.flush(30)
-        c = AIOKafkaConsumer(topic, bootstrap_servers=cluster.bootstrap, group_id=group,
-                             auto_offset_reset="earliest", enable_auto_commit=False)
-        await c.start()
-        got, end = [], time.time() + 30
-        try:
-            while len(got) < 30 and time.time() < end:
-                for msgs in (await c.getmany(timeout_ms=300)).values():
-                    got.extend((m.partition, m.offset) for m in msgs)
-        finally:
-            await c.stop()
-        return got
-    later = asyncio.run(resume())
+    later = asyncio.run(_aio_produce_and_resume(cluster, topic, group, total))
     assert len(later) == 30 and not set(later) & set(seen)

@@ -98,6 +98,100 @@ def test_stranger_on_inter_node_ports_learns_nothing(secure):
 
 # -- fuzz while an authenticated client keeps working ----------------------------------------------
 
+def _produce_until(secure, topic, stop, delivered, failed):
+    """The authenticated client that must not notice the fuzzing: alice produces (idempotent,
+    acks=all) until `stop`; acknowledged values go to `delivered`, errors to `failed`."""
+    p = Producer({**secure.conf("alice", PASSWORD), "acks": "all",
+                  "enable.idempotence": True, "linger.ms": 5})
+    i = 0
+    while not stop.is_set():
+        p.produce(topic, b"%d" % i, on_delivery=lambda err, msg: (failed if err else delivered).append(
+            err or int(msg.value())))
+        i += 1
+        p.poll(0.01)
+    p.flush(30)
+
+
+def _fuzz_random_bytes(rng, ports, ca):
+    """1. random bytes, raw and inside TLS"""
+    for _ in range(40):
+        port, tls = rng.choice(ports)
+        try:
+            with _raw(port, tls and rng.random() < 0.5, ca) as sock:
+                sock.sendall(rng.randbytes(rng.randrange(1, 4096)))
+                _read_all(sock, 0.2)
+        except (OSError, ssl.SSLError):
+            pass
+
+
+def _truncated_sasl_exchanges(rng, ports):
+    """2. truncated SASL exchanges: handshake, then half a SaslAuthenticate, then hang up"""
+    hs = _frame(REQUESTS[ApiKey.SASL_HANDSHAKE](mechanism="SCRAM-SHA-512"), 1)
+    auth = ClientConnection(first_correlation_id=2).send_request(
+        REQUESTS[ApiKey.SASL_AUTHENTICATE](auth_bytes=b"n,,n=alice,r=abc"), 2)
+    for cut in range(0, len(auth), 7):
+        port, _ = rng.choice(ports[:3])
+        with _raw(port, False, None) as sock:
+            sock.sendall(hs + auth[:cut])
+            time.sleep(0.01)
+
+
+def _oversized_frames_refused_at_once(ports, ca):
+    """3. oversized pre-authentication frames are refused at once"""
+    for port, tls in ports:
+        with _raw(port, tls, ca) as sock:
+            t0 = time.monotonic()
+            sock.sendall(struct.pack(">i", 50 * 1024 * 1024) + b"\x00" * 1024)
+            assert _read_all(sock, 5) == b""
+            assert time.monotonic() - t0 < 3
+
+
+def _flood_beyond_connection_limit(layout):
+    """4. a flood from another address beyond max.connections.per.ip (120): at least 30 of 160
+    connections are refused (at connect, or closed by the broker)."""
+    flood, refused = [], 0
+    for _ in range(160):
+        try:
+            flood.append(_raw(layout.plain_port(0), False, None, source="127.0.0.2"))
+        except OSError:
+            refused += 1
+    # the broker accepts at its own pace: poll until the refused ones are seen closed
+    open_socks = list(flood)
+    for sock in open_socks:
+        sock.setblocking(False)
+    deadline = time.monotonic() + 10
+    while refused < 40 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        for sock in list(open_socks):
+            try:
+                if sock.recv(1) == b"":
+                    refused += 1
+                    open_socks.remove(sock)
+            except BlockingIOError:
+                pass
+            except OSError:
+                refused += 1
+                open_socks.remove(sock)
+    assert refused >= 30, f"only {refused} of 160 flood connections were refused"
+    for sock in flood:
+        sock.close()
+
+
+def _read_partition_zero(secure, topic, expected_count):
+    """Read the topic's partition 0 from the start as alice until expected_count values (or 30 s)."""
+    c = Consumer({**secure.conf("alice", PASSWORD), "group.id": "sec-fuzz-check",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    seen = []
+    deadline = time.monotonic() + 30
+    while len(seen) < expected_count and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            seen.append(int(m.value()))
+    c.close()
+    return seen
+
+
 def test_fuzz_and_floods_do_not_disturb_authenticated_clients(secure):
     import random
     import threading
@@ -107,75 +201,15 @@ def test_fuzz_and_floods_do_not_disturb_authenticated_clients(secure):
     layout = secure.layout
     stop = threading.Event()
     delivered, failed = [], []
-
-    def produce_loop():
-        p = Producer({**secure.conf("alice", PASSWORD), "acks": "all",
-                      "enable.idempotence": True, "linger.ms": 5})
-        i = 0
-        while not stop.is_set():
-            p.produce(topic, b"%d" % i, on_delivery=lambda err, msg: (failed if err else delivered).append(
-                err or int(msg.value())))
-            i += 1
-            p.poll(0.01)
-        p.flush(30)
-
-    worker = threading.Thread(target=produce_loop)
+    worker = threading.Thread(target=_produce_until, args=(secure, topic, stop, delivered, failed))
     worker.start()
     try:
         ports = [(layout.plain_port(b), False) for b in range(3)] + \
                 [(layout.broker_port(b), True) for b in range(3)]
-        # 1. random bytes, raw and inside TLS
-        for _ in range(40):
-            port, tls = rng.choice(ports)
-            try:
-                with _raw(port, tls and rng.random() < 0.5, secure.ca) as sock:
-                    sock.sendall(rng.randbytes(rng.randrange(1, 4096)))
-                    _read_all(sock, 0.2)
-            except (OSError, ssl.SSLError):
-                pass
-        # 2. truncated SASL exchanges: handshake, then half a SaslAuthenticate, then hang up
-        hs = _frame(REQUESTS[ApiKey.SASL_HANDSHAKE](mechanism="SCRAM-SHA-512"), 1)
-        auth = ClientConnection(first_correlation_id=2).send_request(
-            REQUESTS[ApiKey.SASL_AUTHENTICATE](auth_bytes=b"n,,n=alice,r=abc"), 2)
-        for cut in range(0, len(auth), 7):
-            port, _ = rng.choice(ports[:3])
-            with _raw(port, False, None) as sock:
-                sock.sendall(hs + auth[:cut])
-                time.sleep(0.01)
-        # 3. oversized pre-authentication frames are refused at once
-        for port, tls in ports:
-            with _raw(port, tls, secure.ca) as sock:
-                t0 = time.monotonic()
-                sock.sendall(struct.pack(">i", 50 * 1024 * 1024) + b"\x00" * 1024)
-                assert _read_all(sock, 5) == b""
-                assert time.monotonic() - t0 < 3
-        # 4. a flood from another address beyond max.connections.per.ip (120)
-        flood, refused = [], 0
-        for _ in range(160):
-            try:
-                flood.append(_raw(layout.plain_port(0), False, None, source="127.0.0.2"))
-            except OSError:
-                refused += 1
-        # the broker accepts at its own pace: poll until the refused ones are seen closed
-        open_socks = list(flood)
-        for sock in open_socks:
-            sock.setblocking(False)
-        deadline = time.monotonic() + 10
-        while refused < 40 and time.monotonic() < deadline:
-            time.sleep(0.2)
-            for sock in list(open_socks):
-                try:
-                    if sock.recv(1) == b"":
-                        refused += 1
-                        open_socks.remove(sock)
-                except BlockingIOError:
-                    pass
-                except OSError:
-                    refused += 1
-                    open_socks.remove(sock)
-        assert refused >= 30, f"only {refused} of 160 flood connections were refused"
-        for sock in flood:
-            sock.close()
+        _fuzz_random_bytes(rng, ports, secure.ca)
+        _truncated_sasl_exchanges(rng, ports)
+        _oversized_frames_refused_at_once(ports, secure.ca)
+        _flood_beyond_connection_limit(layout)
         time.sleep(1.0)
     finally:
         stop.set()
@@ -183,14 +217,5 @@ def test_fuzz_and_floods_do_not_disturb_authenticated_clients(secure):
     assert not failed, failed[:5]
     assert len(delivered) > 50
     # nothing lost: everything acknowledged is in the log, exactly once
-    c = Consumer({**secure.conf("alice", PASSWORD), "group.id": "sec-fuzz-check",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, 0, 0)])
-    seen = []
-    deadline = time.monotonic() + 30
-    while len(seen) < len(delivered) and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is not None and not m.error():
-            seen.append(int(m.value()))
-    c.close()
+    seen = _read_partition_zero(secure, topic, len(delivered))
     assert sorted(seen) == sorted(delivered)
