@@ -162,9 +162,10 @@ def test_heartbeats_ask_to_stay_fenced_until_the_broker_is_ready():
 async def test_a_big_metadata_batch_is_replayed_off_the_event_loop():
     """A controlled shutdown at 30,000 partitions is a fetched batch of ~30,000 records; its
     replay (decode, apply to the image) held the broker's event loop for a quarter of a second
-    and more. Big batches now go to a worker thread: a task ticking on the loop meanwhile is
-    never held for long (the GIL hands over every 5 ms), where it would wait the whole replay
-    on the loop. The result is the same image either way."""
+    and more. Big batches now go to a worker thread: a task ticking on the loop keeps ticking
+    meanwhile (the GIL hands over every 5 ms of the replay's CPU time, however the machine is
+    loaded), where on the loop it cannot tick at all until the replay is over. The result is
+    the same image either way."""
     import trio
 
     from partition_server import controller_client as cc
@@ -175,25 +176,20 @@ async def test_a_big_metadata_batch_is_replayed_off_the_event_loop():
     on_loop = ControllerClient(0, {3000: ("127.0.0.1", 1)}, "127.0.0.1", 9092, None)
     on_loop._replay(data)
     c = ControllerClient(0, {3000: ("127.0.0.1", 1)}, "127.0.0.1", 9092, None)
-    gaps = []
+    ticks = [0]
 
-    async def ticker(done):
-        last = trio.current_time()
-        while not done.is_set():
-            await trio.sleep(0.002)
-            now = trio.current_time()
-            gaps.append(now - last)
-            last = now
+    async def ticker():
+        while True:
+            await trio.sleep(0.001)
+            ticks[0] += 1
 
-    done = trio.Event()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(ticker, done)
+        nursery.start_soon(ticker)
         await trio.sleep(0.01)
-        started = trio.current_time()
+        before = ticks[0]
         new = await c._replay_fetched(data)
-        took = trio.current_time() - started
-        done.set()
+        during = ticks[0] - before
+        nursery.cancel_scope.cancel()
     assert new is c.image and c.image.offset == len(names) - 1
     assert set(c.image.topics) == set(on_loop.image.topics)
-    assert took > 0.05                                  # big enough to matter
-    assert max(gaps) < took / 2, (max(gaps), took)
+    assert during >= 3, during
