@@ -124,12 +124,13 @@ class ControllerClient:
 
     async def call_active(self, message, timeout_s: float = 10.0, error_of=None,
                           version: int | None = None, pool: dict | None = None,
-                          doubt: list | None = None):
+                          doubt: list | None = None, trail: list | None = None):
         """Send to the active controller, trying voters in turn on NOT_CONTROLLER/failure.
         `doubt`: each voter a request was sent to and then got no answer (timed out, connection
         lost) is appended — that request may still take effect, so a later attempt's answer may
         be its doing (a retried CreateTopics answered TOPIC_ALREADY_EXISTS by its own first
-        try)."""
+        try). `trail`: what each voter tried did, in order ("3000: no answer after sending"),
+        for the log line of a call that failed."""
         if version is None:
             version = VERSIONS[message.API_KEY]
         # the voters believed inactive or unreachable last: the longest-failed-ago first
@@ -139,30 +140,36 @@ class ControllerClient:
         started = trio.current_time()
         try:
             return await self._call_in_turn(order, message, version, timeout_s, error_of, pool,
-                                            doubt)
+                                            doubt, [] if trail is None else trail)
         finally:        # a forwarded admin request waits on the quorum (RemoteTimeMs)
             add_remote_time(trio.current_time() - started)
 
-    async def _call_in_turn(self, order, message, version, timeout_s, error_of, pool, doubt):
-        voter = None
+    async def _call_in_turn(self, order, message, version, timeout_s, error_of, pool, doubt,
+                            trail: list):
+        voter, stage = None, ""
         with trio.move_on_after(timeout_s):
             while True:
                 for voter in order:
                     try:
+                        stage = "while connecting"
                         conn = await self._conn(voter, pool)
-                    except (ConnectionClosed, OSError, DecodeError, trio.TooSlowError):
+                    except (ConnectionClosed, OSError, DecodeError, trio.TooSlowError) as exc:
+                        trail.append(f"{voter}: could not connect ({type(exc).__name__})")
                         self._failed_at[voter] = trio.current_time()
                         await self._drop(voter, pool)
                         continue
                     try:
+                        stage = "after sending"
                         resp = await conn.request(message, version, timeout_s=5)
-                    except (ConnectionClosed, OSError, DecodeError, trio.TooSlowError):
+                    except (ConnectionClosed, OSError, DecodeError, trio.TooSlowError) as exc:
+                        trail.append(f"{voter}: no answer ({type(exc).__name__})")
                         self._failed_at[voter] = trio.current_time()
                         if doubt is not None:
                             doubt.append(voter)
                         await self._drop(voter, pool)
                         continue
                     if error_of is not None and error_of(resp) == ErrorCode.NOT_CONTROLLER:
+                        trail.append(f"{voter}: NOT_CONTROLLER")
                         continue
                     self._heard_at[voter] = trio.current_time()
                     self._active_hint = voter
@@ -180,6 +187,7 @@ class ControllerClient:
             # a busy active controller; the hint moved, the next heartbeat went to the two
             # followers first (NOT_CONTROLLER, seconds on loaded machines), and a live broker
             # was fenced.
+            trail.append(f"{voter}: no answer in time ({stage})")
             now = trio.current_time()
             self._failed_at[voter] = now
             if voter == self._active_hint and \
@@ -251,15 +259,18 @@ class ControllerClient:
                           offline_log_dirs=self.offline_log_dir_ids())
             report = self._load_report(req)
             self._log_info_report(req)
+            trail: list = []
             try:
                 resp = await self.call_active(req, timeout_s=self.heartbeat_interval_s * 2,
                                               error_of=lambda r: r.error_code,
-                                              pool=self._heartbeat_conns)
+                                              pool=self._heartbeat_conns, trail=trail)
             except ControllerUnavailable:
                 # the controller fences a broker whose heartbeat connection closed and no
-                # heartbeat follows soon: say so, a fencing after this is explained here
-                log.warning("heartbeat not answered within %.1f s; trying again",
-                            self.heartbeat_interval_s * 2)
+                # heartbeat follows soon: say so, a fencing after this is explained here, and
+                # say what each voter did (a session that lapses although heartbeats were sent
+                # reads differently from one whose heartbeats never got out)
+                log.warning("heartbeat not answered within %.1f s; trying again (%s)",
+                            self.heartbeat_interval_s * 2, "; ".join(trail) or "no voter")
                 await trio.sleep(0.2)
                 continue
             if report is not None and resp.error_code == ErrorCode.NONE:

@@ -193,3 +193,77 @@ async def test_a_big_metadata_batch_is_replayed_off_the_event_loop():
     assert new is c.image and c.image.offset == len(names) - 1
     assert set(c.image.topics) == set(on_loop.image.topics)
     assert during >= 3, during
+
+
+async def test_a_failed_call_says_what_each_voter_did():
+    """A heartbeat that no voter answers in time is logged with what each one did: a session
+    that lapses although heartbeats were sent (a controller too busy to read them) reads
+    differently from one whose heartbeats never got out (nothing listening, only followers,
+    a new connection whose first request, ApiVersions, was never answered)."""
+    import functools
+    import socket
+
+    import pytest
+    import trio
+
+    from partition_server.controller_client import ControllerUnavailable
+    from wire.connection import ServerConnection
+    from wire.errors import ErrorCode
+    from wire.messages.api_keys import ApiKey
+    from wire.messages.index_generated import REQUESTS, RESPONSES
+
+    def controller(active: bool):
+        """A fake voter: answers ApiVersions; heartbeats get NOT_CONTROLLER from a follower,
+        nothing from the (too busy) active one."""
+        async def serve(stream):
+            conn = ServerConnection({ApiKey.API_VERSIONS: (0, 3),
+                                     ApiKey.BROKER_HEARTBEAT: (0, 1)})
+            while data := await stream.receive_some(65536):
+                conn.receive_data(data)
+                while (req := conn.next_request()) is not None:
+                    if req.api_key == ApiKey.API_VERSIONS:
+                        v = RESPONSES[ApiKey.API_VERSIONS].ApiVersion
+                        resp = RESPONSES[ApiKey.API_VERSIONS](error_code=0, api_keys=[
+                            v(api_key=ApiKey.BROKER_HEARTBEAT, min_version=0, max_version=1)])
+                    elif active:
+                        continue                        # read, never answered
+                    else:
+                        resp = RESPONSES[ApiKey.BROKER_HEARTBEAT](
+                            error_code=ErrorCode.NOT_CONTROLLER)
+                    await stream.send_all(b"".join(conn.send_response_chunks(req, resp)))
+        return serve
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    dead_port = closed.getsockname()[1]
+    closed.close()                           # nothing listens there: connecting is refused
+    silent = trio.socket.socket()
+    await silent.bind(("127.0.0.1", 0))
+    silent.listen()                          # the kernel accepts; no ApiVersions answer ever
+    req = REQUESTS[ApiKey.BROKER_HEARTBEAT](broker_id=0, broker_epoch=1,
+                                            current_metadata_offset=0)
+    async with trio.open_nursery() as nursery:
+        ports = []
+        for active in (False, True):
+            listeners = await nursery.start(functools.partial(
+                trio.serve_tcp, controller(active), 0, host="127.0.0.1"))
+            ports.append(listeners[0].socket.getsockname()[1])
+        c = ControllerClient(0, {3000: ("127.0.0.1", dead_port), 3001: ("127.0.0.1", ports[0]),
+                                 3002: ("127.0.0.1", ports[1])}, "127.0.0.1", 9092, None)
+        c._active_hint = 3000
+        trail: list = []
+        with pytest.raises(ControllerUnavailable):
+            await c.call_active(req, timeout_s=1.0, error_of=lambda r: r.error_code,
+                                trail=trail)
+        assert trail[0].startswith("3000: could not connect"), trail
+        assert "3001: NOT_CONTROLLER" in trail, trail
+        assert trail[-1] == "3002: no answer in time (after sending)", trail
+        c = ControllerClient(0, {3003: ("127.0.0.1", silent.getsockname()[1])},
+                             "127.0.0.1", 9092, None)
+        trail = []
+        with pytest.raises(ControllerUnavailable):
+            await c.call_active(req, timeout_s=1.0, error_of=lambda r: r.error_code,
+                                trail=trail)
+        assert trail == ["3003: no answer in time (while connecting)"], trail
+        nursery.cancel_scope.cancel()
+    silent.close()
