@@ -245,6 +245,18 @@ def test_fatal_errors(code):
 
 # -- against the broker's coordinator state machine ----------------------------------------------
 
+
+def _answer(coord, hb, topics, now):
+    """The coordinator's answer to a member's ConsumerGroupHeartbeat `hb` (group "g")."""
+    owned = None if hb.topic_partitions is None else {t: list(ps) for t, ps in
+                                                      hb.topic_partitions.items()}
+    return coord.heartbeat("g", hb.member_id, hb.member_epoch, instance_id=hb.instance_id,
+                           rebalance_timeout_ms=hb.rebalance_timeout_ms,
+                           subscribed_names=hb.subscribed_topic_names,
+                           subscribed_regex=hb.subscribed_topic_regex,
+                           server_assignor=hb.server_assignor, owned=owned,
+                           topics=topics, now_ms=now)
+
 class Group:
     """Members and the real coordinator state machine, heartbeats passed by hand."""
 
@@ -265,14 +277,7 @@ class Group:
         hb = m.heartbeat_request(self.now)
         if hb is None:
             return
-        owned = None if hb.topic_partitions is None else {t: list(ps) for t, ps in
-                                                          hb.topic_partitions.items()}
-        r = self.coord.heartbeat("g", hb.member_id, hb.member_epoch, instance_id=hb.instance_id,
-                                 rebalance_timeout_ms=hb.rebalance_timeout_ms,
-                                 subscribed_names=hb.subscribed_topic_names,
-                                 subscribed_regex=hb.subscribed_topic_regex,
-                                 server_assignor=hb.server_assignor, owned=owned,
-                                 topics=self.topics, now_ms=self.now)
+        r = _answer(self.coord, hb, self.topics, self.now)
         m.on_response(self.now, r.error, r.message, r.member_id, r.member_epoch,
                       self.coord.heartbeat_interval_ms,
                       None if r.assignment is None else {t: list(p) for t, p in
@@ -386,14 +391,7 @@ class _ChurnSim:
     def deliver(self, key, hb):
         """The coordinator handles hb; the answer goes back to the member if it is still there."""
         m = self.members.get(key)
-        owned = None if hb.topic_partitions is None else {t: list(ps) for t, ps in
-                                                          hb.topic_partitions.items()}
-        r = self.coord.heartbeat("g", hb.member_id, hb.member_epoch, instance_id=hb.instance_id,
-                                 rebalance_timeout_ms=hb.rebalance_timeout_ms,
-                                 subscribed_names=hb.subscribed_topic_names,
-                                 subscribed_regex=hb.subscribed_topic_regex,
-                                 server_assignor=hb.server_assignor, owned=owned,
-                                 topics=self.topics, now_ms=self.now)
+        r = _answer(self.coord, hb, self.topics, self.now)
         if m is not None:
             m.on_response(self.now, r.error, r.message, r.member_id, r.member_epoch, 100,
                           None if r.assignment is None else {t: list(p) for t, p in

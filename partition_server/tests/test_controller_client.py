@@ -38,7 +38,7 @@ async def test_waiters_wake_once_the_broker_has_applied_the_image():
 
     from partition_server.handlers.admin import _await_metadata
     from wire.messages.api_keys import ApiKey
-    from wire.messages.index_generated import REQUESTS, RESPONSES
+    from wire.messages.index_generated import RESPONSES
 
     c = ControllerClient(0, {3000: ("127.0.0.1", 1)}, "127.0.0.1", 9092, None)
     fr = RESPONSES[ApiKey.FETCH]
@@ -195,6 +195,33 @@ async def test_a_big_metadata_batch_is_replayed_off_the_event_loop():
     assert during >= 3, during
 
 
+def _fake_voter(active: bool):
+    """A fake controller voter (a trio.serve_tcp handler): answers ApiVersions; heartbeats
+    get NOT_CONTROLLER from a follower, nothing from the (too busy) active one."""
+    from wire.connection import ServerConnection
+    from wire.errors import ErrorCode
+    from wire.messages.api_keys import ApiKey
+    from wire.messages.index_generated import RESPONSES
+
+    async def serve(stream):
+        conn = ServerConnection({ApiKey.API_VERSIONS: (0, 3),
+                                 ApiKey.BROKER_HEARTBEAT: (0, 1)})
+        while data := await stream.receive_some(65536):
+            conn.receive_data(data)
+            while (req := conn.next_request()) is not None:
+                if req.api_key == ApiKey.API_VERSIONS:
+                    v = RESPONSES[ApiKey.API_VERSIONS].ApiVersion
+                    resp = RESPONSES[ApiKey.API_VERSIONS](error_code=0, api_keys=[
+                        v(api_key=ApiKey.BROKER_HEARTBEAT, min_version=0, max_version=1)])
+                elif active:
+                    continue                        # read, never answered
+                else:
+                    resp = RESPONSES[ApiKey.BROKER_HEARTBEAT](
+                        error_code=ErrorCode.NOT_CONTROLLER)
+                await stream.send_all(b"".join(conn.send_response_chunks(req, resp)))
+    return serve
+
+
 async def test_a_failed_call_says_what_each_voter_did():
     """A heartbeat that no voter answers in time is logged with what each one did: a session
     that lapses although heartbeats were sent (a controller too busy to read them) reads
@@ -207,31 +234,8 @@ async def test_a_failed_call_says_what_each_voter_did():
     import trio
 
     from partition_server.controller_client import ControllerUnavailable
-    from wire.connection import ServerConnection
-    from wire.errors import ErrorCode
     from wire.messages.api_keys import ApiKey
-    from wire.messages.index_generated import REQUESTS, RESPONSES
-
-    def controller(active: bool):
-        """A fake voter: answers ApiVersions; heartbeats get NOT_CONTROLLER from a follower,
-        nothing from the (too busy) active one."""
-        async def serve(stream):
-            conn = ServerConnection({ApiKey.API_VERSIONS: (0, 3),
-                                     ApiKey.BROKER_HEARTBEAT: (0, 1)})
-            while data := await stream.receive_some(65536):
-                conn.receive_data(data)
-                while (req := conn.next_request()) is not None:
-                    if req.api_key == ApiKey.API_VERSIONS:
-                        v = RESPONSES[ApiKey.API_VERSIONS].ApiVersion
-                        resp = RESPONSES[ApiKey.API_VERSIONS](error_code=0, api_keys=[
-                            v(api_key=ApiKey.BROKER_HEARTBEAT, min_version=0, max_version=1)])
-                    elif active:
-                        continue                        # read, never answered
-                    else:
-                        resp = RESPONSES[ApiKey.BROKER_HEARTBEAT](
-                            error_code=ErrorCode.NOT_CONTROLLER)
-                    await stream.send_all(b"".join(conn.send_response_chunks(req, resp)))
-        return serve
+    from wire.messages.index_generated import REQUESTS
 
     closed = socket.socket()
     closed.bind(("127.0.0.1", 0))
@@ -246,7 +250,7 @@ async def test_a_failed_call_says_what_each_voter_did():
         ports = []
         for active in (False, True):
             listeners = await nursery.start(functools.partial(
-                trio.serve_tcp, controller(active), 0, host="127.0.0.1"))
+                trio.serve_tcp, _fake_voter(active), 0, host="127.0.0.1"))
             ports.append(listeners[0].socket.getsockname()[1])
         c = ControllerClient(0, {3000: ("127.0.0.1", dead_port), 3001: ("127.0.0.1", ports[0]),
                                  3002: ("127.0.0.1", ports[1])}, "127.0.0.1", 9092, None)

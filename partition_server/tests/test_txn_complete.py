@@ -93,18 +93,25 @@ async def wait_for(condition, timeout_s: float = 10) -> None:
             await trio.sleep(0.001)
 
 
+async def start_transaction(c: Cluster, nursery) -> tuple[int, int]:
+    """Run the coordinator and the follower in `nursery`; "tx" gets a producer id and an
+    Ongoing transaction on t-0. Returns (producer id, epoch)."""
+    nursery.start_soon(c.txn.run)
+    nursery.start_soon(c.follow)
+    await wait_for(lambda: c.txn._nursery is not None)
+    err, pid, epoch = await c.txn.init_producer_id("tx", 60000, -1, -1)
+    assert err == ErrorCode.NONE
+    assert await c.txn.add_partitions("tx", pid, epoch, [("t", 0)]) == ErrorCode.NONE
+    return pid, epoch
+
+
 async def test_complete_is_not_awaited_and_a_lost_one_is_redone(tmp_path):
     c = Cluster(tmp_path)
     txn = c.txn
     woken_at = []          # the state log's end at each wake-up of its followers' long polls
     c.purgatory.watch([TXN_KEY], lambda key: woken_at.append(c.state_log().log.log_end_offset))
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(txn.run)
-        nursery.start_soon(c.follow)
-        await wait_for(lambda: txn._nursery is not None)
-        err, pid, epoch = await txn.init_producer_id("tx", 60000, -1, -1)
-        assert err == ErrorCode.NONE
-        assert await txn.add_partitions("tx", pid, epoch, [("t", 0)]) == ErrorCode.NONE
+        pid, epoch = await start_transaction(c, nursery)
         # records so far: 0 Empty, 1 Ongoing; PrepareCommit will be 2, CompleteCommit 3.
         # The follower stops short of CompleteCommit: it can never be committed here.
         c.follower_limit = 3

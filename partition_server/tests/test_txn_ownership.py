@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import trio
 
-from partition_server.tests.test_txn_complete import TXN_TOPIC, Cluster, wait_for
+from partition_server.tests.test_txn_complete import (TXN_TOPIC, Cluster, start_transaction,
+                                                       wait_for)
 from wire.errors import ErrorCode
 
 
@@ -26,12 +27,7 @@ async def test_requests_that_waited_ask_again_whether_the_id_is_still_ours(tmp_p
     c = Cluster(tmp_path)
     txn = c.txn
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(txn.run)
-        nursery.start_soon(c.follow)
-        await wait_for(lambda: txn._nursery is not None)
-        err, pid, epoch = await txn.init_producer_id("tx", 60000, -1, -1)
-        assert err == ErrorCode.NONE
-        assert await txn.add_partitions("tx", pid, epoch, [("t", 0)]) == ErrorCode.NONE
+        pid, epoch = await start_transaction(c, nursery)
 
         # the previous transaction's markers are still being written (held by the test)
         markers_done = txn.completing["tx"] = trio.Event()
