@@ -18,7 +18,10 @@ per connection, because it is a property of the node (every link it opens), like
 
 from __future__ import annotations
 
+import fcntl
 import math
+import struct
+import termios
 
 import trio
 
@@ -167,6 +170,28 @@ class BrokerConnection:
             if not chunk:
                 raise ConnectionClosed(f"{self.host}:{self.port} closed the connection")
             self._conn.receive_data(chunk)
+
+    @property
+    def busy(self) -> bool:
+        """A request is in flight (or waiting its turn) on this connection."""
+        return self._lock.locked()
+
+    def all_acknowledged(self) -> bool:
+        """Every byte written has been acknowledged by the peer's kernel (Linux SIOCOUTQ, the
+        bytes sent but not yet acknowledged, is 0). A peer that is up but whose process is slow
+        to read (a busy event loop, SIGSTOP) has the request in its socket and reads it at its
+        next turn; a peer cut off (packets dropped) or gone has not acknowledged it. False
+        when it cannot tell."""
+        stream = self._stream
+        sock = getattr(stream, "socket", None) or getattr(
+            getattr(stream, "transport_stream", None), "socket", None)      # under TLS
+        if sock is None:
+            return False
+        try:
+            queued = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+        except (OSError, ValueError):
+            return False
+        return struct.unpack("i", queued)[0] == 0
 
     async def aclose(self) -> None:
         stream, self._stream = self._stream, None

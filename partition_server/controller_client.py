@@ -26,6 +26,7 @@ from common.request_metrics import add_remote_time
 from common.security import PLAINTEXT, ClientSecurity
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.records import MetadataRecordError, decode_record
+from partition_server.heartbeat_exchange import FAILURES, Exchange
 from partition_server.load_report import LoadReporter, by_topic
 from partition_server.replica_log_info import by_topic as log_info_by_topic
 from wire.errors import DecodeError, ErrorCode
@@ -49,6 +50,12 @@ VERSIONS = {1: 12, 19: 7, 20: 6, 30: 3, 31: 3, 33: 2, 37: 3, 43: 2, 44: 1, 55: 2
 
 class ControllerUnavailable(Exception):
     """No voter accepted the request in time."""
+
+
+def _at(exc: BaseException, stage: str) -> BaseException:
+    """`exc`, marked with the stage of the call it ended ("while connecting", "after sending")."""
+    exc.stage = stage
+    return exc
 
 
 class ControllerClient:
@@ -87,6 +94,9 @@ class ControllerClient:
         # heartbeats only: the controller fences a broker soon after this connection closes
         # (metadata_quorum/service.py), so no other request's timeout may close it
         self._heartbeat_conns: dict[int, BrokerConnection] = {}
+        # heartbeats that outlived their call at a voter that has them (heartbeat_exchange.py)
+        self._parked: dict[int, Exchange] = {}
+        self._last_stage = ""             # where the last Exchange was when its call ended
         self.image_changed = trio.Event()
         # the balancer's load report (load_report.py): sizes of the partitions led here, set by
         # the broker; None sends no report
@@ -124,48 +134,59 @@ class ControllerClient:
 
     async def call_active(self, message, timeout_s: float = 10.0, error_of=None,
                           version: int | None = None, pool: dict | None = None,
-                          doubt: list | None = None, trail: list | None = None):
+                          doubt: list | None = None, trail: list | None = None,
+                          park: trio.Nursery | None = None):
         """Send to the active controller, trying voters in turn on NOT_CONTROLLER/failure.
         `doubt`: each voter a request was sent to and then got no answer (timed out, connection
         lost) is appended — that request may still take effect, so a later attempt's answer may
         be its doing (a retried CreateTopics answered TOPIC_ALREADY_EXISTS by its own first
         try). `trail`: what happened at each voter tried, in order ("3000: NOT_CONTROLLER"),
-        for the log line of a call that failed."""
+        for the log line of a call that failed. `park` (heartbeats): a nursery in which a
+        request that outlives the call at a voter that has it waits on for its answer
+        (heartbeat_exchange.py)."""
         if version is None:
             version = VERSIONS[message.API_KEY]
         # the voters believed inactive or unreachable last: the longest-failed-ago first
         order = [self._active_hint] + sorted(
             (v for v in self.voters if v != self._active_hint),
             key=lambda v: self._failed_at.get(v, 0.0))
+        if park is not None:
+            self._collect_parked(pool, error_of)
+            # the others are asked first: a voter that has not answered the last heartbeat
+            # yet may be paused, and a controller elected in its place must hear from us
+            order = [v for v in order if v not in self._parked] + \
+                [v for v in order if v in self._parked]
         started = trio.current_time()
         try:
             return await self._call_in_turn(order, message, version, timeout_s, error_of, pool,
-                                            doubt, [] if trail is None else trail)
+                                            doubt, [] if trail is None else trail, park)
         finally:        # a forwarded admin request waits on the quorum (RemoteTimeMs)
             add_remote_time(trio.current_time() - started)
 
     async def _call_in_turn(self, order, message, version, timeout_s, error_of, pool, doubt,
-                            trail: list):
+                            trail: list, park):
         voter, stage = None, ""
         with trio.move_on_after(timeout_s):
             while True:
                 for voter in order:
+                    stage = "while connecting"
                     try:
-                        stage = "while connecting"
-                        conn = await self._conn(voter, pool)
-                    except (ConnectionClosed, OSError, DecodeError, trio.TooSlowError) as exc:
-                        trail.append(f"{voter}: could not connect ({type(exc).__name__})")
+                        if park is None:
+                            conn = await self._conn(voter, pool)
+                            stage = "after sending"
+                            resp = await conn.request(message, version, timeout_s=5)
+                        else:
+                            resp = await self._exchange(voter, message, version, pool, park,
+                                                        error_of)
+                    except FAILURES as exc:
+                        stage = getattr(exc, "stage", stage)
+                        if stage == "while connecting":
+                            trail.append(f"{voter}: could not connect ({type(exc).__name__})")
+                        else:
+                            trail.append(f"{voter}: no answer ({type(exc).__name__})")
+                            if doubt is not None:
+                                doubt.append(voter)
                         self._failed_at[voter] = trio.current_time()
-                        await self._drop(voter, pool)
-                        continue
-                    try:
-                        stage = "after sending"
-                        resp = await conn.request(message, version, timeout_s=5)
-                    except (ConnectionClosed, OSError, DecodeError, trio.TooSlowError) as exc:
-                        trail.append(f"{voter}: no answer ({type(exc).__name__})")
-                        self._failed_at[voter] = trio.current_time()
-                        if doubt is not None:
-                            doubt.append(voter)
                         await self._drop(voter, pool)
                         continue
                     if error_of is not None and error_of(resp) == ErrorCode.NOT_CONTROLLER:
@@ -177,8 +198,15 @@ class ControllerClient:
                     return resp
                 await trio.sleep(0.1)
         if voter is not None:
-            # The budget ran out on `voter`. One that is cut off (packets dropped, no reset)
-            # fails no faster than a heartbeat's whole budget (2 intervals): if every call
+            # The budget ran out on `voter`.
+            if voter in self._parked:
+                # it has the request and will read it: slow, not cut off; the hint stays
+                trail.append(f"{voter}: no answer in time (it has the request; still waiting)")
+                raise ControllerUnavailable("no active controller answered")
+            if park is not None and self._last_stage:
+                stage = self._last_stage
+            # One that is cut off (packets dropped, no reset) fails no faster than a
+            # heartbeat's whole budget (2 intervals): if every call
             # started with it, none reached the controller elected in its place and the brokers
             # were fenced (issue 20's netfaults test). It goes last; the next call starts with
             # the voter that failed longest ago. Unless it answered another call as the active
@@ -195,6 +223,70 @@ class ControllerClient:
                 self._active_hint = min((v for v in self.voters if v != voter),
                                         key=lambda v: self._failed_at.get(v, 0.0), default=voter)
         raise ControllerUnavailable("no active controller answered")
+
+    async def _exchange(self, voter: int, message, version: int, pool: dict,
+                        park: trio.Nursery, error_of):
+        """`message` to `voter` as an Exchange in `park` (connecting first if `pool` has no
+        connection to it). An earlier request parked there is waited on first: its answer
+        frees the connection (NOT_CONTROLLER is returned: the voter is not active). A failure
+        raised carries `stage`."""
+        parked = self._parked.pop(voter, None)
+        if parked is not None and parked.message is not message:
+            earlier = await self._wait_for(voter, parked, pool)
+            if error_of is not None and error_of(earlier) == ErrorCode.NOT_CONTROLLER:
+                return earlier
+            parked = None
+        if parked is None:
+            conn = pool.get(voter)
+            if conn is None:
+                if voter not in self.voters:         # removed from the quorum since chosen
+                    raise _at(OSError(f"controller {voter} is no longer a voter"),
+                              "while connecting")
+                host, port = self.voters[voter]
+                conn = BrokerConnection(host, port, client_id=f"broker-{self.broker_id}",
+                                        security=self.security)
+                parked = Exchange(conn, message, version,
+                                  on_connected=lambda: pool.__setitem__(voter, conn))
+            else:
+                parked = Exchange(conn, message, version)
+            park.start_soon(parked.run)
+        return await self._wait_for(voter, parked, pool)
+
+    async def _wait_for(self, voter: int, exchange: Exchange, pool: dict):
+        """`exchange`'s answer. When the call's time runs out first, it is parked if the voter
+        has acknowledged the bytes, else given up (its connection closed)."""
+        try:
+            await exchange.done.wait()
+        finally:
+            self._last_stage = exchange.stage
+            if not exchange.done.is_set():
+                if exchange.conn.all_acknowledged():
+                    self._parked[voter] = exchange
+                else:
+                    exchange.cancel()
+                    if pool.get(voter) is exchange.conn:
+                        del pool[voter]
+        if exchange.error is not None:
+            if pool.get(voter) is exchange.conn:
+                del pool[voter]                 # closed by its failure
+            raise _at(exchange.error, exchange.stage)
+        return exchange.response
+
+    def _collect_parked(self, pool: dict, error_of) -> None:
+        """Answers that came for parked heartbeats between calls: who is active, who failed."""
+        now = trio.current_time()
+        for voter, exchange in list(self._parked.items()):
+            if not exchange.done.is_set():
+                continue
+            del self._parked[voter]
+            if exchange.error is not None:
+                self._failed_at[voter] = now
+                if pool.get(voter) is exchange.conn:
+                    del pool[voter]
+            elif error_of is None or error_of(exchange.response) != ErrorCode.NOT_CONTROLLER:
+                self._heard_at[voter] = now
+                self._active_hint = voter
+                self._failed_at.pop(voter, None)
 
     # -- registration and heartbeats ----------------------------------------------------------
 
@@ -250,6 +342,10 @@ class ControllerClient:
             self._heartbeat_now = trio.Event()
 
     async def heartbeat_loop(self, on_state: Callable[[], None]) -> None:
+        async with trio.open_nursery() as park:     # heartbeats that outlive their call
+            await self._heartbeats(on_state, park)
+
+    async def _heartbeats(self, on_state: Callable[[], None], park: trio.Nursery) -> None:
         req_cls = REQUESTS[ApiKey.BROKER_HEARTBEAT]
         while True:
             req = req_cls(broker_id=self.broker_id, broker_epoch=self.broker_epoch,
@@ -263,7 +359,8 @@ class ControllerClient:
             try:
                 resp = await self.call_active(req, timeout_s=self.heartbeat_interval_s * 2,
                                               error_of=lambda r: r.error_code,
-                                              pool=self._heartbeat_conns, trail=trail)
+                                              pool=self._heartbeat_conns, trail=trail,
+                                              park=park)
             except ControllerUnavailable:
                 # the controller fences a broker whose heartbeat connection closed and no
                 # heartbeat follows soon: say so, a fencing after this is explained here, and

@@ -1,0 +1,73 @@
+"""A heartbeat's exchange with one controller, in a task of its own so it can outlive the call.
+
+Kafka's broker keeps one heartbeat in flight to the active controller and waits for its answer
+on the same connection. Ours gives each heartbeat a budget of two intervals (a broker must find
+a newly elected controller well inside its 9 s session), and a request that outlived its budget
+used to close its connection. Against an active controller that is only slow that was the
+wrong move: at 30,000 partitions its event loop ran steps of 0.3-1.3 s, and each retry needed
+a new connection, a turn to accept it and one to answer ApiVersions before the heartbeat was
+even sent, so the controller read no heartbeat for 9 s and fenced live brokers
+(partition_server/tests/test_heartbeat_busy_controller.py reads none in 12 s that way).
+
+So when the budget runs out after the request reached the controller (its kernel acknowledged
+every byte: `BrokerConnection.all_acknowledged`), the exchange is parked: it keeps its
+connection and waits for the answer, up to `PARKED_TIMEOUT_S`, while the broker's next calls
+ask the other voters first and then wait on it again. The controller counts a heartbeat from its
+arrival (metadata_quorum/service.py, as Kafka since KAFKA-17793), so a parked heartbeat keeps
+the session alive as soon as the controller reads it. A voter cut off (packets dropped) has not
+acknowledged the bytes: that exchange is cancelled and its connection closed, as before, so a
+broker still moves to the controller elected in its place (issue 20's netfaults test).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import trio
+
+from common.connection import BrokerConnection, ConnectionClosed
+from wire.errors import DecodeError
+
+# An exchange (connecting included) takes this long at most (the call's 5 s request timeout
+# before parking existed); then its connection is closed and the next call connects afresh.
+PARKED_TIMEOUT_S = 5.0
+FAILURES = (ConnectionClosed, OSError, DecodeError, trio.TooSlowError)
+
+
+class Exchange:
+    """One request on one connection (connected first when `on_connected` is given: the
+    connection is new), run by `run` in a nursery that outlives the caller."""
+
+    def __init__(self, conn: BrokerConnection, message, version: int,
+                 on_connected: Callable[[], None] | None = None):
+        self.conn, self.message, self.version = conn, message, version
+        self._on_connected = on_connected
+        self.stage = "while connecting" if on_connected is not None else "after sending"
+        self.done = trio.Event()
+        self.response = None
+        self.error: BaseException | None = None
+        self._scope = trio.CancelScope()
+
+    async def run(self) -> None:
+        self._scope.deadline = trio.current_time() + PARKED_TIMEOUT_S
+        with self._scope:
+            try:
+                if self._on_connected is not None:
+                    await self.conn.connect(timeout_s=PARKED_TIMEOUT_S)
+                    self._on_connected()
+                    self.stage = "after sending"
+                self.response = await self.conn.request(self.message, self.version,
+                                                        timeout_s=PARKED_TIMEOUT_S)
+            except FAILURES as exc:
+                self.error = exc
+        if self._scope.cancelled_caught:
+            self.error = trio.TooSlowError()
+        if self.error is not None:
+            with trio.CancelScope(shield=True):
+                await self.conn.aclose()        # a failed connect leaves its socket open
+        self.done.set()
+
+    def cancel(self) -> None:
+        """Give up on it: its connection is closed (a late answer would be taken for the next
+        request's)."""
+        self._scope.cancel()
