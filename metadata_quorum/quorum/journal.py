@@ -34,9 +34,9 @@ Ordering (what counts toward a commit is on disk first):
 pysyncobj builds its journal with the module-level `createJournal(conf.journalFile)` inside
 `SyncObj.__init__`; `install()` wraps that name so a journalFile that is a DurableJournal is
 used as is (any other value goes to pysyncobj's own). It also makes the snapshot writer's rename
-durable (fsync the file, rename, fsync the directory) — in the forked child that writes
-snapshots, and for a snapshot received from the leader, before pysyncobj drops the entries the
-snapshot replaces.
+durable (fsync the file, rename, fsync the directory) — in the thread that writes snapshots
+(snapshot_writer.py), and for a snapshot received from the leader, before pysyncobj drops the
+entries the snapshot replaces.
 """
 
 from __future__ import annotations
@@ -358,8 +358,8 @@ class DurableJournal(_pysyncobj_journal.Journal):
         pysyncobj loads its dump on the first tick and, unless the journal *begins* with those
         two entries, clears the journal down to them: everything after the snapshot is gone.
         The journal begins earlier whenever the process stopped between the snapshot writer's
-        rename and pysyncobj dropping the covered entries (a tick later, or never: the forked
-        writer can finish after its parent exited). That lost committed entries on a full
+        rename and pysyncobj dropping the covered entries (a tick later, or never: the writer
+        can finish just before the process stops). That lost committed entries on a full
         restart under load (the metadata-scale test: two controllers' journals cut from 63 to
         53 entries, the third then truncating applied ones). Returns whether it rewrote."""
         if not self._len:
@@ -485,7 +485,7 @@ def install() -> None:
         return original(journal_file)
 
     _pysyncobj_syncobj.createJournal = create_journal
-    # the snapshot writer (serialize, in a forked child) and a snapshot received from the leader
+    # the snapshot writer (snapshot_writer.py's thread) and a snapshot received from the leader
     # (setTransmissionData) both end in this rename; pysyncobj's is a bare os.rename
     _pysyncobj_serializer.atomicReplace = durable_replace
     _installed = True

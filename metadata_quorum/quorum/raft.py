@@ -65,6 +65,7 @@ from pysyncobj.syncobj import _COMMAND_TYPE
 
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.quorum import journal as durable_journal
+from metadata_quorum.quorum import snapshot_writer
 from metadata_quorum.quorum.append_guard import AppendGuard
 from metadata_quorum.quorum.durable_port import DirectoryGuard, durable_transport
 from metadata_quorum.quorum.journal import DurableJournal
@@ -386,6 +387,7 @@ class RaftQuorum:
         self.peers = dict(raft_peers)
         self.address_to_id = {addr: nid for nid, addr in raft_peers.items()}
         durable_journal.install()
+        snapshot_writer.install()           # snapshots written by a thread, never a fork
         self.journal = durable_journal.DurableJournal(
             os.path.join(data_dir, "raft.log"),
             disk or (durable_journal.Disk() if fsync else durable_journal.NoSyncDisk()),

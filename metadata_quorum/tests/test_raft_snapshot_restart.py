@@ -1,9 +1,8 @@
 """A restart between pysyncobj's snapshot and its compaction step keeps the entries after the
 snapshot (issue 17: restarts always work).
 
-pysyncobj writes its dump (in a forked child), and only on a later tick drops the journal
-entries the dump covers. A process stopped in between — or whose forked writer finished after
-it exited — restarts with a journal that begins *before* the dump. pysyncobj then clears the
+pysyncobj writes its dump (in a thread: quorum/snapshot_writer.py), and only on a later tick
+drops the journal entries the dump covers. A process stopped in between restarts with a journal that begins *before* the dump. pysyncobj then clears the
 journal down to the dump's last two entries, and every committed entry after the dump is gone:
 seen as controllers disagreeing after a full restart of the metadata-scale test under load.
 DurableJournal.align_to_snapshot drops only what the dump covers."""
