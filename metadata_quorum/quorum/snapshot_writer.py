@@ -13,8 +13,9 @@ directory". Any C library with a lock (an allocator, OpenSSL) can do the same wi
 Here a thread writes it. The copy is taken in pysyncobj's thread when the snapshot starts, at
 the cost of copying the state's mutable containers (MetadataLog.tail, a list of encoded
 records, is extended in place; the MetadataImage is immutable, copy-on-write, and the rest are
-ints and bytes), so it is as consistent as the fork's. Pickling holds the GIL in stretches of one
-64 KiB frame; gzip releases it. Level 1 instead of gzip's 9: at 30,000 partitions the state
+ints and bytes), so it is as consistent as the fork's. Pickling takes the GIL in turns with the
+other threads; gzip releases it: a 32,000-partition state was written in 0.54 s, during which
+another thread waited 64 ms at most (p99 16 ms), far inside an election timeout. Level 1 instead of gzip's 9: at 30,000 partitions the state
 pickles to 17 MB, which level 9 took ~1 s to compress to 2.0 MB and level 1 0.06 s to 2.5 MB
 (pysyncobj reads either). While it writes, the previous dump is not offered to followers that
 need a snapshot (pysyncobj's rule while its child ran); it is after the rename.
