@@ -206,9 +206,9 @@ class ControllerClient:
             if park is not None and self._last_stage:
                 stage = self._last_stage
             # One that is cut off (packets dropped, no reset) fails no faster than a
-            # heartbeat's whole budget (2 intervals): if every call
-            # started with it, none reached the controller elected in its place and the brokers
-            # were fenced (issue 20's netfaults test). It goes last; the next call starts with
+            # heartbeat's whole budget (2 intervals): if every call started with it, none
+            # reached the controller elected in its place and the brokers were fenced (issue
+            # 20's netfaults test). It goes last; the next call starts with
             # the voter that failed longest ago. Unless it answered another call as the active
             # controller meanwhile (a heartbeat): then it is slow, not cut off. At 30,000
             # partitions an AlterPartition of thousands of ISR changes outlasted its budget on
