@@ -171,11 +171,6 @@ class BrokerConnection:
                 raise ConnectionClosed(f"{self.host}:{self.port} closed the connection")
             self._conn.receive_data(chunk)
 
-    @property
-    def busy(self) -> bool:
-        """A request is in flight (or waiting its turn) on this connection."""
-        return self._lock.locked()
-
     def all_acknowledged(self) -> bool:
         """Every byte written has been acknowledged by the peer's kernel (Linux SIOCOUTQ, the
         bytes sent but not yet acknowledged, is 0). A peer that is up but whose process is slow

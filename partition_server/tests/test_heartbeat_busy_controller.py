@@ -119,10 +119,12 @@ def test_a_paused_controller_that_has_the_heartbeat_does_not_hold_back_the_new_o
     started = time.monotonic()
     try:
         _heartbeat_for({3000: ("127.0.0.1", paused.getsockname()[1]),
-                        3001: ("127.0.0.1", active.port)}, 4)
+                        3001: ("127.0.0.1", active.port)}, 5)
     finally:
         active.close()
         paused.close()
     # the first call waits out its budget (1 s) at the paused one, the next asks 3001 first
-    assert active.heartbeats and active.heartbeats[0] - started < 2.5, active.heartbeats
-    assert len(active.heartbeats) >= 4, active.heartbeats
+    # (waiting at the paused one first, it would reach 3001 only when the parked exchange
+    # gives up, after 5 s)
+    assert active.heartbeats and active.heartbeats[0] - started < 3.5, active.heartbeats
+    assert len(active.heartbeats) >= 3, active.heartbeats
