@@ -18,7 +18,9 @@ other threads; gzip releases it: a 32,000-partition state was written in 0.54 s,
 another thread waited 64 ms at most (p99 16 ms), far inside an election timeout. Level 1 instead of gzip's 9: at 30,000 partitions the state
 pickles to 17 MB, which level 9 took ~1 s to compress to 2.0 MB and level 1 0.06 s to 2.5 MB
 (pysyncobj reads either). While it writes, the previous dump is not offered to followers that
-need a snapshot (pysyncobj's rule while its child ran); it is after the rename.
+need a snapshot (pysyncobj's rule while its child ran); it is after the rename. A snapshot
+installed from the leader meanwhile is newer than ours: ours is then neither renamed over it nor
+reported written (with the fork, a child finishing after the install put the older state back).
 """
 
 from __future__ import annotations
@@ -66,6 +68,10 @@ class ThreadSerializer(Serializer):
         self._custom = serializer is not None
         self._writer: threading.Thread | None = None
         self._ok = False
+        # a snapshot installed from the leader while ours is written is newer than ours: ours
+        # must not be renamed over it, nor reported written (pysyncobj would take its index)
+        self._rename_lock = threading.Lock()
+        self._superseded = False
 
     def serialize(self, data, id):
         if self._file is None or self._custom:
@@ -74,7 +80,7 @@ class ThreadSerializer(Serializer):
             return
         self._Serializer__currentID = id
         self._Serializer__pid = _WRITING
-        self._ok = False
+        self._ok = self._superseded = False
         self._writer = threading.Thread(target=self._write, args=(frozen(data),),
                                         name="raft-snapshot-writer", daemon=True)
         self._writer.start()
@@ -85,10 +91,23 @@ class ThreadSerializer(Serializer):
             with open(tmp, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb",
                                                      compresslevel=GZIP_LEVEL) as g:
                 pysyncobj_pickle.dump(data, g)
-            _pysyncobj_serializer.atomicReplace(tmp, self._file)   # journal.durable_replace
-            self._ok = True
+            with self._rename_lock:
+                if self._superseded:
+                    return
+                _pysyncobj_serializer.atomicReplace(tmp, self._file)   # journal.durable_replace
+                self._ok = True
         except Exception:
             log.exception("could not write the Raft snapshot %s", self._file)
+
+    def setTransmissionData(self, data):
+        """A chunk of the leader's snapshot; the last one renames it into place (pysyncobj's).
+        A fork had the same race: a child finishing after the install put the older state
+        back under the newer journal."""
+        if data is None or not data[2] or self._writer is None:
+            return super().setTransmissionData(data)
+        with self._rename_lock:
+            self._superseded = True
+            return super().setTransmissionData(data)
 
     def checkSerializing(self):
         writer = self._writer
@@ -98,7 +117,7 @@ class ThreadSerializer(Serializer):
             return SERIALIZER_STATE.SERIALIZING, self._Serializer__currentID
         self._writer = None
         self._Serializer__pid = 0
-        if not self._ok:
+        if not self._ok or self._superseded:
             return SERIALIZER_STATE.FAILED, self._Serializer__currentID
         self._Serializer__transmissions = {}
         return SERIALIZER_STATE.SUCCESS, self._Serializer__currentID

@@ -67,3 +67,34 @@ def test_while_it_writes_the_old_dump_is_not_offered_to_followers(tmp_path):
     assert writer.getTransmissionData("follower") is None
     _finish(writer)
     assert writer.getTransmissionData("follower") is not None
+
+
+def test_a_snapshot_installed_from_the_leader_meanwhile_is_not_overwritten(tmp_path, monkeypatch):
+    """A follower writing its own snapshot receives the leader's (newer): the leader's stays,
+    and ours is reported failed, so pysyncobj does not take our older index for the dump's."""
+    import gzip
+    import io
+    import threading
+
+    import pysyncobj.pickle as real_pickle
+
+    from metadata_quorum.quorum import snapshot_writer
+    go = threading.Event()
+
+    class Held:                             # our writer waits until the install is done
+        @staticmethod
+        def dump(data, f):
+            go.wait(10)
+            real_pickle.dump(data, f)
+    monkeypatch.setattr(snapshot_writer, "pysyncobj_pickle", Held)
+    dump = str(tmp_path / "raft.dump")
+    writer = ThreadSerializer(dump, 2 ** 16, True, None, None, None)
+    writer.serialize(([{"ours": 1}], None, None, set()), 5)
+    leaders = io.BytesIO()
+    with gzip.GzipFile(fileobj=leaders, mode="wb") as g:
+        real_pickle.dump(([{"leader's": 2}], None, None, set()), g)
+    assert writer.setTransmissionData((leaders.getvalue(), True, True)) is True
+    go.set()
+    states, ident = _finish(writer)
+    assert states[-1] == SERIALIZER_STATE.FAILED and ident == 5
+    assert Serializer(dump, 2 ** 16, False, None, None, None).deserialize()[0] == [{"leader's": 2}]
