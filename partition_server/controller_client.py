@@ -52,6 +52,12 @@ class ControllerUnavailable(Exception):
     """No voter accepted the request in time."""
 
 
+def _forget(pool: dict, voter: int, conn: BrokerConnection) -> None:
+    """Take `conn` out of `pool` (already closed), unless the pool has moved on to another."""
+    if pool.get(voter) is conn:
+        del pool[voter]
+
+
 def _at(exc: BaseException, stage: str) -> BaseException:
     """`exc`, marked with the stage of the call it ended ("while connecting", "after sending")."""
     exc.stage = stage
@@ -113,15 +119,19 @@ class ControllerClient:
 
     # -- connections ----------------------------------------------------------------------------
 
+    def _new_conn(self, voter: int) -> BrokerConnection:
+        """A connection to `voter`, not yet connected."""
+        if voter not in self.voters:         # removed from the quorum since chosen
+            raise OSError(f"controller {voter} is no longer a voter")
+        host, port = self.voters[voter]
+        return BrokerConnection(host, port, client_id=f"broker-{self.broker_id}",
+                                security=self.security)
+
     async def _conn(self, voter: int, pool: dict | None = None) -> BrokerConnection:
         pool = self._conns if pool is None else pool
         conn = pool.get(voter)
         if conn is None:
-            if voter not in self.voters:         # removed from the quorum since chosen
-                raise OSError(f"controller {voter} is no longer a voter")
-            host, port = self.voters[voter]
-            conn = BrokerConnection(host, port, client_id=f"broker-{self.broker_id}",
-                                    security=self.security)
+            conn = self._new_conn(voter)
             await conn.connect(timeout_s=2)
             pool[voter] = conn
         return conn
@@ -192,9 +202,7 @@ class ControllerClient:
                     if error_of is not None and error_of(resp) == ErrorCode.NOT_CONTROLLER:
                         trail.append(f"{voter}: NOT_CONTROLLER")
                         continue
-                    self._heard_at[voter] = trio.current_time()
-                    self._active_hint = voter
-                    self._failed_at.pop(voter, None)
+                    self._heard_from(voter)
                     return resp
                 await trio.sleep(0.1)
         if voter is not None:
@@ -239,12 +247,10 @@ class ControllerClient:
         if parked is None:
             conn = pool.get(voter)
             if conn is None:
-                if voter not in self.voters:         # removed from the quorum since chosen
-                    raise _at(OSError(f"controller {voter} is no longer a voter"),
-                              "while connecting")
-                host, port = self.voters[voter]
-                conn = BrokerConnection(host, port, client_id=f"broker-{self.broker_id}",
-                                        security=self.security)
+                try:
+                    conn = self._new_conn(voter)
+                except OSError as exc:
+                    raise _at(exc, "while connecting") from None
                 parked = Exchange(conn, message, version,
                                   on_connected=lambda: pool.__setitem__(voter, conn))
             else:
@@ -264,11 +270,9 @@ class ControllerClient:
                     self._parked[voter] = exchange
                 else:
                     exchange.cancel()
-                    if pool.get(voter) is exchange.conn:
-                        del pool[voter]
+                    _forget(pool, voter, exchange.conn)
         if exchange.error is not None:
-            if pool.get(voter) is exchange.conn:
-                del pool[voter]                 # closed by its failure
+            _forget(pool, voter, exchange.conn)        # closed by its failure
             raise _at(exchange.error, exchange.stage)
         return exchange.response
 
@@ -281,12 +285,15 @@ class ControllerClient:
             del self._parked[voter]
             if exchange.error is not None:
                 self._failed_at[voter] = now
-                if pool.get(voter) is exchange.conn:
-                    del pool[voter]
+                _forget(pool, voter, exchange.conn)
             elif error_of is None or error_of(exchange.response) != ErrorCode.NOT_CONTROLLER:
-                self._heard_at[voter] = now
-                self._active_hint = voter
-                self._failed_at.pop(voter, None)
+                self._heard_from(voter)
+
+    def _heard_from(self, voter: int) -> None:
+        """`voter` answered as the active controller."""
+        self._heard_at[voter] = trio.current_time()
+        self._active_hint = voter
+        self._failed_at.pop(voter, None)
 
     # -- registration and heartbeats ----------------------------------------------------------
 

@@ -195,6 +195,15 @@ async def test_a_big_metadata_batch_is_replayed_off_the_event_loop():
     assert during >= 3, during
 
 
+def api_versions_response():
+    """A fake controller's ApiVersions answer: BrokerHeartbeat v0-1 only."""
+    from wire.messages.api_keys import ApiKey
+    from wire.messages.index_generated import RESPONSES
+    v = RESPONSES[ApiKey.API_VERSIONS].ApiVersion
+    return RESPONSES[ApiKey.API_VERSIONS](error_code=0, api_keys=[
+        v(api_key=ApiKey.BROKER_HEARTBEAT, min_version=0, max_version=1)])
+
+
 def _fake_voter(active: bool):
     """A fake controller voter (a trio.serve_tcp handler): answers ApiVersions; heartbeats
     get NOT_CONTROLLER from a follower, nothing from the (too busy) active one."""
@@ -210,9 +219,7 @@ def _fake_voter(active: bool):
             conn.receive_data(data)
             while (req := conn.next_request()) is not None:
                 if req.api_key == ApiKey.API_VERSIONS:
-                    v = RESPONSES[ApiKey.API_VERSIONS].ApiVersion
-                    resp = RESPONSES[ApiKey.API_VERSIONS](error_code=0, api_keys=[
-                        v(api_key=ApiKey.BROKER_HEARTBEAT, min_version=0, max_version=1)])
+                    resp = api_versions_response()
                 elif active:
                     continue                        # read, never answered
                 else:

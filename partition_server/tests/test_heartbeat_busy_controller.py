@@ -15,6 +15,7 @@ import time
 import trio
 
 from partition_server.controller_client import ControllerClient
+from partition_server.tests.test_controller_client import api_versions_response
 from wire.connection import ServerConnection
 from wire.errors import ErrorCode
 from wire.messages.api_keys import ApiKey
@@ -25,9 +26,7 @@ STEP_S = 1.2      # the busy loop's step: longer than the heartbeat's budget (2 
 
 def _answer(req):
     if req.api_key == ApiKey.API_VERSIONS:
-        v = RESPONSES[ApiKey.API_VERSIONS].ApiVersion
-        return RESPONSES[ApiKey.API_VERSIONS](error_code=0, api_keys=[
-            v(api_key=ApiKey.BROKER_HEARTBEAT, min_version=0, max_version=1)])
+        return api_versions_response()
     return RESPONSES[ApiKey.BROKER_HEARTBEAT](error_code=ErrorCode.NONE, is_caught_up=True,
                                               is_fenced=False)
 
