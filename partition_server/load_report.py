@@ -14,7 +14,14 @@ so a report only has to say what changed since the last report *that controller*
 - a report is due every `interval_ms` (not every heartbeat: sizing every led log is O(led
   partitions), which an idle cluster must not pay each heartbeat);
 - only an answered heartbeat counts as delivered: one that timed out is sent again in full
-  for what it held.
+  for what it held;
+- a heartbeat carries at most MAX_REPORT_PARTITIONS partitions: a full report of more goes out
+  in parts, one per heartbeat, with `full` set on the last (the controller counts a broker's
+  report complete only then). A broker that became the leader of 31,000 partitions (two of
+  three brokers down) sent a 400 KB heartbeat; its controller, busy with those brokers'
+  ISR changes, left most of it unacknowledged in the socket, so the heartbeat was given up and
+  its connection closed (heartbeat_exchange.py), and the controller fenced the one live broker
+  for the closed connection: every partition went offline. Kafka's heartbeats are tiny.
 A partition this broker stopped leading is not withdrawn: its new leader reports it, and the
 controller forgets partitions that left the image.
 """
@@ -24,46 +31,71 @@ from __future__ import annotations
 GRANULARITY_BYTES = 1 << 20
 GRANULARITY_FRACTION = 0.05
 DEFAULT_INTERVAL_MS = 30_000
+# ~13 bytes a partition on the wire: a report part stays ~26 KB, far inside a loopback
+# socket's initial receive buffer (128 KB) even when the controller reads nothing for a while
+MAX_REPORT_PARTITIONS = 2_000
 
 
 class LoadReporter:
-    def __init__(self, interval_ms: int = DEFAULT_INTERVAL_MS):
+    def __init__(self, interval_ms: int = DEFAULT_INTERVAL_MS,
+                 max_partitions: int = MAX_REPORT_PARTITIONS):
         self.interval_ms = interval_ms
+        self.max_partitions = max_partitions
         self._acked: dict = {}          # {(topic, partition): size} the current peer holds
         self._peer = None               # whom `_acked` was delivered to (a connection)
         self._next_due_ms = 0
+        # a full report going out in parts: to whom, and the parts it answered so far
+        self._building = None
+        self._parts: dict = {}
+        self._more = False              # a change list was cut at max_partitions: go on soon
 
     def _fresh(self, peer) -> bool:
         """`peer` (None: not connected yet) does not hold our last report."""
         return peer is None or peer is not self._peer
 
     def due(self, now_ms: int, peer) -> bool:
-        return self._fresh(peer) or now_ms >= self._next_due_ms
+        return self._fresh(peer) or self._more or now_ms >= self._next_due_ms
 
     def report(self, sizes: dict, peer) -> tuple[bool, dict]:
         """(full, {(topic, partition): size} to send) for the current `sizes` of partitions
-        led here."""
+        led here; `full` is set on a full report's last part only."""
         if self._fresh(peer):
-            return True, dict(sizes)
+            have = self._parts if peer is not None and peer is self._building else {}
+            rest = [tp for tp in sizes if tp not in have]
+            if len(rest) <= self.max_partitions:
+                return True, {tp: sizes[tp] for tp in rest}
+            return False, {tp: sizes[tp] for tp in sorted(rest)[:self.max_partitions]}
         out = {}
         for tp, size in sizes.items():
             old = self._acked.get(tp)
             if old is None or abs(size - old) >= max(GRANULARITY_BYTES,
                                                      GRANULARITY_FRACTION * old):
                 out[tp] = size
+        self._more = len(out) > self.max_partitions
+        if self._more:
+            out = {tp: out[tp] for tp in sorted(out)[:self.max_partitions]}
         return False, out
 
     def delivered(self, full: bool, sent: dict, peer, now_ms: int) -> None:
         """The heartbeat carrying (full, sent) was answered by `peer`."""
-        if full:
-            self._acked, self._peer = dict(sent), peer
-        elif not self._fresh(peer):
-            self._acked.update(sent)
+        if self._fresh(peer):
+            # A part of a full report to `peer` (the last one when `full`). Or a change list
+            # that reached a controller other than the one it was computed for (the active one
+            # moved meanwhile): that controller lacks the base, so it counts as a first part
+            # and a full report follows. Parts another peer answered do not count for this one.
+            if peer is not self._building:
+                self._building, self._parts = peer, {}
+            self._parts.update(sent)
+            if not full:
+                return
+            # (a last part computed for another peer leaves this one with less than the
+            # whole: what it lacks is missing from `_acked`, so the next change lists say it)
+            self._acked, self._peer = self._parts, peer
+            self._building, self._parts = None, {}
         else:
-            # a change list reached a controller that lacks its base (the active one moved
-            # between computing and sending): the next report is full
-            self._acked, self._peer = {}, None
+            self._acked.update(sent)
         self._next_due_ms = now_ms + self.interval_ms
+
 
 def by_topic(sizes: dict) -> dict[str, list[tuple[int, int]]]:
     """{topic: [(partition, size), ...]} in a fixed order, the wire's shape."""
