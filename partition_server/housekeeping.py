@@ -73,25 +73,57 @@ async def isr_loop(replicas: ReplicaManager, lag_ms: int, isr_eligible: Callable
                    alter_partition: Callable[[list], Awaitable[None]]) -> None:
     """Propose ISR shrinks/expansions for partitions we lead: `alter_partition(changes)` sends
     them (replication/isr.py's send_alter_partition); `isr_eligible(broker_id)` says whether a
-    follower's broker may join the ISR (KIP-841); `lag_ms` is replica.lag.time.max.ms."""
+    follower's broker may join the ISR (KIP-841); `lag_ms` is replica.lag.time.max.ms.
+
+    The partitions to look at (a slice of those led, and the candidates: a follower outside
+    the ISR fetched, or a change must be sent again) form a backlog, worked through
+    ALTER_PARTITION_MAX changes per request, one request after another. Each change is
+    computed just before its request, from the state as it is then: when a restarted broker
+    rejoins 30,000 ISRs the requests take seconds each, and changes computed up front went
+    stale meanwhile (the controller moved leaderships or changed ISRs itself; ~30,000 were
+    sent anyway and refused after a two-broker restart). Partitions producers wrote to with a
+    short ISR (`replicas.isr_urgent`) or whose acks=all produces wait for replication
+    (`replicas.produce_waiting`) go first, including those that became ready while the
+    requests before were out: a producer waiting on one should not wait for 29,999 idle ones.
+    A change to send again (an uncertain answer) waits for the next tick, as before.
+    (librdkafka's idempotent producer sends nothing more on a connection whose five requests
+    in flight wait: below min.insync.replicas the high watermark stands still, KIP-966, so
+    they wait until the ISR grows back or they time out.)"""
     tick_s = min(lag_ms / 4000, 0.5)
     sweep = Sweep(lambda: replicas.led, lag_ms / 4000, tick_s)
+    backlog: dict = {}                  # insertion-ordered set of partitions to look at
+    tried: set = set()                  # proposed since the tick: a refusal waits for the next
     while True:
-        await trio.sleep(tick_s)
-        keys = set(sweep.next_slice())
-        keys |= replicas.isr_candidates
-        replicas.isr_candidates = set()
+        if not backlog:
+            await trio.sleep(tick_s)
+            tried = set()
+            backlog.update(dict.fromkeys(sweep.next_slice()))
+            backlog.update(dict.fromkeys(replicas.isr_candidates))
+            replicas.isr_candidates = set()
+        urgent, replicas.isr_urgent = replicas.isr_urgent, set()
+        urgent.update(replicas.produce_waiting)
+        # urgent candidates join at once; the others wait for the next tick
+        ready = [k for k in urgent if k in replicas.isr_candidates and k not in tried]
+        replicas.isr_candidates.difference_update(ready)
+        front = [k for k in urgent if k in backlog] + ready
+        if front:
+            rest, backlog = backlog, dict.fromkeys(front)
+            backlog.update(rest)
         changes = []
         now = steady_ms()
-        for key in keys:
+        for key in list(backlog):
+            del backlog[key]
             hosted = replicas.get(*key)
             if hosted is None or hosted.state.role is not Role.LEADER:
                 continue
             change = hosted.state.isr_change_needed(now, lag_ms, isr_eligible)
             if change is not None:
                 changes.append((hosted, change))
-        for start in range(0, len(changes), ALTER_PARTITION_MAX):
-            await alter_partition(changes[start:start + ALTER_PARTITION_MAX])
+                tried.add(key)
+                if len(changes) == ALTER_PARTITION_MAX:
+                    break
+        if changes:
+            await alter_partition(changes)
 
 
 async def housekeeping_loop(replicas: ReplicaManager, purgatory: Purgatory, retention_s: float,

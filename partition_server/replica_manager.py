@@ -138,6 +138,8 @@ class ReplicaManager:
         self.timed_flush: set[TopicPartition] = set()
         self.compacted: set[TopicPartition] = set()
         self.isr_candidates: set[TopicPartition] = set()
+        self.isr_urgent: set[TopicPartition] = set()     # acks=all, ISR short: see isr_loop
+        self.produce_waiting: dict[TopicPartition, int] = {}    # acks=all waits, per partition
         self.isr_shrinks = self.isr_expands = 0   # ISR changes this leader made (metrics)
         # topic → [bytes in, messages in, bytes out to consumers] (BytesInPerSec,
         # MessagesInPerSec, BytesOutPerSec as counters; partition_server/broker_metrics.py)
@@ -443,6 +445,8 @@ class ReplicaManager:
             return ProduceResult(ErrorCode.INVALID_RECORD, message="empty record set")
         headers = _idempotent_headers(records)
         short = acks == -1 and state.in_sync_count() < hosted.min_insync_replicas
+        if acks == -1 and len(state.isr) < len(state.replicas):
+            self.isr_urgent.add((topic, partition))
         verdict = hosted.producers.admit(headers, now_ms,
                                          ErrorCode.NOT_ENOUGH_REPLICAS if short else None)
         if verdict.duplicate_of is not None:

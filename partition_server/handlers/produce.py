@@ -88,7 +88,19 @@ async def _replicated(hctx: HandlerContext, waiting: list, timeout_s: float) -> 
                 return False
         return True
 
-    await hctx.purgatory.wait_until([(t, p) for t, p, _ in waiting], replicated, timeout_s)
+    keys = [(t, p) for t, p, _ in waiting]
+    counts = hctx.replicas.produce_waiting      # the ISR loop's first concern (housekeeping)
+    for key in keys:
+        counts[key] = counts.get(key, 0) + 1
+    try:
+        await hctx.purgatory.wait_until(keys, replicated, timeout_s)
+    finally:
+        for key in keys:
+            left = counts[key] - 1
+            if left:
+                counts[key] = left
+            else:
+                del counts[key]
     for topic, partition, r in waiting:
         outcome = completion(topic, partition, r.last_offset)
         if outcome is None:

@@ -129,9 +129,7 @@ async def test_thousands_of_isr_changes_go_in_bounded_requests(tmp_path, autojum
     """The controller handles one AlterPartition in one step of its loop: thousands of changes
     (a restarted broker rejoining every ISR) go as several requests, one after another."""
     monkeypatch.setattr(housekeeping, "ALTER_PARTITION_MAX", 40)
-    rm = _manager(tmp_path, 100)
-    for key, hosted in rm.partitions.items():
-        hosted.state.isr_change_needed = lambda now, lag, eligible=None, key=key: key
+    rm = _manager(tmp_path, 100)         # follower 1 never fetched: every ISR shrinks to [0]
     sent = []
 
     async def fake_send(changes):
@@ -140,4 +138,88 @@ async def test_thousands_of_isr_changes_go_in_bounded_requests(tmp_path, autojum
     with trio.move_on_after(0.55):
         await housekeeping.isr_loop(rm, 8000, lambda b: True, fake_send)
     assert [len(s) for s in sent] == [40, 40, 20]
-    assert sorted(change for s in sent for _, change in s) == sorted(rm.led)
+    assert sorted((c.topic, c.partition) for s in sent for _, c in s) == sorted(rm.led)
+    assert all(c.new_isr == (0,) for s in sent for _, c in s)
+
+
+async def test_isr_changes_of_partitions_written_with_a_short_isr_go_first(
+        tmp_path, autojump_clock, monkeypatch):
+    """A producer waiting on a partition (acks=all refused or short of copies) should not wait
+    for the ISR changes of thousands of idle ones: urgent partitions go in the next request,
+    also when they became ready while the requests before it were out."""
+    monkeypatch.setattr(housekeeping, "ALTER_PARTITION_MAX", 40)
+    rm = _manager(tmp_path, 100)         # follower 1 never fetched: every ISR shrinks to [0]
+    rm.isr_candidates |= set(rm.led)
+    rm.isr_urgent = {("t", 97), ("t", 55)}
+    sent, hit = [], []
+
+    async def fake_send(chunk):
+        sent.append([c.partition for _, c in chunk])
+        if len(sent) == 1:          # a producer hits a partition not proposed yet meanwhile
+            hit.append(max(set(range(100)) - set(sent[0])))
+            rm.isr_urgent.add(("t", hit[0]))
+    with trio.move_on_after(0.55):
+        await housekeeping.isr_loop(rm, 8000, lambda b: True, fake_send)
+    assert sorted(sent[0][:2]) == [55, 97]
+    assert sent[1][0] == hit[0] and hit[0] not in sent[1][1:] + sent[2]
+    assert sorted(p for s in sent for p in s) == list(range(100))
+
+
+def test_a_write_with_acks_all_and_a_short_isr_marks_the_partition_urgent(tmp_path):
+    rm = ReplicaManager(0, lambda t, p, cfg: PartitionLog(str(tmp_path / f"{t}-{p}"), LogConfig()))
+    rm.apply_partition("t", None, 0, [0, 1], [0], 0, 1, 1, {}, 2, 0)        # ISR short
+    rm.apply_partition("t", None, 1, [0, 1], [0, 1], 0, 1, 1, {}, 2, 0)     # ISR full
+    batch = build_batch([(None, b"v", [], 0)])
+    assert rm.append_records("t", 0, batch, 1, 0).error == 0
+    assert rm.isr_urgent == set()                    # acks=1 asks for no copies
+    assert rm.append_records("t", 0, batch, -1, 0).error == 19      # NOT_ENOUGH_REPLICAS
+    assert rm.append_records("t", 1, batch, -1, 0).error == 0
+    assert rm.isr_urgent == {("t", 0)}
+
+
+async def test_an_isr_change_is_computed_just_before_its_request(tmp_path, autojump_clock,
+                                                                monkeypatch):
+    """Each AlterPartition waits for the one before (seconds apiece at 30,000 partitions); a
+    change computed before the metadata moved the partition on would only be refused."""
+    monkeypatch.setattr(housekeeping, "ALTER_PARTITION_MAX", 40)
+    rm = _manager(tmp_path, 100)
+    rm.isr_candidates |= set(rm.led)
+    sent = []
+
+    replaced: list = []
+
+    async def fake_send(chunk):
+        if not sent:     # while the first is out, the controller moves ten partitions away
+            later = sorted(set(range(100)) - {c.partition for _, c in chunk})
+            replaced.extend(later[:15])              # and shrinks five ISRs itself
+            for p in later[:10]:
+                rm.apply_partition("t", None, p, [0, 1], [0, 1], 1, 2, 2, {}, 1, 0)
+            for p in later[10:15]:
+                rm.apply_partition("t", None, p, [0, 1], [0], 0, 1, 2, {}, 1, 0)
+        sent.append([c.partition for _, c in chunk])
+    with trio.move_on_after(0.55):
+        await housekeeping.isr_loop(rm, 8000, lambda b: True, fake_send)
+    assert len(sent) == 3 and len(replaced) == 15
+    assert sorted(p for s in sent for p in s) == sorted(set(range(100)) - set(replaced))
+
+
+async def test_a_change_refused_is_not_sent_again_before_the_next_tick(tmp_path, autojump_clock,
+                                                                       monkeypatch):
+    """An uncertain answer flags the change to be sent again (a candidate): not at once, in a
+    loop against the controller, even for a partition a producer waits on."""
+    monkeypatch.setattr(housekeeping, "ALTER_PARTITION_MAX", 40)
+    rm = _manager(tmp_path, 100)
+    rm.isr_candidates |= set(rm.led)
+    sent = []
+
+    async def fake_send(chunk):
+        sent.append((trio.current_time(), [c.partition for _, c in chunk]))
+        for hosted, _ in chunk:                      # the controller's answer was uncertain
+            hosted.state.isr_change_uncertain()
+            rm.isr_candidates.add((hosted.topic, hosted.partition))
+            rm.isr_urgent.add((hosted.topic, hosted.partition))
+    with trio.move_on_after(1.05):
+        await housekeeping.isr_loop(rm, 8000, lambda b: True, fake_send)
+    first_tick = [ps for t, ps in sent if t < 0.75]
+    assert sorted(p for ps in first_tick for p in ps) == list(range(100))   # each once
+    assert sorted(p for t, ps in sent if t >= 0.75 for p in ps) == list(range(100))
