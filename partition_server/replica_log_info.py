@@ -16,6 +16,9 @@ from common.topic_configs import unclean_recovery_strategy
 from metadata_quorum.image import MetadataImage
 
 NO_LEADER = -1
+# per heartbeat: a heartbeat must stay small (load_report.py says why); more than this many
+# leaderless replicas are reported in turns, the controller keeps what it heard
+MAX_REPORTED = 2_000
 
 
 class ReplicaLogInfoReporter:
@@ -24,6 +27,7 @@ class ReplicaLogInfoReporter:
         self._image: MetadataImage | None = None
         self._hosted = -1
         self._wanted: list = []         # [(topic, topic_id, partition, partition_epoch)]
+        self._turn = 0                  # where the next report starts when they take turns
 
     def _qualifying(self, image: MetadataImage, hosted: dict) -> list:
         # a partition opened after its image came (a retried open) changes `hosted` alone
@@ -46,7 +50,13 @@ class ReplicaLogInfoReporter:
         """[(topic_id, partition, partition_epoch, last_leader_epoch, log_end_offset)] for
         `hosted` ({(topic, partition): HostedPartition}) under `image`."""
         out = []
-        for topic, topic_id, partition, partition_epoch in self._qualifying(image, hosted):
+        wanted = self._qualifying(image, hosted)
+        if len(wanted) > MAX_REPORTED:
+            start = self._turn % len(wanted)
+            self._turn = start + MAX_REPORTED
+            wanted = wanted[start:start + MAX_REPORTED] + \
+                wanted[:max(0, start + MAX_REPORTED - len(wanted))]
+        for topic, topic_id, partition, partition_epoch in wanted:
             h = hosted.get((topic, partition))
             if h is None or h.offline:
                 continue            # an offline log cannot lead: no answer from it

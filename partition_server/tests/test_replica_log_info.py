@@ -65,3 +65,17 @@ def test_the_report_follows_the_log_and_skips_offline_logs(tmp_path):
     assert (TID, 0, 9, 0, 2) in reporter.report(image, rm.partitions)
     rm.get("t", 0).offline = True
     assert [x for x in reporter.report(image, rm.partitions) if x[0] == TID] == []
+
+
+def test_more_leaderless_replicas_than_a_heartbeat_carries_report_in_turns(tmp_path,
+                                                                          monkeypatch):
+    """A heartbeat must stay small (load_report.py): past MAX_REPORTED replicas, each heartbeat
+    carries the next MAX_REPORTED, round the list, and the controller keeps what it heard."""
+    from partition_server import replica_log_info
+    monkeypatch.setattr(replica_log_info, "MAX_REPORTED", 1)
+    rm = _manager(tmp_path, [(0, 5)])
+    reporter = ReplicaLogInfoReporter(1)
+    turns = [reporter.report(_image(), rm.partitions) for _ in range(4)]
+    assert all(len(t) == 1 for t in turns)
+    assert sorted(turns[0] + turns[1]) == sorted([(TID, 0, 9, 0, 5), (OTHER, 0, 5, -1, 0)])
+    assert turns[2:] == turns[:2]
