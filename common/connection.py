@@ -177,16 +177,21 @@ class BrokerConnection:
         to read (a busy event loop, SIGSTOP) has the request in its socket and reads it at its
         next turn; a peer cut off (packets dropped) or gone has not acknowledged it. False
         when it cannot tell."""
+        return self.unacknowledged() == 0
+
+    def unacknowledged(self) -> int | None:
+        """Bytes written and not yet acknowledged by the peer's kernel; None: cannot tell (no
+        socket, or not Linux)."""
         stream = self._stream
         sock = getattr(stream, "socket", None) or getattr(
             getattr(stream, "transport_stream", None), "socket", None)      # under TLS
         if sock is None:
-            return False
+            return None
         try:
             queued = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
         except (OSError, ValueError):
-            return False
-        return struct.unpack("i", queued)[0] == 0
+            return None
+        return struct.unpack("i", queued)[0]
 
     async def aclose(self) -> None:
         stream, self._stream = self._stream, None

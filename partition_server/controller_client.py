@@ -266,9 +266,12 @@ class ControllerClient:
         finally:
             self._last_stage = exchange.stage
             if not exchange.done.is_set():
-                if exchange.conn.all_acknowledged():
+                left = exchange.conn.unacknowledged()
+                if left == 0:
                     self._parked[voter] = exchange
-                else:
+                else:           # the log line says how much the voter had not taken
+                    if left is not None:
+                        self._last_stage += f", {left} bytes unacknowledged"
                     exchange.cancel()
                     _forget(pool, voter, exchange.conn)
         if exchange.error is not None:
