@@ -22,6 +22,7 @@ import fcntl
 import math
 import struct
 import termios
+from typing import Callable
 
 import trio
 
@@ -68,6 +69,11 @@ class BrokerConnection:
         self._conn = ClientConnection()
         self._lock = trio.Lock()
         self.api_versions: dict[int, tuple[int, int]] = {}
+        # A request that fails leaves the connection unusable and closes its socket; when set,
+        # the socket is handed to `retire` instead, which closes it when it sees fit
+        # (partition_server/heartbeat_exchange.py: a heartbeat connection's close tells the
+        # controller the broker died)
+        self.retire: Callable[[object], None] | None = None
 
     async def connect(self, timeout_s: float = 5.0) -> None:
         with trio.fail_after(timeout_s):
@@ -149,8 +155,11 @@ class BrokerConnection:
                 # connection is done; the next request raises ConnectionClosed.
                 if self._stream is stream:
                     self._stream = None
-                with trio.CancelScope(shield=True):
-                    await trio.aclose_forcefully(stream)
+                if self.retire is not None:
+                    self.retire(stream)
+                else:
+                    with trio.CancelScope(shield=True):
+                        await trio.aclose_forcefully(stream)
         await socket_read.checkpoint_unless(yielded)        # one yield per request
         return got
 

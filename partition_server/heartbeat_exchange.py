@@ -29,8 +29,18 @@ from common.connection import BrokerConnection, ConnectionClosed
 from wire.errors import DecodeError
 
 # An exchange (connecting included) takes this long at most (the call's 5 s request timeout
-# before parking existed); then its connection is closed and the next call connects afresh.
+# before parking existed); then it is given up and the next call connects afresh.
 PARKED_TIMEOUT_S = 5.0
+# A connection whose exchange was given up is closed this much later, not at once: the
+# controller fences a broker soon after its heartbeat connection closes (disconnect fencing,
+# metadata_quorum/heartbeat_connections.py), and a broker that gave up on a slow controller is
+# alive. Closed at once, it was fenced whenever its next heartbeat, on a new connection, was
+# not read within the controller's 500 ms grace: at 30,000 partitions the one broker left
+# leading everything after two others went down was fenced that way, all partitions offline
+# (a chaos campaign round, its broker's clock jumped forward: every deadline passed at once).
+# Kept open, the connection closes after the broker's session (9 s) would have ended anyway,
+# by when a live broker has heartbeated on another one; a broker that dies closes it at once.
+RETIRE_AFTER_S = 10.0
 FAILURES = (ConnectionClosed, OSError, DecodeError, trio.TooSlowError)
 
 
@@ -49,6 +59,8 @@ class Exchange:
         self._scope = trio.CancelScope()
 
     async def run(self) -> None:
+        failed: list = []           # the socket a failed request left (see RETIRE_AFTER_S)
+        self.conn.retire = failed.append
         self._scope.deadline = trio.current_time() + PARKED_TIMEOUT_S
         with self._scope:
             try:
@@ -62,12 +74,20 @@ class Exchange:
                 self.error = exc
         if self._scope.cancelled_caught:
             self.error = trio.TooSlowError()
-        if self.error is not None:
-            with trio.CancelScope(shield=True):
-                await self.conn.aclose()        # a failed connect leaves its socket open
+        if self.error is None:
+            self.done.set()
+            return
         self.done.set()
+        try:
+            if failed and isinstance(self.error, trio.TooSlowError):
+                await trio.sleep(RETIRE_AFTER_S)    # given up, not broken: nothing reads it
+        finally:
+            with trio.CancelScope(shield=True):
+                for stream in failed:
+                    await trio.aclose_forcefully(stream)
+                await self.conn.aclose()        # a failed connect leaves its socket open
 
     def cancel(self) -> None:
-        """Give up on it: its connection is closed (a late answer would be taken for the next
-        request's)."""
+        """Give up on it: its connection is never used again (a late answer would be taken for
+        the next request's) and is closed RETIRE_AFTER_S later."""
         self._scope.cancel()

@@ -127,3 +127,49 @@ def test_a_paused_controller_that_has_the_heartbeat_does_not_hold_back_the_new_o
     # gives up, after 5 s)
     assert active.heartbeats and active.heartbeats[0] - started < 3.5, active.heartbeats
     assert len(active.heartbeats) >= 3, active.heartbeats
+
+
+class MuteController(BusyController):
+    """Answers ApiVersions, reads heartbeats and never answers them; notes when each
+    connection's first heartbeat came and when the broker closed it."""
+
+    def __init__(self):
+        self.first_heartbeat: dict = {}
+        self.closed: dict = {}
+        super().__init__(step_s=0)
+
+    def _serve(self, sel, sock, conn):
+        data = sock.recv(65536)
+        if not data:
+            self.closed[sock] = time.monotonic()
+            sel.unregister(sock)
+            sock.close()
+            return
+        conn.receive_data(data)
+        while (req := conn.next_request()) is not None:
+            if req.api_key == ApiKey.BROKER_HEARTBEAT:
+                self.first_heartbeat.setdefault(sock, time.monotonic())
+            else:
+                sock.sendall(b"".join(conn.send_response_chunks(req, _answer(req))))
+
+
+def test_a_heartbeat_given_up_closes_its_connection_only_later(monkeypatch):
+    """The controller fences a broker soon after its heartbeat connection closes (disconnect
+    fencing); a broker that gave up on a slow controller is alive, so the connection it gave
+    up is closed RETIRE_AFTER_S later, not at once (the sole broker left at 30,000 partitions
+    was fenced that way in a campaign round)."""
+    from partition_server import heartbeat_exchange
+    monkeypatch.setattr(heartbeat_exchange, "PARKED_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(heartbeat_exchange, "RETIRE_AFTER_S", 3.0)
+    mute = MuteController()
+    try:
+        _heartbeat_for({3000: ("127.0.0.1", mute.port)}, 6)
+        deadline = time.monotonic() + 10
+        while not mute.closed and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        mute.close()
+    first = min(mute.first_heartbeat, key=mute.first_heartbeat.get)
+    # given up 1 s after it was sent: closed at once before, 3 s later now
+    assert mute.closed[first] - mute.first_heartbeat[first] > 2.5, (mute.first_heartbeat,
+                                                                    mute.closed)
