@@ -7,10 +7,11 @@ then instead of waiting out its whole session (broker.session.timeout.ms, 9 s): 
 ~0.5 s after a leader crashes. A paused or partitioned broker keeps its socket, so only the
 session applies to it. Kafka has no such shortcut (sessions only).
 
-A live broker closes the connection itself when an answer is late and the controller's kernel
-has not acknowledged the request (its call gives up after two heartbeat intervals and tries
-again on a new connection); when it has, the broker keeps the connection and waits on
-(partition_server/heartbeat_exchange.py), up to 5 s. At 30,000 partitions the active
+A live broker gives a heartbeat up when its answer is late and the controller's kernel has not
+acknowledged the request (its call gives up after two heartbeat intervals and tries again on a
+new connection); when it has, the broker keeps the connection and waits on
+(partition_server/heartbeat_exchange.py), up to 5 s. A connection given up is closed 10 s
+later, not at once, so that its close does not fence a live broker (since 2026-11-28). At 30,000 partitions the active
 controller answered heartbeats in 1-4 s behind big commits; each such close cut a live broker's
 session short, and its retry, unread in a new socket while the controller worked, came after
 the grace: a live broker fenced in 6 of 21 controlled shutdowns. So a connection whose last
