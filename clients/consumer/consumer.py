@@ -339,7 +339,8 @@ class Consumer:
         missing = [tp for tp in self._assigned if tp not in self._positions
                    and tp not in self._resets]
         if missing and self.member is not None:
-            got = await self.member.fetch_committed(missing)
+            if (got := await self.member.fetch_committed(missing, or_none=True)) is None:
+                return          # no coordinator in time: the next poll asks again (as Kafka)
             for tp in missing:
                 if got.get(tp):
                     self._positions[tp] = got[tp][0]

@@ -168,3 +168,19 @@ async def test_fetch_committed_none_for_missing():
     fc = FakeCluster({ApiKey.OFFSET_FETCH: [resp]})
     got = await member(fc).fetch_committed([("t", 0), ("t", 1)])
     assert got == {("t", 0): (7, 2, ""), ("t", 1): None}
+
+
+async def test_fetch_committed_without_a_coordinator_for_30_s(autojump_clock):
+    """A poll must not fail for a coordinator that moved or is loading (Kafka's consumer
+    returns without those positions and asks again at its next poll): `or_none` gives None
+    after 30 s of retriable answers; without it, as before, the error."""
+    cls = RESPONSES[ApiKey.OFFSET_FETCH]
+    moved = cls(error_code=ErrorCode.NOT_COORDINATOR, topics=[])
+    fc = FakeCluster({ApiKey.OFFSET_FETCH: [moved] * 1000})
+    m = member(fc)
+    m.retry_backoff_s = 0.1
+    assert await m.fetch_committed([("t", 0)], or_none=True) is None
+    assert fc.forgotten > 0                          # it looked for the coordinator again
+    with pytest.raises(KafkaError) as info:
+        await m.fetch_committed([("t", 0)])
+    assert info.value.code == ErrorCode.NOT_COORDINATOR

@@ -6,6 +6,8 @@ its member epoch; a commit the group refuses is a `CommitFailedError`.
 
 from __future__ import annotations
 
+import logging
+
 import trio
 
 from clients.cluster import Cluster
@@ -15,6 +17,7 @@ from wire.errors import ErrorCode, KafkaError
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
 
+log = logging.getLogger("raftka.consumer")
 TP = tuple[str, int]
 COORDINATOR_RETRY = {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                      ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NETWORK_EXCEPTION,
@@ -128,9 +131,13 @@ class CoordinatorClient:
                 check(code, None, f"commit for group {self.group_id!r}")
             await trio.sleep(self.retry_backoff_s)
 
-    async def fetch_committed(self, tps: list[TP], require_stable: bool = True
-                              ) -> dict[TP, tuple[int, int, str | None] | None]:
-        """{tp: (offset, leader_epoch, metadata)} or None where nothing is committed."""
+    async def fetch_committed(self, tps: list[TP], require_stable: bool = True,
+                              or_none: bool = False
+                              ) -> dict[TP, tuple[int, int, str | None] | None] | None:
+        """{tp: (offset, leader_epoch, metadata)} or None where nothing is committed.
+        `or_none`: None instead of an error when only retriable errors (no coordinator, one
+        loading) came for 30 s: a consumer's poll then returns without those positions, as
+        Kafka's, and asks again at the next; none is reset by auto.offset.reset meanwhile."""
         of = REQUESTS[ApiKey.OFFSET_FETCH]
         by_topic: dict[str, list[int]] = {}
         for t, p in tps:
@@ -161,5 +168,9 @@ class CoordinatorClient:
             elif not _retriable(code):
                 check(code, None, f"offsets of group {self.group_id!r}")
             if trio.current_time() > deadline:
+                if or_none:
+                    log.warning("offsets of group %r not fetched in 30 s (error %s)",
+                                self.group_id, code)
+                    return None
                 check(code, None, f"offsets of group {self.group_id!r}")
             await trio.sleep(self.retry_backoff_s)
