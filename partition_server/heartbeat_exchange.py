@@ -74,10 +74,9 @@ class Exchange:
                 self.error = exc
         if self._scope.cancelled_caught:
             self.error = trio.TooSlowError()
-        if self.error is None:
-            self.done.set()
-            return
         self.done.set()
+        if self.error is None:
+            return
         try:
             if failed and isinstance(self.error, trio.TooSlowError):
                 await trio.sleep(RETIRE_AFTER_S)    # given up, not broken: nothing reads it

@@ -81,8 +81,8 @@ async def isr_loop(replicas: ReplicaManager, lag_ms: int, isr_eligible: Callable
     computed just before its request, from the state as it is then: when a restarted broker
     rejoins 30,000 ISRs the requests take seconds each, and changes computed up front went
     stale meanwhile (the controller moved leaderships or changed ISRs itself; ~30,000 were
-    sent anyway and refused after a two-broker restart). Partitions producers wrote to with a
-    short ISR (`replicas.isr_urgent`) or whose acks=all produces wait for replication
+    sent anyway and refused after a two-broker restart). Partitions whose acks=all produces were
+    refused for a short ISR (`replicas.isr_urgent`) or whose acks=all produces wait for replication
     (`replicas.produce_waiting`) go first, including those that became ready while the
     requests before were out: a producer waiting on one should not wait for 29,999 idle ones.
     A change to send again (an uncertain answer) waits for the next tick, as before.

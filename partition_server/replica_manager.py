@@ -138,7 +138,7 @@ class ReplicaManager:
         self.timed_flush: set[TopicPartition] = set()
         self.compacted: set[TopicPartition] = set()
         self.isr_candidates: set[TopicPartition] = set()
-        self.isr_urgent: set[TopicPartition] = set()     # acks=all, ISR short: see isr_loop
+        self.isr_urgent: set[TopicPartition] = set()     # acks=all refused: see isr_loop
         self.produce_waiting: dict[TopicPartition, int] = {}    # acks=all waits, per partition
         self.isr_shrinks = self.isr_expands = 0   # ISR changes this leader made (metrics)
         # topic → [bytes in, messages in, bytes out to consumers] (BytesInPerSec,
@@ -445,7 +445,7 @@ class ReplicaManager:
             return ProduceResult(ErrorCode.INVALID_RECORD, message="empty record set")
         headers = _idempotent_headers(records)
         short = acks == -1 and state.in_sync_count() < hosted.min_insync_replicas
-        if acks == -1 and len(state.isr) < len(state.replicas):
+        if short:                       # (an accepted one that waits is in produce_waiting)
             self.isr_urgent.add((topic, partition))
         verdict = hosted.producers.admit(headers, now_ms,
                                          ErrorCode.NOT_ENOUGH_REPLICAS if short else None)

@@ -62,17 +62,24 @@ class BusyController:
     def _serve(self, sel, sock, conn):
         data = sock.recv(65536)
         if not data:
+            self._closed(sock)
             sel.unregister(sock)
             sock.close()
             return
         conn.receive_data(data)
         while (req := conn.next_request()) is not None:
-            if req.api_key == ApiKey.BROKER_HEARTBEAT:
-                self.heartbeats.append(time.monotonic())
-            try:
-                sock.sendall(b"".join(conn.send_response_chunks(req, _answer(req))))
-            except OSError:
-                pass                                # the broker gave up on this connection
+            self._handle(sock, conn, req)
+
+    def _closed(self, sock):
+        pass
+
+    def _handle(self, sock, conn, req):
+        if req.api_key == ApiKey.BROKER_HEARTBEAT:
+            self.heartbeats.append(time.monotonic())
+        try:
+            sock.sendall(b"".join(conn.send_response_chunks(req, _answer(req))))
+        except OSError:
+            pass                                    # the broker gave up on this connection
 
     def close(self):
         self._stop = True
@@ -138,19 +145,14 @@ class MuteController(BusyController):
         self.closed: dict = {}
         super().__init__(step_s=0)
 
-    def _serve(self, sel, sock, conn):
-        data = sock.recv(65536)
-        if not data:
-            self.closed[sock] = time.monotonic()
-            sel.unregister(sock)
-            sock.close()
-            return
-        conn.receive_data(data)
-        while (req := conn.next_request()) is not None:
-            if req.api_key == ApiKey.BROKER_HEARTBEAT:
-                self.first_heartbeat.setdefault(sock, time.monotonic())
-            else:
-                sock.sendall(b"".join(conn.send_response_chunks(req, _answer(req))))
+    def _closed(self, sock):
+        self.closed[sock] = time.monotonic()
+
+    def _handle(self, sock, conn, req):
+        if req.api_key == ApiKey.BROKER_HEARTBEAT:
+            self.first_heartbeat.setdefault(sock, time.monotonic())
+        else:
+            sock.sendall(b"".join(conn.send_response_chunks(req, _answer(req))))
 
 
 def test_a_heartbeat_given_up_closes_its_connection_only_later(monkeypatch):
