@@ -43,10 +43,13 @@ import trio
 from common.clock import steady_ms
 from partition_server.coordinator_append import (coordinator_error, store_error,
                                                   wait_committed)
+from partition_server.coordinator_load import CoordinatorLoads
 from partition_server.group.consumer_group import (ConsumerGroupCoordinatorState,
                                                    consumer_group_record, restore_consumer_group)
 from partition_server.group.lag import LagMonitor
 from partition_server.group.offset_expiry import OffsetExpiry
+from partition_server.group.replay import (CONSUMER_GROUP_KEY, GROUP_KEY, OFFSET_KEY,
+                                           LoadedOffsets)
 from partition_server.group.state import (GroupConfig, GroupCoordinatorState, GroupState,
                                           StoreGroup, group_record, restore_group,
                                           subscribed_topics)
@@ -54,7 +57,7 @@ from partition_server.replication.partition import Role
 from wire.errors import ErrorCode
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
-from wire.records.batch import build_batch, decode_batch, iter_batches
+from wire.records.batch import build_batch
 
 if TYPE_CHECKING:
     from metadata_quorum.image import MetadataImage
@@ -66,9 +69,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
-OFFSET_KEY = 1
-GROUP_KEY = 2
-CONSUMER_GROUP_KEY = 3          # KIP-848 groups
 
 GROUP_STORE_TIMEOUT_S = 5.0    # Kafka's offsets.commit.timeout.ms
 IDLE_TICK_S = 1.0              # the tick loop's longest wait without groups (see _ticks)
@@ -120,6 +120,7 @@ class GroupCoordinator:
         self._empty_since: dict[str, int] = {}       # group → when it last became Empty
         self.offsets: dict[str, dict[tuple[str, int], tuple]] = {}
         self.loaded: set[int] = set()
+        self.loads = CoordinatorLoads(OFFSETS_TOPIC, replicas)    # replays under way
         self.waiters: dict[tuple, tuple[trio.Event, list]] = {}
         self._creating = False
         self._last_logged: dict[tuple, tuple] = {}    # (kind, group) → what was last logged
@@ -169,7 +170,10 @@ class GroupCoordinator:
             req = cls(topics=[cls.CreatableTopic(
                 name=OFFSETS_TOPIC, num_partitions=self.config["offsets.topic.num.partitions"],
                 replication_factor=max(1, min(self.config["offsets.topic.replication.factor"], live)),
-                configs=[cls.CreatableTopicConfig(name="cleanup.policy", value="compact")])],
+                configs=[cls.CreatableTopicConfig(name="cleanup.policy", value="compact"),
+                         cls.CreatableTopicConfig(
+                             name="segment.bytes",
+                             value=str(self.config["offsets.topic.segment.bytes"]))])],
                 timeout_ms=10000)
             try:
                 await self._call_controller(req, timeout_s=10, version=7,
@@ -180,7 +184,8 @@ class GroupCoordinator:
             self._creating = False
 
     def on_image(self) -> None:
-        """Load offsets of newly led partitions; forget groups of partitions we stopped leading."""
+        """Load offsets of newly led partitions (coordinator_load.py: in slices, answering
+        COORDINATOR_LOAD_IN_PROGRESS meanwhile); forget groups of partitions we stopped leading."""
         topic = self._image().topics.get(OFFSETS_TOPIC)
         if topic is None:
             return
@@ -188,30 +193,24 @@ class GroupCoordinator:
             hosted = self.replicas.get(OFFSETS_TOPIC, pid)
             leading = hosted is not None and hosted.state.role is Role.LEADER
             if leading and pid not in self.loaded:
-                self._load(pid, hosted)
-            elif not leading and pid in self.loaded:
-                self._unload(pid)
+                if not self.loads.loading(pid, hosted):
+                    acc = LoadedOffsets()
+                    self.loads.start(pid, hosted, acc.apply,
+                                     lambda replay, acc=acc: self._install(replay, acc))
+            elif not leading:
+                self.loads.cancel(pid)
+                if pid in self.loaded:
+                    self._unload(pid)
 
-    def _load(self, pid: int, hosted) -> None:
-        plog = hosted.log
-        offset = plog.log_start_offset
-        n = 0
-        groups: dict[str, list | None] = {}
-        consumer_groups: dict[str, list | None] = {}
-        while offset < plog.log_end_offset:
-            data = plog.read(offset, 8 << 20).read_bytes()
-            if not data:
-                break
-            for h in iter_batches(data):
-                if h.is_control:
-                    offset = h.next_offset        # transaction markers carry no group data
-                    continue
-                for rec in decode_batch(h.bytes()).records:
-                    self._apply_record(rec.key, rec.value, groups, consumer_groups)
-                    n += 1
-                offset = h.next_offset
+    def _install(self, replay, acc: LoadedOffsets) -> None:
+        """A replay reached the log's end: its groups and offsets become the coordinator's."""
+        pid = replay.pid
         now = steady_ms()            # member sessions restart from now (see common/clock)
-        for gid, value in groups.items():
+        for gid, table in acc.offsets.items():
+            if table:
+                self.offsets[gid] = table
+            self._touch(gid)
+        for gid, value in acc.groups.items():
             if value is None:
                 continue
             try:
@@ -223,7 +222,7 @@ class GroupCoordinator:
             if not value[4]:
                 self._empty_since[gid] = value[5]
                 self._touch(gid)
-        for gid, value in consumer_groups.items():
+        for gid, value in acc.consumer_groups.items():
             if value is None:
                 continue
             try:
@@ -234,9 +233,9 @@ class GroupCoordinator:
             self._persisted[("consumer", gid)] = value
         self.loaded.add(pid)
         self.wake()
-        log.info("loaded %d records (%d groups) from %s-%d", n,
-                 sum(v is not None for v in groups.values()) +
-                 sum(v is not None for v in consumer_groups.values()), OFFSETS_TOPIC, pid)
+        log.info("loaded %d records (%d groups) from %s-%d", replay.records,
+                 sum(v is not None for v in acc.groups.values()) +
+                 sum(v is not None for v in acc.consumer_groups.values()), OFFSETS_TOPIC, pid)
 
     def _unload(self, pid: int) -> None:
         self.loaded.discard(pid)
@@ -250,28 +249,6 @@ class GroupCoordinator:
             if self.partition_of(key[1]) == pid:
                 box.append(ErrorCode.NOT_COORDINATOR)
                 event.set()
-
-    def _apply_record(self, key: bytes, value: bytes | None, groups: dict,
-                      consumer_groups: dict) -> None:
-        try:
-            k = msgpack.unpackb(key)
-            if k[0] in (GROUP_KEY, CONSUMER_GROUP_KEY):
-                table = groups if k[0] == GROUP_KEY else consumer_groups
-                table[k[1]] = None if value is None else msgpack.unpackb(value)
-                return
-            if k[0] != OFFSET_KEY:
-                return
-            _, group, topic, partition = k
-            self._touch(group)
-            offsets = self.offsets.setdefault(group, {})
-            if value is None:
-                offsets.pop((topic, partition), None)
-                if not offsets:
-                    del self.offsets[group]
-            else:
-                offsets[(topic, partition)] = tuple(msgpack.unpackb(value))
-        except (ValueError, TypeError, IndexError, msgpack.UnpackException):
-            log.warning("skipping an unreadable %s record", OFFSETS_TOPIC)
 
     # -- delayed answers --------------------------------------------------------------------------
 
@@ -299,6 +276,7 @@ class GroupCoordinator:
     async def tick_loop(self) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery               # generation stores run here (see deliver)
+            nursery.start_soon(self.loads.run)
             await self._ticks()
 
     def wake(self) -> None:

@@ -40,6 +40,7 @@ import msgpack
 import trio
 
 from partition_server.coordinator_append import coordinator_error, wait_committed
+from partition_server.coordinator_load import CoordinatorLoads
 from partition_server.group.coordinator import java_string_hash
 from partition_server.replication.partition import Role
 from partition_server.txn import state as S
@@ -50,7 +51,7 @@ from partition_server.txn.timeouts import ABORT, TxnTable, timeout_actions
 from wire.errors import ErrorCode
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
-from wire.records.batch import build_batch, decode_batch, iter_batches
+from wire.records.batch import build_batch
 
 if TYPE_CHECKING:
     from metadata_quorum.image import MetadataImage
@@ -89,6 +90,16 @@ def _log_refusal(api: str, tid: str, pid: int, epoch: int, err: ErrorCode,
              api, tid, pid, epoch, err.name, held)
 
 
+def _replayed(key: bytes, value: bytes | None, found: dict) -> None:
+    """A `__transaction_state` record read by a replay: the last one of an id wins."""
+    try:
+        k = msgpack.unpackb(key)
+        if k[0] == TXN_KEY:
+            found[k[1]] = None if value is None else msgpack.unpackb(value)
+    except (ValueError, TypeError, IndexError, msgpack.UnpackException):
+        log.warning("skipping an unreadable %s record", TXN_TOPIC)
+
+
 def _record_batch(meta: S.TransactionMetadata, ts: int) -> bytes:
     """The `__transaction_state` record of `meta` (key [0, id], msgpack value)."""
     return build_batch([(msgpack.packb([TXN_KEY, meta.transactional_id]),
@@ -119,6 +130,7 @@ class TransactionCoordinator:
         # KIP-890 verifications this broker asks of other coordinators, batched per broker
         self.verifications = Verifications(peers.sibling("verify"))
         self._nursery: trio.Nursery | None = None
+        self.loads = CoordinatorLoads(TXN_TOPIC, replicas)        # replays under way
         self._creating = False
 
     # -- ownership --------------------------------------------------------------------------------
@@ -170,6 +182,8 @@ class TransactionCoordinator:
                 name=TXN_TOPIC, num_partitions=cfg["transaction.state.log.num.partitions"],
                 replication_factor=rf, configs=[
                     cls.CreatableTopicConfig(name="cleanup.policy", value="compact"),
+                    cls.CreatableTopicConfig(name="segment.bytes",
+                                             value=str(cfg["transaction.state.log.segment.bytes"])),
                     cls.CreatableTopicConfig(name="min.insync.replicas",
                                              value=str(min(rf, cfg["transaction.state.log.min.isr"])))])],
                 timeout_ms=10000)
@@ -184,6 +198,9 @@ class TransactionCoordinator:
     # -- loading (failover) -----------------------------------------------------------------------
 
     def on_image(self) -> None:
+        """Load the transactions of partitions newly led, or led in a new epoch (the epoch is
+        the coordinator epoch of its markers), in slices (coordinator_load.py; answering
+        COORDINATOR_LOAD_IN_PROGRESS meanwhile); forget those of partitions no longer led."""
         topic = self._image().topics.get(TXN_TOPIC)
         if topic is None:
             return
@@ -191,30 +208,20 @@ class TransactionCoordinator:
             hosted = self.replicas.get(TXN_TOPIC, pid)
             leading = hosted is not None and hosted.state.role is Role.LEADER
             if leading and self.loaded.get(pid) != hosted.state.leader_epoch:
-                self._load(pid, hosted)
-            elif not leading and pid in self.loaded:
-                self._unload(pid)
+                if not self.loads.loading(pid, hosted, hosted.state.leader_epoch):
+                    self._unload(pid)
+                    found: dict[str, list | None] = {}
+                    self.loads.start(pid, hosted, lambda k, v, found=found: _replayed(k, v, found),
+                                     lambda replay, found=found: self._install(replay, found))
+            elif not leading:
+                self.loads.cancel(pid)
+                if pid in self.loaded:
+                    self._unload(pid)
 
-    def _load(self, pid: int, hosted) -> None:
-        self._unload(pid)
-        plog = hosted.log
-        offset = plog.log_start_offset
-        found: dict[str, list | None] = {}
-        while offset < plog.log_end_offset:
-            data = plog.read(offset, 8 << 20).read_bytes()
-            if not data:
-                break
-            for h in iter_batches(data):
-                offset = h.next_offset
-                if h.is_control:
-                    continue
-                for rec in decode_batch(h.bytes()).records:
-                    try:
-                        k = msgpack.unpackb(rec.key)
-                        if k[0] == TXN_KEY:
-                            found[k[1]] = None if rec.value is None else msgpack.unpackb(rec.value)
-                    except (ValueError, TypeError, IndexError, msgpack.UnpackException):
-                        log.warning("skipping an unreadable %s record", TXN_TOPIC)
+    def _install(self, replay, found: dict) -> None:
+        """A replay reached the log's end: its transactions become the coordinator's, and those
+        it left prepared are completed."""
+        pid = replay.pid
         for tid, value in found.items():
             if value is None:
                 continue
@@ -222,7 +229,7 @@ class TransactionCoordinator:
                 self.txns[tid] = S.TransactionMetadata.from_record(tid, value)
             except (ValueError, TypeError, KeyError):
                 log.warning("skipping an unreadable transaction record for %s", tid)
-        self.loaded[pid] = hosted.state.leader_epoch
+        self.loaded[pid] = replay.epoch
         resumed = 0
         for tid, meta in list(self.txns.items()):
             if self.partition_of(tid) != pid:
@@ -235,7 +242,7 @@ class TransactionCoordinator:
                 resumed += 1
         log.info("loaded %d transactional ids from %s-%d (epoch %d), %d to complete",
                  sum(1 for t in self.txns if self.partition_of(t) == pid), TXN_TOPIC, pid,
-                 hosted.state.leader_epoch, resumed)
+                 replay.epoch, resumed)
 
     def _unload(self, pid: int) -> None:
         self.loaded.pop(pid, None)
@@ -482,6 +489,7 @@ class TransactionCoordinator:
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            nursery.start_soon(self.loads.run)
             for tid, meta in list(self.txns.items()):     # loaded before we could spawn
                 if meta.state in (S.TxnState.PREPARE_COMMIT, S.TxnState.PREPARE_ABORT):
                     self._start_completion(tid)
