@@ -144,3 +144,20 @@ async def test_complete_is_not_awaited_and_a_lost_one_is_redone(tmp_path):
         assert txn.txns["tx"].state is S.TxnState.ONGOING
         assert hosted.state.high_watermark == hosted.log.log_end_offset == 5
         nursery.cancel_scope.cancel()
+
+
+async def test_no_lock_is_kept_for_an_id_between_its_requests(tmp_path):
+    """The coordinator's per-id locks live only while a request holds or awaits one: it kept
+    one for every transactional id it ever saw, growing with uptime."""
+    c = Cluster(tmp_path)
+    txn = c.txn
+    async with trio.open_nursery() as nursery:
+        pid, epoch = await start_transaction(c, nursery)
+        err, _, _ = await txn.end_txn("tx", pid, epoch, True)
+        assert err == ErrorCode.NONE
+        await wait_for(lambda: txn.txns["tx"].state is S.TxnState.COMPLETE_COMMIT
+                       and "tx" not in txn.completing)
+        for i in range(20):                  # ids used once, as some stream processors do
+            assert (await txn.init_producer_id(f"once-{i}", 60000, -1, -1))[0] == ErrorCode.NONE
+        assert len(txn.locks) == 0
+        nursery.cancel_scope.cancel()

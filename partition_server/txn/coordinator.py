@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 import msgpack
 import trio
 
+from common.keyed_locks import KeyedLocks
 from partition_server.coordinator_append import coordinator_error, wait_committed
 from partition_server.coordinator_load import CoordinatorLoads
 from partition_server.group.coordinator import java_string_hash
@@ -122,7 +123,7 @@ class TransactionCoordinator:
         # tid → metadata; it also files when each may need the timeout check (timeouts.py)
         self.txns: TxnTable = TxnTable(cfg["transactional.id.expiration.ms"])
         self.loaded: dict[int, int] = {}          # partition → coordinator epoch it was loaded in
-        self.locks: dict[str, trio.Lock] = {}
+        self.locks = KeyedLocks()                   # per transactional id, while in use
         self.completing: dict[str, trio.Event] = {}   # set when the markers task ends
         self.offsets = TxnOffsetStore(groups, replicas, purgatory)
         self.markers = MarkerSender(config.node_id, replicas, purgatory, image, self.offsets,
@@ -252,11 +253,9 @@ class TransactionCoordinator:
 
     # -- persistence ------------------------------------------------------------------------------
 
-    def _lock(self, tid: str) -> trio.Lock:
-        lock = self.locks.get(tid)
-        if lock is None:
-            lock = self.locks[tid] = trio.Lock()
-        return lock
+    def _lock(self, tid: str):
+        """`async with`: the id's requests one at a time."""
+        return self.locks.hold(tid)
 
     async def _persist(self, meta: S.TransactionMetadata, timeout_s: float = 10.0) -> ErrorCode:
         """Log `meta` (acks=all) and install it; NOT_COORDINATOR if we lost the partition."""
