@@ -508,7 +508,7 @@ class ReplicaManager:
         if h.producer_id >= 0:
             if control_type is not None:
                 hosted.producers.end_txn(h.producer_id, h.producer_epoch, control_type == 1,
-                                         info.first_offset, coordinator_epoch)
+                                         info.first_offset, coordinator_epoch, now_ms)
             elif h.is_transactional:
                 hosted.producers.begin_txn(h.producer_id, info.first_offset)
         return ProduceResult(ErrorCode.NONE, info.first_offset, info.last_offset, -1,

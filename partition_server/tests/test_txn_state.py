@@ -248,6 +248,20 @@ def test_idle_producers_expire_unless_in_a_transaction():
     assert s.check(1, 0, 1, 1).error == ErrorCode.UNKNOWN_PRODUCER_ID
 
 
+def test_a_producer_last_seen_in_a_bumped_marker_expires_with_its_coordinator_epoch():
+    """A marker with a bumped epoch (KIP-890 part 2 bumps it every transaction; a coordinator's
+    abort does too) makes a new entry: it carries the marker's time, so it expires, and the
+    markers' coordinator epoch goes with it (both were kept for the log's life)."""
+    s = ProducerStateManager()
+    s.update_from_header(_data(1, 0, 0, 0))                      # timestamp 0
+    s.update_from_header(_header(build_end_txn_marker(True, 1, 1, 5, base_offset=2,
+                                                      timestamp_ms=1000)))
+    assert s.producers[1].epoch == 1 and s.producers[1].last_ms == 1000
+    assert s.expire_producers(now_ms=3500, expiration_ms=3000) == []
+    assert s.expire_producers(now_ms=4001, expiration_ms=3000) == [1]
+    assert s.producers == {} and s.coordinator_epochs == {}
+
+
 def test_markers_from_an_older_coordinator_are_fenced():
     s = ProducerStateManager()
     s.update_from_header(_data(1, 0, 0, 0))

@@ -205,6 +205,9 @@ class ProducerStateManager:
                 if e.last_ms >= 0 and now_ms - e.last_ms > expiration_ms and pid not in self.ongoing]
         for pid in gone:
             del self.producers[pid]
+            # its markers' coordinator epoch goes with it, as in Kafka's producer state entry:
+            # kept, one per transactional producer that ever wrote here, for the log's life
+            self.coordinator_epochs.pop(pid, None)
         for pid in [pid for pid, r in self.refusals.items() if now_ms - r[3] > REFUSAL_KEPT_MS]:
             del self.refusals[pid]
         return gone
@@ -234,13 +237,16 @@ class ProducerStateManager:
         return coordinator_epoch < self.coordinator_epochs.get(producer_id, -1)
 
     def end_txn(self, producer_id: int, producer_epoch: int, commit: bool,
-                marker_offset: int, coordinator_epoch: int = -1) -> None:
-        """A COMMIT/ABORT marker was appended at `marker_offset`."""
+                marker_offset: int, coordinator_epoch: int = -1, timestamp_ms: int = -1) -> None:
+        """A COMMIT/ABORT marker was appended at `marker_offset`. Its timestamp counts as the
+        producer's last write: an entry a marker made (a bumped epoch: every transaction with
+        KIP-890 part 2, any coordinator abort) had none, so it never expired."""
         if coordinator_epoch > self.coordinator_epochs.get(producer_id, -1):
             self.coordinator_epochs[producer_id] = coordinator_epoch
         entry = self.producers.get(producer_id)
         if entry is None or producer_epoch > entry.epoch:
-            self.producers[producer_id] = ProducerEntry(producer_epoch)
+            entry = self.producers[producer_id] = ProducerEntry(producer_epoch)
+        entry.last_ms = max(entry.last_ms, timestamp_ms)
         first = self.ongoing.pop(producer_id, None)
         if first is None:
             return                      # no data of that transaction here (e.g. a retried marker)
@@ -262,7 +268,7 @@ class ProducerStateManager:
                 marker = marker_of(h.bytes())
             if marker is not None and marker[0] in (0, 1):
                 self.end_txn(h.producer_id, h.producer_epoch, marker[0] == 1, h.base_offset,
-                             marker[1])
+                             marker[1], h.max_timestamp)
             return
         self._update_sequences(h)
         if h.is_transactional:
