@@ -17,6 +17,13 @@ on. What the churn knows for certain (a topic whose creation succeeded and that 
 asked to be deleted, a topic whose deletion succeeded, a config whose last change succeeded) is
 checked against the controllers' image after the restart.
 
+A consumer group member (`soak-group`) reads the data topic the whole time and commits what it
+read after every poll that returned records: hours of uptime pile commits into one
+`__consumer_offsets` partition, which the group's coordinator replays after the full restart
+(partition_server/coordinator_load.py). Its commits may fail while a broker is paused (counted);
+after the churn it commits its position once more until that is acknowledged, and after the
+restart the group's committed offsets must be exactly that.
+
 After the churn: resume every broker, let the producer finish, wait for a full ISR on the data
 topic; check that every controller holds the same image (`controller_images`, FetchSnapshot to
 each controller's own listener at one end offset) and that the image replayed from each
@@ -39,7 +46,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
                                    NewTopic, ResourceType)
 
@@ -57,6 +64,7 @@ pytestmark = [pytest.mark.live, pytest.mark.slow]
 SOAK_S = float(os.environ.get("RAFTKA_SOAK_SECONDS", "3600"))
 DATA_TOPIC = "soak-data"
 DATA_PARTITIONS = 3
+GROUP = "soak-group"
 MAX_CHURN_TOPICS = 6
 ADMIN_TIMEOUT_S = 15
 EXISTS, GONE, UNKNOWN = "exists", "gone", "unknown"
@@ -193,6 +201,67 @@ def _writer_loop(writer: Writer, stop: threading.Event, errors: list) -> None:
         errors.append(f"{type(exc).__name__}: {exc}")
 
 
+class Committer:
+    """The group member: polls the data topic, commits after each poll that read something."""
+
+    def __init__(self, bootstrap: str):
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP,
+                                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        self.consumer.subscribe([DATA_TOPIC])
+        self.next: dict[int, int] = {}          # partition → offset after the last record read
+        self.counts = [0, 0]                    # commits acknowledged, failed
+        self.read = 0
+
+    def offsets(self) -> list:
+        return [TopicPartition(DATA_TOPIC, p, o) for p, o in sorted(self.next.items())]
+
+    def step(self) -> None:
+        msgs = self.consumer.consume(500, 0.1)
+        for m in msgs:
+            if m.error() is None:
+                self.next[m.partition()] = m.offset() + 1
+                self.read += 1
+        if not msgs or not self.next:
+            return
+        try:
+            self.consumer.commit(offsets=self.offsets(), asynchronous=False)
+            self.counts[0] += 1
+        except KafkaException:
+            self.counts[1] += 1                 # a paused coordinator, say: the next one
+
+    def final_commit(self, timeout_s: float) -> dict[int, int]:
+        """Commit the position until acknowledged; returns it."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.consumer.commit(offsets=self.offsets(), asynchronous=False)
+                return dict(self.next)
+            except KafkaException as exc:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"the group's final commit failed for {timeout_s} s: "
+                                         f"{exc}") from exc
+                time.sleep(0.5)
+
+
+def _committer_loop(committer: Committer, stop: threading.Event, errors: list) -> None:
+    try:
+        while not stop.is_set():
+            committer.step()
+    except Exception as exc:                              # noqa: BLE001 - reported by the test
+        errors.append(f"{type(exc).__name__}: {exc}")
+
+
+def committed_offsets(bootstrap: str, partitions: int) -> dict[int, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP,
+                  "enable.auto.commit": False})
+    try:
+        got = c.committed([TopicPartition(DATA_TOPIC, p) for p in range(partitions)],
+                          timeout=60)
+        return {tp.partition: tp.offset for tp in got if tp.offset >= 0}
+    finally:
+        c.close()
+
+
 def durable_view(image) -> dict:
     """What a clean restart must keep: topics (id, partitions' replicas) and configs."""
     return {"topics": {name: (str(t.topic_id), {p: tuple(s.replicas)
@@ -248,6 +317,7 @@ def test_metadata_churn_soak_then_full_restart(tmp_path):
                                                       "replica.lag.time.max.ms": "3000"})
     churn = writer = None
     stop_writing = threading.Event()
+    stop_committing = threading.Event()
     writer_errors: list[str] = []
     try:
         cluster.start()
@@ -256,6 +326,11 @@ def test_metadata_churn_soak_then_full_restart(tmp_path):
         writing = threading.Thread(target=_writer_loop, args=(writer, stop_writing, writer_errors),
                                    daemon=True, name="soak-writer")
         writing.start()
+        committer = Committer(cluster.bootstrap)
+        committing = threading.Thread(target=_committer_loop,
+                                      args=(committer, stop_committing, writer_errors),
+                                      daemon=True, name="soak-committer")
+        committing.start()
         churn = Churn(cluster, rng)
         try:
             churn.run_until(time.monotonic() + SOAK_S)
@@ -263,8 +338,15 @@ def test_metadata_churn_soak_then_full_restart(tmp_path):
             churn.stop()
             stop_writing.set()
             writing.join(30)
-        print(f"churn: {churn.counts}; writer sent {writer.n}, acknowledged {writer.acked}")
+            stop_committing.set()
+            committing.join(30)
+        print(f"churn: {churn.counts}; writer sent {writer.n}, acknowledged {writer.acked}; "
+              f"the group read {committer.read} records, commits acknowledged / failed "
+              f"{committer.counts}")
         assert not writer_errors, writer_errors
+        assert committer.counts[0] > 0, "the group never committed"
+        committed = committer.final_commit(120)
+        committer.consumer.close()
         assert writer.flush(150) == 0, "acks=all writes still outstanding 150 s after the churn"
         assert churn.counts.get("create", [0])[0] and churn.counts.get("alter_config", [0])[0], \
             f"the churn changed nothing: {churn.counts}"
@@ -287,8 +369,13 @@ def test_metadata_churn_soak_then_full_restart(tmp_path):
                  describe=lambda: describe(cluster.bootstrap, DATA_TOPIC))
         after = check_controllers(cluster, churn)
         assert after == before, "topics or configs changed across the clean restart"
+        # the group's coordinator replayed its partition: the last acknowledged commit is there
+        reloaded = committed_offsets(cluster.bootstrap, DATA_PARTITIONS)
+        assert reloaded == committed, \
+            f"committed offsets after the restart {reloaded}, acknowledged before {committed}"
         final_read(cluster.bootstrap, DATA_TOPIC, DATA_PARTITIONS, history, timeout_s=120)
     finally:
+        stop_committing.set()
         if churn is not None:
             churn.stop()
         for p in cluster.procs:                           # a paused broker cannot stop
