@@ -8,13 +8,22 @@ was reached. Both are append-only files mirrored in memory; lookups are binary s
 An index is a cache of the segment: `load` refuses a file whose size is not a multiple of the
 entry size, whose entries are not strictly increasing, or that points past the segment's end, and
 the segment then rebuilds it by scanning its batches.
+
+In memory the entries are machine-word arrays, not lists of Python ints: a list entry is a
+pointer plus an int object, 159 bytes per entry of the two indexes where the files hold 20, so a
+1 GiB segment's indexes took 42 MB of RAM (measured) — 4 % of the data a broker holds, every
+segment loaded at start. As arrays: 28 bytes per entry (absolute offsets and timestamps as
+int64, positions as uint32), 7.3 MB for that segment.
 """
 
 from __future__ import annotations
 
 import bisect
+import operator
 import os
 import struct
+import sys
+from array import array
 
 OFFSET_ENTRY = struct.Struct(">II")
 TIME_ENTRY = struct.Struct(">qI")
@@ -28,9 +37,13 @@ class OffsetIndex:
     def __init__(self, path: str, base_offset: int):
         self.path = path
         self.base_offset = base_offset
-        self.offsets: list[int] = []      # absolute offsets
-        self.positions: list[int] = []
+        self.offsets = array("q")         # absolute offsets
+        self.positions = array("I")       # file positions (a segment is < 4 GiB)
         self._pending = bytearray()
+
+    def reset(self) -> None:
+        """Forget the entries in memory (the segment rebuilds them)."""
+        self.offsets, self.positions = array("q"), array("I")
 
     @property
     def entries(self) -> int:
@@ -44,13 +57,18 @@ class OffsetIndex:
         data = _read(self.path)
         if len(data) % OFFSET_ENTRY.size:
             raise CorruptIndexError(f"{self.path}: size {len(data)} is not a multiple of 8")
-        last_off, last_pos = -1, -1
-        for rel, pos in OFFSET_ENTRY.iter_unpack(data):
-            if rel <= last_off or pos <= last_pos or pos >= segment_size:
-                raise CorruptIndexError(f"{self.path}: entries not increasing or past the log")
-            self.offsets.append(self.base_offset + rel)
-            self.positions.append(pos)
-            last_off, last_pos = rel, pos
+        words = array("I")          # (relative offset, position) pairs, big-endian on disk
+        words.frombytes(data)
+        if sys.byteorder == "little":
+            words.byteswap()
+        rel, positions = words[0::2], words[1::2]
+        # checked with C loops (map): a broker loads every segment's index at start
+        if not (all(map(operator.lt, rel, rel[1:]))
+                and all(map(operator.lt, positions, positions[1:]))
+                and (not positions or positions[-1] < segment_size)):
+            raise CorruptIndexError(f"{self.path}: entries not increasing or past the log")
+        self.offsets = array("q", map(self.base_offset.__add__, rel))
+        self.positions = positions
 
     def append(self, offset: int, position: int) -> None:
         if self.offsets and (offset <= self.offsets[-1] or position <= self.positions[-1]):
@@ -95,22 +113,25 @@ class TimeIndex:
     def __init__(self, path: str, base_offset: int):
         self.path = path
         self.base_offset = base_offset
-        self.timestamps: list[int] = []
-        self.offsets: list[int] = []
+        self.timestamps = array("q")
+        self.offsets = array("q")
         self._pending = bytearray()
+
+    def reset(self) -> None:
+        """Forget the entries in memory (the segment rebuilds them)."""
+        self.timestamps, self.offsets = array("q"), array("q")
 
     def load(self, next_offset: int) -> None:
         data = _read(self.path)
         if len(data) % TIME_ENTRY.size:
             raise CorruptIndexError(f"{self.path}: size {len(data)} is not a multiple of 12")
-        last_ts, last_off = None, -1
-        for ts, rel in TIME_ENTRY.iter_unpack(data):
-            off = self.base_offset + rel
-            if (last_ts is not None and ts <= last_ts) or off < last_off or off >= next_offset:
-                raise CorruptIndexError(f"{self.path}: entries not increasing or past the log")
-            self.timestamps.append(ts)
-            self.offsets.append(off)
-            last_ts, last_off = ts, off
+        timestamps, rel = _time_entries(data)
+        offsets = array("q", map(self.base_offset.__add__, rel))
+        if not (all(map(operator.lt, timestamps, timestamps[1:]))
+                and all(map(operator.le, offsets, offsets[1:]))
+                and (not offsets or offsets[-1] < next_offset)):
+            raise CorruptIndexError(f"{self.path}: entries not increasing or past the log")
+        self.timestamps, self.offsets = timestamps, offsets
 
     def maybe_append(self, max_timestamp: int, offset: int) -> None:
         if self.timestamps and max_timestamp <= self.timestamps[-1]:
@@ -141,9 +162,26 @@ class TimeIndex:
         self._pending = bytearray()
 
     def clear(self) -> None:
-        self.timestamps, self.offsets = [], []
+        self.reset()
         _atomic_write(self.path, b"")
         self._pending = bytearray()
+
+
+def _time_entries(data: bytes) -> tuple[array, array]:
+    """(timestamps, relative offsets) of `.timeindex` bytes (big-endian int64 + uint32 per
+    entry), with C loops only: one tuple per entry was 4x slower for a 1 GiB segment."""
+    if sys.byteorder != "little":
+        entries = list(TIME_ENTRY.iter_unpack(data))
+        return (array("q", map(operator.itemgetter(0), entries)),
+                array("I", map(operator.itemgetter(1), entries)))
+    words = array("I")
+    words.frombytes(data)
+    words.byteswap()                       # each entry: timestamp high, low, relative offset
+    pairs = array("I", bytes(8 * (len(words) // 3)))
+    pairs[0::2], pairs[1::2] = words[1::3], words[0::3]     # little-endian int64: low, high
+    timestamps = array("q")
+    timestamps.frombytes(pairs.tobytes())
+    return timestamps, words[2::3]
 
 
 def _read(path: str) -> bytes:

@@ -163,8 +163,8 @@ class LogSegment:
     def recover(self, expected_base: int | None = None) -> int:
         """Re-validate every batch, rebuild both indexes, truncate a bad tail; returns bytes cut."""
         self._tail = []
-        self.index.offsets, self.index.positions = [], []
-        self.time_index.timestamps, self.time_index.offsets = [], []
+        self.index.reset()
+        self.time_index.reset()
         self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
         self.next_offset = self.base_offset
         self._bytes_since_index = 0
@@ -206,8 +206,8 @@ class LogSegment:
         """Rebuild both indexes from batch headers, without truncating (a trusted segment whose
         index proved wrong); CRCs are left to the read-time check."""
         log.warning("%s: index inconsistent with the log; rebuilding", self.path)
-        self.index.offsets, self.index.positions = [], []
-        self.time_index.timestamps, self.time_index.offsets = [], []
+        self.index.reset()
+        self.time_index.reset()
         self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
         self.first_batch_timestamp = None
         self._bytes_since_index = 0
