@@ -1,0 +1,111 @@
+"""What one request costs the brokers (issues 17 and 23): CPU per request, one at a time.
+
+On a 3-controller + 3-broker cluster (the `raftka dev` layout), each workload sends requests one
+after another (the next once the answer is in) and divides every broker's CPU (utime + stime
+from /proc/<pid>/stat, and stime alone) over the workload by the number of requests:
+
+- `apiversions`: ApiVersions v0 on a raw socket — the request path with almost no handler (its
+  answer lists every API, so it is not free either);
+- `produce rf1 acks=1`: one 100 B record per Produce (librdkafka, linger 0), to a partition on one
+  broker — the produce path without replication;
+- `produce rf3 acks=all`: the same to an RF 3 partition (min.insync.replicas 1, the dev default)
+  — the leader's request plus its two followers' fetch exchanges.
+
+Idle CPU over the same length of time is measured first and shown: it is included in the
+figures (at these rates it is a few µs per request). Ticks are 10 ms, so each workload runs long
+enough for thousands of requests.
+
+    python3 bench/request_cost.py [--requests 6000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from partition_server.testing import LiveCluster  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu(pid: int) -> tuple[float, float]:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
+
+
+def api_versions(port: int, n: int) -> None:
+    s = socket.create_connection(("127.0.0.1", port))
+    try:
+        for i in range(n):
+            body = struct.pack(">hhih", 18, 0, i, 5) + b"bench"
+            s.sendall(struct.pack(">i", len(body)) + body)
+            size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+            s.recv(size, socket.MSG_WAITALL)
+    finally:
+        s.close()
+
+
+def produce(bootstrap: str, topic: str, n: int, acks: str) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 0,
+                  "enable.idempotence": False})
+    for _ in range(n):
+        p.produce(topic, b"x" * 100, partition=0)
+        p.flush(30)
+
+
+def measure(brokers: dict[str, int], run, n: int) -> dict:
+    before = {name: cpu(pid) for name, pid in brokers.items()}
+    started = time.monotonic()
+    run()
+    wall = time.monotonic() - started
+    after = {name: cpu(pid) for name, pid in brokers.items()}
+    total = {name: (sum(after[name]) - sum(before[name])) / n * 1e6 for name in brokers}
+    system = {name: (after[name][1] - before[name][1]) / n * 1e6 for name in brokers}
+    return {"rate": n / wall, "wall_s": wall, "us": total, "sys_us": system}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=6000)
+    args = ap.parse_args()
+    n = args.requests
+    cluster = LiveCluster(Path(tempfile.mkdtemp(prefix="bench-request-cost-"))).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        for f in admin.create_topics([NewTopic("cost-rf1", 1, 1),
+                                      NewTopic("cost-rf3", 1, 3)]).values():
+            f.result(30)
+        produce(cluster.bootstrap, "cost-rf1", 200, "1")          # connections, first appends
+        produce(cluster.bootstrap, "cost-rf3", 200, "all")
+        brokers = {p.name: p.proc.pid for p in cluster.procs if p.name.startswith("broker")}
+        port = int(cluster.bootstrap.split(",")[0].rsplit(":", 1)[1])
+        idle = measure(brokers, lambda: time.sleep(3), 1)
+        print(f"idle: {sum(idle['us'].values()) / 3 / 1e4:.2f} % of one core over the brokers")
+        for name, run in [("apiversions", lambda: api_versions(port, n)),
+                          ("produce rf1 acks=1", lambda: produce(cluster.bootstrap, "cost-rf1",
+                                                                 n, "1")),
+                          ("produce rf3 acks=all", lambda: produce(cluster.bootstrap,
+                                                                   "cost-rf3", n, "all"))]:
+            r = measure(brokers, run, n)
+            per = " ".join(f"{k}={v:.0f}" for k, v in r["us"].items())
+            sys_ = " ".join(f"{v:.0f}" for v in r["sys_us"].values())
+            print(f"{name:22s} {r['rate']:7.0f}/s  broker CPU per request, µs: {per}  "
+                  f"sum={sum(r['us'].values()):.0f}  (of it system: {sys_})", flush=True)
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    main()
