@@ -81,6 +81,8 @@ class LogSegment:
         self.path = stem + ".log"
         self.index = OffsetIndex(stem + ".index", base_offset)
         self.time_index = TimeIndex(stem + ".timeindex", base_offset)
+        # an index opened lazily (load_trusted) and found corrupt at first use: rebuild both
+        self.index.on_corrupt = self.time_index.on_corrupt = self.rebuild_indexes
         self.txn_index = TransactionIndex(stem + ".txnindex")   # aborted transactions
         self.index_interval_bytes = index_interval_bytes
         self.files = files if files is not None else file_cache.DEFAULT
@@ -136,29 +138,36 @@ class LogSegment:
     # -- opening ----------------------------------------------------------------------------------
 
     def load_trusted(self) -> None:
-        """After a clean shutdown: take the indexes as written; read only the last batch."""
+        """After a clean shutdown: take the indexes as written, reading only their last entries
+        (the rest when first used, index.py); read only the batches after the last entry."""
         if self.size == 0 and not (os.path.exists(self.index.path)
                                    or os.path.exists(self.time_index.path)):
             return      # empty, never indexed: nothing to rebuild (most of 30,000 partitions)
         try:
-            self.index.load(self.size)
-            self.time_index.load(1 << 62)
+            last = self.index.open_lazily(self.size)
+            last_time = self.time_index.open_lazily(1 << 62)
         except CorruptIndexError as exc:
             log.warning("%s; rebuilding from %s", exc, self.path)
             self.recover()
             return
-        last = None
-        for h in self.iter_headers(self.index_lookup(1 << 62)):
-            last = h
+        start = 0
+        if last is not None:
+            start = last[1]
+            if not self._starts_batch(last[0], start):
+                self.rebuild_indexes()          # also finds max_timestamp from the batches
+                start, last_time = self.index.lookup(1 << 62), None
+        last_h = None
+        for h in self.iter_headers(start):
+            last_h = h
             if self.first_batch_timestamp is None:
                 self.first_batch_timestamp = h.max_timestamp
-        if last is not None:
-            self.next_offset = last.next_offset
-        if self.time_index.timestamps:
-            self.max_timestamp = self.time_index.timestamps[-1]
-            self.offset_of_max_timestamp = self.time_index.offsets[-1]
-        if last is not None and last.max_timestamp > self.max_timestamp:
-            self.max_timestamp, self.offset_of_max_timestamp = last.max_timestamp, last.base_offset
+        if last_h is not None:
+            self.next_offset = last_h.next_offset
+        if last_time is not None:
+            self.max_timestamp, self.offset_of_max_timestamp = last_time
+        if last_h is not None and last_h.max_timestamp > self.max_timestamp:
+            self.max_timestamp, self.offset_of_max_timestamp = last_h.max_timestamp, \
+                last_h.base_offset
 
     def recover(self, expected_base: int | None = None) -> int:
         """Re-validate every batch, rebuild both indexes, truncate a bad tail; returns bytes cut."""
@@ -224,12 +233,16 @@ class LogSegment:
         if i < 0:
             return 0
         pos = self.index.positions[i]
-        head = self.pread(17, pos)
-        if len(head) < 17 or int.from_bytes(head[:8], "big", signed=True) != self.index.offsets[i] \
-                or head[16] != 2:
+        if not self._starts_batch(self.index.offsets[i], pos):
             self.rebuild_indexes()
             return self.index.lookup(offset)
         return pos
+
+    def _starts_batch(self, offset: int, pos: int) -> bool:
+        """Whether a v2 batch with base offset `offset` starts at `pos` (an index entry's check)."""
+        head = self.pread(17, pos)
+        return len(head) >= 17 and int.from_bytes(head[:8], "big", signed=True) == offset \
+            and head[16] == 2
 
     def time_lookup(self, timestamp: int) -> int:
         """`time_index.lookup`, checked: the entry's batch must carry the entry's timestamp."""
