@@ -410,7 +410,7 @@ class Broker:
                                 self.groups, lambda: getattr(self, "client_quotas", None),
                                 self.segment_files, self.replication_quotas,
                                 image=lambda: self.image, requests=self.request_stats,
-                                txns=self.txn.txns,
+                                txns=self.txn.txns, txn_loads=self.txn.loads,
                                 log_dir=[d.path for d in self.log_dirs.dirs])
 
         def ready():

@@ -42,7 +42,7 @@ def traffic_families(topic_traffic: dict, image) -> list:
     ]
 
 
-def coordinator_families(groups, txns) -> list:
+def coordinator_families(groups, txns, txn_loads=None) -> list:
     counts: dict[tuple[str, str], int] = {}
     for g in groups.state.groups.values():
         key = ("classic", g.state.value)
@@ -61,6 +61,12 @@ def coordinator_families(groups, txns) -> list:
         fams.append(("raftka_transaction_coordinator_transactions", "gauge",
                      "Transactional ids coordinated here, per transaction state.",
                      [(labels(state=s), n) for s, n in sorted(states.items())]))
+    loading = [("group", getattr(groups, "loads", None)), ("transaction", txn_loads)]
+    fams.append(("raftka_coordinator_partitions_loading", "gauge",
+                 "Coordinator partitions being replayed here, answering "
+                 "COORDINATOR_LOAD_IN_PROGRESS meanwhile (coordinator_load.py).",
+                 [(labels(coordinator=c), len(loads.running)) for c, loads in loading
+                  if loads is not None]))
     return fams
 
 

@@ -124,6 +124,13 @@ def test_groups_and_transactions_by_state():
         '{type="consumer",state="Reconciling"}': 1}
     assert fams["raftka_transaction_coordinator_transactions"] == {
         '{state="CompleteCommit"}': 1, '{state="Ongoing"}': 2}
+    # without replays under way (a coordinator without `loads`: not reported)
+    assert fams["raftka_coordinator_partitions_loading"] == {}
+    groups.loads = types.SimpleNamespace(running={0: object(), 7: object()})
+    txn_loads = types.SimpleNamespace(running={})
+    fams = _families(coordinator_families(groups, txns, txn_loads))
+    assert fams["raftka_coordinator_partitions_loading"] == {
+        '{coordinator="group"}': 2, '{coordinator="transaction"}': 0}
 
 
 def test_leader_elections_clean_unclean_and_what_is_not_one():
