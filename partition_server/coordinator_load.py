@@ -97,6 +97,18 @@ class CoordinatorLoads:
         self._nursery: trio.Nursery | None = None
         self._queued: list = []          # replays started before `run` (at the broker's start)
 
+    def partitions(self, image):
+        """(partition, this broker's replica if it leads it, else None) for every partition of
+        the topic in `image`; a partition not led here has its replay, if any, cancelled."""
+        topic = image.topics.get(self.topic)
+        for pid in topic.partitions if topic is not None else ():
+            hosted = self.replicas.get(self.topic, pid)
+            if hosted is not None and hosted.state.role is Role.LEADER:
+                yield pid, hosted
+            else:
+                self.cancel(pid)
+                yield pid, None
+
     def loading(self, pid: int, hosted, epoch: int | None = None) -> bool:
         """A replay of `pid` on this replica (and for this leader epoch, if given) is under way."""
         r = self.running.get(pid)
@@ -141,16 +153,16 @@ class CoordinatorLoads:
             return False
 
     async def _go_on(self, replay: Replay, finish: Callable[[Replay], None]) -> None:
-        while True:
-            await trio.lowlevel.checkpoint()        # the event loop runs between slices
-            if not replay.still_ours(self.replicas, self.topic):
-                break
-            if self._step(replay):
-                if self.running.get(replay.pid) is replay:
-                    del self.running[replay.pid]
-                finish(replay)
-                return
-            if replay.failed is not None:
-                break
-        if self.running.get(replay.pid) is replay:
-            del self.running[replay.pid]
+        try:
+            while True:
+                await trio.lowlevel.checkpoint()        # the event loop runs between slices
+                if not replay.still_ours(self.replicas, self.topic):
+                    return
+                if self._step(replay):
+                    break
+                if replay.failed is not None:
+                    return
+        finally:
+            if self.running.get(replay.pid) is replay:
+                del self.running[replay.pid]
+        finish(replay)

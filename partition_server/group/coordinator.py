@@ -186,21 +186,14 @@ class GroupCoordinator:
     def on_image(self) -> None:
         """Load offsets of newly led partitions (coordinator_load.py: in slices, answering
         COORDINATOR_LOAD_IN_PROGRESS meanwhile); forget groups of partitions we stopped leading."""
-        topic = self._image().topics.get(OFFSETS_TOPIC)
-        if topic is None:
-            return
-        for pid in topic.partitions:
-            hosted = self.replicas.get(OFFSETS_TOPIC, pid)
-            leading = hosted is not None and hosted.state.role is Role.LEADER
-            if leading and pid not in self.loaded:
-                if not self.loads.loading(pid, hosted):
-                    acc = LoadedOffsets()
-                    self.loads.start(pid, hosted, acc.apply,
-                                     lambda replay, acc=acc: self._install(replay, acc))
-            elif not leading:
-                self.loads.cancel(pid)
+        for pid, hosted in self.loads.partitions(self._image()):
+            if hosted is None:
                 if pid in self.loaded:
                     self._unload(pid)
+            elif pid not in self.loaded and not self.loads.loading(pid, hosted):
+                acc = LoadedOffsets()
+                self.loads.start(pid, hosted, acc.apply,
+                                 lambda replay, acc=acc: self._install(replay, acc))
 
     def _install(self, replay, acc: LoadedOffsets) -> None:
         """A replay reached the log's end: its groups and offsets become the coordinator's."""

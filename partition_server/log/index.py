@@ -105,12 +105,15 @@ class _Index:
             if self.on_corrupt is not None:
                 self.on_corrupt()
 
-    def _entries_in_memory(self) -> int:
-        raise NotImplementedError
+    @property
+    def offsets(self) -> array:
+        """Absolute offsets, one per entry (both indexes have them)."""
+        self._ensure()
+        return self._offsets
 
     @property
     def entries(self) -> int:
-        return self._file_entries if self._bound is not None else self._entries_in_memory()
+        return self._file_entries if self._bound is not None else len(self._offsets)
 
     @property
     def size_in_bytes(self) -> int:
@@ -133,14 +136,6 @@ class OffsetIndex(_Index):
     def _clear(self) -> None:
         self._offsets = array("q")         # absolute offsets
         self._positions = array("I")       # file positions (a segment is < 4 GiB)
-
-    def _entries_in_memory(self) -> int:
-        return len(self._offsets)
-
-    @property
-    def offsets(self) -> array:
-        self._ensure()
-        return self._offsets
 
     @property
     def positions(self) -> array:
@@ -211,18 +206,10 @@ class TimeIndex(_Index):
         self._timestamps = array("q")
         self._offsets = array("q")
 
-    def _entries_in_memory(self) -> int:
-        return len(self._timestamps)
-
     @property
     def timestamps(self) -> array:
         self._ensure()
         return self._timestamps
-
-    @property
-    def offsets(self) -> array:
-        self._ensure()
-        return self._offsets
 
     def open_lazily(self, next_offset: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the last entry, read alone; the rest at first use."""

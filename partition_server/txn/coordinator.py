@@ -202,22 +202,17 @@ class TransactionCoordinator:
         """Load the transactions of partitions newly led, or led in a new epoch (the epoch is
         the coordinator epoch of its markers), in slices (coordinator_load.py; answering
         COORDINATOR_LOAD_IN_PROGRESS meanwhile); forget those of partitions no longer led."""
-        topic = self._image().topics.get(TXN_TOPIC)
-        if topic is None:
-            return
-        for pid in topic.partitions:
-            hosted = self.replicas.get(TXN_TOPIC, pid)
-            leading = hosted is not None and hosted.state.role is Role.LEADER
-            if leading and self.loaded.get(pid) != hosted.state.leader_epoch:
-                if not self.loads.loading(pid, hosted, hosted.state.leader_epoch):
-                    self._unload(pid)
-                    found: dict[str, list | None] = {}
-                    self.loads.start(pid, hosted, lambda k, v, found=found: _replayed(k, v, found),
-                                     lambda replay, found=found: self._install(replay, found))
-            elif not leading:
-                self.loads.cancel(pid)
+        for pid, hosted in self.loads.partitions(self._image()):
+            if hosted is None:
                 if pid in self.loaded:
                     self._unload(pid)
+                continue
+            epoch = hosted.state.leader_epoch
+            if self.loaded.get(pid) != epoch and not self.loads.loading(pid, hosted, epoch):
+                self._unload(pid)
+                found: dict[str, list | None] = {}
+                self.loads.start(pid, hosted, lambda k, v, found=found: _replayed(k, v, found),
+                                 lambda replay, found=found: self._install(replay, found))
 
     def _install(self, replay, found: dict) -> None:
         """A replay reached the log's end: its transactions become the coordinator's, and those

@@ -308,6 +308,28 @@ def _log_tails(cluster, lines: int = 15) -> str:
     return "\n".join(out)
 
 
+def _started(loop, *args) -> threading.Thread:
+    t = threading.Thread(target=loop, args=args, daemon=True, name=loop.__name__)
+    t.start()
+    return t
+
+
+def full_restart(cluster) -> None:
+    """The whole cluster, stopped as `raftka dev` stops on Ctrl-C, then started again; returns
+    once the data topic's ISR is full."""
+    stop_cluster(cluster.procs)
+    unclean = {p.name: p.proc.returncode for p in cluster.procs if p.proc.returncode != 0}
+    print(f"clean stop: exit codes other than 0: {unclean or 'none'}")
+    try:
+        cluster.start(timeout_s=180)
+    except RuntimeError as exc:
+        raise AssertionError(f"the cluster did not come back after a clean full restart: "
+                             f"{exc}\n{_log_tails(cluster)}") from exc
+    wait_for(lambda: full_isr(cluster.bootstrap, DATA_TOPIC, DATA_PARTITIONS), 120,
+             "a full ISR on the data topic after the restart",
+             describe=lambda: describe(cluster.bootstrap, DATA_TOPIC))
+
+
 def test_metadata_churn_soak_then_full_restart(tmp_path):
     seed = int(os.environ.get("RAFTKA_SOAK_SEED", str(random.randrange(1 << 30))))
     print(f"metadata churn soak: {SOAK_S:.0f}s, seed {seed} (RAFTKA_SOAK_SEED to replay)")
@@ -323,14 +345,9 @@ def test_metadata_churn_soak_then_full_restart(tmp_path):
         cluster.start()
         create_topic(cluster.bootstrap, DATA_TOPIC, DATA_PARTITIONS)
         writer = Writer(cluster.bootstrap, DATA_TOPIC, DATA_PARTITIONS, history, name="soak")
-        writing = threading.Thread(target=_writer_loop, args=(writer, stop_writing, writer_errors),
-                                   daemon=True, name="soak-writer")
-        writing.start()
+        writing = _started(_writer_loop, writer, stop_writing, writer_errors)
         committer = Committer(cluster.bootstrap)
-        committing = threading.Thread(target=_committer_loop,
-                                      args=(committer, stop_committing, writer_errors),
-                                      daemon=True, name="soak-committer")
-        committing.start()
+        committing = _started(_committer_loop, committer, stop_committing, writer_errors)
         churn = Churn(cluster, rng)
         try:
             churn.run_until(time.monotonic() + SOAK_S)
@@ -355,18 +372,7 @@ def test_metadata_churn_soak_then_full_restart(tmp_path):
                  describe=lambda: describe(cluster.bootstrap, DATA_TOPIC))
         before = check_controllers(cluster, churn)
 
-        # the whole cluster, stopped as `raftka dev` stops on Ctrl-C, then started again
-        stop_cluster(cluster.procs)
-        unclean = {p.name: p.proc.returncode for p in cluster.procs if p.proc.returncode != 0}
-        print(f"clean stop: exit codes other than 0: {unclean or 'none'}")
-        try:
-            cluster.start(timeout_s=180)
-        except RuntimeError as exc:
-            raise AssertionError(f"the cluster did not come back after a clean full restart: "
-                                 f"{exc}\n{_log_tails(cluster)}") from exc
-        wait_for(lambda: full_isr(cluster.bootstrap, DATA_TOPIC, DATA_PARTITIONS), 120,
-                 "a full ISR on the data topic after the restart",
-                 describe=lambda: describe(cluster.bootstrap, DATA_TOPIC))
+        full_restart(cluster)
         after = check_controllers(cluster, churn)
         assert after == before, "topics or configs changed across the clean restart"
         # the group's coordinator replayed its partition: the last acknowledged commit is there
