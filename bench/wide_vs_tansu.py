@@ -15,8 +15,8 @@ round, each started fresh, so all see the machine's load of the moment.
 Per round and system: records/s over 6 and over 1,000 partitions, their ratio, and the CPU per
 record of every process of the system (µs). `--per-request` measures instead what one small
 Produce costs each one-process broker: 1 record of 100 B per request, one at a time (the next
-once the answer is in) and pipelined (librdkafka with `batch.num.messages=1`). Tansu is a benchmark peer only, fetched as
-`bench/broker_vs_tansu.py` does.
+once the answer is in) and pipelined (librdkafka with `batch.num.messages=1`). Tansu is a
+benchmark peer only, fetched as `bench/broker_vs_tansu.py` does.
 """
 
 from __future__ import annotations
