@@ -23,6 +23,7 @@ from common.topic_configs import ALTER_LOG_DIRS_RATE, MOVES_THROTTLED_RATE
 from metadata_quorum.image import TOPIC_RESOURCE, MetadataImage
 from partition_server import clean_shutdown, housekeeping
 from partition_server.config import BROKER_TO_TOPIC, BrokerConfig
+from partition_server.broker_metrics import forget_deleted_topics
 from partition_server.controller_client import ControllerClient
 from partition_server.load_report import LoadReporter
 from partition_server.replica_log_info import ReplicaLogInfoReporter
@@ -245,6 +246,7 @@ class Broker:
             self.fetchers.unfollow(*key)
             self.replicas.remove_partition(*key, delete=True)
             self.purgatory.notify(key)
+        forget_deleted_topics(self.replicas.topic_traffic, delta.removed, old, image)
         now = steady_ms()            # followers' caught-up times: ISR lag is a duration
         retry, self._apply_failed = self._apply_failed, []
         configs: dict = {}                  # per topic: computed once, not per partition

@@ -4,8 +4,9 @@ gauges, log flushes, segments and disk. Each family with its Kafka counterpart:
 - raftka_topic_bytes_in_total / _messages_in_total / _bytes_out_total {topic}: BytesInPerSec,
   MessagesInPerSec and BytesOutPerSec as counters (take `rate()`): bytes appended as leader
   (producers and the coordinators' own writes), records appended, bytes read by consumers
-  (follower fetches are replication, not BytesOut, as in Kafka). Topics no longer in the
-  metadata image are dropped here (Kafka removes a deleted topic's metrics);
+  (follower fetches are replication, not BytesOut, as in Kafka). A deleted topic's counters
+  are dropped when its partitions leave the broker (`forget_deleted_topics`; Kafka removes a
+  deleted topic's metrics), and any left at a scrape;
 - raftka_group_coordinator_groups {type,state}: groups coordinated here by state (Kafka's
   NumGroups{Stable,Empty,…}); members per group are raftka_consumer_group_members (metrics.py);
 - raftka_transaction_coordinator_transactions {state}: transactional ids coordinated here by
@@ -22,6 +23,19 @@ import os
 
 from common.prometheus import labels
 from partition_server.log.segment import FLUSHES
+
+
+def forget_deleted_topics(topic_traffic: dict, removed, old, new) -> None:
+    """Drop the counters of topics deleted between images `old` and `new` (`removed`: the
+    partitions gone, image_delta.py), a topic deleted and created again included: its new
+    counters start at 0. Pruned only at a scrape, a broker nobody scraped kept one entry per
+    topic it ever served, for as long as it ran under topic churn."""
+    if not topic_traffic:
+        return
+    for name in {name for name, _ in removed}:
+        t = new.topics.get(name)
+        if name in topic_traffic and (t is None or t.topic_id != old.topics[name].topic_id):
+            del topic_traffic[name]
 
 
 def traffic_families(topic_traffic: dict, image) -> list:

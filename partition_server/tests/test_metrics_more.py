@@ -13,7 +13,9 @@ from common.request_metrics import BUCKETS_MS, RequestStats, add_remote_time
 from metadata_quorum import records as r
 from metadata_quorum.controller_stats import ControllerStats, elections
 from metadata_quorum.image import MetadataImage, PartitionState, TopicImage
-from partition_server.broker_metrics import coordinator_families, log_families, traffic_families
+from partition_server.broker_metrics import (coordinator_families, forget_deleted_topics,
+                                              log_families, traffic_families)
+from partition_server.image_delta import diff_images
 from partition_server.log import LogConfig, PartitionLog
 from partition_server.log.segment import FLUSHES
 from partition_server.purgatory import Purgatory
@@ -91,6 +93,27 @@ def test_bytes_and_messages_in_and_consumer_bytes_out_per_topic(tmp_path):
     assert fams["raftka_topic_bytes_out_total"] == {'{topic="a"}': len(data)}
     assert "b" not in replicas.topic_traffic
     replicas.close_all()
+
+
+def test_a_deleted_topics_counters_go_with_its_partitions_not_at_the_next_scrape():
+    """A broker nobody scrapes must not keep a counter per topic it ever served: they go when
+    the image change that deletes the topic is applied (a topic created again under the same
+    name counts from 0, as Kafka's metrics of a new topic)."""
+    def topic(name, topic_id):
+        return TopicImage(name, topic_id, {p: PartitionState(p, (1,), (1,), 1, 0, 0)
+                                           for p in range(2)})
+    kept, deleted, recreated = topic("a", uuid.uuid4()), topic("b", uuid.uuid4()), \
+        topic("c", uuid.uuid4())
+    old, new = MetadataImage(), MetadataImage()
+    old.topics = {"a": kept, "b": deleted, "c": recreated}
+    new.topics = {"a": kept, "c": topic("c", uuid.uuid4())}
+    traffic = {"a": [1, 1, 1], "b": [2, 2, 2], "c": [3, 3, 3]}
+    forget_deleted_topics(traffic, diff_images(old, new).removed, old, new)
+    assert traffic == {"a": [1, 1, 1]}
+    partly = MetadataImage()                        # a partition moved away: the topic stays
+    partly.topics = {"a": TopicImage("a", kept.topic_id, {0: kept.partitions[0]})}
+    forget_deleted_topics(traffic, diff_images(new, partly).removed, new, partly)
+    assert traffic == {"a": [1, 1, 1]}
 
 
 def test_log_segments_size_flushes_and_disk(tmp_path):
