@@ -94,10 +94,10 @@ def _librdkafka(bootstrap: str, tps: list, extra: dict, seconds: float, warm: fl
     out = window.result()
     requests = [(t, sum(b["req"].get("Produce", 0) for b in s["brokers"].values()))
                 for t, s in stats]
-    during = [r for t, r in requests if t >= window.start[0]]
-    if len(during) >= 2 and during[-1] > during[0]:
-        span = requests[-1][0] - next(t for t, _ in requests if t >= window.start[0])
-        out["records_per_request"] = round(out["rps"] * span / (during[-1] - during[0]), 1)
+    after = [(t, r) for t, r in requests if t >= window.start[0]]
+    if len(after) >= 2 and after[-1][1] > after[0][1]:
+        (t0, r0), (t1, r1) = after[0], after[-1]
+        out["records_per_request"] = round(out["rps"] * (t1 - t0) / (r1 - r0), 1)
     left = p.flush(300)
     if left:
         raise RuntimeError(f"{left} records not delivered after the run")
@@ -143,7 +143,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--producers", default=",".join(PRODUCERS))
     args = ap.parse_args()
+    if not 0 <= args.warm < args.seconds:
+        ap.error("--warm must be at least 0 and less than --seconds")
     producers = args.producers.split(",")
+    unknown = set(producers) - set(PRODUCERS)
+    if unknown:
+        ap.error(f"unknown producers {sorted(unknown)}; known: {', '.join(PRODUCERS)}")
     cluster = TreeCluster(Path(__file__).resolve().parents[1],
                           Path(tempfile.mkdtemp(prefix="bench-produce-steady-")), 1000, 6)
     got: dict = {(p, s): [] for p in producers for s in ("narrow", "wide")}
