@@ -17,6 +17,9 @@ from common.topic_configs import (ALTER_LOG_DIRS_RATE, DEFAULT_MOVES_THROTTLED_R
                                   MOVES_THROTTLED_RATE)
 
 
+FETCH_MAX_BYTES = 57671680     # Kafka's fetch.max.bytes default (55 MiB)
+
+
 @dataclasses.dataclass(frozen=True)
 class ConfigDef:
     name: str
@@ -69,6 +72,13 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("replica.fetch.max.bytes", "int", 1048576, "Bytes per partition per follower fetch.",
               _at_least(1)),
     ConfigDef("replica.fetch.wait.max.ms", "int", 500, "Follower fetch long-poll time (ms).", _at_least(0)),
+    ConfigDef("replica.fetch.response.max.bytes", "int", 10485760,
+              "Bytes a follower asks for in all (its fetches' max_bytes).", _at_least(0)),
+    ConfigDef("replica.fetch.min.bytes", "int", 1,
+              "Bytes a follower's fetch waits for (up to replica.fetch.wait.max.ms).", _at_least(1)),
+    ConfigDef("fetch.max.bytes", "int", FETCH_MAX_BYTES,
+              "Most bytes any Fetch is answered with (consumers and followers; a first batch "
+              "larger than this still goes out alone, KIP-74).", _at_least(1024)),
     ConfigDef("broker.heartbeat.interval.ms", "int", 2000, "Heartbeat period to the controller (ms).",
               _at_least(1)),
     ConfigDef("broker.session.timeout.ms", "int", 9000,

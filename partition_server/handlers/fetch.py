@@ -1,7 +1,8 @@
 """Fetch, ListOffsets, OffsetForLeaderEpoch, DeleteRecords.
 
 Fetch (consumers and followers): whole batches only, at least one batch in the response even if
-larger than the limits (KIP-74), consumers never see beyond the high watermark; long-polls until
+larger than the limits (KIP-74), at most the broker's `fetch.max.bytes` whatever a request asks
+(`fetch_limits`), consumers never see beyond the high watermark; long-polls until
 `min_bytes` are available or `max_wait_ms` passes, woken by appends and high-watermark moves.
 Incremental fetch sessions (KIP-227, v7+) are kept in `hctx.fetch_sessions`
 (partition_server/fetch_session.py); a follower's session fetch reads only the partitions that
@@ -16,6 +17,7 @@ from __future__ import annotations
 import time
 
 from common.clock import steady_ms
+from partition_server.config import FETCH_MAX_BYTES
 from partition_server.fetch_session import FetchContext
 from partition_server.handlers.context import HandlerContext
 from partition_server.handlers.fetch_follower import (fetch_in_session, leader_holds,
@@ -61,9 +63,22 @@ def _available(hctx: HandlerContext, topic, p, replica_id, isolation_level=0) ->
     return limit != p.fetch_offset
 
 
+def fetch_limits(hctx: HandlerContext, body) -> tuple[int, int]:
+    """(max_bytes, min_bytes) of a Fetch: the broker's `fetch.max.bytes` caps what any fetch
+    asks for (Kafka's KafkaApis; a follower's too), and min_bytes never exceeds that cap, or a
+    fetch asking more than it may hold could never be satisfied before max_wait_ms."""
+    try:
+        cap = hctx.config["fetch.max.bytes"]
+    except KeyError:                    # configs built by hand in tests may leave it out
+        cap = FETCH_MAX_BYTES
+    max_bytes = min(body.max_bytes, cap)
+    return max_bytes, min(body.min_bytes, max_bytes)
+
+
 async def handle_fetch(hctx: HandlerContext, req):
     body = req.body
     replica_id = body.replica_id if req.api_version < 15 else body.replica_state.replica_id
+    max_bytes, min_bytes = fetch_limits(hctx, body)
     now = steady_ms()   # fetch sessions and followers' caught-up times: durations
     if req.api_version >= 7:
         ctx = hctx.fetch_sessions.new_context(body.session_id, body.session_epoch,
@@ -74,7 +89,7 @@ async def handle_fetch(hctx: HandlerContext, req):
         return RESPONSES[ApiKey.FETCH](error_code=ctx.error, session_id=0, responses=[])
     if replica_id >= 0 and ctx.session is not None and req.api_version < 13:
         # a follower's session: read only what changed (handlers/fetch_follower.py)
-        return await fetch_in_session(hctx, req, ctx, replica_id, now,
+        return await fetch_in_session(hctx, req, ctx, replica_id, now, (max_bytes, min_bytes),
                                       lambda results, sid: _response(req, results, sid))
     parts = [(_name(hctx, req, key), key, p) for key, p in ctx.partitions]
     unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if req.api_version < 13 else \
@@ -84,7 +99,7 @@ async def handle_fetch(hctx: HandlerContext, req):
     isolation = body.isolation_level if req.api_version >= 4 else 0
 
     def gather():
-        remaining = body.max_bytes
+        remaining = max_bytes
         results = []
         for topic, key, p in parts:
             if topic is None or topic not in hctx.image.topics:
@@ -98,7 +113,7 @@ async def handle_fetch(hctx: HandlerContext, req):
                 res = hctx.replicas.read(topic, p.partition, p.fetch_offset, limit,
                                            p.current_leader_epoch, replica_id,
                                            p.last_fetched_epoch, now,
-                                           min_one=remaining == body.max_bytes,
+                                           min_one=remaining == max_bytes,
                                            isolation_level=isolation)
             except KafkaError as exc:
                 res = FetchResult(exc.error_code)
@@ -114,7 +129,7 @@ async def handle_fetch(hctx: HandlerContext, req):
         _notify_all_parts(hctx, parts)
     total = sum(r.size for _, r in results)
     errors = any(r.error != ErrorCode.NONE for _, r in results)
-    if total < body.min_bytes and not errors and body.max_wait_ms > 0:
+    if total < min_bytes and not errors and body.max_wait_ms > 0:
         keys = [(t, p.partition) for t, _, p in parts]
         await hctx.purgatory.wait_until(
             keys, lambda: any(_available(hctx, t, p, replica_id, isolation) for t, _, p in parts),

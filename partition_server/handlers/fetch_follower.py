@@ -111,15 +111,18 @@ def _take_dirty(session: FetchSession, w: SessionWatch, now_ms: int) -> list:
 
 
 async def fetch_in_session(hctx: HandlerContext, req, ctx: FetchContext, replica_id: int,
-                           now_ms: int, respond):
+                           now_ms: int, limits: tuple[int, int], respond):
     """Answer a follower's Fetch (v7–12, topics by name) in session `ctx.session`.
-    `respond(results, session_id)` encodes the response (handlers/fetch.py)."""
+    `limits`: its (max_bytes, min_bytes) under the broker's cap (handlers/fetch.py);
+    `respond(results, session_id)` encodes the response."""
     body = req.body
+    max_bytes, min_bytes = limits
     session = ctx.session
     w = _session_watch(hctx, ctx, replica_id, now_ms)
     w.clock.last_fetch_ms = now_ms
     results: dict = {}
-    budget = [body.max_bytes]
+    budget = [max_bytes]
+    cut: list = []
 
     def read(keys) -> None:
         for key in keys:
@@ -129,9 +132,12 @@ async def fetch_in_session(hctx: HandlerContext, req, ctx: FetchContext, replica
             if budget[0] <= 0:
                 session.dirty.add(key)            # no room left: read it on the next fetch
                 continue
+            room = budget[0]
             results[key] = res = _read_one(hctx, key, cached.request, replica_id, now_ms,
-                                           budget[0], budget[0] == body.max_bytes, w.clock)
+                                           room, room == max_bytes, w.clock)
             budget[0] -= res.size
+            if not res.size and not res.error and room < cached.request.partition_max_bytes:
+                cut.append(key)         # maybe its next batch did not fit in what was left
             # This read's own notify (our fetch moved the high watermark) marked the key again
             # in this session; the result already holds that high watermark, so reading it
             # again would only repeat it (one more read and follower apply per batch).
@@ -143,10 +149,15 @@ async def fetch_in_session(hctx: HandlerContext, req, ctx: FetchContext, replica
     read(dict.fromkeys([*ctx.requested, *keys]) if ctx.incremental else keys)
     started = trio.current_time()
     deadline = started + body.max_wait_ms / 1000
-    if body.max_wait_ms > 0 and not _ready(results, body.min_bytes):
-        await _long_poll(hctx, session, w, deadline, read, lambda: _ready(results, body.min_bytes))
+    if body.max_wait_ms > 0 and not _ready(results, min_bytes):
+        await _long_poll(hctx, session, w, deadline, read, lambda: _ready(results, min_bytes))
     add_remote_time(trio.current_time() - started)         # the long poll (RemoteTimeMs)
     ctx.answer_requested = True
+    # a partition read with less room than its own limit, that got nothing, may have records
+    # that did not fit: read it on the follower's next fetch (its position does not change, so
+    # nothing else would mark it before the full scan, a minute away). Marked here, after the
+    # wait: marked during it, the long poll would read it again into the same lack of room.
+    session.dirty.update(cut)
     # partitions the throttle held back have news the follower did not get: read them again on
     # its next fetch (their position does not change, so nothing else would mark them)
     # (skipped outright while no topic is throttled: this runs on every follower fetch)

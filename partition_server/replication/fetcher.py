@@ -188,12 +188,16 @@ class FetcherManager:
                 await changed.wait()
 
     def _max_wait_ms(self) -> int:
-        # Kafka's replica.fetch.wait.max.ms (it was a fixed 500 here, the setting ignored);
-        # configs built by hand in tests may leave it out
+        # Kafka's replica.fetch.wait.max.ms (it was a fixed 500 here, the setting ignored)
+        return self._setting("replica.fetch.wait.max.ms", MAX_WAIT_MS)
+
+    def _setting(self, key: str, default: int) -> int:
+        """A fetch setting of the broker's config; configs built by hand in tests may leave
+        it out (Kafka's default then)."""
         try:
-            return self.config["replica.fetch.wait.max.ms"]
+            return self.config[key]
         except KeyError:
-            return MAX_WAIT_MS
+            return default
 
     async def _fetch_from(self, leader: int, task_status=trio.TASK_STATUS_IGNORED) -> None:
         session = FollowerSession()
@@ -309,8 +313,10 @@ class FetcherManager:
         forgotten: dict[str, list] = {}
         for topic, partition in plan.forgotten:
             forgotten.setdefault(topic, []).append(partition)
-        return cls(replica_id=self.broker_id, max_wait_ms=self._max_wait_ms(), min_bytes=1,
-                   max_bytes=16 << 20, isolation_level=0, session_id=plan.session_id,
+        return cls(replica_id=self.broker_id, max_wait_ms=self._max_wait_ms(),
+                   min_bytes=self._setting("replica.fetch.min.bytes", 1),
+                   max_bytes=self._setting("replica.fetch.response.max.bytes", 10 << 20),
+                   isolation_level=0, session_id=plan.session_id,
                    session_epoch=plan.session_epoch,
                    topics=[cls.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
                    forgotten_topics_data=[cls.ForgottenTopic(topic=t, partitions=ps)

@@ -8,6 +8,7 @@ import types
 import trio
 import trio.testing
 
+from partition_server.config import FETCH_MAX_BYTES
 from partition_server.fetch_session import FetchSessionCache
 from partition_server.handlers.fetch import handle_fetch
 from partition_server.handlers.fetch_follower import COALESCE_MAX_PASSES, close_session
@@ -32,6 +33,7 @@ class FakeBroker:
         self.replicas.on_change = self.purgatory.notify
         self.fetch_sessions = FetchSessionCache(on_close=close_session)
         self.replication_quotas = ReplicationQuotas(0)
+        self.config = {"fetch.max.bytes": FETCH_MAX_BYTES}
         self.image = types.SimpleNamespace(
             topics={"t": object()}, topic_names={},
             partition=lambda topic, p: object() if topic == "t" and 0 <= p < N else None)
@@ -201,3 +203,65 @@ async def test_leadership_change_is_read_again(tmp_path, autojump_clock):
     resp = await handle_fetch(b, fetch(sid, 1, max_wait_ms=500))
     parts = [p for t in resp.responses for p in t.partitions]
     assert [(p.partition_index, p.error_code) for p in parts] == [(3, 6)]  # NOT_LEADER_OR_FOLLOWER
+
+
+def _size(records) -> int:
+    """Bytes of a partition's records in an answer: bytes, or a FileRange (sent by sendfile)."""
+    return 0 if records is None else getattr(records, "size", None) or len(records)
+
+
+def _fill(b, partitions, value_bytes=600):
+    for p in partitions:
+        res = b.replicas.append_records("t", p, build_batch([(None, b"v" * value_bytes, [], T0)]),
+                                        1, T0)
+        assert res.error == 0
+
+
+async def test_broker_fetch_max_bytes_caps_a_follower_fetch(tmp_path, autojump_clock):
+    """Kafka's broker `fetch.max.bytes` caps what any Fetch is answered with, whatever its
+    max_bytes asks: the first batch still goes (KIP-74), the partition that no longer fits is
+    read on the session's next fetch."""
+    b = FakeBroker(tmp_path)
+    b.config = {"fetch.max.bytes": 1024}
+    sid = (await handle_fetch(b, fetch(0, 0, {p: 0 for p in range(N)}))).session_id
+    _fill(b, (3, 4))
+    first = await handle_fetch(b, fetch(sid, 1))               # asks for 16 MiB
+    sizes = {p.partition_index: _size(p.records) for t in first.responses for p in t.partitions
+             if _size(p.records)}
+    assert len(sizes) == 1 and sum(sizes.values()) <= 1024
+    second = await handle_fetch(b, fetch(sid, 2))
+    assert answered(second) == sorted({3, 4} - set(sizes))
+
+
+async def test_min_bytes_above_the_broker_cap_is_held_to_it(tmp_path, autojump_clock):
+    """A fetch whose min_bytes is above `fetch.max.bytes` could never gather them: like
+    Kafka, min_bytes is cut to the cap, so the fetch answers once that much is there instead
+    of waiting out max_wait_ms (here the first batch, larger than the cap, goes alone)."""
+    b = FakeBroker(tmp_path)
+    b.config = {"fetch.max.bytes": 1024}
+    sid = (await handle_fetch(b, fetch(0, 0, {p: 0 for p in range(N)}))).session_id
+    _fill(b, (3,), value_bytes=1100)
+    req = fetch(sid, 1, max_wait_ms=5_000)
+    req.body.min_bytes = 4 << 20
+    start = trio.current_time()
+    resp = await handle_fetch(b, req)
+    assert trio.current_time() - start < 5 and answered(resp) == [3]
+    b.config = {"fetch.max.bytes": 8 << 20}                  # under a cap above it: it waits
+    _fill(b, (4,), value_bytes=1100)
+    req = fetch(sid, 2, {3: 1}, max_wait_ms=5_000)
+    req.body.min_bytes = 4 << 20
+    start = trio.current_time()
+    await handle_fetch(b, req)
+    assert trio.current_time() - start >= 5
+
+
+async def test_broker_fetch_max_bytes_caps_a_consumer_fetch(tmp_path, autojump_clock):
+    b = FakeBroker(tmp_path, replicas=(0,))           # no follower: appends are committed
+    b.config = {"fetch.max.bytes": 1024}
+    _fill(b, (3, 4))
+    resp = await handle_fetch(b, fetch(0, -1, {3: 0, 4: 0}, replica_id=-1))
+    got = [_size(p.records) for t in resp.responses for p in t.partitions]
+    assert len([g for g in got if g]) == 1 and sum(got) <= 1024
+    b.config = {"fetch.max.bytes": 1 << 20}
+    resp = await handle_fetch(b, fetch(0, -1, {3: 0, 4: 0}, replica_id=-1))
+    assert all(_size(p.records) for t in resp.responses for p in t.partitions)

@@ -38,6 +38,7 @@ class Broker:
         self.replicas = ReplicaManager(0, opener)
         self.fetch_sessions = FetchSessionCache(on_close=close_session)
         self.replication_quotas = ReplicationQuotas(0)
+        self.config = {}                    # Kafka's defaults (handlers/fetch.py fetch_limits)
         endpoint = types.SimpleNamespace(broker_id=1, host="127.0.0.1", port=9193, rack=None,
                                          listeners=[("PLAINTEXT", "127.0.0.1", 9193),
                                                     ("SSL", "127.0.0.2", 9194)])
