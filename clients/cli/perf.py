@@ -94,7 +94,9 @@ def produce(bootstrap: str, topic: str, num_records: int, record_size: int, acks
 
 
 def consume(bootstrap: str, topic: str, num_records: int, timeout_s: float = 120,
-            progress: bool = True) -> dict:
+            progress: bool = True, config: dict | None = None) -> dict:
+    """`config`: librdkafka settings over the ones below (bench/broker_vs_tansu.py's
+    `--fetch-shape`)."""
     _require_confluent()
     from confluent_kafka import Consumer, TopicPartition
     # librdkafka's fetch sizes (1 MiB a partition, 50 MiB a fetch); queued.min.messages: past
@@ -105,7 +107,7 @@ def consume(bootstrap: str, topic: str, num_records: int, timeout_s: float = 120
     # against 2.0M with 1 MiB from the same broker (bench/README.md)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "raftka-perf",
                          "enable.auto.commit": False, "queued.max.messages.kbytes": 1 << 20,
-                         "queued.min.messages": 10_000_000})
+                         "queued.min.messages": 10_000_000, **(config or {})})
     md = consumer.list_topics(topic, timeout=10).topics[topic]
     consumer.assign([TopicPartition(topic, p, 0) for p in md.partitions])
     count = size = 0
