@@ -72,8 +72,10 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("replica.fetch.max.bytes", "int", 1048576, "Bytes per partition per follower fetch.",
               _at_least(1)),
     ConfigDef("replica.fetch.wait.max.ms", "int", 500, "Follower fetch long-poll time (ms).", _at_least(0)),
+    # at least 1, where Kafka takes 0: a fetch for 0 bytes is ready at once (min_bytes is cut
+    # to it), so the followers would fetch in a busy loop
     ConfigDef("replica.fetch.response.max.bytes", "int", 10485760,
-              "Bytes a follower asks for in all (its fetches' max_bytes).", _at_least(0)),
+              "Bytes a follower asks for in all (its fetches' max_bytes).", _at_least(1)),
     ConfigDef("replica.fetch.min.bytes", "int", 1,
               "Bytes a follower's fetch waits for (up to replica.fetch.wait.max.ms).", _at_least(1)),
     ConfigDef("fetch.max.bytes", "int", FETCH_MAX_BYTES,

@@ -110,7 +110,7 @@ def test_a_fetch_asking_for_more_gets_the_broker_cap(cluster):
 @pytest.mark.parametrize("key, value, needle", [
     ("fetch.max.bytes", "100", "fetch.max.bytes"),
     ("replica.fetch.min.bytes", "0", "replica.fetch.min.bytes"),
-    ("replica.fetch.response.max.bytes", "-1", "replica.fetch.response.max.bytes"),
+    ("replica.fetch.response.max.bytes", "0", "replica.fetch.response.max.bytes"),
 ])
 def test_bad_fetch_limits_are_refused_with_their_name(key, value, needle):
     props = {"process.roles": "broker", "node.id": "0",
