@@ -247,6 +247,17 @@ def run_system(system: str, tree: str | None, tansu: str, work: str, name: str, 
         finally:
             cluster.stop()
             shutil.rmtree(data, ignore_errors=True)
+    proc, bootstrap = start_tansu(tansu)
+    try:
+        return run_load(bootstrap, [proc.pid], topic, n, size, False, fetch_shape)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def start_tansu(tansu: str) -> tuple[subprocess.Popen, str]:
+    """Tansu on a free port with memory storage, accepting connections: (process, bootstrap).
+    The caller terminates it."""
     port = free_port()
     proc = subprocess.Popen(
         [tansu, "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
@@ -255,10 +266,11 @@ def run_system(system: str, tree: str | None, tansu: str, work: str, name: str, 
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_listening(port, proc)
-        return run_load(f"127.0.0.1:{port}", [proc.pid], topic, n, size, False, fetch_shape)
-    finally:
-        proc.terminate()
+    except BaseException:
+        proc.kill()
         proc.wait(10)
+        raise
+    return proc, f"127.0.0.1:{port}"
 
 
 def report(results: dict, systems: list, loads: list) -> None:

@@ -19,7 +19,6 @@ import json
 import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.broker_vs_tansu import (FETCH_SHAPES, create_on_broker0, free_port,  # noqa: E402
-                                   start_raftka, tansu_binary, wait_listening, warm_memory)
+from bench.broker_vs_tansu import (FETCH_SHAPES, create_on_broker0,  # noqa: E402
+                                   start_raftka, start_tansu, tansu_binary, warm_memory)
 from clients.cli import perf  # noqa: E402
 
 TOPIC = "consume-ab"
@@ -59,17 +58,11 @@ def main() -> None:
     tansu = tansu_binary(work)
     if args.warm_mib:
         warm_memory(work, args.warm_mib)
-    port = free_port()
-    proc = subprocess.Popen(
-        [tansu, "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
-         "--advertised-listener-url", f"tcp://127.0.0.1:{port}",
-         "--storage-engine", "memory://tansu/"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, tansu_bootstrap = start_tansu(tansu)
     cluster = None
     try:
-        wait_listening(port, proc)
         cluster = start_raftka(None, Path(work) / "raftka")
-        systems = {"tansu": f"127.0.0.1:{port}", "raftka": cluster.bootstrap.split(",")[0]}
+        systems = {"tansu": tansu_bootstrap, "raftka": cluster.bootstrap.split(",")[0]}
         perf.ensure_topic(systems["tansu"], TOPIC, 6, 1)
         create_on_broker0(systems["raftka"], TOPIC)
         for bootstrap in systems.values():

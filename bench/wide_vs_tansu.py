@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -78,14 +77,8 @@ class _System:
         self._data = work / kind
         shutil.rmtree(self._data, ignore_errors=True)
         if kind == "tansu":
-            port = bt.free_port()
-            self._proc = subprocess.Popen(
-                [tansu, "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
-                 "--advertised-listener-url", f"tcp://127.0.0.1:{port}",
-                 "--storage-engine", "memory://tansu/"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            bt.wait_listening(port, self._proc)
-            self.bootstrap, self.pids = f"127.0.0.1:{port}", [self._proc.pid]
+            self._proc, self.bootstrap = bt.start_tansu(tansu)
+            self.pids = [self._proc.pid]
         elif kind == "raftka-single":
             self._node = bt.SingleNode(None, self._data)
             self.bootstrap, self.pids = self._node.bootstrap, [self._node.proc.pid]

@@ -122,22 +122,22 @@ async def fetch_in_session(hctx: HandlerContext, req, ctx: FetchContext, replica
     w.clock.last_fetch_ms = now_ms
     results: dict = {}
     budget = [max_bytes]
-    cut: list = []
+    no_room: list = []          # read again on the follower's next fetch (marked below)
 
     def read(keys) -> None:
         for key in keys:
             cached = session.partitions.get(key)
             if cached is None:
                 continue
-            if budget[0] <= 0:
-                session.dirty.add(key)            # no room left: read it on the next fetch
-                continue
             room = budget[0]
+            if room <= 0:
+                no_room.append(key)               # none left: not read at all
+                continue
             results[key] = res = _read_one(hctx, key, cached.request, replica_id, now_ms,
                                            room, room == max_bytes, w.clock)
             budget[0] -= res.size
             if not res.size and not res.error and room < cached.request.partition_max_bytes:
-                cut.append(key)         # maybe its next batch did not fit in what was left
+                no_room.append(key)     # maybe its next batch did not fit in what was left
             # This read's own notify (our fetch moved the high watermark) marked the key again
             # in this session; the result already holds that high watermark, so reading it
             # again would only repeat it (one more read and follower apply per batch).
@@ -153,11 +153,12 @@ async def fetch_in_session(hctx: HandlerContext, req, ctx: FetchContext, replica
         await _long_poll(hctx, session, w, deadline, read, lambda: _ready(results, min_bytes))
     add_remote_time(trio.current_time() - started)         # the long poll (RemoteTimeMs)
     ctx.answer_requested = True
-    # a partition read with less room than its own limit, that got nothing, may have records
-    # that did not fit: read it on the follower's next fetch (its position does not change, so
-    # nothing else would mark it before the full scan, a minute away). Marked here, after the
-    # wait: marked during it, the long poll would read it again into the same lack of room.
-    session.dirty.update(cut)
+    # partitions not read for want of room, or read with less room than their own limit and
+    # given nothing (records may not have fit): read them on the follower's next fetch (their
+    # position does not change, so nothing else would mark them before the full scan, a minute
+    # away). Marked here, after the wait: marked during it, the long poll would read them again
+    # into the same lack of room.
+    session.dirty.update(no_room)
     # partitions the throttle held back have news the follower did not get: read them again on
     # its next fetch (their position does not change, so nothing else would mark them)
     # (skipped outright while no topic is throttled: this runs on every follower fetch)
