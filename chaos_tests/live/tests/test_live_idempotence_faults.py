@@ -20,8 +20,10 @@ Default: 20 rounds (4 kill, 16 drop) with the two library clients, 10 (2 kill, 8
 ours. `RAFTKA_SOAK=1` adds the slow soak of all three with RAFTKA_IDEMPOTENCE_ROUNDS rounds
 (default 60, one in three a kill). Our producer's delivery callbacks once ran out of order within
 a partition (answers woken in arbitrary order; fresh batches sent on a new connection before the
-dead one's failures were handled); both are fixed in clients/producer/ and the order checks
-now hold it to acknowledgement order like the other clients.
+dead one's failures were handled; fresh batches sent to a new leader, which already held the
+earlier batch whose answer died with the old one, before that batch was resent); all three are
+fixed in clients/producer/ and the order checks hold it to acknowledgement order like the other
+clients.
 """
 
 from __future__ import annotations
@@ -134,13 +136,6 @@ def kill_round(cluster, topic: str, partition: int, rng: random.Random, bg: Back
 
 
 CLIENTS = {"ck": Writer, "kp": KafkaPythonWriter, "own": OwnWriter}
-# Known bug, reported (not in this suite's files): clients/producer/ completes the pipelined
-# requests of a connection in the order trio wakes their tasks, so when several answers arrive
-# at once (acks=all requests held until a killed follower leaves the ISR) one partition's
-# delivery callbacks can run out of order (seen: sequences 312, 311, 310, 309 completed in that
-# order, no retry involved). The log itself is in order (sequence-order); only the callback
-# order (`order`, `nonmonotonic-send` on acknowledgement times) is wrong. Those violations of
-# the own producer are counted apart; every other check stays strict.
 def idempotence_rounds(cluster, topic: str, plan: list[str], seed: int, tmp_path,
                        clients=("ck", "kp")) -> dict:
     rng = random.Random(seed)
