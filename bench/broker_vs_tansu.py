@@ -24,7 +24,8 @@ brokers, Tansu's one process), `*_broker_cpu_*` the working broker alone, and
 `consume_client_cpu_*` the consuming client (this process).
 
 `--fetch-shape equal` gives the consumer limits under which both brokers answer ~5-6 MB a fetch
-(Tansu ignores librdkafka's 1 MiB per partition: see FETCH_SHAPES).
+(Tansu ignores librdkafka's 1 MiB per partition: see FETCH_SHAPES); `--fetch-shape unbounded`
+the consumer's queue as it was until 2026-11-28 (no bound: see clients/cli/perf.py consume).
 
 `--single` adds `raftka-single`: Raftka as one process, like Tansu — combined mode
 (`process.roles=broker,controller`, a quorum of one, configs/single-node), so "every node
@@ -97,8 +98,13 @@ def client_cpu_seconds() -> float:
 # 3.1 MB a fetch, in the run measured: bench/README.md), so the client made 1.5x the fetches.
 # "equal" lifts the partition limit (8 MiB) and caps the fetch at 6 MiB, so both answer ~5-6 MB
 # at a time.
+# "unbounded" is the consumer `raftka perf consume` was until 2026-11-28: librdkafka's queue
+# bounds lifted (10M messages, 1 GiB), so the client buffered as far ahead as the broker
+# answered (see clients/cli/perf.py consume), kept to compare the two.
 FETCH_SHAPES = {"default": {},
-                "equal": {"max.partition.fetch.bytes": 8 << 20, "fetch.max.bytes": 6 << 20}}
+                "equal": {"max.partition.fetch.bytes": 8 << 20, "fetch.max.bytes": 6 << 20},
+                "unbounded": {"queued.max.messages.kbytes": 1 << 20,
+                              "queued.min.messages": 10_000_000}}
 
 
 def run_load(bootstrap: str, pids: list[int], topic: str, n: int, size: int, raftka: bool,

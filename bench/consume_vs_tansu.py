@@ -9,7 +9,12 @@ read from offset 0 with a fresh consumer. Per read: records/s, the client's CPU 
 faults. Every `--fetch-shape` given (see broker_vs_tansu.FETCH_SHAPES) is read in every
 round.
 
+`--tree` (repeatable) reads a Raftka cluster per code tree instead of this tree's one (e.g. the
+tree before a change and after it, `bench/code_tree.py`), each filled with the same load and
+read in every round beside Tansu; ratios are each tree's against Tansu's in the same round.
+
     python3 bench/consume_vs_tansu.py [--rounds 12] [--fetch-shape default --fetch-shape equal]
+    python3 bench/consume_vs_tansu.py --tree /tmp/before --tree . --fetch-shape default
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ def main() -> None:
     ap.add_argument("--fetch-shape", action="append", choices=sorted(FETCH_SHAPES),
                     help="repeat; default: both")
     ap.add_argument("--warm-mib", type=int, default=2048)
+    ap.add_argument("--tree", action="append",
+                    help="a Raftka code tree to read (repeat); default: this one")
     args = ap.parse_args()
     shapes = args.fetch_shape or sorted(FETCH_SHAPES)
     work = tempfile.mkdtemp(prefix="consume-ab-")
@@ -59,12 +66,17 @@ def main() -> None:
     if args.warm_mib:
         warm_memory(work, args.warm_mib)
     proc, tansu_bootstrap = start_tansu(tansu)
-    cluster = None
+    clusters: list = []
     try:
-        cluster = start_raftka(None, Path(work) / "raftka")
-        systems = {"tansu": tansu_bootstrap, "raftka": cluster.bootstrap.split(",")[0]}
-        perf.ensure_topic(systems["tansu"], TOPIC, 6, 1)
-        create_on_broker0(systems["raftka"], TOPIC)
+        systems = {"tansu": tansu_bootstrap}
+        perf.ensure_topic(tansu_bootstrap, TOPIC, 6, 1)
+        trees = args.tree or [None]
+        for i, tree in enumerate(trees):
+            cluster = start_raftka(tree, Path(work) / f"raftka-{i}")
+            clusters.append(cluster)
+            name = "raftka" if len(trees) == 1 else f"raftka[{tree}]"
+            systems[name] = cluster.bootstrap.split(",")[0]
+            create_on_broker0(systems[name], TOPIC)
         for bootstrap in systems.values():
             perf.produce(bootstrap, TOPIC, args.records, 100, acks="1", progress=False)
         time.sleep(1)
@@ -79,27 +91,31 @@ def main() -> None:
                     results[(system, shape)].append(r)
                     print(json.dumps({"round": rnd, "system": system, "shape": shape, **r}),
                           flush=True)
-        report(results, shapes)
+        report(results, shapes, [s for s in systems if s != "tansu"])
     finally:
-        if cluster is not None:
+        for cluster in clusters:
             cluster.stop()
         proc.terminate()
         proc.wait(10)
         shutil.rmtree(work, ignore_errors=True)
 
 
-def report(results: dict, shapes: list) -> None:
+def report(results: dict, shapes: list, raftkas: list) -> None:
     print("\nmedians; ratio = raftka / tansu (per round, then its median)")
     for shape in shapes:
-        t, r = results[("tansu", shape)], results[("raftka", shape)]
-        ratios = [b["rps"] / a["rps"] for a, b in zip(t, r)]
-        print(f"  fetch shape {shape}: consume rate ratio median {statistics.median(ratios):.3f} "
-              f"(rounds: {' '.join(f'{x:.2f}' for x in ratios)}; "
-              f"{sum(x >= 1 for x in ratios)} of {len(ratios)} at or above 1)")
-        for key in ("rps", "client_cpu_us_per_msg", "minor_faults"):
-            a = statistics.median(x[key] for x in t)
-            b = statistics.median(x[key] for x in r)
-            print(f"    {key:>22}: tansu {a:>10} | raftka {b:>10} ({b / a if a else 0:.2f})")
+        t = results[("tansu", shape)]
+        for name in raftkas:
+            r = results[(name, shape)]
+            ratios = [b["rps"] / a["rps"] for a, b in zip(t, r)]
+            print(f"  {name}, fetch shape {shape}: consume rate ratio median "
+                  f"{statistics.median(ratios):.3f} (rounds: "
+                  f"{' '.join(f'{x:.2f}' for x in ratios)}; "
+                  f"{sum(x >= 1 for x in ratios)} of {len(ratios)} at or above 1)")
+            for key in ("rps", "client_cpu_us_per_msg", "minor_faults"):
+                a = statistics.median(x[key] for x in t)
+                b = statistics.median(x[key] for x in r)
+                print(f"    {key:>22}: tansu {a:>10} | {name} {b:>10} "
+                      f"({b / a if a else 0:.2f})")
 
 
 if __name__ == "__main__":

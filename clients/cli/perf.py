@@ -99,15 +99,20 @@ def consume(bootstrap: str, topic: str, num_records: int, timeout_s: float = 120
     `--fetch-shape`)."""
     _require_confluent()
     from confluent_kafka import Consumer, TopicPartition
-    # librdkafka's fetch sizes (1 MiB a partition, 50 MiB a fetch); queued.min.messages: past
-    # 100,000 messages waiting in its queue (the default) librdkafka stops fetching a partition
-    # for fetch.queue.backoff.ms, a whole second, and a consume of 1M small records measured
-    # that second. 8 MiB a partition (as before) made a broker that honours it answer 48 MB at
-    # a time, which librdkafka parses with less overlap with the application: 1.62M rec/s
-    # against 2.0M with 1 MiB from the same broker (bench/README.md)
+    # librdkafka's fetch sizes (1 MiB a partition, 50 MiB a fetch): 8 MiB a partition (as
+    # before) made a broker that honours it answer 48 MB at a time, which librdkafka parses with
+    # less overlap with the application: 1.62M rec/s against 2.0M with 1 MiB from the same
+    # broker. Its queue bounds too (queued.min.messages 100,000 a partition,
+    # queued.max.messages.kbytes 64 MiB), with fetch.queue.backoff.ms 10 ms instead of its 1 s:
+    # past a bound librdkafka stops fetching the partition for that long, and a whole second
+    # was most of a 1M-record read. Unbounded instead (10M messages, 1 GiB: this consumer until
+    # 2026-11-28), the client buffers as far ahead as the broker answers, so the faster broker
+    # made it touch more fresh memory: 1.3-1.45x the page faults and 1.08-1.2x the client CPU
+    # per record against ours as against Tansu, which answers 3-4x slower per megabyte; bounded,
+    # both 1.0 (bench/README.md, "The consumer's queue").
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "raftka-perf",
-                         "enable.auto.commit": False, "queued.max.messages.kbytes": 1 << 20,
-                         "queued.min.messages": 10_000_000, **(config or {})})
+                         "enable.auto.commit": False, "fetch.queue.backoff.ms": 10,
+                         **(config or {})})
     md = consumer.list_topics(topic, timeout=10).topics[topic]
     consumer.assign([TopicPartition(topic, p, 0) for p in md.partitions])
     count = size = 0
