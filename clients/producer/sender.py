@@ -39,6 +39,23 @@ from wire.records.batch import BATCH_HEADER_SIZE
 PRODUCE = REQUESTS[ApiKey.PRODUCE]
 INIT_PRODUCER_ID = REQUESTS[ApiKey.INIT_PRODUCER_ID]
 
+# Partition errors a broker answers only for a batch it did not append: the batch's validation,
+# the producer's state, authorization, and checks made before the append. Any other error may
+# follow an append: NOT_LEADER_OR_FOLLOWER also answers an acks=all append still waiting when its
+# broker lost the leadership, REQUEST_TIMED_OUT and NOT_ENOUGH_REPLICAS_AFTER_APPEND one not
+# replicated in time — written, and perhaps already replicated to the next leader. Such a batch
+# is in doubt like one whose answer was lost (see Sender._fail_in_doubt_batches).
+NOT_APPENDED = frozenset({
+    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.INVALID_RECORD, ErrorCode.CORRUPT_MESSAGE,
+    ErrorCode.INVALID_TIMESTAMP, ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,
+    ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.INVALID_TOPIC_EXCEPTION, ErrorCode.INVALID_REQUIRED_ACKS,
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED, ErrorCode.INVALID_PRODUCER_EPOCH,
+    ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_TXN_STATE, ErrorCode.UNKNOWN_PRODUCER_ID,
+    ErrorCode.INVALID_PRODUCER_ID_MAPPING, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+    ErrorCode.UNSUPPORTED_VERSION})
+
 
 class Sender:
     """The producer's sending half (see the module docstring for what it is given)."""
@@ -287,6 +304,8 @@ class Sender:
                     self._retry_or_fail(b, error(p.error_code, p.error_message or None),
                                         force=True)
                 else:
+                    if p.error_code not in NOT_APPENDED:
+                        b.in_doubt = True       # perhaps appended (NOT_APPENDED says why)
                     err = error(p.error_code, p.error_message or None)
                     if getattr(p, "record_errors", None):    # v8+ (KIP-467)
                         _name_bad_records(b, p)
@@ -380,8 +399,8 @@ class Sender:
         """After a new producer id: a waiting batch that an earlier attempt may have written
         fails, in doubt, instead of being restamped (restamped, the broker would take it for a
         new batch and write it twice: found by the idempotence fault test, a record written
-        at offsets 310 and 323). Batches whose attempts were all answered without a write are
-        restamped by `_seal` as before."""
+        at offsets 310 and 323). Batches whose attempts were all answered with an error that means
+        not appended (NOT_APPENDED) are restamped by `_seal` as before."""
         replaced = self._acc.take(lambda b: b.data is not None and b.in_doubt and not
                                   self.ids.is_current(b.producer_id, b.producer_epoch))
         for b in replaced:

@@ -343,6 +343,40 @@ async def test_a_batch_in_doubt_is_never_restamped_under_a_new_producer_id():
     assert not clean.done() and not p._acc.batches[TP]
 
 
+async def test_an_error_that_may_follow_an_append_leaves_the_batch_in_doubt():
+    """NOT_LEADER_OR_FOLLOWER also answers an acks=all append still waiting when its broker lost
+    the leadership (and REQUEST_TIMED_OUT / NOT_ENOUGH_REPLICAS_AFTER_APPEND one not replicated
+    in time): the batch may be in the log, replicated to the next leader. After a new producer
+    id it fails in doubt instead of going out again restamped (found live, old code: a record at
+    offsets 216 and 258). NOT_ENOUGH_REPLICAS, checked before the append, leaves it clean."""
+    from clients.errors import KafkaTimeoutError
+    p = Producer("127.0.0.1:1", {"batch.size": 100, "retry.backoff.ms": 1})
+    p._ids.reset(5, 0)
+    others = [TopicPartition(TP.topic, i) for i in (1, 2, 3)]
+    futs = [p._acc.append(tp, None, b"A" * 90, None, 1, now=trio.current_time())[0]
+            for tp in [TP] + others]
+    p._sender.incomplete = 4
+    codes = [ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT,
+             ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.NOT_ENOUGH_REPLICAS]
+    p._sender._produce_call = _fake_answers(list(codes))
+    batches = []
+    for tp in [TP] + others:
+        b = p._acc.drain([tp], 1 << 20)[0]
+        batches.append(b)
+        p._sender._inflight[0] = 1
+        p._sender._tp_inflight[tp] = 1
+        await p._sender._send_to(0, [b])
+    assert [b.in_doubt for b in batches] == [True, True, True, False]
+    assert not any(f.done() for f in futs)                  # all four back for a retry
+    p._ids.reset(6, 0)                                      # a new producer id, then:
+    p._sender._fail_in_doubt_batches()
+    for f in futs[:3]:
+        assert isinstance(f.exception(), KafkaTimeoutError) and "in doubt" in str(f.exception())
+    assert not futs[3].done()
+    rest = p._acc.drain([others[2]], 1 << 20)
+    assert decode_batch(p._sender._seal(rest[0])).header.producer_id == 6
+
+
 @pytest.mark.live
 async def test_inflight_many_batches_in_order_no_errors(live):
     """Thousands of small batches pipelined to 6 partitions with idempotence: no errors, and
