@@ -288,32 +288,7 @@ class Sender:
                 for p in t.partition_responses:
                     answered[TopicPartition(t.name, p.index)] = p
             for b in batches:
-                p = answered.get(b.tp)
-                if p is None:
-                    b.in_doubt = True
-                    self._retry_or_fail(b, KafkaError("no answer for the partition",
-                                                      ErrorCode.NETWORK_EXCEPTION))
-                elif p.error_code in (0, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
-                    self._complete_batch(b, p.base_offset, p.log_append_time_ms)
-                elif p.error_code == ErrorCode.MESSAGE_TOO_LARGE and b.record_count > 1:
-                    self._split(b)
-                elif p.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and \
-                        self._predecessor_unacked(b):
-                    # an earlier batch of this partition failed (or is being retried), so the
-                    # broker saw a gap: resend this one after it, in order (Kafka does the same)
-                    self._retry_or_fail(b, error(p.error_code, p.error_message or None),
-                                        force=True)
-                else:
-                    if p.error_code not in NOT_APPENDED:
-                        b.in_doubt = True       # perhaps appended (NOT_APPENDED says why)
-                    err = error(p.error_code, p.error_message or None)
-                    if getattr(p, "record_errors", None):    # v8+ (KIP-467)
-                        _name_bad_records(b, p)
-                    if p.error_code == ErrorCode.MESSAGE_TOO_LARGE:
-                        err = error(p.error_code, f"{b.tp.topic}-{b.tp.partition}: a single "
-                                    f"record of {len(b.data) - BATCH_HEADER_SIZE} bytes (in a "
-                                    "batch) is larger than the topic accepts (max.message.bytes)")
-                    self._retry_or_fail(b, err)
+                self._settle(b, answered.get(b.tp))
         finally:
             left = self._inflight.get(node, 1) - 1
             if left > 0:
@@ -328,6 +303,34 @@ class Sender:
                     del self._tp_inflight[b.tp]
                     self._tp_node.pop(b.tp, None)
             self.wake()
+
+    def _settle(self, b: ProducerBatch, p) -> None:
+        """One batch's outcome from its partition's answer (None: the answer left it out)."""
+        if p is None:
+            b.in_doubt = True
+            self._retry_or_fail(b, KafkaError("no answer for the partition",
+                                              ErrorCode.NETWORK_EXCEPTION))
+        elif p.error_code in (0, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
+            self._complete_batch(b, p.base_offset, p.log_append_time_ms)
+        elif p.error_code == ErrorCode.MESSAGE_TOO_LARGE and b.record_count > 1:
+            self._split(b)
+        elif p.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and \
+                self._predecessor_unacked(b):
+            # an earlier batch of this partition failed (or is being retried), so the
+            # broker saw a gap: resend this one after it, in order (Kafka does the same)
+            self._retry_or_fail(b, error(p.error_code, p.error_message or None),
+                                force=True)
+        else:
+            if p.error_code not in NOT_APPENDED:
+                b.in_doubt = True       # perhaps appended (NOT_APPENDED says why)
+            err = error(p.error_code, p.error_message or None)
+            if getattr(p, "record_errors", None):    # v8+ (KIP-467)
+                _name_bad_records(b, p)
+            if p.error_code == ErrorCode.MESSAGE_TOO_LARGE:
+                err = error(p.error_code, f"{b.tp.topic}-{b.tp.partition}: a single "
+                            f"record of {len(b.data) - BATCH_HEADER_SIZE} bytes (in a "
+                            "batch) is larger than the topic accepts (max.message.bytes)")
+            self._retry_or_fail(b, err)
 
     def _predecessor_unacked(self, b: ProducerBatch) -> bool:
         """OUT_OF_ORDER_SEQUENCE_NUMBER for `b` is only a symptom when the batch before it was
