@@ -303,6 +303,15 @@ BROKER_TO_TOPIC = {
 }
 
 
+def config_value(config, key: str) -> Any:
+    """Broker setting `key` from `config` (a BrokerConfig, or the plain dict a test built, which
+    may leave it out: then its default from BROKER_CONFIG_DEFS)."""
+    try:
+        return config[key]
+    except KeyError:
+        return BROKER_CONFIG_DEFS[key].default
+
+
 def _parse(defn: ConfigDef, raw: str) -> Any:
     raw = raw.strip()
     if defn.type in ("int", "long"):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 
 from common.clock import steady_ms
-from partition_server.config import FETCH_MAX_BYTES
+from partition_server.config import config_value
 from partition_server.fetch_session import FetchContext
 from partition_server.handlers.context import HandlerContext
 from partition_server.handlers.fetch_follower import (fetch_in_session, leader_holds,
@@ -67,11 +67,7 @@ def fetch_limits(hctx: HandlerContext, body) -> tuple[int, int]:
     """(max_bytes, min_bytes) of a Fetch: the broker's `fetch.max.bytes` caps what any fetch
     asks for (Kafka's KafkaApis; a follower's too), and min_bytes never exceeds that cap, or a
     fetch asking more than it may hold could never be satisfied before max_wait_ms."""
-    try:
-        cap = hctx.config["fetch.max.bytes"]
-    except KeyError:                    # configs built by hand in tests may leave it out
-        cap = FETCH_MAX_BYTES
-    max_bytes = min(body.max_bytes, cap)
+    max_bytes = min(body.max_bytes, config_value(hctx.config, "fetch.max.bytes"))
     return max_bytes, min(body.min_bytes, max_bytes)
 
 

@@ -34,6 +34,7 @@ import trio
 
 from common.clock import steady_ms
 from common.connection import BrokerConnection, ConnectionClosed
+from partition_server.config import config_value
 from partition_server.replication.follower_session import FetchPlan, FetchPosition, FollowerSession
 from partition_server.replication.partition import Role
 from partition_server.replication.throttle import ReplicationQuota
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FETCH_VERSION = 12
-MAX_WAIT_MS = 500
 RESYNC_INTERVAL_S = 60
 
 
@@ -189,15 +189,7 @@ class FetcherManager:
 
     def _max_wait_ms(self) -> int:
         # Kafka's replica.fetch.wait.max.ms (it was a fixed 500 here, the setting ignored)
-        return self._setting("replica.fetch.wait.max.ms", MAX_WAIT_MS)
-
-    def _setting(self, key: str, default: int) -> int:
-        """A fetch setting of the broker's config; configs built by hand in tests may leave
-        it out (Kafka's default then)."""
-        try:
-            return self.config[key]
-        except KeyError:
-            return default
+        return config_value(self.config, "replica.fetch.wait.max.ms")
 
     async def _fetch_from(self, leader: int, task_status=trio.TASK_STATUS_IGNORED) -> None:
         session = FollowerSession()
@@ -314,8 +306,8 @@ class FetcherManager:
         for topic, partition in plan.forgotten:
             forgotten.setdefault(topic, []).append(partition)
         return cls(replica_id=self.broker_id, max_wait_ms=self._max_wait_ms(),
-                   min_bytes=self._setting("replica.fetch.min.bytes", 1),
-                   max_bytes=self._setting("replica.fetch.response.max.bytes", 10 << 20),
+                   min_bytes=config_value(self.config, "replica.fetch.min.bytes"),
+                   max_bytes=config_value(self.config, "replica.fetch.response.max.bytes"),
                    isolation_level=0, session_id=plan.session_id,
                    session_epoch=plan.session_epoch,
                    topics=[cls.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
