@@ -5,7 +5,9 @@ schema struct, one `Message` subclass per schema file, each with a `FIELDS` tupl
 specs copied from the JSON. On first use of a (class, version) pair this module compiles a
 specialised encoder and decoder for it — straight-line Python with consecutive fixed-width fields
 merged into one `struct` call — and caches them. That keeps the committed code small and easy to
-review while the hot path runs no per-field interpretation.
+review while the hot path runs no per-field interpretation. When the C extension is built,
+program.py describes the same codecs as data for wire/messages/_codec.c to walk (2-3x cheaper per
+message); the compiled Python here is then the reference the tests hold the C code to.
 
 Encoding rules (the schema README's): classic versions use int16-length strings and int32-length
 bytes/arrays with -1 for null; flexible versions use compact lengths (uvarint N+1, 0 = null) and end
@@ -162,7 +164,8 @@ class Struct:
         key = (version, flexible, lenient)
         codec = cls._codecs.get(key)
         if codec is None:
-            codec = cls._codecs[key] = _compile(cls, version, flexible, lenient)
+            from wire.messages.program import build     # C when built, else _compile below
+            codec = cls._codecs[key] = build(cls, version, flexible, lenient)
         return codec
 
 
@@ -198,9 +201,14 @@ class Message(Struct):
                     lenient: bool = False) -> None:
         """With `lenient`, fields the version cannot carry are dropped instead of refused: a
         server fills a response with everything it knows and each version keeps what it has."""
-        if not self.check_version(version):
-            raise EncodeError(f"{self.NAME} has no version {version}")
-        enc = self._codec(version, self.is_flexible(version), lenient)[0]
+        # (version, lenient) -> encoder, once the version was checked: every request and
+        # answer passes here, and the checks were most of a small message's encode in C
+        enc = self._codecs.get((version, lenient))
+        if enc is None:
+            if not self.check_version(version):
+                raise EncodeError(f"{self.NAME} has no version {version}")
+            enc = self._codecs[(version, lenient)] = \
+                self._codec(version, self.is_flexible(version), lenient)[0]
         try:
             enc(self, out, opaque)
         except (struct.error, TypeError, AttributeError, UnicodeEncodeError, OverflowError) as exc:
@@ -232,12 +240,14 @@ class Message(Struct):
     @classmethod
     def decode_from(cls, buf, pos: int, version: int):
         """Decode at `pos`; returns (message, end position). Garbage raises DecodeError."""
-        if not cls.check_version(version):
-            raise DecodeError(f"{cls.NAME} has no version {version}")
+        dec = cls._codecs.get(version)         # the decoder, once the version was checked
+        if dec is None:
+            if not cls.check_version(version):
+                raise DecodeError(f"{cls.NAME} has no version {version}")
+            dec = cls._codecs[version] = cls._codec(version, cls.is_flexible(version))[1]
         mv = buf if isinstance(buf, memoryview) else memoryview(buf)
         if mv.format != "B" or mv.ndim != 1:
             mv = mv.cast("B")
-        dec = cls._codec(version, cls.is_flexible(version))[1]
         try:
             return dec(mv, pos)
         except DecodeError:
