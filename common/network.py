@@ -288,14 +288,45 @@ def _pop_raw_frame(conn: ServerConnection, max_bytes: int) -> bytes | None:
     return token
 
 
-async def _receive(stream, conn: ServerConnection, idle_timeout_s: float) -> tuple[bool, bool]:
+class _IdleWatch:
+    """When the read loop began waiting for a request (trio's clock), None while it is not."""
+
+    __slots__ = ("waiting_since",)
+
+    def __init__(self):
+        self.waiting_since: float | None = None
+
+
+async def _idle_watch(watch: _IdleWatch, read_loop: trio.CancelScope, timeout_s: float) -> None:
+    """connections.max.idle.ms: cancels the read loop once it has waited `timeout_s` for a
+    request. One timer per connection, moved at most twice per timeout, where a cancel scope
+    around every wait cost ~3.5 % of a busy broker's CPU (bench/README.md, "Message codecs in
+    C"). A wait that starts after this task's check ends no earlier than its own deadline."""
+    while True:
+        since, now = watch.waiting_since, trio.current_time()
+        if since is not None and now - since >= timeout_s:
+            read_loop.cancel()
+            return
+        await trio.sleep_until((now if since is None else since) + timeout_s)
+
+
+async def _receive(stream, conn: ServerConnection, idle_timeout_s: float,
+                   watch: _IdleWatch | None = None) -> tuple[bool, bool]:
     """(whether bytes came — False: the peer closed or stayed idle too long —, whether the task
-    yielded meanwhile). The idle timeout's cancel scope is only paid when the socket is empty."""
+    yielded meanwhile). Idleness: `watch` for an _idle_watch, or a cancel scope of
+    `idle_timeout_s` (before authentication, whose deadline is shorter)."""
     data, waited = socket_read.read_now(stream, RECV_BYTES), False
     if data is None:
         data, waited = b"", True
-        with trio.move_on_after(idle_timeout_s):       # connections.max.idle.ms
-            data, _ = await socket_read.receive_some(stream, RECV_BYTES, empty=True)
+        if watch is not None:
+            watch.waiting_since = trio.current_time()
+            try:
+                data, _ = await socket_read.receive_some(stream, RECV_BYTES, empty=True)
+            finally:
+                watch.waiting_since = None
+        else:
+            with trio.move_on_after(idle_timeout_s):       # connections.max.idle.ms
+                data, _ = await socket_read.receive_some(stream, RECV_BYTES, empty=True)
     if not data:
         return False, waited
     conn.receive_data(data)
@@ -376,13 +407,16 @@ async def _serve(stream, ctx: ClientContext, dispatch: Dispatch, max_frame_bytes
         framed.clear()
 
     failure = None
+    watch, read_loop = _IdleWatch(), trio.CancelScope()
     async with trio.open_nursery() as nursery:
         pipeline = ResponsePipeline(nursery, lambda req: _dispatch_guarded(ctx, req, dispatch),
                                     frame, write)
         nursery.start_soon(pipeline.send_loop)
+        nursery.start_soon(_idle_watch, watch, read_loop, idle_timeout_s)
         try:
-            await _read_requests(stream, ctx, dispatch, conn, pipeline, idle_timeout_s,
-                                 security, max_frame_bytes)
+            with read_loop:                         # cancelled: idle for too long
+                await _read_requests(stream, ctx, dispatch, conn, pipeline, idle_timeout_s,
+                                     security, max_frame_bytes, watch)
         except Exception as exc:  # noqa: BLE001 - raised below, outside the nursery, as itself
             failure = exc
         nursery.cancel_scope.cancel()
@@ -412,7 +446,8 @@ async def _dispatch_guarded(ctx: ClientContext, request, dispatch: Dispatch):
 
 async def _read_requests(stream, ctx: ClientContext, dispatch: Dispatch, conn: ServerConnection,
                          pipeline: ResponsePipeline, idle_timeout_s: float,
-                         security: ListenerSecurity, max_frame_bytes: int) -> None:
+                         security: ListenerSecurity, max_frame_bytes: int,
+                         watch: _IdleWatch) -> None:
     auth = _Authenticator(security, ctx)
     # until the first authentication completes: small frames, and a deadline for the exchange
     deadline = trio.current_time() + security.handshake_timeout_s
@@ -443,7 +478,8 @@ async def _read_requests(stream, ctx: ClientContext, dispatch: Dispatch, conn: S
         if request is None:
             wait_s = idle_timeout_s if not unauthenticated else \
                 max(0.0, min(idle_timeout_s, deadline - trio.current_time()))
-            got, waited = await _receive(stream, conn, wait_s)
+            got, waited = await _receive(stream, conn, wait_s,
+                                         None if unauthenticated else watch)
             if not got:
                 if unauthenticated and trio.current_time() > deadline:
                     raise _Closing("authentication did not finish in time")
