@@ -16,6 +16,13 @@ figures (at these rates it is a few µs per request). Ticks are 10 ms, so each w
 enough for thousands of requests.
 
     python3 bench/request_cost.py [--requests 6000]
+
+Code trees side by side (issue #23: before/after): a cluster started from each tree, the
+workloads run on each in turn, round after round (the order alternating), and the median of the
+rounds' sums over the brokers per tree, with the ratio of the last tree to the first:
+
+    git worktree add /tmp/old <base commit>        # then build its C extensions
+    python3 bench/request_cost.py --tree /tmp/old --tree . --rounds 5
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import statistics
 import struct
 import sys
 import tempfile
@@ -34,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from bench.code_tree import started_from  # noqa: E402
 from partition_server.testing import LiveCluster  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -76,35 +85,67 @@ def measure(brokers: dict[str, int], run, n: int) -> dict:
     return {"rate": n / wall, "wall_s": wall, "us": total, "sys_us": system}
 
 
+def start(tree: str | None) -> tuple[LiveCluster, dict[str, int], int]:
+    with started_from(tree):
+        cluster = LiveCluster(Path(tempfile.mkdtemp(prefix="bench-request-cost-"))).start()
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for f in admin.create_topics([NewTopic("cost-rf1", 1, 1),
+                                  NewTopic("cost-rf3", 1, 3)]).values():
+        f.result(30)
+    produce(cluster.bootstrap, "cost-rf1", 200, "1")          # connections, first appends
+    produce(cluster.bootstrap, "cost-rf3", 200, "all")
+    brokers = {p.name: p.proc.pid for p in cluster.procs if p.name.startswith("broker")}
+    port = int(cluster.bootstrap.split(",")[0].rsplit(":", 1)[1])
+    return cluster, brokers, port
+
+
+def workloads(cluster: LiveCluster, port: int, n: int) -> list:
+    return [("apiversions", lambda: api_versions(port, n)),
+            ("produce rf1 acks=1", lambda: produce(cluster.bootstrap, "cost-rf1", n, "1")),
+            ("produce rf3 acks=all", lambda: produce(cluster.bootstrap, "cost-rf3", n, "all"))]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=6000)
+    ap.add_argument("--tree", action="append", default=None,
+                    help="a code tree to start a cluster from (repeat to compare)")
+    ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
-    n = args.requests
-    cluster = LiveCluster(Path(tempfile.mkdtemp(prefix="bench-request-cost-"))).start()
+    n, trees = args.requests, args.tree or [None]
+    started = []
+    sums: dict = {}
     try:
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        for f in admin.create_topics([NewTopic("cost-rf1", 1, 1),
-                                      NewTopic("cost-rf3", 1, 3)]).values():
-            f.result(30)
-        produce(cluster.bootstrap, "cost-rf1", 200, "1")          # connections, first appends
-        produce(cluster.bootstrap, "cost-rf3", 200, "all")
-        brokers = {p.name: p.proc.pid for p in cluster.procs if p.name.startswith("broker")}
-        port = int(cluster.bootstrap.split(",")[0].rsplit(":", 1)[1])
-        idle = measure(brokers, lambda: time.sleep(3), 1)
-        print(f"idle: {sum(idle['us'].values()) / 3 / 1e4:.2f} % of one core over the brokers")
-        for name, run in [("apiversions", lambda: api_versions(port, n)),
-                          ("produce rf1 acks=1", lambda: produce(cluster.bootstrap, "cost-rf1",
-                                                                 n, "1")),
-                          ("produce rf3 acks=all", lambda: produce(cluster.bootstrap,
-                                                                   "cost-rf3", n, "all"))]:
-            r = measure(brokers, run, n)
-            per = " ".join(f"{k}={v:.0f}" for k, v in r["us"].items())
-            sys_ = " ".join(f"{v:.0f}" for v in r["sys_us"].values())
-            print(f"{name:22s} {r['rate']:7.0f}/s  broker CPU per request, µs: {per}  "
-                  f"sum={sum(r['us'].values()):.0f}  (of it system: {sys_})", flush=True)
+        for tree in trees:
+            started.append(start(tree))
+        for rnd in range(args.rounds):
+            order = list(zip(trees, started))
+            for tree, (cluster, brokers, port) in order if rnd % 2 == 0 else order[::-1]:
+                idle = measure(brokers, lambda: time.sleep(3), 1)
+                print(f"[{tree or '.'}] idle: {sum(idle['us'].values()) / 3 / 1e4:.2f} % of one "
+                      "core over the brokers")
+                for name, run in workloads(cluster, port, n):
+                    r = measure(brokers, run, n)
+                    sums.setdefault((name, tree), []).append(sum(r["us"].values()))
+                    per = " ".join(f"{k}={v:.0f}" for k, v in r["us"].items())
+                    sys_ = " ".join(f"{v:.0f}" for v in r["sys_us"].values())
+                    print(f"[{tree or '.'}] {name:22s} {r['rate']:7.0f}/s  broker CPU per "
+                          f"request, µs: {per}  sum={sum(r['us'].values()):.0f}  (of it "
+                          f"system: {sys_})", flush=True)
     finally:
-        cluster.stop()
+        for cluster, _, _ in started:
+            cluster.stop()
+    if len(trees) > 1 or args.rounds > 1:
+        summary(sums, trees)
+
+
+def summary(sums: dict, trees: list) -> None:
+    print("\nworkload | " + " | ".join(f"{t or '.'} (median µs)" for t in trees) +
+          " | last / first")
+    for name in dict.fromkeys(k[0] for k in sums):
+        medians = [statistics.median(sums[(name, t)]) for t in trees]
+        print(f"{name} | " + " | ".join(f"{m:.0f}" for m in medians) +
+              f" | x{medians[-1] / medians[0]:.2f}")
 
 
 if __name__ == "__main__":

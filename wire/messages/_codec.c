@@ -51,6 +51,9 @@ typedef struct {                /* a field that takes its default (absent or tag
     PyObject *factory;
     PyObject *field;            /* its F, for runtime._is_default */
     PyObject *error;            /* absent fields: EncodeError text unless default; or NULL */
+    PyObject *proto;            /* a struct field without a literal default: a default instance */
+    PyObject *names;            /* ... and the names of all its fields, compared one by one */
+    int is_array;               /* an array without a literal default: default when empty */
 } Dflt;
 
 typedef struct {
@@ -89,6 +92,8 @@ static void dflt_clear(Dflt *d)
     Py_CLEAR(d->factory);
     Py_CLEAR(d->field);
     Py_CLEAR(d->error);
+    Py_CLEAR(d->proto);
+    Py_CLEAR(d->names);
 }
 
 static PyObject *none_to_null(PyObject *o)
@@ -134,12 +139,20 @@ static int op_from(Op *op, PyObject *spec)
     return 0;
 }
 
-/* (name, value or MISSING, factory or None, field, error or None) */
+/* (name, value or MISSING, factory or None, field, error or None, proto or None,
+ *  names or None, is_array) */
 static int dflt_from(Dflt *d, PyObject *spec, PyObject *missing)
 {
-    PyObject *value, *factory, *error;
-    if (!PyArg_ParseTuple(spec, "UOOOO", &d->name, &value, &factory, &d->field, &error))
+    PyObject *value, *factory, *error, *proto, *names;
+    if (!PyArg_ParseTuple(spec, "UOOOOOOp", &d->name, &value, &factory, &d->field, &error,
+                          &proto, &names, &d->is_array))
         return -1;
+    d->proto = none_to_null(proto);
+    d->names = none_to_null(names);
+    if (d->names != NULL && !PyTuple_Check(d->names)) {
+        PyErr_SetString(PyExc_TypeError, "field names must be a tuple");
+        return -1;
+    }
     Py_INCREF(d->name);
     PyUnicode_InternInPlace(&d->name);
     Py_INCREF(d->field);
@@ -786,7 +799,31 @@ static int encode_value(Op *op, PyObject *v, writer *w)
     }
 }
 
-/* runtime._is_default: 1, 0, or -1 (error) */
+/* Struct.__eq__ against the default instance, field by field (as runtime's genexpr) */
+static int struct_is_default(Dflt *d, PyObject *v)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(d->names);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(d->names, i);
+        PyObject *a = PyObject_GetAttr(v, name);
+        if (a == NULL)
+            return -1;
+        PyObject *b = PyObject_GetAttr(d->proto, name);
+        if (b == NULL) {
+            Py_DECREF(a);
+            return -1;
+        }
+        int eq = PyObject_RichCompareBool(a, b, Py_EQ);
+        Py_DECREF(a);
+        Py_DECREF(b);
+        if (eq <= 0)
+            return eq;
+    }
+    return 1;
+}
+
+/* runtime._is_default: 1, 0, or -1 (error). Tagged struct fields (three per partition of a
+ * follower fetch answer) are compared here rather than through a Python call each. */
 static int is_default(Dflt *d, PyObject *v)
 {
     if (d->value != NULL) {
@@ -796,6 +833,10 @@ static int is_default(Dflt *d, PyObject *v)
             return d->value == Py_None;
         return PyObject_RichCompareBool(v, d->value, Py_EQ);
     }
+    if (d->proto != NULL && Py_TYPE(v) == Py_TYPE(d->proto))
+        return struct_is_default(d, v);
+    if (d->is_array && v != Py_None && PyList_CheckExact(v))
+        return PyList_GET_SIZE(v) == 0;
     PyObject *r = PyObject_CallFunctionObjArgs(is_default_fn, d->field, v, NULL);
     if (r == NULL)
         return -1;

@@ -91,11 +91,15 @@ def _build_program(cls, version: int, flexible: bool, lenient: bool):
 
 
 def _default(f: F, error: str | None) -> tuple:
-    """(name, constant or MISSING, factory for a fresh one, field, EncodeError text or None):
-    struct_init.default_source's defaults (a mutable default is never shared)."""
+    """(name, constant or MISSING, factory for a fresh one, field, EncodeError text or None,
+    default instance and its field names for a struct, whether an array): struct_init's
+    defaults (a mutable default is never shared) and what runtime._is_default compares."""
     if f.default is not _MISSING:
-        return (f.name, f.default, None, f, error)
-    return (f.name, _MISSING, list if f.is_array else f.struct, f, error)
+        return (f.name, f.default, None, f, error, None, None, False)
+    if f.is_array:
+        return (f.name, _MISSING, list, f, error, None, None, True)
+    return (f.name, _MISSING, f.struct, f, error, f.struct(),
+            tuple(g.name for g in f.struct.FIELDS), False)
 
 
 def _op(f: F, name: str | None, version: int, flex: bool, struct_flex: bool,

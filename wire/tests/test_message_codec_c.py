@@ -144,7 +144,13 @@ def test_known_tagged_fields_at_their_defaults_are_not_written():
     part = cls.PartitionData(partition_index=1, high_watermark=5, records=b"abc")
     resp = cls(responses=[cls.FetchableTopicResponse(topic="t", partitions=[part])])
     py, c = _python(cls, version), _c(cls, version)
-    assert _encode(c, resp) == _encode(py, resp)
+    plain = _encode(py, resp)
+    assert _encode(c, resp) == plain
+    part.diverging_epoch = cls.EpochEndOffset()             # another instance, all defaults
+    part.current_leader = cls.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1)
+    assert _encode(c, resp) == _encode(py, resp) == plain
+    part.current_leader = cls.LeaderIdAndEpoch(leader_id=-1, leader_epoch=4)    # one differs
+    assert _encode(c, resp) == _encode(py, resp) != plain
     part.diverging_epoch = cls.EpochEndOffset(epoch=3, end_offset=9)
     part.preferred_read_replica = 2
     both = _encode(py, resp)
