@@ -124,3 +124,16 @@ async def test_a_cancelled_caller_takes_back_markers_not_sent_yet():
 async def _cancel_soon(scope, markers) -> None:
     await wait_for(lambda: markers.requests._queued.get(2))
     scope.cancel()
+
+
+async def test_a_broker_that_never_answers_leaves_the_markers_to_the_retry(autojump_clock):
+    """The request's own bound (MARKER_TIMEOUT_S + 5 s, a bare cancel scope): the markers go
+    back to the coordinator's retry and the connection is dropped."""
+    from partition_server.txn.markers import MARKER_TIMEOUT_S
+    broker = FakeBroker()                       # never released: never answers
+    markers = sender(broker)
+    start = trio.current_time()
+    results = await markers.write_markers(10, 0, True, 5, [("t", 0), ("t", 1)])
+    assert results == {("t", 0), ("t", 1)} and broker.dropped == 1
+    assert trio.current_time() - start == MARKER_TIMEOUT_S + 5
+    assert markers.requests.idle()

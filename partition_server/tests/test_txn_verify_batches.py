@@ -91,3 +91,19 @@ async def test_a_coordinator_that_cannot_be_asked_is_not_available():
     assert await verifier.verify(3, "a", 7, 0, [("t", 0), ("t", 1)]) == {
         ("t", 0): ErrorCode.COORDINATOR_NOT_AVAILABLE, ("t", 1): ErrorCode.COORDINATOR_NOT_AVAILABLE}
     assert verifier.requests.idle()
+
+
+async def test_a_coordinator_that_never_answers_is_not_available(autojump_clock):
+    """The verification's bound (Verifications.TIMEOUT_S, a bare cancel scope)."""
+    coordinator = FakeCoordinator()             # never released: never answers
+    dropped = []
+
+    async def drop(node):
+        dropped.append(node)
+    coordinator.drop = drop
+    verifier = Verifications(coordinator)
+    start = trio.current_time()
+    assert await verifier.verify(3, "a", 7, 0, [("t", 0)]) == {
+        ("t", 0): ErrorCode.COORDINATOR_NOT_AVAILABLE}
+    assert trio.current_time() - start == Verifications.TIMEOUT_S and dropped == [3]
+    assert verifier.requests.idle()

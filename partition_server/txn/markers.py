@@ -151,13 +151,17 @@ class MarkerSender:
                 transaction_result=e.commit, coordinator_epoch=e.coordinator_epoch,
                 topics=[cls.WritableTxnMarkerTopic(name=t, partition_indexes=ps)
                         for t, ps in topics.items()]))
+        resp, failure = None, "timed out"
         try:
-            with trio.fail_after(MARKER_TIMEOUT_S + 5):
+            # a bare cancel scope, not trio.fail_after's generator context manager
+            with trio.CancelScope(deadline=trio.current_time() + MARKER_TIMEOUT_S + 5):
                 conn = await self.peers.get(node)
                 resp = await conn.request(cls(markers=markers), 1,
                                           timeout_s=MARKER_TIMEOUT_S + 2)
         except (ConnectionClosed, OSError, DecodeError, ValueError, trio.TooSlowError) as exc:
-            log.info("markers to broker %d: %s", node, exc)
+            failure = exc
+        if resp is None:
+            log.info("markers to broker %d: %s", node, failure)
             await self.peers.drop(node)
             return
         for e, m in zip(batch, resp.markers):
