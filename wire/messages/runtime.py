@@ -6,8 +6,9 @@ specs copied from the JSON. On first use of a (class, version) pair this module 
 specialised encoder and decoder for it — straight-line Python with consecutive fixed-width fields
 merged into one `struct` call — and caches them. That keeps the committed code small and easy to
 review while the hot path runs no per-field interpretation. When the C extension is built,
-program.py describes the same codecs as data for wire/messages/_codec.c to walk (2-3x cheaper per
-message); the compiled Python here is then the reference the tests hold the C code to.
+program.py describes the same codecs as data for wire/messages/_codec.c to walk (a follower's
+fetch request decodes 2.6x faster); the compiled Python here is then the reference the tests hold
+the C code to.
 
 Encoding rules (the schema README's): classic versions use int16-length strings and int32-length
 bytes/arrays with -1 for null; flexible versions use compact lengths (uvarint N+1, 0 = null) and end
