@@ -112,7 +112,7 @@ def main() -> None:
                     help="a code tree to start a cluster from (repeat to compare)")
     ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
-    n, trees = args.requests, args.tree or [None]
+    n, trees = args.requests, [os.path.abspath(t) for t in args.tree] if args.tree else [None]
     started = []
     sums: dict = {}
     try:
