@@ -181,8 +181,8 @@ def test_opaque_records_leave_their_place_in_the_chunks():
 def test_values_a_version_cannot_carry_fail_alike():
     cls = ALL["FetchRequest"]
     cases = [
-        ("max_wait_ms", 2**31), ("max_wait_ms", "1"), ("max_wait_ms", None), ("isolation_level", 128),
-        ("isolation_level", -129), ("session_id", 1.5), ("rack_id", None), ("rack_id", b"bytes"),
+        ("max_wait_ms", 2**31), ("max_wait_ms", "1"), ("max_wait_ms", None),
+        ("isolation_level", 128), ("isolation_level", -129), ("session_id", 1.5), ("rack_id", None), ("rack_id", b"bytes"),
         ("rack_id", "\udc80"), ("topics", None), ("topics", 7), ("cluster_id", "absent in v12"),
         ("replica_state", None),
     ]
