@@ -15,25 +15,15 @@ interpreter stepping through the generated code a field at a time.
 
 from __future__ import annotations
 
-import os
-
 from wire.errors import DecodeError
 from wire.messages import runtime
-from wire.messages.runtime import _MISSING, EncodeError, F, _field_flexible, _in
+from wire.messages.runtime import (_MISSING, EncodeError, F, _field_flexible, _in,
+                                   field_layout)
+from wire.native import load_extension
 from wire.primitives import uuid_bytes
 
 CODEC_VERSION = 1                   # must equal CODEC_VERSION in _codec.c
-C = None
-UNUSED_BECAUSE: str | None = "RAFTKA_PURE_PYTHON=1"
-if os.environ.get("RAFTKA_PURE_PYTHON") != "1":
-    try:
-        from wire.messages import _codec as C
-        UNUSED_BECAUSE = None
-        if getattr(C, "VERSION", None) != CODEC_VERSION:
-            UNUSED_BECAUSE = "stale build (run `pip install -e .` to rebuild)"
-            C = None
-    except ImportError as e:
-        UNUSED_BECAUSE = f"not built ({e}; `pip install -e .` builds it)"
+C, UNUSED_BECAUSE = load_extension("wire.messages._codec", CODEC_VERSION)
 IMPLEMENTATION = "c" if C is not None else "python"
 
 _KIND = {"bool": 1, "int8": 2, "int16": 3, "uint16": 4, "int32": 5, "uint32": 6, "int64": 7,
@@ -72,13 +62,7 @@ def program(cls, version: int, flexible: bool, lenient: bool = False):
 
 
 def _build_program(cls, version: int, flexible: bool, lenient: bool):
-    # which fields go where: runtime._compile's rules, word for word
-    positional = [f for f in cls.FIELDS if f.present(version) and not f.is_tagged(version)]
-    tagged = sorted((f for f in cls.FIELDS if f.is_tagged(version)), key=lambda f: f.tag)
-    absent = [f for f in cls.FIELDS if not f.present(version)]
-    if not flexible and tagged:
-        absent += tagged
-        tagged = []
+    positional, tagged, absent = field_layout(cls, version, flexible)
     ops = tuple(_op(f, f.name, version, _field_flexible(f, version, flexible), flexible, lenient)
                 for f in positional)
     absent_specs = tuple(

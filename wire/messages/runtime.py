@@ -24,7 +24,6 @@ any bytes-like object, or from an opaque object with an integer `size` (a file r
 
 from __future__ import annotations
 
-import keyword
 import struct
 from typing import Any
 
@@ -291,6 +290,18 @@ def _field_flexible(f: F, version: int, flexible: bool) -> bool:
     return _in(f.flexible, version)
 
 
+def field_layout(cls, version: int, flexible: bool) -> tuple[list, list, list]:
+    """(positional fields in wire order, tagged fields by tag, fields the version lacks): what
+    both codecs are built from (this module's compiler and program.py's C programs)."""
+    positional = [f for f in cls.FIELDS if f.present(version) and not f.is_tagged(version)]
+    tagged = sorted((f for f in cls.FIELDS if f.is_tagged(version)), key=lambda f: f.tag)
+    absent = [f for f in cls.FIELDS if not f.present(version)]
+    if not flexible and tagged:
+        # tagged fields only exist in flexible versions; schema data says so, be defensive
+        return positional, [], absent + tagged
+    return positional, tagged, absent
+
+
 def _compile(cls, version: int, flexible: bool, lenient: bool = False):
     enc_src, dec_src = _Src(), _Src()
     for src in (enc_src, dec_src):
@@ -298,14 +309,7 @@ def _compile(cls, version: int, flexible: bool, lenient: bool = False):
                       read_uvarint=read_uvarint, uvb=uvarint_bytes, uuid_bytes=uuid_bytes,
                       UUID=_uuid_from, struct=struct, new=object.__new__, cls=cls,
                       encode_records=_encode_records, MISSING=_MISSING)
-    positional = [f for f in cls.FIELDS if f.present(version) and not f.is_tagged(version)]
-    tagged = sorted((f for f in cls.FIELDS if f.is_tagged(version)), key=lambda f: f.tag)
-    absent = [f for f in cls.FIELDS if not f.present(version)]
-    if not flexible and tagged:
-        # tagged fields only exist in flexible versions; schema data says so, be defensive
-        absent += tagged
-        tagged = []
-
+    positional, tagged, absent = field_layout(cls, version, flexible)
     enc_src.emit(0, "def enc(o, b, opaque):")
     for f in absent:
         if not f.ignorable and not lenient:
@@ -584,17 +588,3 @@ def _emit_tagged(enc: _Src, dec: _Src, cls, tagged: list[F], version: int,
     dec.emit(ind + 1, "o._unknown_tagged = []")
     dec.emit(ind, "o._unknown_tagged.append((tag, bytes(mv[pos:end])))")
     dec.emit(2, "pos = end")
-
-
-def snake_case(name: str) -> str:
-    """Schema field name → Python attribute: TopicData → topic_data, ISRNodes → isr_nodes."""
-    out = []
-    for i, ch in enumerate(name):
-        if ch.isupper() and i > 0:
-            prev = name[i - 1]
-            nxt = name[i + 1] if i + 1 < len(name) else ""
-            if prev.islower() or prev.isdigit() or (prev.isupper() and nxt.islower()):
-                out.append("_")
-        out.append(ch.lower())
-    result = "".join(out)
-    return result + "_" if keyword.iskeyword(result) else result

@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import os
 import struct
 import time
 from typing import Iterator, NamedTuple
 
 from wire.errors import DecodeError
+from wire.native import load_extension
 from wire.records import compression as codecs
 from wire.records.crc32c import crc32c
 from wire.records.record_codec import (DecodedRecord, Record, _encode_records_py,
@@ -47,18 +47,7 @@ from wire.records.record_codec import _vb, iter_record_fields  # noqa: F401 - re
 # The C accelerator (wire/records/_speedups.c, built by setup.py when a compiler is present).
 # The pure-Python code (record_codec.py) stays the reference; RAFTKA_PURE_PYTHON=1 forces it.
 SPEEDUPS_VERSION = 1           # must equal SPEEDUPS_VERSION in _speedups.c
-speedups = None
-SPEEDUPS_UNUSED_BECAUSE = "RAFTKA_PURE_PYTHON=1"
-if os.environ.get("RAFTKA_PURE_PYTHON") != "1":
-    try:
-        from wire.records import _speedups as speedups
-        SPEEDUPS_UNUSED_BECAUSE = None
-        if getattr(speedups, "VERSION", None) != SPEEDUPS_VERSION:
-            # an in-place build from older sources: the Python code is right, that build may not
-            SPEEDUPS_UNUSED_BECAUSE = "stale build (run `pip install -e .` to rebuild)"
-            speedups = None
-    except ImportError as e:
-        SPEEDUPS_UNUSED_BECAUSE = f"not built ({e}; `pip install -e .` builds it)"
+speedups, SPEEDUPS_UNUSED_BECAUSE = load_extension("wire.records._speedups", SPEEDUPS_VERSION)
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 BATCH_HEADER_SIZE = HEADER.size          # 61
