@@ -18,10 +18,14 @@ Policy, with the reasoning:
   almost all of this code's garbage is; only a *cycle* alive at a freeze that dies afterwards
   stays until the next sweep.
 - every SWEEP_EVERY_S, a sweep: `gc.unfreeze()`, one full `gc.collect()`, freeze again — the
-  cycles left behind are reclaimed at a moment chosen here, once an hour (a loop that is about
-  to sleep: trio's `before_io_wait`), not 10-15 times during one big metadata change.
+  cycles left behind are reclaimed at a moment chosen here, once an hour, not 10-15 times
+  during one big metadata change. The sweep is a system task asleep in between (`sweep_loop`):
+  it was trio's `before_io_wait` hook, which trio calls on every pass of its loop (~1 % of a
+  busy broker's CPU for a clock read that said "not yet").
 
-Installed by `common.process.run` in every node process, as a trio instrument.
+Installed by `common.process.run` in every node process: the instrument hears collections
+(`before_run` / `after_run` only, so trio calls it at no other moment), `run_with_sweeps`
+starts the sweeps.
 """
 
 from __future__ import annotations
@@ -52,10 +56,8 @@ class GcHooked(trio.abc.Instrument):
 
 
 class GcPolicy(GcHooked):
-    def __init__(self, sweep_every_s: float = SWEEP_EVERY_S, clock=time.monotonic):
+    def __init__(self, sweep_every_s: float = SWEEP_EVERY_S):
         self.sweep_every_s = sweep_every_s
-        self._clock = clock
-        self._next_sweep = clock() + sweep_every_s
         self._sweeping = False
         self.freezes = self.sweeps = 0
 
@@ -64,11 +66,20 @@ class GcPolicy(GcHooked):
             gc.freeze()
             self.freezes += 1
 
-    def before_io_wait(self, timeout) -> None:
-        now = self._clock()
-        if now >= self._next_sweep:
-            self.sweep()
-            self._next_sweep = now + self.sweep_every_s
+    async def sweep_loop(self) -> None:
+        """A sweep every `sweep_every_s` for as long as trio runs (a system task: cancelled
+        when the main task ends). A sweep that fails is logged; the next one still comes."""
+        while True:
+            await trio.sleep(self.sweep_every_s)
+            try:
+                self.sweep()
+            except Exception:  # noqa: BLE001 - a system task must not raise: it would end the run
+                log.exception("garbage sweep failed")
+
+    async def run_with_sweeps(self, async_fn, *args):
+        """`async_fn(*args)` with the sweeps going on beside it (`trio.run`'s main task)."""
+        trio.lowlevel.spawn_system_task(self.sweep_loop, name="gc-sweeps")
+        return await async_fn(*args)
 
     def sweep(self) -> None:
         started = time.perf_counter()

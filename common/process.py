@@ -79,7 +79,9 @@ def run(prog: str, async_fn, *args) -> int:
     from common.gc_policy import GcPolicy
     from common.stall_trace import instruments_from_env
     try:
-        trio.run(async_fn, *args, instruments=[GcPolicy(), *instruments_from_env()])
+        policy = GcPolicy()
+        trio.run(policy.run_with_sweeps, async_fn, *args,
+                 instruments=[policy, *instruments_from_env()])
     except BaseExceptionGroup as group:
         errors = group.subgroup(lambda e: isinstance(e, OSError))
         if errors is None:
