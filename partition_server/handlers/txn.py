@@ -179,12 +179,15 @@ async def handle_write_txn_markers(hctx: HandlerContext, req):
             topic, p, m.producer_id, m.producer_epoch, m.transaction_result,
             m.coordinator_epoch)
 
-    # every marker is appended at once and they replicate together (acks=all each)
-    async with trio.open_nursery() as nursery:
-        for i, m in enumerate(req.body.markers):
-            for t in m.topics:
-                for p in t.partition_indexes:
-                    nursery.start_soon(one, i, m, t.name, p)
+    todo = [(i, m, t.name, p) for i, m in enumerate(req.body.markers) for t in m.topics
+            for p in t.partition_indexes]
+    if len(todo) == 1:
+        await one(*todo[0])         # the usual one marker: no task, no nursery, no extra pass
+    else:
+        # every marker is appended at once and they replicate together (acks=all each)
+        async with trio.open_nursery() as nursery:
+            for args in todo:
+                nursery.start_soon(one, *args)
     return cls(markers=[cls.WritableTxnMarkerResult(producer_id=m.producer_id, topics=[
         cls.WritableTxnMarkerTopicResult(name=t.name, partitions=[
             cls.WritableTxnMarkerPartitionResult(partition_index=p, error_code=results[(i, t.name, p)])
