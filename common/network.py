@@ -419,8 +419,6 @@ async def _serve(stream, ctx: ClientContext, dispatch: Dispatch, max_frame_bytes
                                      security, max_frame_bytes, watch)
         except Exception as exc:  # noqa: BLE001 - raised below, outside the nursery, as itself
             failure = exc
-        finally:
-            pipeline.reader_waits()
         nursery.cancel_scope.cancel()
     if failure is not None:
         raise failure
@@ -478,7 +476,6 @@ async def _read_requests(stream, ctx: ClientContext, dispatch: Dispatch, conn: S
             continue
         request = conn.next_request()
         if request is None:
-            pipeline.reader_waits()
             wait_s = idle_timeout_s if not unauthenticated else \
                 max(0.0, min(idle_timeout_s, deadline - trio.current_time()))
             got, waited = await _receive(stream, conn, wait_s,

@@ -40,24 +40,6 @@ import trio
 MAX_IN_FLIGHT = 1000                    # requests per connection
 MAX_IN_FLIGHT_BYTES = 32 * 1024 * 1024  # their sizes (the request frames) per connection
 
-class AppendsComing:
-    """How many connections of this process may append a Produce's batch within a scheduler
-    pass or two: a reader that took a Produce is counted until it next finds no request in its
-    buffer (its first stage, verification and append, runs meanwhile: `submit` returns after
-    it). A leader's answer to a follower's fetch waits for the appends under way
-    (handlers/fetch_follower.py `_coalesce`) only while this is non-zero: a lone append (a
-    transaction's record, a marker, one client's Produce) is answered without the scheduler
-    passes that wait for others. One count per process: brokers sharing a process (tests) only
-    wait as they all did before."""
-
-    __slots__ = ("count",)
-
-    def __init__(self):
-        self.count = 0
-
-
-APPENDS_COMING = AppendsComing()
-
 _first_stage: contextvars.ContextVar[trio.Event | None] = \
     contextvars.ContextVar("raftka_first_stage", default=None)
 
@@ -99,7 +81,6 @@ class ResponsePipeline:
         self._changed = trio.Event()
         self._writing = False
         self._bytes = 0                         # sizes of the entries not yet answered
-        self._counted = False                   # in APPENDS_COMING
         self.failure: BaseException | None = None
 
     def _signal(self) -> None:
@@ -108,9 +89,6 @@ class ResponsePipeline:
 
     async def submit(self, request) -> None:
         """Start `request`; return once its first stage is over (or it finished)."""
-        if not self._counted:
-            self._counted = True
-            APPENDS_COMING.count += 1
         entry = _Entry(request)
         while self._entries and (len(self._entries) >= MAX_IN_FLIGHT
                                  or self._bytes + entry.size > MAX_IN_FLIGHT_BYTES):
@@ -124,13 +102,6 @@ class ResponsePipeline:
         finally:
             _first_stage.reset(token)
         await first.wait()
-
-    def reader_waits(self) -> None:
-        """The connection's reader found no request buffered and waits on its socket (or is
-        done): no append can come from it before it reads again."""
-        if self._counted:
-            self._counted = False
-            APPENDS_COMING.count -= 1
 
     async def _execute(self, entry: _Entry, first: trio.Event) -> None:
         try:

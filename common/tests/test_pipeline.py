@@ -1,19 +1,10 @@
 """ResponsePipeline: first stages run one at a time in request order, second stages overlap,
-answers leave in request order, drain waits for every answer, a failure ends the connection;
-a connection counts in APPENDS_COMING from its first Produce until its reader waits."""
+answers leave in request order, drain waits for every answer, a failure ends the connection."""
 
-import pytest
 import trio
 import trio.testing
 
-from common.pipeline import (APPENDS_COMING, MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES,
-                             ResponsePipeline, first_stage_done)
-
-
-@pytest.fixture(autouse=True)
-def _appends_coming_restored(monkeypatch):
-    """These pipelines have no reader to call `reader_waits`: their counts stay here."""
-    monkeypatch.setattr(APPENDS_COMING, "count", APPENDS_COMING.count)
+from common.pipeline import MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES, ResponsePipeline, first_stage_done
 
 
 class Harness:
@@ -159,31 +150,3 @@ def test_first_stage_done_outside_a_pipeline_is_harmless():
     first_stage_done()
 
 
-
-
-async def test_a_connection_counts_as_appends_coming_until_its_reader_waits():
-    h = Harness()
-    before = APPENDS_COMING.count
-    async with trio.open_nursery() as nursery:
-        p, q = (ResponsePipeline(nursery, h.run, h.frame, h.write) for _ in range(2))
-        nursery.start_soon(p.send_loop)
-        nursery.start_soon(q.send_loop)
-        await p.submit((0, False))
-        await p.submit((1, False))                   # the same reader: counted once
-        assert APPENDS_COMING.count == before + 1
-        await q.submit((2, False))
-        assert APPENDS_COMING.count == before + 2
-        p.reader_waits()
-        p.reader_waits()                             # released once
-        assert APPENDS_COMING.count == before + 1
-        await p.submit((3, False))                   # its next Produce counts it again
-        assert APPENDS_COMING.count == before + 2
-        p.reader_waits()
-        q.reader_waits()
-        assert APPENDS_COMING.count == before
-        for n in range(4):
-            h.release.setdefault(n, trio.Event()).set()
-        with trio.fail_after(5):
-            await p.drain()
-            await q.drain()
-        nursery.cancel_scope.cancel()

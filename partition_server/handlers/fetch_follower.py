@@ -31,7 +31,6 @@ import dataclasses
 import trio
 
 from common.clock import steady_ms
-from common.pipeline import APPENDS_COMING
 from common.request_metrics import add_remote_time
 from partition_server.fetch_session import FetchContext, FetchSession
 from partition_server.handlers.context import HandlerContext
@@ -213,13 +212,10 @@ async def _coalesce(session: FetchSession) -> None:
     whole replication cycle of its own (answer, follower append, next fetch, high watermark).
     Here the answer waits while partitions keep turning dirty, a scheduler pass at a time (no
     clock: on an idle broker a pass is immediate), until COALESCE_QUIET_PASSES passes bring
-    nothing new, or COALESCE_MAX_PASSES. When no connection may append within a pass or two
-    (`APPENDS_COMING`: no reader between a Produce and its next wait on its socket), there is
-    nothing to wait for: a transaction's record, a marker, a lone client's Produce are answered
-    at once (those passes were ~3 % of an RF 3 leader's CPU and delayed every such round)."""
+    nothing new, or COALESCE_MAX_PASSES."""
     seen, quiet = len(session.dirty), 0
     for _ in range(COALESCE_MAX_PASSES):
-        if session.all_dirty or not APPENDS_COMING.count:
+        if session.all_dirty:
             return
         await trio.lowlevel.cancel_shielded_checkpoint()
         n = len(session.dirty)

@@ -8,7 +8,6 @@ import types
 import trio
 import trio.testing
 
-from common.pipeline import APPENDS_COMING
 from partition_server.config import FETCH_MAX_BYTES
 from partition_server.fetch_session import FetchSessionCache
 from partition_server.handlers.fetch import handle_fetch
@@ -148,25 +147,19 @@ async def test_a_high_watermark_move_alone_does_not_wake_another_session(tmp_pat
     assert resp.responses[0].partitions[0].high_watermark == 1
 
 
-async def _woken_fetch_with_appends(b, sid, partitions, counted: bool = True) -> list:
+async def _woken_fetch_with_appends(b, sid, partitions) -> list:
     """A follower fetch long-polls; then one append per scheduler pass (as Produce requests
-    of one partition each reach their appends); the partitions its answer carries.
-    `counted`: the appends come as a connection's reader would bring them, counted in
-    APPENDS_COMING from the first Produce until the reader finds its buffer empty."""
+    of one partition each reach their appends); the partitions its answer carries."""
     out = []
 
     async def follower_fetch():
         out.append(await handle_fetch(b, fetch(sid, 1, max_wait_ms=5_000)))
 
     async def producer():
-        APPENDS_COMING.count += counted
-        try:
-            for p in partitions:
-                assert b.replicas.append_records("t", p, build_batch([(None, b"x", [], T0)]),
-                                                 1, T0).error == 0
-                await trio.lowlevel.checkpoint()
-        finally:
-            APPENDS_COMING.count -= counted
+        for p in partitions:
+            assert b.replicas.append_records("t", p, build_batch([(None, b"x", [], T0)]), 1,
+                                             T0).error == 0
+            await trio.lowlevel.checkpoint()
 
     async with trio.open_nursery() as n:
         n.start_soon(follower_fetch)
@@ -179,17 +172,6 @@ async def test_a_woken_fetch_gathers_the_appends_under_way(tmp_path, autojump_cl
     b = FakeBroker(tmp_path)
     sid = (await handle_fetch(b, fetch(0, 0, {p: 0 for p in range(N)}))).session_id
     assert await _woken_fetch_with_appends(b, sid, [3, 4, 5, 6]) == [3, 4, 5, 6]
-
-
-async def test_a_woken_fetch_answers_at_once_when_no_append_is_coming(tmp_path, autojump_clock,
-                                                                   monkeypatch):
-    """No reader between a Produce and an empty buffer (a transaction's record, a marker):
-    the answer is read in the pass after the append, without waiting for quiet passes (trio
-    runs a pass's tasks in random order: the next append may land in that pass, not later)."""
-    b = FakeBroker(tmp_path)
-    sid = (await handle_fetch(b, fetch(0, 0, {p: 0 for p in range(N)}))).session_id
-    monkeypatch.setattr(APPENDS_COMING, "count", 0)     # whatever tests before left running
-    assert await _woken_fetch_with_appends(b, sid, [3, 4, 5, 6], counted=False) in ([3], [3, 4])
 
 
 async def test_a_woken_fetch_does_not_wait_for_appends_without_end(tmp_path, autojump_clock):
