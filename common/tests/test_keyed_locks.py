@@ -61,3 +61,28 @@ async def test_a_waiter_cancelled_leaves_the_holder_its_lock():
             release.set()
         assert entered == [1]
     assert len(locks) == 0
+
+
+async def test_a_free_lock_is_taken_without_a_scheduler_pass():
+    locks = KeyedLocks()
+    ran = []
+
+    async def other():
+        ran.append(1)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other)                           # runs at this task's next yield
+        async with locks.hold("k"):
+            assert ran == []                                # entered without yielding
+        await trio.testing.wait_all_tasks_blocked()
+    assert ran == [1] and len(locks) == 0
+
+
+async def test_a_cancelled_task_does_not_enter_a_free_lock():
+    locks = KeyedLocks()
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        async with locks.hold("k"):
+            raise AssertionError("entered while cancelled")
+    assert scope.cancelled_caught
+    assert len(locks) == 0
