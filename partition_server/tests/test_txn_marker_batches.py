@@ -137,3 +137,33 @@ async def test_a_broker_that_never_answers_leaves_the_markers_to_the_retry(autoj
     assert results == {("t", 0), ("t", 1)} and broker.dropped == 1
     assert trio.current_time() - start == MARKER_TIMEOUT_S + 5
     assert markers.requests.idle()
+
+
+async def test_the_remote_leaders_markers_leave_before_the_local_append():
+    """A remote leader's replication round is the long one: its WriteTxnMarkers goes out first,
+    whichever order trio runs the ready tasks in (it picks either at random: 40 tries)."""
+    tid = uuid.uuid4()
+    image = MetadataImage().apply_all(0, [
+        r.TopicRecord("t", tid), r.PartitionRecord(tid, 0, (1,), (1,), 1),
+        r.PartitionRecord(tid, 1, (2,), (2,), 2)])
+    for attempt in range(40):
+        broker = FakeBroker()
+        broker.release.set()
+        markers = MarkerSender(1, replicas=None, purgatory=None, image=lambda: image,
+                               offsets=None, peers=broker)
+        order: list[str] = []
+        asked = broker.request
+
+        async def remote(req, version, timeout_s=30.0):
+            order.append("remote")
+            return await asked(req, version, timeout_s)
+
+        async def local(topic, partition, *args, **kwargs):
+            order.append("local")
+            return ErrorCode.NONE
+
+        broker.request = remote
+        markers.append_locally = local
+        left = await markers.write_markers(7, 0, True, 5, [("t", 0), ("t", 1)])
+        assert left == set()
+        assert order == ["remote", "local"], f"try {attempt}: {order}"

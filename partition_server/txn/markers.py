@@ -124,13 +124,18 @@ class MarkerSender:
             results.update(await self.requests.submit(node, Entry(producer_id, _Marker(
                 producer_id, producer_epoch, commit, coordinator_epoch, tps))))
 
+        here = by_leader.get(self.broker_id, [])
         async with trio.open_nursery() as nursery:
             for node, tps in by_leader.items():
-                if node == self.broker_id:
-                    for tp in tps:        # appended at once, replicated together
-                        nursery.start_soon(local, tp)
-                else:
+                if node != self.broker_id:
                     nursery.start_soon(remote, node, tps)
+            if here:
+                await _after_their_first_steps(len(by_leader) > 1)
+            if len(here) == 1:
+                await local(here[0])      # in this task, beside the remote ones
+            else:
+                for tp in here:           # appended at once, replicated together
+                    nursery.start_soon(local, tp)
         for tps in by_leader.values():
             for tp in tps:
                 if results.get(tp) != ErrorCode.NONE:
@@ -175,6 +180,17 @@ class MarkerSender:
 
     async def aclose(self) -> None:
         await self.peers.aclose()
+
+
+async def _after_their_first_steps(spawned: bool) -> None:
+    """Let the tasks just spawned take their first step before ours goes on: a remote
+    leader's first step ends with its WriteTxnMarkers on the wire, and its replication round
+    is the long one, so the local append waits for it rather than the other way round. trio
+    runs each batch of ready tasks in either order, so after one yield this task may still come
+    first; after two, every task spawned before them has run its first step."""
+    if spawned:
+        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint()
 
 
 class _Marker:
