@@ -107,9 +107,55 @@ FETCH_SHAPES = {"default": {},
                               "queued.min.messages": 10_000_000}}
 
 
+def _consume_share(bootstrap: str, topic: str, partitions: list[int], n: int, config: dict,
+                   ready, go, results) -> None:
+    """One of `--consumers` processes: say it is `ready`, read the `n` records of `partitions`
+    once `go` is set; put (records, bytes, start, end, CPU seconds of the read) in `results`.
+    (`n` from the producer's delivery reports: Tansu's ListOffsets answered high watermarks
+    below what it had acknowledged and then served.)"""
+    ready.put(True)
+    go.wait(120)
+    cpu0 = client_cpu_seconds()
+    r = perf.consume(bootstrap, topic, n, progress=False, config=config, partitions=partitions)
+    end = time.time()
+    results.put((r["records"], r["mb_per_s"] * 1e6 * r["seconds"], end - r["seconds"], end,
+                 client_cpu_seconds() - cpu0))
+
+
+def consume_in_processes(bootstrap: str, topic: str, consumers: int, config: dict,
+                         delivered: list[int]) -> dict:
+    """`consumers` consumer processes at once, each reading its share of the 6 partitions: the
+    rate is all their records over the time from the first one's start to the last one's end.
+    One Python consumer is the bound of a single-consumer read against either broker (its CPU
+    per record is the same against both, bench/README.md); several show what each broker
+    leaves of the machine to its clients."""
+    import multiprocessing
+    mp = multiprocessing.get_context("spawn")      # this process runs librdkafka's threads
+    ready, go, results = mp.Queue(), mp.Event(), mp.Queue()
+    shares = [list(range(len(delivered)))[i::consumers] for i in range(consumers)]
+    procs = [mp.Process(target=_consume_share,
+                        args=(bootstrap, topic, share, sum(delivered[p] for p in share), config,
+                              ready, go, results))
+             for share in shares]
+    for proc in procs:
+        proc.start()
+    for _ in procs:                 # all started and connected: they read at the same time
+        ready.get(timeout=120)
+    go.set()
+    outs = [results.get(timeout=300) for _ in procs]
+    for proc in procs:
+        proc.join(60)
+    count = sum(o[0] for o in outs)
+    seconds = max(o[3] for o in outs) - min(o[2] for o in outs)
+    return {"records": count, "seconds": seconds, "records_per_s": round(count / seconds),
+            "mb_per_s": round(sum(o[1] for o in outs) / seconds / 1e6, 2),
+            "client_cpu_s": sum(o[4] for o in outs)}
+
+
 def run_load(bootstrap: str, pids: list[int], topic: str, n: int, size: int, raftka: bool,
-             fetch_shape: str = "default") -> dict:
-    """`pids`: every node process of the system; the first is the broker doing the work."""
+             fetch_shape: str = "default", consumers: int = 1) -> dict:
+    """`pids`: every node process of the system; the first is the broker doing the work.
+    `consumers`: consumer processes reading at once (1: this process reads)."""
     if raftka:
         create_on_broker0(bootstrap, topic)
     else:
@@ -121,8 +167,14 @@ def run_load(bootstrap: str, pids: list[int], topic: str, n: int, size: int, raf
     c0 = cpu()
     p = perf.produce(bootstrap, topic, n, size, acks="1", progress=False)
     c1 = cpu()
-    c = perf.consume(bootstrap, topic, n, progress=False, config=FETCH_SHAPES[fetch_shape])
+    if consumers == 1:
+        c = perf.consume(bootstrap, topic, n, progress=False, config=FETCH_SHAPES[fetch_shape])
+    else:
+        c = consume_in_processes(bootstrap, topic, consumers, FETCH_SHAPES[fetch_shape],
+                                 p["delivered_by_partition"])
     c2 = cpu()
+    if consumers > 1:
+        c2[-1] = c1[-1] + c["client_cpu_s"]      # the consumers' CPU, not this process's
 
     def per_msg(a, b, which):
         return round(sum(b[i] - a[i] for i in which) / n * 1e6, 3)
@@ -230,7 +282,7 @@ def warm_memory(work: str, mib: int) -> None:
 
 
 def run_system(system: str, tree: str | None, tansu: str, work: str, name: str, n: int,
-               size: int, fetch_shape: str = "default") -> dict:
+               size: int, fetch_shape: str = "default", consumers: int = 1) -> dict:
     topic = f"bench-{name}"
     if system == "raftka-single":
         data = Path(work) / f"single-{name}"
@@ -238,7 +290,8 @@ def run_system(system: str, tree: str | None, tansu: str, work: str, name: str, 
         try:
             # the topic's partitions all go to broker 1 (the only one); "broker 0" assignment
             # is the 6-process cluster's
-            return run_load(node.bootstrap, [node.proc.pid], topic, n, size, False, fetch_shape)
+            return run_load(node.bootstrap, [node.proc.pid], topic, n, size, False, fetch_shape,
+                            consumers)
         finally:
             node.stop()
             shutil.rmtree(data, ignore_errors=True)     # its page cache back to the pool
@@ -249,13 +302,13 @@ def run_system(system: str, tree: str | None, tansu: str, work: str, name: str, 
             p.proc.pid for p in cluster.procs if p.name != "broker-0"]
         try:
             return run_load(cluster.bootstrap.split(",")[0], pids, topic, n, size, True,
-                            fetch_shape)
+                            fetch_shape, consumers)
         finally:
             cluster.stop()
             shutil.rmtree(data, ignore_errors=True)
     proc, bootstrap = start_tansu(tansu)
     try:
-        return run_load(bootstrap, [proc.pid], topic, n, size, False, fetch_shape)
+        return run_load(bootstrap, [proc.pid], topic, n, size, False, fetch_shape, consumers)
     finally:
         proc.terminate()
         proc.wait(10)
@@ -307,6 +360,9 @@ def main() -> None:
                     help="MiB written and deleted before the rounds (0: none); see warm_memory")
     ap.add_argument("--fetch-shape", choices=sorted(FETCH_SHAPES), default="default",
                     help="the consumer's fetch limits (see FETCH_SHAPES)")
+    ap.add_argument("--consumers", type=int, default=1, choices=(1, 2, 3, 6),
+                    help="consumer processes reading the 6 partitions at once (default 1: "
+                         "this process; see consume_in_processes)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="raftka-bench-")
     tansu = tansu_binary(work)
@@ -324,10 +380,11 @@ def main() -> None:
         for system in (systems if rnd % 2 == 0 else systems[::-1]):
             for label, n, size in loads:
                 r = run_system(system, trees.get(system), tansu, work, f"{label}-{rnd}-{system}",
-                               n, size, args.fetch_shape)
+                               n, size, args.fetch_shape, args.consumers)
                 results[system].setdefault(label, []).append(r)
                 print(json.dumps({"round": rnd, "system": system, "tree": trees.get(system),
-                                  "load": label, "fetch_shape": args.fetch_shape, **r}),
+                                  "load": label, "fetch_shape": args.fetch_shape,
+                                  "consumers": args.consumers, **r}),
                       flush=True)
     report(results, systems, [label for label, _, _ in loads])
 

@@ -45,7 +45,8 @@ def _pct(sorted_values, q):
 
 def produce(bootstrap: str, topic: str, num_records: int, record_size: int, acks: str = "1",
             compression: str = "none", linger_ms: int = 5, batch_size: int = 1 << 20,
-            partitions: int = 6, replication_factor: int = 1, progress: bool = True) -> dict:
+            partitions: int = 6, replication_factor: int = 1, progress: bool = True,
+            flush_timeout_s: float = 120) -> dict:
     _require_confluent()
     from confluent_kafka import Producer
     ensure_topic(bootstrap, topic, partitions, replication_factor)
@@ -56,11 +57,14 @@ def produce(bootstrap: str, topic: str, num_records: int, record_size: int, acks
     payload = b"x" * record_size
     latencies: list[float] = []
     errors = [0]
+    delivered = [0] * partitions        # by partition: readers of a share know where it ends
     sample_every = max(1, num_records // 100_000)   # bounded latency samples
 
     def on_delivery(err, msg, sent=None):
         if err is not None:
             errors[0] += 1
+        elif 0 <= msg.partition() < partitions:
+            delivered[msg.partition()] += 1
 
     start = time.perf_counter()
     for i in range(num_records):
@@ -80,7 +84,9 @@ def produce(bootstrap: str, topic: str, num_records: int, record_size: int, acks
             producer.poll(0)
             if progress and i % 100_000 == 0 and i:
                 print(f"\r  produced {i:,}/{num_records:,}", end="", file=sys.stderr, flush=True)
-    producer.flush(120)
+    # what is still queued after the flush's 2 minutes was not delivered: an error each, not a
+    # silent success (acks=all under min.insync.replicas retries until delivery.timeout.ms)
+    errors[0] += producer.flush(flush_timeout_s)
     elapsed = time.perf_counter() - start
     if progress:
         print(file=sys.stderr)
@@ -90,13 +96,15 @@ def produce(bootstrap: str, topic: str, num_records: int, record_size: int, acks
                 num_records * record_size / elapsed / 1e6, 2),
             "p50_ms": round(_pct(latencies, 0.5) * 1000, 2),
             "p99_ms": round(_pct(latencies, 0.99) * 1000, 2),
-            "max_ms": round(latencies[-1] * 1000, 2) if latencies else None}
+            "max_ms": round(latencies[-1] * 1000, 2) if latencies else None,
+            "delivered_by_partition": delivered}
 
 
 def consume(bootstrap: str, topic: str, num_records: int, timeout_s: float = 120,
-            progress: bool = True, config: dict | None = None) -> dict:
+            progress: bool = True, config: dict | None = None,
+            partitions: list[int] | None = None) -> dict:
     """`config`: librdkafka settings over the ones below (bench/broker_vs_tansu.py's
-    `--fetch-shape`)."""
+    `--fetch-shape`); `partitions`: read only these (default every partition of `topic`)."""
     _require_confluent()
     from confluent_kafka import Consumer, TopicPartition
     # librdkafka's fetch sizes (1 MiB a partition, 50 MiB a fetch): 8 MiB a partition (as
@@ -114,7 +122,8 @@ def consume(bootstrap: str, topic: str, num_records: int, timeout_s: float = 120
                          "enable.auto.commit": False, "fetch.queue.backoff.ms": 10,
                          **(config or {})})
     md = consumer.list_topics(topic, timeout=10).topics[topic]
-    consumer.assign([TopicPartition(topic, p, 0) for p in md.partitions])
+    consumer.assign([TopicPartition(topic, p, 0) for p in md.partitions
+                     if partitions is None or p in partitions])
     count = size = 0
     start = time.perf_counter()
     deadline = start + timeout_s

@@ -155,3 +155,28 @@ def test_perf_consume_ours_and_confluent(live, capsys):
     code, out, err = _run(["perf", "consume", "--topic", "no-such-topic-here", "--num-records",
                            "10", "--bootstrap-server", live.bootstrap], capsys)
     assert code != 0 and "Traceback" not in err and "no-such-topic-here" in err
+
+
+@pytest.mark.live
+def test_perf_counts_deliveries_by_partition_and_reads_a_share(live):
+    """bench/broker_vs_tansu.py --consumers: each consumer reads its partitions' records, as
+    many as the producer's delivery reports counted there."""
+    from clients.cli import perf
+    topic = f"perfs-{uuid.uuid4().hex[:6]}"
+    res = perf.produce(live.bootstrap, topic, 9000, 50, acks="1", partitions=3,
+                       progress=False)
+    delivered = res["delivered_by_partition"]
+    assert res["errors"] == 0 and len(delivered) == 3 and sum(delivered) == 9000
+    share = perf.consume(live.bootstrap, topic, delivered[0] + delivered[2], timeout_s=30,
+                         progress=False, partitions=[0, 2])
+    assert share["records"] == delivered[0] + delivered[2]
+
+
+@pytest.mark.live
+def test_perf_produce_counts_what_the_flush_left_undelivered(live):
+    """acks=all on one replica under min.insync.replicas=2: nothing is acknowledged, and the
+    report says so (it once said 0 errors)."""
+    from clients.cli import perf
+    res = perf.produce(live.bootstrap, f"perfu-{uuid.uuid4().hex[:6]}", 50, 10, acks="all",
+                       partitions=1, replication_factor=1, progress=False, flush_timeout_s=3)
+    assert res["errors"] == 50 and res["delivered_by_partition"] == [0]
