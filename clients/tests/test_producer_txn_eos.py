@@ -3,7 +3,8 @@ across SIGKILLs of brokers (soak: `@pytest.mark.slow`, RAFTKA_SOAK=1).
 
 Loop: read up to 25 input records from the committed positions (read_committed), write one
 output per input and the next positions in one transaction, commit. Meanwhile a broker is
-SIGKILLed and restarted, twice (first the transaction coordinator, then an output leader). A
+SIGKILLed and restarted, twice (first the transaction coordinator, then an output leader, at a
+quarter and at half of the input committed; the last quarter of the input comes after them). A
 failed round is aborted (or, when fenced / out of time, the producer is replaced) and redone
 from the committed positions. Checked: every input's output is readable exactly once with
 read_committed, and the committed positions end at the input's end.
@@ -72,11 +73,29 @@ def _read(cluster, topic, positions, limit):
     return out
 
 
-def _kill_coordinator_then_output_leader(live, tid, dst, faults):
-    """The chaos thread: SIGKILL and restart the transaction coordinator of `tid` (after 2 s),
-    then the leader of dst-0 (3 s later); each victim is appended to `faults`."""
+def _produce_input(live, src, first, end):
+    ck = CKProducer({"bootstrap.servers": live.bootstrap})
+    for i in range(first, end):
+        ck.produce(src, f"{i}".encode(), partition=i % PARTS)
+    assert ck.flush(30) == 0
+
+
+def _wait_progress(live, group, src, at_least, deadline):
+    while sum(_committed(live, group, src).values()) < at_least:
+        assert time.time() < deadline, f"fewer than {at_least} inputs committed in time"
+        time.sleep(0.05)
+
+
+def _kill_coordinator_then_output_leader(live, tid, src, dst, group, faults):
+    """The chaos thread, paced by the application's progress rather than by the clock (its
+    rounds got fast enough to finish all the input between two timed faults): SIGKILL and
+    restart the transaction coordinator of `tid` once a quarter of the input is committed,
+    then the leader of dst-0 at half, while three quarters are there to transform; then
+    produce the last quarter, so work is left after the faults. Each victim is appended to
+    `faults`."""
+    deadline = time.time() + 180
     for step in range(2):
-        time.sleep(2 if step == 0 else 3)
+        _wait_progress(live, group, src, N_INPUT // (4 if step == 0 else 2), deadline)
         probe = SyncProducer(live.bootstrap, {})
         try:
             if step == 0:
@@ -88,6 +107,7 @@ def _kill_coordinator_then_output_leader(live, tid, dst, faults):
             probe.close()
         faults.append(victim)
         live.restart_broker(victim)
+    _produce_input(live, src, N_INPUT * 3 // 4, N_INPUT)
 
 
 def _transform_in_one_transaction(p, src, dst, group, positions, batch):
@@ -152,10 +172,7 @@ def test_consume_transform_produce_exactly_once_across_broker_kills(live):
     admin = AdminClient({"bootstrap.servers": live.bootstrap})
     for fut in admin.create_topics([NewTopic(src, PARTS, 3), NewTopic(dst, PARTS, 3)]).values():
         fut.result(30)
-    ck = CKProducer({"bootstrap.servers": live.bootstrap})
-    for i in range(N_INPUT):
-        ck.produce(src, f"{i}".encode(), partition=i % PARTS)
-    assert ck.flush(30) == 0
+    _produce_input(live, src, 0, N_INPUT * 3 // 4)
 
     conf = {"transactional.id": tid, "transaction.timeout.ms": 15000, "linger.ms": 5,
             "request.timeout.ms": 8000, "delivery.timeout.ms": 30000, "max.block.ms": 30000}
@@ -167,7 +184,7 @@ def test_consume_transform_produce_exactly_once_across_broker_kills(live):
 
     faults = []
     t = threading.Thread(target=_kill_coordinator_then_output_leader,
-                         args=(live, tid, dst, faults), daemon=True)
+                         args=(live, tid, src, dst, group, faults), daemon=True)
     t.start()
 
     failures, work_after_faults = _transform_until_done(live, t, new_producer, src, dst, group)
