@@ -232,7 +232,7 @@ class PartitionLog:
                 self.epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
         return AppendInfo(headers[0].base_offset, headers[-1].last_offset,
                           max(h.max_timestamp for h in headers), -1, len(headers),
-                          sum(h.records_count for h in headers))
+                          sum(h.records_count for h in headers), headers)
 
     def _append(self, data: bytearray, headers: list[RecordBatchHeader], now_ms: int) -> None:
         self._materialize()

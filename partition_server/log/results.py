@@ -13,6 +13,9 @@ class AppendInfo:
     log_append_time: int            # -1 unless message.timestamp.type=LogAppendTime
     batches: int
     records: int
+    # a follower's append: the batches' headers, parsed once by the validation (the fetcher
+    # reads the producer state from them)
+    headers: list | None = dataclasses.field(default=None, repr=False)
 
 
 @dataclasses.dataclass

@@ -41,7 +41,6 @@ from partition_server.replication.throttle import ReplicationQuota
 from wire.errors import DecodeError, ErrorCode, KafkaError
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import REQUESTS
-from wire.records.batch import iter_batches
 
 if TYPE_CHECKING:
     from common.security import ClientSecurity
@@ -392,11 +391,14 @@ class FetcherManager:
             hosted.truncated()
             return False
         if p.records is not None and len(p.records):
-            data = bytes(p.records)
-            plog.append_as_follower(data, now)
+            # one copy of the records, out of the response frame (a view would pin the
+            # connection's buffer), validated in place; the headers it parsed feed the
+            # producer state (they were parsed a second time here)
+            data = bytearray(p.records)
+            info = plog.append_as_follower(memoryview(data), now)
             if self.quota.is_throttled(hosted.topic, hosted.partition):
                 self.quota.record(len(data), steady_ms(), (hosted.topic, hosted.partition))
-            for h in iter_batches(data):
+            for h in info.headers:
                 if h.producer_id >= 0:
                     hosted.producers.update_from_header(h)
         state.update_follower_high_watermark(p.high_watermark)
