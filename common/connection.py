@@ -26,7 +26,7 @@ from typing import Callable
 
 import trio
 
-from common import socket_read, socket_write
+from common import locks, socket_read, socket_write
 from common.security import PLAINTEXT, AuthenticationError, ClientSecurity, authenticate
 from wire.connection import ClientConnection
 from wire.messages import api_keys
@@ -115,13 +115,9 @@ class BrokerConnection:
     async def request(self, message, version: int, timeout_s: float = 30.0, expect_response=True):
         if self._stream is None:
             raise ConnectionClosed("not connected")
-        # trio.Lock's acquire yields even when the lock is free; a request yields anyway while
-        # it waits for its answer (below), so only a contended lock waits here
-        await trio.lowlevel.checkpoint_if_cancelled()      # (no yield unless cancelled)
-        if self._lock.locked():
-            await self._lock.acquire()
-        else:
-            self._lock.acquire_nowait()
+        # a request yields anyway while it waits for its answer (below), so only a contended
+        # lock waits here
+        await locks.acquire(self._lock)
         try:
             return await self._exchange(message, version, timeout_s, expect_response)
         finally:

@@ -13,6 +13,8 @@ from typing import Hashable
 
 import trio
 
+from common import locks
+
 
 class KeyedLocks:
     def __init__(self):
@@ -45,17 +47,8 @@ class _Hold:
             entry = self._locks[self._key] = [trio.Lock(), 0]
         entry[1] += 1
         self._entry = entry
-        lock = entry[0]
         try:
-            # trio.Lock.acquire yields even when the lock is free (a whole scheduler pass on the
-            # coordinator's path of every AddPartitionsToTxn and EndTxn): a free lock is taken
-            # at once, a cancelled task still stops here, a contended one waits its turn (trio
-            # hands a released lock to the first waiter, so free means nobody waits)
-            await trio.lowlevel.checkpoint_if_cancelled()
-            if lock.locked():
-                await lock.acquire()
-            else:
-                lock.acquire_nowait()
+            await locks.acquire(entry[0])   # no scheduler pass when free (every txn request)
         except BaseException:               # cancelled while waiting: not a user any more
             self._leave()
             raise

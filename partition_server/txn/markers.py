@@ -125,12 +125,12 @@ class MarkerSender:
                 producer_id, producer_epoch, commit, coordinator_epoch, tps))))
 
         here = by_leader.get(self.broker_id, [])
+        others = [(node, tps) for node, tps in by_leader.items() if node != self.broker_id]
         async with trio.open_nursery() as nursery:
-            for node, tps in by_leader.items():
-                if node != self.broker_id:
-                    nursery.start_soon(remote, node, tps)
-            if here:
-                await _after_their_first_steps(len(by_leader) > 1)
+            for node, tps in others:
+                nursery.start_soon(remote, node, tps)
+            if here and others:
+                await _after_their_first_steps()
             if len(here) == 1:
                 await local(here[0])      # in this task, beside the remote ones
             else:
@@ -182,15 +182,14 @@ class MarkerSender:
         await self.peers.aclose()
 
 
-async def _after_their_first_steps(spawned: bool) -> None:
+async def _after_their_first_steps() -> None:
     """Let the tasks just spawned take their first step before ours goes on: a remote
     leader's first step ends with its WriteTxnMarkers on the wire, and its replication round
     is the long one, so the local append waits for it rather than the other way round. trio
     runs each batch of ready tasks in either order, so after one yield this task may still come
     first; after two, every task spawned before them has run its first step."""
-    if spawned:
-        await trio.lowlevel.checkpoint()
-        await trio.lowlevel.checkpoint()
+    await trio.lowlevel.checkpoint()
+    await trio.lowlevel.checkpoint()
 
 
 class _Marker:
