@@ -23,7 +23,7 @@ import time
 from common.pipeline import first_stage_done
 from partition_server.handlers.context import HandlerContext
 from partition_server.replica_manager import ProduceResult
-from partition_server.txn.verify import verify_produce
+from partition_server.txn.verify import guard_holds, verify_produce
 from wire.errors import ErrorCode
 from wire.messages.api_keys import ApiKey
 from wire.messages.index_generated import RESPONSES
@@ -35,7 +35,7 @@ async def handle_produce(hctx: HandlerContext, req):
     results: dict[tuple[str, int], ProduceResult] = {}
     now = int(time.time() * 1000)
     # KIP-890: transactional writes need the coordinator's word first (txn/verify.py)
-    refused = await verify_produce(hctx, body) if req.api_version >= 3 else {}
+    refused, verified = await verify_produce(hctx, body) if req.api_version >= 3 else ({}, {})
     for t in body.topic_data:
         topic_known = t.name in hctx.image.topics
         for p in t.partition_data:
@@ -48,6 +48,10 @@ async def handle_produce(hctx: HandlerContext, req):
                 results[key] = ProduceResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             elif key in refused:
                 results[key] = ProduceResult(refused[key])
+            elif verified and key in verified and not guard_holds(hctx, key, verified[key]):
+                # a marker closed the producer's transaction here while the coordinator
+                # was asked: the write belongs to a transaction that is over (KIP-890)
+                results[key] = ProduceResult(ErrorCode.INVALID_TXN_STATE)
             else:
                 # a successful append wakes long-polling fetchers itself (on_change)
                 results[key] = hctx.replicas.append_records(t.name, p.index, p.records, acks,

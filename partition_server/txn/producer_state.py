@@ -112,6 +112,10 @@ class ProducerStateManager:
         # producer id → (epoch, base sequence, error, when): the batch next in its sequence that
         # this leader refused before appending, with a retriable error (see `admit`)
         self.refusals: dict[int, tuple[int, int, ErrorCode, int]] = {}
+        # producer id → the guard of a KIP-890 verification asked about it (Kafka's
+        # VerificationGuard): cleared by its next marker, so a write verified before the
+        # transaction ended cannot open a new one here after it (`verification_holds`)
+        self.verifying: dict[int, object] = {}
 
     def check(self, producer_id: int, epoch: int, base_seq: int, last_seq: int) -> Verdict:
         if producer_id < 0:
@@ -208,6 +212,7 @@ class ProducerStateManager:
             # its markers' coordinator epoch goes with it, as in Kafka's producer state entry:
             # kept, one per transactional producer that ever wrote here, for the log's life
             self.coordinator_epochs.pop(pid, None)
+            self.verifying.pop(pid, None)
         for pid in [pid for pid, r in self.refusals.items() if now_ms - r[3] > REFUSAL_KEPT_MS]:
             del self.refusals[pid]
         return gone
@@ -229,6 +234,24 @@ class ProducerStateManager:
         """A transactional data batch at `offset`: opens the producer's transaction if none."""
         if producer_id >= 0 and producer_id not in self.ongoing:
             self.ongoing[producer_id] = offset
+            if self.verifying:
+                self.verifying.pop(producer_id, None)     # the verified write landed
+
+    def start_verification(self, producer_id: int) -> object:
+        """The guard of a KIP-890 verification about to be asked of the coordinator (the one
+        under way, if any: writes of one producer verified at once share it)."""
+        guard = self.verifying.get(producer_id)
+        if guard is None:
+            guard = self.verifying[producer_id] = object()
+        return guard
+
+    def verification_holds(self, producer_id: int, guard: object) -> bool:
+        """Whether a write the coordinator verified with `guard` may be appended now: no marker
+        closed the producer's transaction here while the coordinator was asked (it answered
+        about a transaction that may have ended since: appended, the write would open one the
+        coordinator knows nothing of — a hanging transaction), or one is open again (the
+        sequence checks then place the write, as in Kafka)."""
+        return producer_id in self.ongoing or self.verifying.get(producer_id) is guard
 
     def in_transaction(self, producer_id: int) -> bool:
         return producer_id in self.ongoing
@@ -247,6 +270,8 @@ class ProducerStateManager:
         if entry is None or producer_epoch > entry.epoch:
             entry = self.producers[producer_id] = ProducerEntry(producer_epoch)
         entry.last_ms = max(entry.last_ms, timestamp_ms)
+        if self.verifying:
+            self.verifying.pop(producer_id, None)         # a verification asked before is void
         first = self.ongoing.pop(producer_id, None)
         if first is None:
             return                      # no data of that transaction here (e.g. a retried marker)

@@ -7,6 +7,12 @@ transaction's abort would open a "hanging" transaction — or be read as committ
 is what Jepsen found in Kafka's protocol. Once a transaction is open here, later batches need
 no check (the marker closes it).
 
+The coordinator's answer can be out of date when it arrives: the transaction it confirmed may
+have ended meanwhile, its marker appended here while the answer travelled. So the leader takes a
+guard per producer before asking (Kafka's VerificationGuard, in the producer state); a marker
+voids it, and the write is appended only while its guard holds — checked in the same step as the
+append (handlers/produce.py) — else refused INVALID_TXN_STATE.
+
 Answers per partition: NONE (append), INVALID_TXN_STATE (not in the transaction),
 INVALID_PRODUCER_EPOCH (fenced producer), NOT_ENOUGH_REPLICAS (coordinator unreachable or
 loading: retriable, as Kafka maps it for Produce).
@@ -54,9 +60,12 @@ def _map(err: ErrorCode) -> ErrorCode:
     return ErrorCode.INVALID_TXN_STATE
 
 
-async def verify_produce(hctx: HandlerContext, body) -> dict:
-    """{(topic, partition): error} for the partitions of a Produce request that fail
-    verification; partitions not listed go ahead."""
+async def verify_produce(hctx: HandlerContext, body) -> tuple[dict, dict]:
+    """({(topic, partition): error} for the partitions of a Produce request that fail
+    verification, {(topic, partition): (producer id, guard)} for those verified): partitions
+    in neither go ahead. A verified one is appended only if its guard still holds then
+    (`guard_holds`): the coordinator answered about a transaction that may have ended while
+    the answer travelled."""
     tid = getattr(body, "transactional_id", None)
     needed: dict[tuple, list] = {}          # (pid, epoch) → partitions to verify
     for t in body.topic_data:
@@ -70,9 +79,13 @@ async def verify_produce(hctx: HandlerContext, body) -> dict:
                 continue
             needed.setdefault(found, []).append((t.name, p.index))
     if not needed:
-        return {}
+        return {}, {}
     if tid is None:
-        return {tp: ErrorCode.INVALID_TXN_STATE for tps in needed.values() for tp in tps}
+        return {tp: ErrorCode.INVALID_TXN_STATE for tps in needed.values() for tp in tps}, {}
+    # Kafka's VerificationGuard: taken before asking (all of them: the partitions are hosted
+    # now, not necessarily after an await), void once a marker lands
+    guards = {tp: (pid, hctx.replicas.get(*tp).producers.start_verification(pid))
+              for (pid, _), tps in needed.items() for tp in tps}
     refused = {}
     for (pid, epoch), tps in needed.items():
         for tp, err in (await verify(hctx, tid, pid, epoch, tps)).items():
@@ -80,7 +93,22 @@ async def verify_produce(hctx: HandlerContext, body) -> dict:
                 log.info("refusing a transactional write of %s (producer %d epoch %d) to %s-%d: %s",
                          tid, pid, epoch, tp[0], tp[1], err.name)
                 refused[tp] = _map(err)
-    return refused
+                _drop_guard(hctx, tp, *guards.pop(tp))
+    return refused, guards
+
+
+def guard_holds(hctx: HandlerContext, key, verified: tuple) -> bool:
+    """Whether a partition verified with `verified` (producer id, guard) may take the write now
+    (no await between this and the append)."""
+    hosted = hctx.replicas.get(*key)
+    return hosted is not None and hosted.producers.verification_holds(*verified)
+
+
+def _drop_guard(hctx: HandlerContext, key, pid: int, guard: object) -> None:
+    """A refused verification's guard (else it stays until the producer's next marker)."""
+    hosted = hctx.replicas.get(*key)
+    if hosted is not None and hosted.producers.verifying.get(pid) is guard:
+        del hosted.producers.verifying[pid]
 
 
 async def verify(hctx: HandlerContext, tid: str, pid: int, epoch: int, tps: list) -> dict:
