@@ -12,8 +12,9 @@ gauges, log flushes, segments and disk. Each family with its Kafka counterpart:
 - raftka_transaction_coordinator_transactions {state}: transactional ids coordinated here by
   state (Ongoing, PrepareCommit, …);
 - raftka_transaction_verifications_ahead_total {kind}: KIP-890 verifications this leader asked
-  ahead, after markers (`asked`), and first transactional writes they verified with no round
-  trip to the coordinator (`used`) (txn/ahead.py; Raftka's own);
+  ahead, after markers (`asked`), first transactional writes they verified with no round trip
+  to the coordinator (`used`), and writes that waited for one in vain (`late`) (txn/ahead.py;
+  Raftka's own);
 - raftka_log_flush_time_ms: fsyncs of segment data (LogFlushRateAndTimeMs);
 - raftka_log_segments, raftka_log_size_bytes: segments and bytes of the logs hosted here
   (NumLogSegments and Size, summed; a walk over the hosted logs per scrape);
@@ -81,7 +82,8 @@ def coordinator_families(groups, txns, txn_loads=None, ahead=None) -> list:
     if ahead is not None:
         fams.append(("raftka_transaction_verifications_ahead_total", "counter",
                      "KIP-890 verifications asked ahead after markers, and writes they verified.",
-                     [(labels(kind="asked"), ahead.questions), (labels(kind="used"), ahead.used)]))
+                     [(labels(kind="asked"), ahead.questions), (labels(kind="used"), ahead.used),
+                      (labels(kind="late"), ahead.late)]))
     loading = [("group", getattr(groups, "loads", None)), ("transaction", txn_loads)]
     fams.append(("raftka_coordinator_partitions_loading", "gauge",
                  "Coordinator partitions being replayed here, answering "

@@ -57,13 +57,13 @@ async def test_the_coordinator_holds_the_question_until_the_partition_joins(auto
     start = trio.current_time()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ask)
-        await trio.sleep(0.05)
+        await trio.sleep(A.WAIT_MS / 4000)
         txns.add("unrelated", TP)               # another id's change: still held
-        await trio.sleep(0.05)
+        await trio.sleep(A.WAIT_MS / 4000)
         assert not got
         txns.add(TID, TP)
     assert got[0] == [{TP: ErrorCode.NONE}, {("t", 1): A.NOT_YET}]
-    assert got[1] - start == 0.1
+    assert got[1] - start == A.WAIT_MS / 2000
     assert not txns.changes._waiting            # nothing left registered
 
 
@@ -207,7 +207,7 @@ async def test_not_yet_is_asked_again_while_its_time_lasts(autojump_clock):
 
 # -- a Produce that finds its answer asked ahead --------------------------------------------------
 
-def _produce_setup(tmp_path):
+def _produce_setup(tmp_path, ask=True):
     replicas = ReplicaManager(0, lambda topic, partition, cfg: PartitionLog(
         str(tmp_path / f"{topic}-{partition}"), LogConfig.from_kafka({})))
     replicas.apply_partition("t", uuid.uuid4(), 0, [0], [0], 0, 1, 1, {}, 1, 0)
@@ -216,7 +216,8 @@ def _produce_setup(tmp_path):
     txns.add(TID, TP)
     coordinator, ahead, _ = _leader(txns)
     ahead.learned(PID, TID)
-    ahead.after_marker(TP, PID, EPOCH, producers)
+    if ask:
+        ahead.after_marker(TP, PID, EPOCH, producers)
     asked_again = []
 
     async def verify(*args):
@@ -273,3 +274,18 @@ async def test_a_question_not_answered_in_time_leaves_the_write_to_ask(tmp_path,
     assert resp.responses[0].partition_responses[0].error_code == ErrorCode.NONE
     assert trio.current_time() - start == A.JOIN_S
     assert ahead.used == 0 and len(asked_again) == 1
+
+
+async def test_a_question_queued_behind_a_held_request_is_not_waited_for(tmp_path,
+                                                                          autojump_clock):
+    hctx, req, coordinator, ahead, producers, asked_again = _produce_setup(tmp_path, False)
+    ahead.learned(PID + 1, "other")             # another producer's question, held
+    ahead.after_marker(("t", 1), PID + 1, 0, ProducerStateManager())
+    await wait_for(lambda: coordinator.requests)
+    ahead.after_marker(TP, PID, EPOCH, producers)       # queued behind it
+    await trio.sleep(0)
+    assert [t.transactional_id for t in coordinator.requests[0].transactions] == ["other"]
+    start = trio.current_time()
+    resp = await handle_produce(hctx, req)
+    assert resp.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+    assert trio.current_time() == start and len(asked_again) == 1

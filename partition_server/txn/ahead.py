@@ -52,8 +52,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-WAIT_MS = 200               # the coordinator's hold: a producer's next transaction, not its pauses
-ASK_FOR_S = 1.0             # the leader's: how long after the marker it keeps asking
+# The coordinator's hold, and how long after the marker the leader keeps asking: a busy
+# producer's next transaction, not its pauses. A request held for a producer that is not
+# writing again delays the questions queued behind it (they then take the usual path).
+WAIT_MS = 50
+ASK_FOR_S = 0.25
 JOIN_S = 0.05               # how long a write waits for a question still out, before asking
 KEEP_IDS = 100_000          # producer id → transactional id entries kept (the oldest go first)
 NOT_YET = ErrorCode.INVALID_TXN_STATE       # "not in the ongoing transaction": may change
@@ -125,11 +128,12 @@ async def verify_held(verify: Callable, changes: TxnChanges, asked: list, wait_m
 class _Asked:
     """One partition's question asked ahead for one producer."""
 
-    __slots__ = ("tid", "epoch", "guard", "verified", "until", "done")
+    __slots__ = ("tid", "epoch", "guard", "verified", "until", "done", "out")
 
     def __init__(self, tid: str, epoch: int, guard: object, until: float):
         self.tid, self.epoch, self.guard, self.until = tid, epoch, guard, until
         self.verified = False
+        self.out = False                        # in a request now (not queued behind one)
         self.done = trio.Event()                # answered (either way), failed or replaced
 
 
@@ -147,7 +151,8 @@ class VerifyAhead:
         self._queued: dict[int, set[tuple]] = {}     # coordinator → keys of `asked` to send
         self._sending: set[int] = set()
         self.questions = 0                      # for /metrics: questions asked after markers,
-        self.used = 0                           # and writes they verified
+        self.used = 0                           # writes they verified,
+        self.late = 0                           # and writes that waited JOIN_S for one in vain
 
     def learned(self, pid: int, tid: str) -> None:
         if self.tids.get(pid) != tid:
@@ -186,21 +191,24 @@ class VerifyAhead:
 
     async def join(self, ask: dict, producers_of: Callable) -> dict:
         """`ask`: {(pid, epoch): partitions} a Produce would ask the coordinator about. Those
-        with a question asked ahead still out (under the current guard, for that epoch) wait
-        for its answer, up to JOIN_S: it left the coordinator beside the producer's own
-        AddPartitionsToTxn answer, so it is on its way. Returns what is left to ask."""
+        with a question asked ahead out at the coordinator (under the current guard, for that
+        epoch) wait for its answer, up to JOIN_S: it left the coordinator beside the producer's
+        own AddPartitionsToTxn answer, so it is on its way. One still queued here, behind a
+        request held for other producers, is not waited for. Returns what is left to ask."""
         waiting = []
         for (pid, epoch), tps in ask.items():
             for tp in tps:
                 a = self.asked.get((tp, pid))
-                if a is not None and not a.verified and a.epoch == epoch and \
+                if a is not None and a.out and not a.verified and a.epoch == epoch and \
                         producers_of(tp).verifying.get(pid) is a.guard:
                     waiting.append(a.done)
         if not waiting:
             return ask
-        with trio.move_on_after(JOIN_S):
+        with trio.move_on_after(JOIN_S) as waited:
             for done in waiting:
                 await done.wait()
+        if waited.cancelled_caught:
+            self.late += 1
         left: dict = {}
         for (pid, epoch), tps in ask.items():
             for tp in tps:
@@ -230,6 +238,8 @@ class VerifyAhead:
         # the questions as sent: an answer is applied to these only, never to one asked after
         # a later marker for the same producer (it may describe the transaction that closed)
         sent = [(key, self.asked[key]) for key in keys]
+        for _, a in sent:
+            a.out = True
         by_txn: dict[tuple, list] = {}
         for key, a in sent:
             by_txn.setdefault((a.tid, key[1], a.epoch), []).append(key[0])
@@ -283,6 +293,7 @@ class VerifyAhead:
                 a.verified = True
                 a.done.set()
             elif err == NOT_YET and again and now < a.until:
+                a.out = False
                 self._queued.setdefault(node, set()).add(key)      # the loop sends it
             else:
                 del self.asked[key]
