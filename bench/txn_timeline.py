@@ -197,7 +197,7 @@ def leader_phases(frames: list[Frame]) -> dict[str, list[float]]:
     out: dict[str, list[float]] = collections.defaultdict(list)
     for i, f in enumerate(frames):
         if f.kind != "req" or f.api not in (PRODUCE, WRITE_MARKERS, END_TXN, ADD_PARTITIONS) \
-                or f.client.endswith(("-verify", "-ahead")):
+                or f.client.endswith("-verify"):
             continue
         answers, fetches, done = [], [], None
         for g in frames[i + 1:i + 120]:

@@ -413,7 +413,6 @@ class Broker:
                                 self.segment_files, self.replication_quotas,
                                 image=lambda: self.image, requests=self.request_stats,
                                 txns=self.txn.txns, txn_loads=self.txn.loads,
-                                txn_ahead=self.txn.ahead,
                                 log_dir=[d.path for d in self.log_dirs.dirs])
 
         def ready():

@@ -11,10 +11,6 @@ gauges, log flushes, segments and disk. Each family with its Kafka counterpart:
   NumGroups{Stable,Empty,…}); members per group are raftka_consumer_group_members (metrics.py);
 - raftka_transaction_coordinator_transactions {state}: transactional ids coordinated here by
   state (Ongoing, PrepareCommit, …);
-- raftka_transaction_verifications_ahead_total {kind}: KIP-890 verifications this leader asked
-  ahead, after markers (`asked`), first transactional writes they verified with no round trip
-  to the coordinator (`used`), and writes that waited for one in vain (`late`) (txn/ahead.py;
-  Raftka's own);
 - raftka_log_flush_time_ms: fsyncs of segment data (LogFlushRateAndTimeMs);
 - raftka_log_segments, raftka_log_size_bytes: segments and bytes of the logs hosted here
   (NumLogSegments and Size, summed; a walk over the hosted logs per scrape);
@@ -60,7 +56,7 @@ def traffic_families(topic_traffic: dict, image) -> list:
     ]
 
 
-def coordinator_families(groups, txns, txn_loads=None, ahead=None) -> list:
+def coordinator_families(groups, txns, txn_loads=None) -> list:
     counts: dict[tuple[str, str], int] = {}
     for g in groups.state.groups.values():
         key = ("classic", g.state.value)
@@ -79,11 +75,6 @@ def coordinator_families(groups, txns, txn_loads=None, ahead=None) -> list:
         fams.append(("raftka_transaction_coordinator_transactions", "gauge",
                      "Transactional ids coordinated here, per transaction state.",
                      [(labels(state=s), n) for s, n in sorted(states.items())]))
-    if ahead is not None:
-        fams.append(("raftka_transaction_verifications_ahead_total", "counter",
-                     "KIP-890 verifications asked ahead after markers, and writes they verified.",
-                     [(labels(kind="asked"), ahead.questions), (labels(kind="used"), ahead.used),
-                      (labels(kind="late"), ahead.late)]))
     loading = [("group", getattr(groups, "loads", None)), ("transaction", txn_loads)]
     fams.append(("raftka_coordinator_partitions_loading", "gauge",
                  "Coordinator partitions being replayed here, answering "

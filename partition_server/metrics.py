@@ -51,7 +51,6 @@ class MetricSources:
     requests: object | None = None                     # common.request_metrics.RequestStats
     txns: dict | None = None                           # transactional id → TransactionMetadata
     txn_loads: object | None = None                    # the transaction coordinator's replays
-    txn_ahead: object | None = None                    # its verifications asked ahead
     log_dir: str | list | None = None            # the log directories (JBOD: several)
 
 
@@ -118,8 +117,7 @@ def render(sources: MetricSources) -> str:
     image = sources.image() if sources.image else None
     extra = partition_families(led, image, sources.replicas)
     extra += traffic_families(sources.replicas.topic_traffic, image)
-    extra += coordinator_families(groups, sources.txns, sources.txn_loads,
-                                  sources.txn_ahead)
+    extra += coordinator_families(groups, sources.txns, sources.txn_loads)
     extra += log_families(sources.replicas, sources.log_dir)
     if sources.requests is not None:
         extra += sources.requests.families()

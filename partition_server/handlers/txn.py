@@ -23,7 +23,6 @@ import trio
 from partition_server.handlers import group, producer_id
 from partition_server.group.coordinator import OFFSETS_TOPIC
 from partition_server.handlers.context import HandlerContext
-from partition_server.txn.ahead import verify_held
 from partition_server.txn.verify import RETRIABLE as VERIFY_RETRIABLE, verify
 from partition_server.txn.state import TxnState
 from wire.errors import ErrorCode
@@ -103,16 +102,6 @@ async def handle_add_partitions_to_txn(hctx: HandlerContext, req):
                                 b.v3_and_below_producer_epoch, b.v3_and_below_topics, False,
                                 req.api_version)
         return cls(results_by_topic_v3_and_below=topic_results(errors))
-    if b.raftka_wait_ms > 0 and b.transactions and all(t.verify_only for t in b.transactions):
-        # a leader's verification asked ahead, after a marker: held while nothing is in the
-        # producer's transaction yet (txn/ahead.py)
-        asked = [(t.transactional_id, t.producer_id, t.producer_epoch,
-                  [(tp.name, p) for tp in t.topics for p in tp.partitions])
-                 for t in b.transactions]
-        results = await verify_held(hctx.txn.verify, hctx.txn.changes, asked, b.raftka_wait_ms)
-        return cls(error_code=0, results_by_transaction=[
-            cls.AddPartitionsToTxnResult(transactional_id=a[0], topic_results=topic_results(r))
-            for a, r in zip(asked, results)])
     out = []
     for txn in b.transactions:
         errors = await _add_one(hctx, txn.transactional_id, txn.producer_id, txn.producer_epoch,

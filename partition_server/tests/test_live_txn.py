@@ -6,9 +6,7 @@ yet read_uncommitted consumers see them; a second producer with the same transac
 the first (zombie fencing); DescribeTransactions/ListTransactions show the coordinator's view.
 """
 
-import re
 import time
-import urllib.request
 import uuid
 
 import pytest
@@ -160,43 +158,6 @@ def test_transaction_timeout_aborts(cluster):
     assert read_all(cluster, topic, "read_committed", partitions=1, idle_s=1) == []
     with pytest.raises(KafkaException):
         p.commit_transaction(10)
-
-
-def _ahead_counts(cluster) -> dict[str, float]:
-    """raftka_transaction_verifications_ahead_total summed over the brokers, by kind."""
-    out = {"asked": 0.0, "used": 0.0, "late": 0.0}
-    for b in cluster.layout.broker_ids:
-        url = f"http://{cluster.layout.broker_host(b)}:{cluster.layout.metrics_port(b)}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as r:
-            text = r.read().decode()
-        for m in re.finditer(r'^raftka_transaction_verifications_ahead_total\{kind="(\w+)"\} '
-                             r'(\S+)$', text, re.M):
-            out[m.group(1)] += float(m.group(2))
-    return out
-
-
-def test_first_writes_are_verified_by_questions_asked_ahead(cluster):
-    """KIP-890 verifications asked ahead (txn/ahead.py): after each commit's markers, the
-    leaders of the other brokers ask the coordinator about the producer's next transaction, and
-    its first writes there use those answers instead of a round trip each. The records are all
-    there once, committed; every answer used was asked."""
-    topic = "txn-ahead"
-    create_topic(cluster, topic)
-    leaders = {p.leader for p in AdminClient({"bootstrap.servers": cluster.bootstrap})
-               .list_topics(topic, timeout=30).topics[topic].partitions.values()}
-    assert len(leaders) == 3        # so two of them are not the coordinator's broker
-    before = _ahead_counts(cluster)
-    p = txn_producer(cluster, "tx-ahead")
-    for i in range(20):
-        p.begin_transaction()
-        for part in range(3):
-            p.produce(topic, f"{i}-{part}".encode(), partition=part)
-        p.commit_transaction(30)
-    after = _ahead_counts(cluster)
-    asked, used = (after[k] - before[k] for k in ("asked", "used"))
-    assert 0 < used <= asked
-    assert sorted(v for _, v in read_all(cluster, topic, "read_committed")) == \
-        sorted(f"{i}-{part}" for i in range(20) for part in range(3))
 
 
 def test_kafka_python_transactions(cluster):

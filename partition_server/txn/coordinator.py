@@ -45,7 +45,6 @@ from partition_server.coordinator_load import CoordinatorLoads
 from partition_server.group.coordinator import java_string_hash
 from partition_server.replication.partition import Role
 from partition_server.txn import state as S
-from partition_server.txn.ahead import TxnChanges, VerifyAhead
 from partition_server.txn.batches import Verifications
 from partition_server.txn.markers import MarkerSender
 from partition_server.txn.offsets import TxnOffsetStore
@@ -131,10 +130,6 @@ class TransactionCoordinator:
                                     peers)
         # KIP-890 verifications this broker asks of other coordinators, batched per broker
         self.verifications = Verifications(peers.sibling("verify"))
-        # ... and the ones asked ahead, after a marker; and the requests it holds (ahead.py)
-        self.ahead = VerifyAhead(peers.sibling("ahead"), self._remote_coordinator)
-        self.markers.on_marker = self.ahead.after_marker
-        self.changes = TxnChanges()
         self._nursery: trio.Nursery | None = None
         self.loads = CoordinatorLoads(TXN_TOPIC, replicas)        # replays under way
         self._creating = False
@@ -159,14 +154,6 @@ class TransactionCoordinator:
         if self.loaded.get(p) != hosted.state.leader_epoch:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return ErrorCode.NONE
-
-    def _remote_coordinator(self, tid: str) -> int | None:
-        """The broker that coordinates `tid` when it is another one (else None)."""
-        if TXN_TOPIC not in self._image().topics or self.owns(tid) == ErrorCode.NONE:
-            return None
-        p = self._image().partition(TXN_TOPIC, self.partition_of(tid))
-        return p.leader if p is not None and p.leader >= 0 and \
-            p.leader != self.config.node_id else None
 
     def coordinator_epoch(self, transactional_id: str) -> int:
         return self.loaded.get(self.partition_of(transactional_id), -1)
@@ -249,7 +236,6 @@ class TransactionCoordinator:
             elif meta.state is S.TxnState.PREPARE_EPOCH_FENCE:
                 self._spawn(self._abort, tid, False)
                 resumed += 1
-        self.changes.changed_all()          # requests held on these ids look again
         log.info("loaded %d transactional ids from %s-%d (epoch %d), %d to complete",
                  sum(1 for t in self.txns if self.partition_of(t) == pid), TXN_TOPIC, pid,
                  replay.epoch, resumed)
@@ -259,7 +245,6 @@ class TransactionCoordinator:
         for tid in list(self.txns):
             if self.partition_of(tid) == pid:
                 del self.txns[tid]
-        self.changes.changed_all()
 
     # -- persistence ------------------------------------------------------------------------------
 
@@ -279,8 +264,6 @@ class TransactionCoordinator:
         if self.loaded.get(p) != epoch:
             return ErrorCode.NOT_COORDINATOR          # lost (and maybe regained) meanwhile
         self.txns[tid] = meta
-        if self.changes.changed(tid):
-            await self.changes.let_them_answer()      # their answers leave before ours
         return ErrorCode.NONE
 
     def _log_complete(self, meta: S.TransactionMetadata) -> ErrorCode:
@@ -303,7 +286,6 @@ class TransactionCoordinator:
         # wake the followers' long polls (in a broker the append's on_change does it too)
         self.purgatory.notify((TXN_TOPIC, p))
         self.txns[tid] = meta
-        self.changes.changed(tid)
         return ErrorCode.NONE
 
     async def _append_and_wait(self, p: int, batch: bytes, ts: int, timeout_s: float) -> ErrorCode:

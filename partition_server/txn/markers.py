@@ -69,7 +69,6 @@ class MarkerSender:
         self.offsets = offsets
         self.peers = peers
         self.requests = OneOut(self._send_batch)       # WriteTxnMarkers, batched per broker
-        self.on_marker = None         # called after a marker is appended here (txn/ahead.py)
 
     async def append_locally(self, topic: str, partition: int, producer_id: int,
                              producer_epoch: int, commit: bool, coordinator_epoch: int,
@@ -95,9 +94,6 @@ class MarkerSender:
             return res.error
         if topic == OFFSETS_TOPIC:
             self.offsets.forget(partition, producer_id)
-        elif self.on_marker is not None and hosted is not None:
-            # the producer's next first write here: its verification asked now (txn/ahead.py)
-            self.on_marker((topic, partition), producer_id, producer_epoch, hosted.producers)
         outcome = await wait_completion(self.replicas, self.purgatory, topic, partition,
                                         res.last_offset, timeout_s)
         return ErrorCode.REQUEST_TIMED_OUT if outcome is None else outcome

@@ -83,24 +83,11 @@ async def verify_produce(hctx: HandlerContext, body) -> tuple[dict, dict]:
     if tid is None:
         return {tp: ErrorCode.INVALID_TXN_STATE for tps in needed.values() for tp in tps}, {}
     # Kafka's VerificationGuard: taken before asking (all of them: the partitions are hosted
-    # now, not necessarily after an await), void once a marker lands; or that of an answer
-    # asked ahead, after the last marker (txn/ahead.py), which needs no asking now
-    ahead = getattr(hctx.txn, "ahead", None)
-    guards, ask = {}, {}
-    for (pid, epoch), tps in needed.items():
-        if ahead is not None:
-            ahead.learned(pid, tid)
-        for tp in tps:
-            producers = hctx.replicas.get(*tp).producers
-            guard = ahead.take(tp, pid, epoch, producers) if ahead is not None else None
-            if guard is None:
-                guard = producers.start_verification(pid)
-                ask.setdefault((pid, epoch), []).append(tp)
-            guards[tp] = (pid, guard)
-    if ask and ahead is not None:
-        ask = await ahead.join(ask, lambda tp: _producers(hctx, tp))
+    # now, not necessarily after an await), void once a marker lands
+    guards = {tp: (pid, hctx.replicas.get(*tp).producers.start_verification(pid))
+              for (pid, _), tps in needed.items() for tp in tps}
     refused = {}
-    for (pid, epoch), tps in ask.items():
+    for (pid, epoch), tps in needed.items():
         for tp, err in (await verify(hctx, tid, pid, epoch, tps)).items():
             if err != ErrorCode.NONE:
                 log.info("refusing a transactional write of %s (producer %d epoch %d) to %s-%d: %s",
@@ -108,11 +95,6 @@ async def verify_produce(hctx: HandlerContext, body) -> tuple[dict, dict]:
                 refused[tp] = _map(err)
                 _drop_guard(hctx, tp, *guards.pop(tp))
     return refused, guards
-
-
-def _producers(hctx: HandlerContext, tp):
-    hosted = hctx.replicas.get(*tp)
-    return hosted.producers if hosted is not None else None
 
 
 def guard_holds(hctx: HandlerContext, key, verified: tuple) -> bool:
