@@ -44,7 +44,7 @@ class RemoteCoordinator:
         return 0
 
     async def verify(self, node, tid, pid, epoch, tps):
-        assert (node, tid, pid, epoch) == (1, TID, PID, EPOCH)
+        assert (node, tid, pid) == (1, TID, PID)
         self.asked.set()
         await self.release.wait()
         return {tp: self.answer for tp in tps}
@@ -63,10 +63,10 @@ def _cluster(tmp_path):
     return hctx, replicas, coordinator
 
 
-def _produce():
+def _produce(epoch=EPOCH, seq=0):
     pr = REQUESTS[ApiKey.PRODUCE]
-    batch = build_batch([(None, b"late", None, NOW)], producer_id=PID, producer_epoch=EPOCH,
-                        base_sequence=0, is_transactional=True)
+    batch = build_batch([(None, b"late", None, NOW)], producer_id=PID, producer_epoch=epoch,
+                        base_sequence=seq, is_transactional=True)
     body = pr(transactional_id=TID, acks=1, timeout_ms=1000, topic_data=[pr.TopicProduceData(
         name="t", partition_data=[pr.PartitionProduceData(index=0, records=batch)])])
     return types.SimpleNamespace(body=body, api_version=9)
@@ -114,10 +114,48 @@ async def test_without_a_marker_the_verified_write_opens_the_transaction(tmp_pat
     assert not hosted.producers.verifying                 # consumed by the write
 
 
-async def test_a_refused_verification_leaves_no_guard_behind(tmp_path):
+async def test_a_refused_verification_keeps_the_guard_it_shares(tmp_path):
+    """A fenced instance's late write and the new instance's first write (one producer id,
+    two epochs) are verified at once and share the guard. The late one is refused; the new one,
+    verified, is appended: the refusal must not take the guard from it (it did: a soak's clean
+    transaction after a coordinator timeout abort then failed INVALID_TXN_STATE)."""
+    hctx, replicas, coordinator = _cluster(tmp_path)
+    answers = {EPOCH: ErrorCode.PRODUCER_FENCED, EPOCH + 1: ErrorCode.NONE}
+    release = {EPOCH: trio.Event(), EPOCH + 1: trio.Event()}
+    asked = []
+
+    async def verify(node, tid, pid, epoch, tps):
+        asked.append(epoch)
+        await release[epoch].wait()
+        return {tp: answers[epoch] for tp in tps}
+    coordinator.verify = verify
+    got = {}
+
+    async def produce(epoch, seq):
+        resp = await handle_produce(hctx, _produce(epoch, seq))
+        got[epoch] = resp.responses[0].partition_responses[0].error_code
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(produce, EPOCH + 1, 0)
+        nursery.start_soon(produce, EPOCH, 7)
+        with trio.fail_after(5):
+            while len(asked) < 2:
+                await trio.sleep(0.001)
+        release[EPOCH].set()                   # the late write's refusal comes back first
+        await trio.sleep(0.01)
+        release[EPOCH + 1].set()
+    assert got == {EPOCH: ErrorCode.INVALID_PRODUCER_EPOCH, EPOCH + 1: ErrorCode.NONE}
+    hosted = replicas.get("t", 0)
+    assert hosted.log.log_end_offset == 1 and hosted.producers.first_unstable_offset() == 0
+
+
+async def test_a_guard_left_by_a_refusal_is_dropped_after_two_expiry_passes(tmp_path):
     hctx, replicas, coordinator = _cluster(tmp_path)
     coordinator.answer = ErrorCode.INVALID_TXN_STATE
     assert await _produce_with(hctx, coordinator, lambda: None) == ErrorCode.INVALID_TXN_STATE
-    hosted = replicas.get("t", 0)
-    assert hosted.log.log_end_offset == 0
-    assert not hosted.producers.verifying
+    producers = replicas.get("t", 0).producers
+    assert replicas.get("t", 0).log.log_end_offset == 0 and PID in producers.verifying
+    producers.expire_producers(NOW, 60_000)
+    assert PID in producers.verifying         # may still be in use by another verification
+    producers.expire_producers(NOW, 60_000)
+    assert not producers.verifying

@@ -116,6 +116,7 @@ class ProducerStateManager:
         # VerificationGuard): cleared by its next marker, so a write verified before the
         # transaction ended cannot open a new one here after it (`verification_holds`)
         self.verifying: dict[int, object] = {}
+        self._old_guards: dict[int, object] = {}          # those seen by the last expiry pass
 
     def check(self, producer_id: int, epoch: int, base_seq: int, last_seq: int) -> Verdict:
         if producer_id < 0:
@@ -212,7 +213,7 @@ class ProducerStateManager:
             # its markers' coordinator epoch goes with it, as in Kafka's producer state entry:
             # kept, one per transactional producer that ever wrote here, for the log's life
             self.coordinator_epochs.pop(pid, None)
-            self.verifying.pop(pid, None)
+        self._age_guards()
         for pid in [pid for pid, r in self.refusals.items() if now_ms - r[3] > REFUSAL_KEPT_MS]:
             del self.refusals[pid]
         return gone
@@ -229,6 +230,18 @@ class ProducerStateManager:
                     h.last_offset, h.max_timestamp)
 
     # -- transactions --------------------------------------------------------------------------
+
+    def _age_guards(self) -> None:
+        """Drop the guards that were already here, unchanged, at the previous expiry pass:
+        their verifications ended long ago (they time out in seconds) without a marker or a
+        write to clear them — refused ones, whose guard stays for any other verification of the
+        producer that shares it."""
+        old, self._old_guards = self._old_guards, {}
+        for pid, guard in list(self.verifying.items()):
+            if old.get(pid) is guard:
+                del self.verifying[pid]
+            else:
+                self._old_guards[pid] = guard
 
     def begin_txn(self, producer_id: int, offset: int) -> None:
         """A transactional data batch at `offset`: opens the producer's transaction if none."""

@@ -93,7 +93,9 @@ async def verify_produce(hctx: HandlerContext, body) -> tuple[dict, dict]:
                 log.info("refusing a transactional write of %s (producer %d epoch %d) to %s-%d: %s",
                          tid, pid, epoch, tp[0], tp[1], err.name)
                 refused[tp] = _map(err)
-                _drop_guard(hctx, tp, *guards.pop(tp))
+                # its guard stays: another verification of the producer may share it (a
+                # fenced instance's late write refused while the new instance's is verified)
+                del guards[tp]
     return refused, guards
 
 
@@ -102,13 +104,6 @@ def guard_holds(hctx: HandlerContext, key, verified: tuple) -> bool:
     (no await between this and the append)."""
     hosted = hctx.replicas.get(*key)
     return hosted is not None and hosted.producers.verification_holds(*verified)
-
-
-def _drop_guard(hctx: HandlerContext, key, pid: int, guard: object) -> None:
-    """A refused verification's guard (else it stays until the producer's next marker)."""
-    hosted = hctx.replicas.get(*key)
-    if hosted is not None and hosted.producers.verifying.get(pid) is guard:
-        del hosted.producers.verifying[pid]
 
 
 async def verify(hctx: HandlerContext, tid: str, pid: int, epoch: int, tps: list) -> dict:

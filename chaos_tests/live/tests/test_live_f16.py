@@ -196,7 +196,8 @@ class Rounds:
             self.producer.produce(self.topic, v.encode(), i % PARTITIONS)
         outcome = self.commit(self.producer)
         self.txns.append(Txn(f"r{r} clean", outcome, values))
-        assert outcome == COMMITTED, f"a transaction without faults ended {outcome}"
+        assert outcome == COMMITTED, \
+            f"a transaction without faults ended {outcome} (last error: {self.last_error})"
 
 
 def f16_rounds(cluster, topic: str, rounds: int, seed: int, tmp_path,
