@@ -48,7 +48,7 @@ async def handle_produce(hctx: HandlerContext, req):
                 results[key] = ProduceResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             elif key in refused:
                 results[key] = ProduceResult(refused[key])
-            elif verified and key in verified and not guard_holds(hctx, key, verified[key]):
+            elif key in verified and not guard_holds(hctx, key, verified[key]):
                 # a marker closed the producer's transaction here while the coordinator
                 # was asked: the write belongs to a transaction that is over (KIP-890)
                 results[key] = ProduceResult(ErrorCode.INVALID_TXN_STATE)
