@@ -239,7 +239,7 @@ class DurableSyncObj(ElectionGuards, SyncObj):
             matches.set_cap(self._SyncObj__otherNodes, journal.durable_index())
         self._read_before_electing()
         self._pre_vote_first()
-        super()._onTick(timeToWait)
+        super()._onTick(self._poll_wait(timeToWait))
         self._compact_by_records()
 
     def _compact_by_records(self) -> None:

@@ -22,3 +22,25 @@ def test_pysyncobj_accepts_the_timing(timeouts):
     SyncObjConf(**t).validate()
     assert 3 * t["appendEntriesPeriod"] < t["raftMinTimeout"]
     assert t["appendEntriesPeriod"] <= 0.13       # a joining node heartbeats as any other
+
+
+def test_a_follower_with_a_leader_sleeps_until_its_election_deadline():
+    from metadata_quorum.quorum.elections import DEADLINE_SLACK_S, follower_poll_s
+    assert follower_poll_s(0.13, 0.5, True) == pytest.approx(0.5 + DEADLINE_SLACK_S)
+    # woken just past the deadline, so the next tick sees it passed
+    assert follower_poll_s(0.13, 0.5, True) > 0.5
+
+
+@pytest.mark.parametrize("to_deadline_s,following", [
+    (0.1, True),        # the deadline is nearer than a tick: the tick, as before
+    (-0.2, True),       # passed (pre-vote or election under way)
+    (0.5, False),       # a candidate, a leader, or a follower without a leader
+])
+def test_otherwise_the_tick(to_deadline_s, following):
+    from metadata_quorum.quorum.elections import follower_poll_s
+    assert follower_poll_s(0.13, to_deadline_s, following) == 0.13
+
+
+def test_never_longer_than_the_cap():
+    from metadata_quorum.quorum.elections import MAX_FOLLOWER_POLL_S, follower_poll_s
+    assert follower_poll_s(0.13, 30.0, True) == MAX_FOLLOWER_POLL_S
