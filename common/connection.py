@@ -166,11 +166,19 @@ class BrokerConnection:
         if not expect_response:
             return None, False
         yielded = False
+        # Right after the send the answer is not there yet (the peer has still to be scheduled,
+        # read, handle and write: hundreds of microseconds even on loopback), so the first read
+        # waits for readability at once instead of trying the socket first: that try was a
+        # failed recv (EAGAIN, and a BlockingIOError raised and caught) per exchange, one of
+        # every two reads a broker makes under transactions (strace, issue #23). An answer that
+        # did come already is reported by that wait just the same.
+        fresh = True
         while True:
             got = self._conn.next_response()
             if got is not None:
                 return got[1], yielded
-            chunk, waited = await socket_read.receive_some(stream, RECV_BYTES)
+            chunk, waited = await socket_read.receive_some(stream, RECV_BYTES, empty=fresh)
+            fresh = False
             yielded = yielded or waited
             if not chunk:
                 raise ConnectionClosed(f"{self.host}:{self.port} closed the connection")

@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 RECV_BYTES = 256 * 1024
 SENDFILE_TLS_SLICE = 256 * 1024
 SMALL_FILE_RANGE = 64 * 1024         # a file range up to this is copied into the write around it
-PRODUCE, API_VERSIONS = ApiKey.PRODUCE, ApiKey.API_VERSIONS
+PRODUCE, API_VERSIONS, FETCH = ApiKey.PRODUCE, ApiKey.API_VERSIONS, ApiKey.FETCH
 SASL_HANDSHAKE, SASL_AUTHENTICATE = ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE
 SASL_APIS = {SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2)}
 
@@ -311,11 +311,17 @@ async def _idle_watch(watch: _IdleWatch, read_loop: trio.CancelScope, timeout_s:
 
 
 async def _receive(stream, conn: ServerConnection, idle_timeout_s: float,
-                   watch: _IdleWatch | None = None) -> tuple[bool, bool]:
+                   watch: _IdleWatch | None = None, expect_none: bool = False) -> tuple[bool, bool]:
     """(whether bytes came — False: the peer closed or stayed idle too long —, whether the task
     yielded meanwhile). Idleness: `watch` for an _idle_watch, or a cancel scope of
-    `idle_timeout_s` (before authentication, whose deadline is shorter)."""
-    data, waited = socket_read.read_now(stream, RECV_BYTES), False
+    `idle_timeout_s` (before authentication, whose deadline is shorter).
+
+    `expect_none`: wait for readability without trying the socket first. Set just after a Fetch
+    was answered: the client's next request is rarely there yet, as a follower or consumer
+    sends its next Fetch once it has read this answer. Trying first was a failed recv (EAGAIN)
+    per fetch exchange (strace under transactions, issue #23); a request that did come is
+    reported by the wait all the same."""
+    data, waited = None if expect_none else socket_read.read_now(stream, RECV_BYTES), False
     if data is None:
         data, waited = b"", True
         if watch is not None:
@@ -453,6 +459,7 @@ async def _read_requests(stream, ctx: ClientContext, dispatch: Dispatch, conn: S
     deadline = trio.current_time() + security.handshake_timeout_s
     received = time.perf_counter()
     yielded = True          # the task yielded since it last took a request
+    expect_none = False     # a Fetch was just answered: see _receive
     while True:
         if ctx.mute_s > 0:                 # muted: the client's next request waits in the socket
             mute_s, ctx.mute_s = ctx.mute_s, 0.0
@@ -479,7 +486,8 @@ async def _read_requests(stream, ctx: ClientContext, dispatch: Dispatch, conn: S
             wait_s = idle_timeout_s if not unauthenticated else \
                 max(0.0, min(idle_timeout_s, deadline - trio.current_time()))
             got, waited = await _receive(stream, conn, wait_s,
-                                         None if unauthenticated else watch)
+                                         None if unauthenticated else watch, expect_none)
+            expect_none = False
             if not got:
                 if unauthenticated and trio.current_time() > deadline:
                     raise _Closing("authentication did not finish in time")
@@ -509,6 +517,7 @@ async def _read_requests(stream, ctx: ClientContext, dispatch: Dispatch, conn: S
             await stream.send_all(unsupported_api_versions_response(conn, request))
             continue
         await _answer_alone(stream, ctx, dispatch, conn, request, auth, security)
+        expect_none = request.api_key == FETCH
 
 
 async def _answer_alone(stream, ctx: ClientContext, dispatch: Dispatch, conn: ServerConnection,

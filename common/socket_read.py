@@ -40,7 +40,8 @@ def read_now(stream, max_bytes: int) -> bytes | None:
 
 async def receive_some(stream, max_bytes: int, empty: bool = False) -> tuple[bytes, bool]:
     """(bytes read — b"" at end of stream —, whether the task yielded to wait for them).
-    `empty`: `read_now` just found nothing, so wait before the first read."""
+    `empty`: `read_now` just found nothing, or nothing can be there yet (a request just
+    sent), so wait before the first read."""
     if type(stream) is not trio.SocketStream:
         return await stream.receive_some(max_bytes), True
     sock = stream.socket
