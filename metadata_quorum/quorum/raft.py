@@ -353,7 +353,8 @@ def raft_timing(election_timeout_s: tuple[float, float]) -> dict:
         # proposals wake the poll anyway, so a 50 ms tick (the default) only added idle
         # wake-ups, a visible share of an idle cluster's CPU (issue #23). A shorter tick would
         # also stretch the heartbeats: the poll restarts at each follower's answer, so a leader
-        # ticking every 100 ms saw a 130 ms period pass only every other tick
+        # ticking every 100 ms saw a 130 ms period pass only every other tick. A follower with
+        # a leader polls until its election deadline instead (elections.follower_poll_s)
         autoTickPeriod=heartbeat_s,
         leaderFallbackTimeout=1.0,
         connectionTimeout=max(election_timeout_s[1], 0.5),
