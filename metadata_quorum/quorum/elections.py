@@ -106,14 +106,14 @@ DEADLINE_SLACK_S = 0.002        # wake just past the deadline, so the tick's `<`
 def follower_poll_s(tick_s: float, to_deadline_s: float, following: bool) -> float:
     """A follower with a leader sleeps until its election deadline, not one tick period.
 
-    Its every tick has work only when a message arrived (which ends the poll at once) or its
-    deadline passed. Polling one heartbeat period at a time woke it about as often again as
-    the leader's heartbeats did, for nothing: half of an idle follower's wake-ups, each a
-    few hundred microseconds of CPU on a small VM (issue #23: the idle quorum is part of every
-    per-record cost). Waking at the deadline also notices a dead leader up to a tick sooner.
-    Candidates, leaders and followers without a leader keep the tick: their ticks do work
-    (votes, heartbeats, reconnections). Never shorter than the tick, so nothing waits longer
-    than before when the deadline is near; never longer than MAX_FOLLOWER_POLL_S."""
+    Its tick has work only when a message arrived (which ends the poll at once) or its deadline
+    passed. Polling one heartbeat period at a time woke it about as often again as the
+    leader's heartbeats did, for nothing: half of an idle follower's wake-ups (strace: 149 → 74
+    polls in 10 s; issue #23, the idle quorum is part of every per-record cost). Waking at the
+    deadline also notices a dead leader up to a tick sooner (bench/README.md, "Where a
+    transaction's CPU goes"). Candidates, leaders and followers without a leader keep the
+    tick: their ticks do work (votes, heartbeats, reconnections). A deadline less than a tick
+    away keeps the tick too, as before; the wait is never longer than MAX_FOLLOWER_POLL_S."""
     if not following or to_deadline_s <= tick_s:
         return tick_s
     return min(to_deadline_s + DEADLINE_SLACK_S, MAX_FOLLOWER_POLL_S)
