@@ -1,10 +1,12 @@
 """quorum/raft.py raft_timing: heartbeats every 130 ms under the default 400-800 ms election
 timeout, the tick with them, and a configuration pysyncobj accepts for shorter timeouts too (it
-asserts the minimum election timeout exceeds three heartbeat periods)."""
+asserts the minimum election timeout exceeds three heartbeat periods). quorum/elections.py
+follower_poll_s: a follower with a leader polls until its election deadline."""
 
 import pytest
 from pysyncobj import SyncObjConf
 
+from metadata_quorum.quorum.elections import DEADLINE_SLACK_S, MAX_FOLLOWER_POLL_S, follower_poll_s
 from metadata_quorum.quorum.raft import JOIN_ELECTION_TIMEOUT_S, raft_timing
 
 
@@ -25,7 +27,6 @@ def test_pysyncobj_accepts_the_timing(timeouts):
 
 
 def test_a_follower_with_a_leader_sleeps_until_its_election_deadline():
-    from metadata_quorum.quorum.elections import DEADLINE_SLACK_S, follower_poll_s
     assert follower_poll_s(0.13, 0.5, True) == pytest.approx(0.5 + DEADLINE_SLACK_S)
     # woken just past the deadline, so the next tick sees it passed
     assert follower_poll_s(0.13, 0.5, True) > 0.5
@@ -37,10 +38,8 @@ def test_a_follower_with_a_leader_sleeps_until_its_election_deadline():
     (0.5, False),       # a candidate, a leader, or a follower without a leader
 ])
 def test_otherwise_the_tick(to_deadline_s, following):
-    from metadata_quorum.quorum.elections import follower_poll_s
     assert follower_poll_s(0.13, to_deadline_s, following) == 0.13
 
 
 def test_never_longer_than_the_cap():
-    from metadata_quorum.quorum.elections import MAX_FOLLOWER_POLL_S, follower_poll_s
     assert follower_poll_s(0.13, 30.0, True) == MAX_FOLLOWER_POLL_S
