@@ -108,7 +108,9 @@ class LiveCluster:
         if sig in (signal.SIGKILL, signal.SIGTERM):
             p.proc.wait(30)
 
-    def restart_broker(self, broker_id: int, timeout_s: float = 60) -> None:
+    def restart_broker(self, broker_id: int, timeout_s: float = 60, wait: bool = True) -> None:
+        """`wait`: until it is ready (unfenced: an active controller must be reachable), else
+        it is left starting (the caller may wait on `proc(name)` itself, for as long as it can)."""
         old = self.proc(f"broker-{broker_id}")
         if old.proc.poll() is None:
             old.proc.kill()
@@ -120,11 +122,11 @@ class LiveCluster:
                              self.layout.node_env.get(f"broker-{broker_id}"))
         self.procs[self.procs.index(old)] = new
         self._stopped_by_us.discard(new.name)
-        problem = wait_ready([new], timeout_s)
+        problem = wait_ready([new], timeout_s) if wait else None
         if problem:
             raise RuntimeError(problem)
 
-    def restart_controller(self, index: int, timeout_s: float = 60) -> None:
+    def restart_controller(self, index: int, timeout_s: float = 60, wait: bool = True) -> None:
         cid = CONTROLLER_IDS[index]
         old = self.proc(f"controller-{cid}")
         if old.proc.poll() is None:
@@ -138,7 +140,7 @@ class LiveCluster:
                              self.layout.node_env.get(f"controller-{cid}"))
         self.procs[self.procs.index(old)] = new
         self._stopped_by_us.discard(new.name)
-        problem = wait_ready([new], timeout_s)
+        problem = wait_ready([new], timeout_s) if wait else None
         if problem:
             raise RuntimeError(problem)
 

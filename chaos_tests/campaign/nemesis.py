@@ -18,7 +18,7 @@ import time
 
 from chaos_tests.campaign import disk, timejump
 from chaos_tests.campaign.schedule import FaultStep
-from clients.cli.dev import CONTROLLER_IDS
+from clients.cli.dev import CONTROLLER_IDS, wait_ready
 
 CLOCK_FILE = "clock-offset"          # raftka.clock.offset.file, in each node's data directory
 FLAP_MIN_S, FLAP_MAX_S = 0.5, 2.0
@@ -72,6 +72,7 @@ class Nemesis:
         self.filled: set[str] = set()        # brokers whose disk is (or was) full, not restarted
         self.clocks: set[str] = set()
         self.notes: list[str] = []
+        self.ready_by: float | None = None   # set by run_schedule: when its next event is due
 
     def _table(self) -> str:
         return f"raftka_camp{self.cluster.layout.base_port}_{self.n}"
@@ -84,13 +85,13 @@ class Nemesis:
         c, t = self.cluster, step.targets
         if step.fault in ("kill", "controller-kill"):
             c.kill(t[0], signal.SIGKILL)
-            return lambda: _restart(c, t[0])
+            return lambda: self.restart(t[0])
         if step.fault == "pause":
             c.kill(t[0], signal.SIGSTOP)
             return lambda: c.kill(t[0], signal.SIGCONT)
         if step.fault == "restart":
             c.kill(t[0], signal.SIGTERM)
-            _restart(c, t[0])
+            self.restart(t[0])
             return lambda: None
         if step.fault == "clock":
             self.set_clock(t[0], step.param)
@@ -120,9 +121,33 @@ class Nemesis:
             disk.free(self._dir(broker))
             # Kafka keeps a failed log directory offline until the broker restarts; so does
             # Raftka (replica_manager.storage_failed)
-            _restart(self.cluster, broker)
+            self.restart(broker)
             self.filled.discard(broker)
         return heal
+
+    def restart(self, name: str) -> None:
+        """Start `name` again; wait until it is ready, but not past `ready_by`, when the
+        schedule's next event is due, and leave it starting then (noted).
+
+        A broker is ready once unfenced, which needs an active controller, and a fault that
+        keeps the controllers from it may be one that only a later event heals: waiting for
+        readiness held a round's schedule for 60 s (a disk-full heal under a controller
+        split), which stretched faults of 1-2 s past librdkafka's 60 s message timeout and
+        into its documented duplicates. A node that exits before it is ready is a failed
+        heal (raised: run_schedule notes it, heal_all starts it again)."""
+        kind, ident = name.split("-", 1)
+        if kind == "broker":
+            self.cluster.restart_broker(int(ident), wait=False)
+        else:
+            self.cluster.restart_controller(CONTROLLER_IDS.index(int(ident)), wait=False)
+        bounded = self.ready_by is not None
+        problem = wait_ready([self.cluster.proc(name)],
+                             max(0.0, self.ready_by - time.monotonic()) if bounded else 60)
+        if problem is None:
+            return
+        if not bounded or self.cluster.proc(name).proc.poll() is not None:
+            raise RuntimeError(problem)
+        self.notes.append(f"{name} was still starting when the schedule's next event was due")
 
     def _net(self, step: FaultStep):
         from clients.cli.netfaults import nft
@@ -195,9 +220,11 @@ def run_schedule(nemesis: Nemesis, schedule: list[FaultStep], t0: float, notes: 
     events = sorted([(s.end, 0, i) for i, s in enumerate(schedule)] +
                     [(s.at, 1, i) for i, s in enumerate(schedule)])
     heals, starts, windows = {}, {}, {}
-    for when, inject, i in events:
+    for k, (when, inject, i) in enumerate(events):
         step = schedule[i]
         _sleep_until(t0 + when)
+        # a restart in this event waits for its node no longer than until the next event
+        nemesis.ready_by = t0 + events[k + 1][0] if k + 1 < len(events) else None
         if inject:
             starts[i] = time.monotonic() - t0
             heals[i] = nemesis.inject(step)
