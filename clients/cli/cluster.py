@@ -44,6 +44,7 @@ from wire.errors import BrokerIdNotRegisteredError, KafkaError
 
 PROG = "raftka cluster"
 POLL_S = 1.0
+STALE_SNAPSHOTS = 3            # in a row, before a partition that cannot leave counts
 
 
 def register(sub) -> None:
@@ -206,20 +207,36 @@ def next_moves(broker: int, brokers: dict, replicas: dict, targets: dict,
     return {tp: t for tp, t in plan.items() if tp not in submitted or tp in targets}
 
 
-async def _decommission(admin: AdminClient, args) -> int:
-    n = args.broker
-    deadline = time.monotonic() + args.timeout_s
-    total, last, submitted = None, None, set()
-    while True:
+async def planned(admin: AdminClient, n: int, submitted: set) -> tuple:
+    """(brokers, replicas, targets, the next moves off broker `n`) from a fresh snapshot.
+
+    A snapshot asks the topics (any broker's Metadata) and then the moves in progress (the
+    controller's), one after the other: a move that ends in between (the balancer's, say)
+    leaves its partition with the old and new replicas together and no target, one replica
+    more than its replication factor, which looks like a partition that cannot leave `n`.
+    So a shortfall only counts once STALE_SNAPSHOTS snapshots in a row show it."""
+    for attempt in range(STALE_SNAPSHOTS):
         brokers, replicas, _, targets = await snapshot(admin)
         try:
-            plan = next_moves(n, brokers, replicas, targets, submitted)
+            return brokers, replicas, targets, next_moves(n, brokers, replicas, targets,
+                                                          submitted)
         except NotEnoughBrokers as exc:
+            if attempt + 1 < STALE_SNAPSHOTS:
+                await trio.sleep(POLL_S)
+                continue
             tp = exc.key
             raise CommandError(f"cannot drain broker {n} without lowering a replication "
                                f"factor: {tp.topic}-{tp.partition} has {exc.replicas} replicas "
                                f"and only {exc.available} other brokers are available; "
                                "no move was started for it", EXIT_FAILED) from None
+
+
+async def _decommission(admin: AdminClient, args) -> int:
+    n = args.broker
+    deadline = time.monotonic() + args.timeout_s
+    total, last, submitted = None, None, set()
+    while True:
+        brokers, replicas, targets, plan = await planned(admin, n, submitted)
         if plan:
             await _submit(admin, plan)
             submitted |= set(plan)

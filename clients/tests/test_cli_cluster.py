@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
+from clients.cli import cluster
 from clients.cli.cluster import broker_rows, next_moves
 from clients.cli.dev import DevLayout, write_properties
 from clients.cli.dev_add_broker import _base_port, run_add_broker
 from clients.cli.main import main
+from clients.cli.output import CommandError
 from clients.cluster import TopicPartition as TP
 from partition_server.testing import free_base_port
 
@@ -92,3 +96,33 @@ def test_next_moves_does_not_move_again_from_stale_metadata():
     back = {TP("a", 0): (0, 1, 2, 3)}
     assert next_moves(0, brokers, back, {TP("a", 0): (0, 1, 2)},
                       submitted={TP("a", 0)}) == {TP("a", 0): [3, 1, 2]}
+
+
+def _snapshots(monkeypatch, shots):
+    """`cluster.snapshot` answering `shots` in turn (brokers, replicas, targets), no waits."""
+    answers = iter(shots)
+
+    async def snapshot(admin):
+        brokers, replicas, targets = next(answers)
+        return brokers, replicas, {}, targets
+    monkeypatch.setattr(cluster, "snapshot", snapshot)
+    monkeypatch.setattr(cluster, "POLL_S", 0)
+
+
+async def test_a_move_caught_ending_between_the_two_questions_is_asked_again(monkeypatch):
+    # the balancer's move 1 -> 3 ended between the topics and the moves: four replicas, no
+    # target, on 4 brokers (one of them leaving); the next snapshot shows it done
+    brokers = {0: None, 1: None, 2: None, 3: None}
+    _snapshots(monkeypatch, [
+        (brokers, {TP("a", 0): (0, 2, 3, 1)}, {}),
+        (brokers, {TP("a", 0): (0, 2, 3)}, {})])
+    _, replicas, _, plan = await cluster.planned(None, 0, set())
+    assert replicas == {TP("a", 0): (0, 2, 3)} and plan == {TP("a", 0): [1, 2, 3]}
+
+
+async def test_a_partition_that_cannot_leave_fails_once_seen_in_a_row(monkeypatch):
+    brokers = {0: None, 1: None, 2: None}
+    _snapshots(monkeypatch, [(brokers, {TP("a", 0): (0, 1, 2)}, {})] * 3)
+    with pytest.raises(CommandError, match="cannot drain broker 0 without lowering a "
+                                           "replication factor: a-0 has 3 replicas"):
+        await cluster.planned(None, 0, set())
