@@ -197,13 +197,20 @@ class Nemesis:
             self.set_clock(node, 0.0)
         for broker in list(self.filled):
             disk.free(self._dir(broker))
-        self.ready_by = None            # the schedule is over: restarts wait for their nodes
         for p in self.cluster.procs:
             if p.proc.poll() is None:
                 p.proc.send_signal(signal.SIGCONT)
             if p.proc.poll() is not None or p.name in self.filled:
-                self.restart(p.name)
+                _restart(self.cluster, p.name)
         self.filled.clear()
+
+
+def _restart(cluster, name: str) -> None:
+    kind, ident = name.split("-", 1)
+    if kind == "broker":
+        cluster.restart_broker(int(ident))
+    else:
+        cluster.restart_controller(CONTROLLER_IDS.index(int(ident)))
 
 
 def run_schedule(nemesis: Nemesis, schedule: list[FaultStep], t0: float, notes: list[str]):
